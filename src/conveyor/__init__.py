@@ -1,0 +1,32 @@
+"""Conveyor: background jobs for Python that are hard to lose.
+
+>>> from conveyor import Conveyor
+>>> app = Conveyor("sqlite:///jobs.db")
+>>> @app.task
+... def add(a: int, b: int) -> int:
+...     return a + b
+>>> add.enqueue(1, 2).result(timeout=10)   # with `conveyor worker myapp:app` running
+3
+"""
+
+from .app import Conveyor
+from .errors import ConveyorError
+from .job import Job, JobState
+from .outcomes import Cancel, Retry, Snooze
+from .task import Task
+from .version import __version__
+from .worker.context import JobContext, current_job
+
+__all__ = [
+    "Cancel",
+    "Conveyor",
+    "ConveyorError",
+    "Job",
+    "JobContext",
+    "JobState",
+    "Retry",
+    "Snooze",
+    "Task",
+    "__version__",
+    "current_job",
+]

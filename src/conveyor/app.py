@@ -1,0 +1,190 @@
+"""The application object: task registry, backend access, sync facade."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar, overload
+
+from .admin import Admin, Jobs
+from .backends import backend_from_url, redact_url
+from .backends.base import Backend
+from .errors import ConfigurationError, UnknownTask
+from .handle import JobHandle, handles
+from .job import NewJob
+from .portal import Portal
+from .retry import RetryPolicy
+from .task import Task, TaskDefaults
+from .timeutil import Clock, Duration, system_clock, to_seconds
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Conveyor:
+    """A Conveyor application. Nothing connects until first use.
+
+    >>> app = Conveyor("sqlite:///jobs.db")
+    >>> @app.task(queue="emails")
+    ... def send_welcome(user_id: int) -> None: ...
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        default_queue: str = "default",
+        clock: Clock = system_clock,
+        auto_migrate: bool = True,
+    ) -> None:
+        resolved = url or os.environ.get("CONVEYOR_URL")
+        if not resolved:
+            raise ConfigurationError("no backend URL: pass Conveyor(url) or set $CONVEYOR_URL")
+        backend_from_url(resolved, clock)  # validate the URL now, not at the first enqueue
+        self.url = resolved
+        self.default_queue = default_queue
+        self.clock = clock
+        self.auto_migrate = auto_migrate
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.portal = Portal()
+        self.admin = Admin(self)
+        self.jobs = Jobs(self)
+        self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._backend_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Conveyor {redact_url(self.url)} tasks={len(self.tasks)}>"
+
+    # --- tasks ------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 20,
+        timeout: Duration | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        dead_on: tuple[type[BaseException], ...] = (),
+        backoff_base: Duration = 1.0,
+        backoff_cap: Duration = 600.0,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function as a task.
+
+        `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
+        By default TypeError, ValueError, LookupError and argument errors go dead at
+        once and everything else retries with exponential backoff and full jitter.
+        """
+        if fn is not None:
+            return self._register(fn, **options)
+        return lambda f: self._register(f, **options)
+
+    def _register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 20,
+        timeout: Duration | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        dead_on: tuple[type[BaseException], ...] = (),
+        backoff_base: Duration = 1.0,
+        backoff_cap: Duration = 600.0,
+    ) -> Task[Any, Any]:
+        task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if max_attempts < 1:
+            raise ConfigurationError(f"task {task_name}: max_attempts must be at least 1")
+        if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+            raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
+        defaults = TaskDefaults(
+            queue=queue or self.default_queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=None if timeout is None else to_seconds(timeout),
+            retry=RetryPolicy(
+                base=to_seconds(backoff_base),
+                cap=to_seconds(backoff_cap),
+                retry_on=tuple(retry_on) if retry_on is not None else None,
+                dead_on=tuple(dead_on),
+            ),
+        )
+        task: Task[Any, Any] = Task(self, fn, task_name, defaults)
+        self.tasks[task_name] = task
+        return task
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTask(name, list(self.tasks)) from None
+
+    # --- backend ---------------------------------------------------------------------
+    async def backend(self) -> Backend:
+        """The backend bound to the running event loop, opened (and migrated) on first use."""
+        loop = asyncio.get_running_loop()
+        backend = self._backends.get(loop)
+        if backend is not None:
+            return backend
+        with self._lock:
+            lock = self._backend_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            backend = self._backends.get(loop)
+            if backend is None:
+                backend = backend_from_url(self.url, self.clock)
+                await backend.open()
+                if self.auto_migrate:
+                    await backend.migrate()
+                self._backends[loop] = backend
+        return backend
+
+    async def aclose(self) -> None:
+        """Close the backend of the running loop."""
+        backend = self._backends.pop(asyncio.get_running_loop(), None)
+        if backend is not None:
+            await backend.close()
+
+    def close(self) -> None:
+        """Close the sync facade's backend and thread."""
+        if self.portal.loop is not None:
+            self.portal.call(self.aclose())
+        self.portal.stop()
+
+    # --- producer -------------------------------------------------------------------
+    async def enqueue_many_async(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]:
+        """Insert many jobs in one round trip. Build them with `task.message(...)`."""
+        batch: Sequence[NewJob] = list(jobs)
+        if not batch:
+            return []
+        backend = await self.backend()
+        if connection is not None:
+            enqueue_in = getattr(backend, "enqueue_jobs_in", None)
+            if enqueue_in is None:
+                raise ConfigurationError(
+                    f"{type(backend).__name__} does not support transactional enqueue (connection=)"
+                )
+            return handles(self, await enqueue_in(connection, batch))
+        return handles(self, await backend.enqueue_jobs(batch))
+
+    def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
+        """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
+        batch = list(jobs)
+        return self.portal.call(self.enqueue_many_async(batch, connection=connection))

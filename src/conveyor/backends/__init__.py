@@ -1,0 +1,54 @@
+"""Backends by URL scheme. Each is imported only when its scheme is used, so the
+SQLite default needs neither psycopg nor redis installed."""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlsplit
+
+from ..errors import ConfigurationError
+from ..timeutil import Clock, system_clock
+from .base import Backend
+
+# scheme -> (module, class, pip extra that provides its driver)
+_SCHEMES: dict[str, tuple[str, str, str | None]] = {
+    "sqlite": ("conveyor.backends.sqlite.backend", "SqliteBackend", None),
+    "postgresql": ("conveyor.backends.postgres.backend", "PostgresBackend", "postgres"),
+    "postgres": ("conveyor.backends.postgres.backend", "PostgresBackend", "postgres"),
+    "redis": ("conveyor.backends.redis.backend", "RedisBackend", "redis"),
+    "rediss": ("conveyor.backends.redis.backend", "RedisBackend", "redis"),
+}
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def backend_from_url(url: str, clock: Clock = system_clock) -> Backend:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"malformed backend URL {url!r}: expected e.g. sqlite:///jobs.db, "
+            "postgresql://user@host/db or redis://host:6379/0"
+        )
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"unknown backend scheme {scheme!r} in {redact_url(url)!r}; "
+            f"known: {', '.join(sorted(_SCHEMES))}"
+        )
+    module_name, class_name, extra = _SCHEMES[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra is None or (exc.name or "").startswith("conveyor"):
+            raise
+        raise ConfigurationError(
+            f"the {scheme} backend needs its driver: pip install 'conveyor[{extra}]' ({exc})"
+        ) from exc
+    backend: Backend = getattr(module, class_name)(url, clock=clock)
+    return backend

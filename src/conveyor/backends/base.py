@@ -1,0 +1,146 @@
+"""The backend contract: about twenty verbs named after the job lifecycle.
+
+Every backend (SQLite, PostgreSQL, Redis) implements `Backend` and passes
+`tests/conformance/` unchanged. Rules every implementation follows:
+
+* Times are UTC epoch seconds from `self.clock()` (injectable for tests).
+* `fetch_jobs` is atomic: one job goes to exactly one caller. It first stages
+  due `scheduled`/`retryable` jobs, then claims `available` ones ordered by
+  priority (higher first), then run_at, then insertion order, skipping paused
+  queues. Each claim increments `attempt` and `lease_token`.
+* Every write about a running job (`settle_jobs`, `heartbeat_jobs`,
+  `checkpoint_job`) carries the lease token; a stale token changes nothing and is
+  reported back, never raised.
+* Transitions follow `conveyor.lifecycle.TRANSITIONS`; storage rejects others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ..job import AttemptError, Job, JobState, NewJob
+from ..timeutil import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    job_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The end of one attempt, written by the worker's batched completer.
+
+    `state` is where the job goes: completed, retryable (with `run_at`), dead,
+    scheduled/available (snooze or release, `refund_attempt=True`), cancelled.
+    """
+
+    job_id: str
+    token: int
+    state: JobState
+    result: str | None = None  # JSON text, for completed
+    error: AttemptError | None = None
+    run_at: float | None = None
+    refund_attempt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    lost: frozenset[str] = frozenset()  # leases no longer ours: stop, do not ack
+    cancel_requested: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Selects jobs for listing and bulk actions. Empty fields match everything."""
+
+    states: tuple[JobState, ...] = ()
+    queues: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    error_type: str | None = None  # type name of the last error
+    ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    counts: dict[JobState, int] = field(default_factory=dict)
+    oldest_available_age: float | None = None  # seconds
+    paused: bool = False
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts.get(JobState.RUNNING, 0)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    clock: Clock
+
+    # --- life of the connection -------------------------------------------
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def migrate(self) -> list[int]:
+        """Apply pending numbered migrations; return the versions applied."""
+        ...
+
+    # --- producer -------------------------------------------------------------
+    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Insert jobs in one round trip. A job whose `id` or `unique_key` names a job
+        that is still active (or completed within its `unique_for` window) is not
+        inserted: the existing job is returned in its place."""
+        ...
+
+    # --- worker ---------------------------------------------------------------
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
+    ) -> list[Job]: ...
+    async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+        """Apply attempt outcomes; return the ids whose token was stale (not applied)."""
+        ...
+    async def heartbeat_jobs(
+        self, leases: Sequence[Lease], lease_seconds: float
+    ) -> HeartbeatReply: ...
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
+        """Store JSON progress fenced by the lease; False if the lease was lost."""
+        ...
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when new work may be there (a hint) or after `timeout`."""
+        ...
+
+    # --- maintenance ----------------------------------------------------------
+    async def rescue_expired_jobs(self) -> list[str]:
+        """Expired leases go back to available (or dead when out of attempts)."""
+        ...
+    async def prune_jobs(self, completed_before: float, dead_before: float) -> int: ...
+
+    # --- admin ----------------------------------------------------------------
+    async def get_job(self, job_id: str) -> Job | None: ...
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0
+    ) -> list[Job]: ...
+    async def count_jobs(self, where: JobFilter) -> int: ...
+    async def cancel_job(self, job_id: str) -> Job | None:
+        """Cancel a waiting job; flag a running one (cooperative). None if unknown."""
+        ...
+    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+        """Send dead (or cancelled) jobs matching `where` back to available with
+        fresh attempts, oldest failure first, at most `limit`."""
+        ...
+    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        """Delete finished jobs (never active ones) matching `where`."""
+        ...
+    async def queue_stats(self) -> list[QueueStats]: ...
+    async def pause_queue(self, queue: str, paused: bool) -> None: ...
+
+
+class BackendCapabilities:
+    """What the conformance suite may skip by name for a backend that lacks it."""
+
+    transactional_enqueue: bool = False
+    cross_process: bool = True

@@ -1,0 +1,180 @@
+"""The embedded default: one SQLite file in WAL mode, shared by any number of
+worker processes on one machine.
+
+URL forms: `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`,
+`sqlite:///:memory:` is refused (workers in other processes could not see it).
+Query options: `?synchronous=full` (default; an acknowledged enqueue survives a
+power loss) or `normal` (faster; the last commits may be lost on power loss,
+never on a process crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from ...errors import ConfigurationError
+from ...job import Job, JobState, NewJob
+from ...timeutil import Clock, system_clock
+from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from .store import SqliteStore
+from .wakeup import WakeupListener, WakeupSender
+
+T = TypeVar("T")
+
+
+def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise ConfigurationError(f"not a sqlite URL: {url!r}")
+    if parts.netloc:
+        raise ConfigurationError(
+            f"malformed SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////absolute.db"
+        )
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not path or path == ":memory:":
+        raise ConfigurationError(
+            f"SQLite URL {url!r} names no file: workers in other processes need a file, "
+            "e.g. sqlite:///jobs.db"
+        )
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    unknown = set(options) - {"synchronous"}
+    if unknown:
+        raise ConfigurationError(f"unknown SQLite URL option(s) {sorted(unknown)} in {url!r}")
+    return path, options
+
+
+class SqliteBackend:
+    """Async face of `SqliteStore`: every call runs on one private thread."""
+
+    def __init__(self, url: str, clock: Clock = system_clock) -> None:
+        self.path, options = parse_sqlite_url(url)
+        self.synchronous = options.get("synchronous", "full")
+        self.clock = clock
+        self._executor: ThreadPoolExecutor | None = None
+        self._store: SqliteStore | None = None
+        self._sender: WakeupSender | None = None
+        self._listener: WakeupListener | None = None
+        self._open_lock = threading.Lock()
+
+    # --- plumbing -------------------------------------------------------------------
+    async def _on_thread(self, call: Callable[[SqliteStore], T]) -> T:
+        """Run `call(store)` on the backend's own thread."""
+        if self._executor is None:
+            await self.open()
+        assert self._executor is not None
+
+        def run() -> T:
+            assert self._store is not None, "backend closed"
+            return call(self._store)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+    async def open(self) -> None:
+        with self._open_lock:
+            if self._executor is not None:
+                return
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-sqlite")
+        loop = asyncio.get_running_loop()
+
+        def connect() -> None:
+            self._store = SqliteStore(self.path, self.clock, self.synchronous)
+
+        await loop.run_in_executor(self._executor, connect)
+        self._sender = WakeupSender(self.path)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            store = self._store
+            if store is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, store.close)
+            executor.shutdown(wait=True)
+        self._store = None
+
+    async def migrate(self) -> list[int]:
+        return await self._on_thread(lambda s: s.migrate())
+
+    # --- producer -----------------------------------------------------------------
+    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        result = await self._on_thread(lambda s: s.enqueue_jobs(jobs))
+        if self._sender is not None:
+            self._sender.notify()
+        return result
+
+    # --- worker -----------------------------------------------------------------------
+    async def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
+    ) -> list[Job]:
+        return await self._on_thread(lambda s: s.fetch_jobs(queues, limit, worker_id, lease_seconds))
+
+    async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+        stale = await self._on_thread(lambda s: s.settle_jobs(settlements))
+        if self._sender is not None and any(
+            s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements
+        ):
+            self._sender.notify()
+        return stale
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+        return await self._on_thread(lambda s: s.heartbeat_jobs(leases, lease_seconds))
+
+    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+        return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
+
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        if self._listener is None:
+            self._listener = WakeupListener(self.path)
+        await self._listener.wait(timeout)
+
+    # --- maintenance ----------------------------------------------------------------
+    async def rescue_expired_jobs(self) -> list[str]:
+        rescued = await self._on_thread(lambda s: s.rescue_expired_jobs())
+        if rescued and self._sender is not None:
+            self._sender.notify()
+        return rescued
+
+    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+        return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
+
+    # --- admin ---------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> Job | None:
+        return await self._on_thread(lambda s: s.get_job(job_id))
+
+    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0) -> list[Job]:
+        return await self._on_thread(lambda s: s.list_jobs(where, limit, offset))
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return await self._on_thread(lambda s: s.count_jobs(where))
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return await self._on_thread(lambda s: s.cancel_job(job_id))
+
+    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+        jobs = await self._on_thread(lambda s: s.redrive_jobs(where, limit, dry_run))
+        if jobs and not dry_run and self._sender is not None:
+            self._sender.notify()
+        return jobs
+
+    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        return await self._on_thread(lambda s: s.delete_jobs(where, limit, dry_run))
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self._on_thread(lambda s: s.queue_stats())
+
+    async def pause_queue(self, queue: str, paused: bool) -> None:
+        await self._on_thread(lambda s: s.pause_queue(queue, paused))
+
+    async def force_state(self, job_id: str, state: JobState) -> None:
+        """Test hook: try a raw state write, to show storage guards transitions."""
+        await self._on_thread(lambda s: s.force_state(job_id, state))

@@ -1,0 +1,157 @@
+-- Queries of the SQLite backend. Named parameters; times are UTC epoch seconds.
+-- Every write about a running job is guarded by its lease token (fencing).
+
+-- name: select_job_columns
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM conveyor_jobs
+
+-- name: insert_job
+INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                           created_at, unique_key, unique_for, timeout, meta)
+VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
+        :created_at, :unique_key, :unique_for, :timeout, :meta)
+ON CONFLICT (id) DO NOTHING
+
+-- name: find_duplicate_by_id
+SELECT id FROM conveyor_jobs
+WHERE id = :id
+  AND (state IN ('scheduled', 'available', 'running', 'retryable')
+       OR (state = 'completed' AND finished_at + unique_for > :now))
+
+-- name: find_duplicate_by_unique_key
+SELECT id FROM conveyor_jobs
+WHERE unique_key = :unique_key
+  AND (state IN ('scheduled', 'available', 'running', 'retryable')
+       OR (state = 'completed' AND finished_at + unique_for > :now))
+ORDER BY seq DESC LIMIT 1
+
+-- name: delete_finished_job
+-- A deterministic id names one job at a time: once its dedup window is over, the
+-- finished record makes way for the new job.
+DELETE FROM conveyor_jobs WHERE id = :id AND state IN ('completed', 'cancelled', 'dead')
+
+-- name: stage_due_jobs
+UPDATE conveyor_jobs SET state = 'available'
+WHERE state IN ('scheduled', 'retryable') AND run_at <= :now
+
+-- name: paused_queues
+SELECT name FROM conveyor_queues WHERE paused = 1
+
+-- name: claim_jobs
+UPDATE conveyor_jobs
+SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1,
+    lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
+WHERE seq IN (SELECT seq FROM conveyor_jobs
+              WHERE state = 'available' AND queue = :queue
+              ORDER BY priority DESC, run_at, seq LIMIT :limit)
+RETURNING seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+          started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+          result, errors, checkpoint, progress, cancel_requested, timeout, meta
+
+-- name: complete_job
+UPDATE conveyor_jobs
+SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: fail_job
+-- Retry (retryable, run_at) or dead-letter (dead, finished_at): appends the attempt's error.
+UPDATE conveyor_jobs
+SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
+    finished_at = CASE WHEN :state IN ('dead', 'cancelled') THEN :now END,
+    errors = CASE WHEN :error IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(:error)) END
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: return_job
+-- Snooze or release: back to waiting without using the attempt.
+UPDATE conveyor_jobs
+SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
+    attempt = attempt - 1
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: heartbeat_job
+UPDATE conveyor_jobs SET lease_expires_at = :lease_expires_at
+WHERE id = :id AND lease_token = :token AND state = 'running'
+RETURNING cancel_requested
+
+-- name: checkpoint_job
+UPDATE conveyor_jobs
+SET checkpoint = coalesce(:checkpoint, checkpoint), progress = coalesce(:progress, progress)
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: rescue_expired_jobs
+-- A crash counts as an attempt: a job that kills its worker every time ends dead.
+UPDATE conveyor_jobs
+SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN :now END,
+    lease_expires_at = NULL,
+    errors = json_insert(errors, '$[#]', json_object(
+        'attempt', attempt, 'at', :now, 'type', 'LeaseExpired',
+        'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
+        'traceback', '', 'worker_id', coalesce(worker_id, ''), 'host', '', 'version', :version))
+WHERE state = 'running' AND lease_expires_at < :now
+RETURNING id
+
+-- name: prune_jobs
+DELETE FROM conveyor_jobs
+WHERE seq IN (SELECT seq FROM conveyor_jobs
+              WHERE finished_at IS NOT NULL
+                AND ((state IN ('completed', 'cancelled') AND finished_at < :completed_before
+                      AND (unique_for IS NULL OR finished_at + unique_for < :now))
+                     OR (state = 'dead' AND finished_at < :dead_before))
+              LIMIT :limit)
+
+-- name: cancel_waiting_job
+UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now
+WHERE id = :id AND state IN ('scheduled', 'available', 'retryable')
+
+-- name: request_cancel_running_job
+UPDATE conveyor_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running'
+
+-- name: redrive_job
+UPDATE conveyor_jobs
+SET state = 'available', attempt = 0, run_at = :now, finished_at = NULL, cancel_requested = 0
+WHERE id = :id AND state IN ('dead', 'cancelled')
+
+-- name: delete_job
+DELETE FROM conveyor_jobs WHERE id = :id AND state IN ('completed', 'cancelled', 'dead')
+
+-- name: count_by_queue_and_state
+SELECT queue, state, count(*) FROM conveyor_jobs GROUP BY queue, state
+
+-- name: oldest_available_by_queue
+SELECT queue, min(run_at) FROM conveyor_jobs WHERE state = 'available' GROUP BY queue
+
+-- name: all_queue_flags
+SELECT name, paused FROM conveyor_queues
+
+-- name: set_queue_paused
+INSERT INTO conveyor_queues (name, paused) VALUES (:queue, :paused)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+
+-- name: force_state
+-- Test hook for the conformance suite: proves the storage guard rejects illegal transitions.
+UPDATE conveyor_jobs SET state = :state WHERE id = :id
+
+-- name: filter_jobs
+-- One static query for every admin filter: an absent filter is a NULL parameter.
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM conveyor_jobs
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+ORDER BY CASE WHEN :oldest_finished_first THEN coalesce(finished_at, 0) END, seq DESC
+LIMIT :limit OFFSET :offset
+
+-- name: count_filtered_jobs
+SELECT count(*) FROM conveyor_jobs
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)

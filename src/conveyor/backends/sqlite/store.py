@@ -1,0 +1,364 @@
+"""Synchronous SQLite access, confined to one thread per connection.
+
+The async `SqliteBackend` runs these methods on its own single thread, so the
+event loop never waits on disk or on another process's write lock. Every write
+happens in a `BEGIN IMMEDIATE` transaction: SQLite serialises writers, which is
+what makes claims atomic across processes and dedup race-free.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ...version import __version__
+from ...errors import ConfigurationError
+from ...job import AttemptError, Job, JobState, NewJob
+from ...lifecycle import initial_state
+from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from ..sqlfiles import load_migrations, load_queries
+
+Q = load_queries(__package__ or "conveyor.backends.sqlite")
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OFF"}
+
+
+def job_from_row(row: sqlite3.Row) -> Job:
+    return Job(
+        id=row["id"],
+        task=row["task"],
+        queue=row["queue"],
+        payload=row["payload"],
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        worker_id=row["worker_id"],
+        unique_key=row["unique_key"],
+        unique_for=row["unique_for"],
+        result=row["result"],
+        errors=tuple(AttemptError.from_dict(e) for e in json.loads(row["errors"] or "[]")),
+        checkpoint=row["checkpoint"],
+        progress=row["progress"],
+        cancel_requested=bool(row["cancel_requested"]),
+        timeout=row["timeout"],
+        meta=json.loads(row["meta"] or "{}"),
+    )
+
+
+def _filter_params(where: JobFilter) -> dict[str, Any]:
+    def as_json(values: Sequence[str]) -> str | None:
+        return json.dumps([str(v) for v in values]) if values else None
+
+    return {
+        "states": as_json(where.states),
+        "queues": as_json(where.queues),
+        "tasks": as_json(where.tasks),
+        "ids": as_json(where.ids),
+        "error_type": where.error_type,
+    }
+
+
+class SqliteStore:
+    """One connection to one database file, used from one thread."""
+
+    def __init__(self, path: str, clock: Callable[[], float], synchronous: str = "full") -> None:
+        if synchronous.lower() not in _SYNCHRONOUS:
+            raise ConfigurationError(
+                f"synchronous={synchronous!r}: expected one of {sorted(_SYNCHRONOUS)}"
+            )
+        self.path = path
+        self.clock = clock
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
+        self.conn.execute("PRAGMA busy_timeout=30000")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # --- schema -----------------------------------------------------------------
+    def migrate(self) -> list[int]:
+        applied = []
+        with self.write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS conveyor_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+        done = {row[0] for row in self.conn.execute("SELECT version FROM conveyor_migrations")}
+        for migration in load_migrations(__package__ or "conveyor.backends.sqlite"):
+            if migration.version in done:
+                continue
+            # Each migration in its own transaction; executescript would commit early.
+            with self.write() as db:
+                if db.execute(
+                    "SELECT 1 FROM conveyor_migrations WHERE version = ?", (migration.version,)
+                ).fetchone():
+                    continue  # another process got there first
+                for statement in _split_statements(migration.sql):
+                    db.execute(statement)
+                db.execute(
+                    "INSERT INTO conveyor_migrations VALUES (?, ?, ?)",
+                    (migration.version, migration.name, self.clock()),
+                )
+            applied.append(migration.version)
+        return applied
+
+    # --- producer -----------------------------------------------------------------
+    def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        now = self.clock()
+        out: list[Job] = []
+        with self.write() as db:
+            for new in jobs:
+                existing = self._find_duplicate(db, new, now)
+                if existing is not None:
+                    out.append(existing)
+                    continue
+                run_at = now if new.run_at is None else new.run_at
+                state = initial_state(run_at, now)
+                row = {
+                    "id": new.id,
+                    "queue": new.queue,
+                    "task": new.task,
+                    "payload": new.payload,
+                    "state": state.value,
+                    "priority": new.priority,
+                    "max_attempts": new.max_attempts,
+                    "run_at": run_at,
+                    "created_at": now,
+                    "unique_key": new.unique_key,
+                    "unique_for": new.unique_for,
+                    "timeout": new.timeout,
+                    "meta": json.dumps(new.meta),
+                }
+                if db.execute(Q["insert_job"], row).rowcount == 0:
+                    # The id names a finished job whose dedup window is over: replace it.
+                    db.execute(Q["delete_finished_job"], {"id": new.id})
+                    db.execute(Q["insert_job"], row)
+                out.append(
+                    Job(
+                        id=new.id, task=new.task, queue=new.queue, payload=new.payload,
+                        state=state, priority=new.priority, max_attempts=new.max_attempts,
+                        run_at=run_at, created_at=now, unique_key=new.unique_key,
+                        unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
+                    )
+                )
+        return out
+
+    def _find_duplicate(self, db: sqlite3.Connection, new: NewJob, now: float) -> Job | None:
+        hit = db.execute(Q["find_duplicate_by_id"], {"id": new.id, "now": now}).fetchone()
+        if hit is None and new.unique_key is not None:
+            hit = db.execute(
+                Q["find_duplicate_by_unique_key"], {"unique_key": new.unique_key, "now": now}
+            ).fetchone()
+        return None if hit is None else self._get(db, hit[0])
+
+    # --- worker -------------------------------------------------------------------
+    def fetch_jobs(
+        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
+    ) -> list[Job]:
+        now = self.clock()
+        claimed: list[Job] = []
+        with self.write() as db:
+            db.execute(Q["stage_due_jobs"], {"now": now})
+            paused = {row[0] for row in db.execute(Q["paused_queues"])}
+            for queue in queues:  # in the order given: earlier queues first
+                if len(claimed) >= limit:
+                    break
+                if queue in paused:
+                    continue
+                rows = db.execute(
+                    Q["claim_jobs"],
+                    {
+                        "queue": queue,
+                        "limit": limit - len(claimed),
+                        "now": now,
+                        "lease_expires_at": now + lease_seconds,
+                        "worker_id": worker_id,
+                    },
+                ).fetchall()
+                batch = [job_from_row(r) for r in rows]
+                batch.sort(key=lambda j: (-j.priority, j.run_at))
+                claimed.extend(batch)
+        return claimed
+
+    def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+        now = self.clock()
+        stale = []
+        with self.write() as db:
+            for s in settlements:
+                params: dict[str, Any] = {"id": s.job_id, "token": s.token, "now": now}
+                if s.state is JobState.COMPLETED:
+                    cursor = db.execute(Q["complete_job"], {**params, "result": s.result})
+                elif s.refund_attempt:
+                    cursor = db.execute(
+                        Q["return_job"], {**params, "state": s.state.value, "run_at": s.run_at}
+                    )
+                else:
+                    error = None if s.error is None else json.dumps(s.error.to_dict())
+                    cursor = db.execute(
+                        Q["fail_job"],
+                        {**params, "state": s.state.value, "run_at": s.run_at, "error": error},
+                    )
+                if cursor.rowcount == 0:
+                    stale.append(s.job_id)
+        return stale
+
+    def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+        now = self.clock()
+        lost, cancel = set(), set()
+        with self.write() as db:
+            for lease in leases:
+                row = db.execute(
+                    Q["heartbeat_job"],
+                    {"id": lease.job_id, "token": lease.token,
+                     "lease_expires_at": now + lease_seconds},
+                ).fetchone()
+                if row is None:
+                    lost.add(lease.job_id)
+                elif row[0]:
+                    cancel.add(lease.job_id)
+        return HeartbeatReply(lost=frozenset(lost), cancel_requested=frozenset(cancel))
+
+    def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+        with self.write() as db:
+            cursor = db.execute(
+                Q["checkpoint_job"],
+                {"id": lease.job_id, "token": lease.token, "checkpoint": checkpoint,
+                 "progress": progress},
+            )
+            return cursor.rowcount == 1
+
+    # --- maintenance ----------------------------------------------------------------
+    def rescue_expired_jobs(self) -> list[str]:
+        with self.write() as db:
+            rows = db.execute(
+                Q["rescue_expired_jobs"], {"now": self.clock(), "version": __version__}
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+        total = 0
+        while True:  # in slices, so a big prune never holds the write lock for long
+            with self.write() as db:
+                n = db.execute(
+                    Q["prune_jobs"],
+                    {"completed_before": completed_before, "dead_before": dead_before,
+                     "now": self.clock(), "limit": 1000},
+                ).rowcount
+            total += n
+            if n < 1000:
+                return total
+
+    # --- admin ---------------------------------------------------------------------
+    def _get(self, db: sqlite3.Connection, job_id: str) -> Job | None:
+        row = db.execute(Q["select_job_columns"] + " WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else job_from_row(row)
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self._get(self.conn, job_id)
+
+    def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False
+    ) -> list[Job]:
+        params = {**_filter_params(where), "limit": limit, "offset": offset,
+                  "oldest_finished_first": oldest_finished_first}
+        return [job_from_row(r) for r in self.conn.execute(Q["filter_jobs"], params)]
+
+    def count_jobs(self, where: JobFilter) -> int:
+        return int(self.conn.execute(Q["count_filtered_jobs"], _filter_params(where)).fetchone()[0])
+
+    def cancel_job(self, job_id: str) -> Job | None:
+        with self.write() as db:
+            params = {"id": job_id, "now": self.clock()}
+            if db.execute(Q["cancel_waiting_job"], params).rowcount == 0:
+                db.execute(Q["request_cancel_running_job"], params)
+            return self._get(db, job_id)
+
+    def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+        states = where.states or (JobState.DEAD,)
+        if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
+            raise ValueError("only dead or cancelled jobs can be redriven")
+        scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
+                           error_type=where.error_type, ids=where.ids)
+        with self.write() as db:
+            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
+                      "oldest_finished_first": True}
+            chosen = [job_from_row(r) for r in db.execute(Q["filter_jobs"], params)]
+            if dry_run:
+                return chosen
+            now = self.clock()
+            for job in chosen:
+                db.execute(Q["redrive_job"], {"id": job.id, "now": now})
+            return [j for j in (self._get(db, job.id) for job in chosen) if j is not None]
+
+    def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        with self.write() as db:
+            params = {**_filter_params(where), "limit": limit, "offset": 0,
+                      "oldest_finished_first": True}
+            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)
+                   if r["state"] in ("completed", "cancelled", "dead")]
+            if not dry_run:
+                for job_id in ids:
+                    db.execute(Q["delete_job"], {"id": job_id})
+            return ids
+
+    def queue_stats(self) -> list[QueueStats]:
+        now = self.clock()
+        counts: dict[str, dict[JobState, int]] = {}
+        for queue, state, n in self.conn.execute(Q["count_by_queue_and_state"]):
+            counts.setdefault(queue, {})[JobState(state)] = n
+        oldest = {q: t for q, t in self.conn.execute(Q["oldest_available_by_queue"])}
+        paused = {name: bool(p) for name, p in self.conn.execute(Q["all_queue_flags"])}
+        names = sorted(set(counts) | set(paused))
+        return [
+            QueueStats(
+                queue=name,
+                counts=counts.get(name, {}),
+                oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
+                paused=paused.get(name, False),
+            )
+            for name in names
+        ]
+
+    def pause_queue(self, queue: str, paused: bool) -> None:
+        with self.write() as db:
+            db.execute(Q["set_queue_paused"], {"queue": queue, "paused": int(paused)})
+
+    def force_state(self, job_id: str, state: JobState) -> None:
+        with self.write() as db:
+            db.execute(Q["force_state"], {"id": job_id, "state": state.value})
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements, current = [], []
+    for line in script.splitlines():
+        current.append(line)
+        candidate = "\n".join(current).strip()
+        if candidate and sqlite3.complete_statement(candidate):
+            statements.append(candidate)
+            current = []
+    rest = "\n".join(current).strip()
+    if rest and not all(l.strip().startswith("--") or not l.strip() for l in rest.splitlines()):
+        raise ConfigurationError(f"incomplete SQL statement at the end of a migration: {rest[:80]}")
+    return statements

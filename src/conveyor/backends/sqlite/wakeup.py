@@ -1,0 +1,90 @@
+"""Cross-process wake-ups for SQLite, which has no LISTEN/NOTIFY of its own.
+
+Each idle worker binds a Unix datagram socket in a folder named after the
+database file; a producer, after its commit, sends one small datagram to every
+socket there. A datagram is only a hint (workers still poll as a fallback), so
+a lost or stale one costs nothing: sockets of killed workers are removed by the
+first producer that finds nobody listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import tempfile
+import uuid
+
+
+def wakeup_folder(db_path: str) -> str:
+    # Socket paths are limited to ~107 bytes, so the folder is named by a hash.
+    digest = hashlib.sha1(os.path.realpath(db_path).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"conveyor-{os.getuid()}", digest)
+
+
+class WakeupSender:
+    def __init__(self, db_path: str) -> None:
+        self.folder = wakeup_folder(db_path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+
+    def notify(self) -> None:
+        try:
+            entries = os.listdir(self.folder)
+        except FileNotFoundError:
+            return
+        for name in entries:
+            if not name.endswith(".sock"):
+                continue
+            path = os.path.join(self.folder, name)
+            try:
+                self.sock.sendto(b"!", path)
+            except BlockingIOError:
+                pass  # its buffer is full of wake-ups already
+            except (ConnectionRefusedError, FileNotFoundError):
+                try:
+                    os.unlink(path)  # a worker that died without cleaning up
+                except FileNotFoundError:
+                    pass
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class WakeupListener:
+    def __init__(self, db_path: str) -> None:
+        folder = wakeup_folder(db_path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        self.path = os.path.join(folder, f"{uuid.uuid4().hex}.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.sock.bind(self.path)
+        self.event = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.sock.fileno(), self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            while True:
+                self.sock.recv(64)
+        except (BlockingIOError, InterruptedError):
+            pass
+        self.event.set()
+
+    async def wait(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            pass
+        self.event.clear()
+
+    def close(self) -> None:
+        self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

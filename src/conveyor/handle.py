@@ -1,0 +1,63 @@
+"""What `enqueue` returns: the job's id and a way to follow it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from .errors import JobFailed, JobNotFound
+from .job import Job, JobState
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+
+R = TypeVar("R")
+
+
+class JobHandle(Generic[R]):
+    def __init__(self, app: Conveyor, job: Job) -> None:
+        self.app = app
+        self.id = job.id
+        self.job = job  # the snapshot at enqueue time (the existing job, when deduplicated)
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.id} {self.job.task}>"
+
+    def refresh(self) -> Job:
+        job = self.app.jobs.get(self.id)
+        if job is None:
+            raise JobNotFound(f"job {self.id} no longer exists (pruned or deleted)")
+        self.job = job
+        return job
+
+    @property
+    def state(self) -> JobState:
+        return self.refresh().state
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait until the job finishes; return its result or raise JobFailed."""
+        return self.app.portal.call(self.result_async(timeout))
+
+    async def result_async(self, timeout: float | None = None) -> R:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            job = await self.app.admin.get(self.id)
+            if job is None:
+                raise JobNotFound(f"job {self.id} no longer exists (pruned or deleted)")
+            self.job = job
+            if job.state is JobState.COMPLETED:
+                return cast(R, job.result_value)
+            if job.state in (JobState.DEAD, JobState.CANCELLED):
+                last = job.errors[-1] if job.errors else None
+                raise JobFailed(job.id, job.state.value,
+                                f"{last.type}: {last.message}" if last else "no error recorded")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} still {job.state.value} after {timeout}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+def handles(app: Conveyor, jobs: list[Job]) -> list[JobHandle[Any]]:
+    return [JobHandle(app, job) for job in jobs]

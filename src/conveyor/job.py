@@ -1,0 +1,158 @@
+"""The job record and its states.
+
+A `Job` is an immutable snapshot of one row (or hash) in a backend. Workers and
+the admin API read jobs; only backends write them, and only along the
+transitions in `conveyor.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    SCHEDULED = "scheduled"  # waiting for run_at (delayed or snoozed)
+    AVAILABLE = "available"  # ready to be claimed
+    RUNNING = "running"  # leased by a worker
+    RETRYABLE = "retryable"  # failed, waiting for its retry at run_at
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    DEAD = "dead"  # the dead-letter queue
+
+
+ACTIVE_STATES = frozenset(
+    {JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE}
+)
+TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD})
+
+
+def to_datetime(epoch: float | None) -> datetime | None:
+    """Backends store times as UTC epoch seconds; the public API shows aware datetimes."""
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One failed attempt, as kept in the job's history and in the dead-letter queue."""
+
+    attempt: int
+    at: float  # epoch seconds, UTC
+    type: str
+    message: str
+    traceback: str = ""
+    worker_id: str = ""
+    host: str = ""
+    version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "at": self.at,
+            "type": self.type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "worker_id": self.worker_id,
+            "host": self.host,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttemptError:
+        return cls(
+            attempt=int(data.get("attempt", 0)),
+            at=float(data.get("at", 0.0)),
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+            worker_id=str(data.get("worker_id", "")),
+            host=str(data.get("host", "")),
+            version=str(data.get("version", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job.
+
+    `payload` is the JSON text the producer wrote; it is decoded by the worker
+    (a payload that does not decode kills that one job, never the worker).
+    `lease_token` is the fencing token: it changes on every claim, and every
+    write a worker makes about a running job must carry it.
+    """
+
+    id: str
+    task: str
+    queue: str
+    payload: str
+    state: JobState
+    priority: int = 0
+    attempt: int = 0
+    max_attempts: int = 20
+    run_at: float = 0.0
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    lease_token: int = 0
+    lease_expires_at: float | None = None
+    worker_id: str | None = None
+    unique_key: str | None = None
+    unique_for: float | None = None
+    result: str | None = None  # JSON text
+    errors: tuple[AttemptError, ...] = ()
+    checkpoint: str | None = None  # JSON text
+    progress: str | None = None  # JSON text: {"fraction": .., "message": ..}
+    cancel_requested: bool = False
+    timeout: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def args(self) -> list[Any]:
+        return list(json.loads(self.payload).get("args", []))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(json.loads(self.payload).get("kwargs", {}))
+
+    @property
+    def result_value(self) -> Any:
+        return None if self.result is None else json.loads(self.result)
+
+    @property
+    def checkpoint_value(self) -> Any:
+        return None if self.checkpoint is None else json.loads(self.checkpoint)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def first_failure_at(self) -> datetime | None:
+        return to_datetime(self.errors[0].at) if self.errors else None
+
+    @property
+    def last_failure_at(self) -> datetime | None:
+        return to_datetime(self.errors[-1].at) if self.errors else None
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What a producer asks a backend to store.
+
+    `unique_for` (seconds) keeps the dedup window open after the job completes.
+    """
+
+    id: str
+    task: str
+    queue: str
+    payload: str
+    priority: int = 0
+    max_attempts: int = 20
+    run_at: float | None = None  # None: now
+    unique_key: str | None = None
+    unique_for: float | None = None
+    timeout: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)

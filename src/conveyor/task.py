@@ -1,0 +1,198 @@
+"""Tasks: functions registered with an app, enqueued with type-checked arguments."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .errors import ArgumentValidationError, SerializationError
+from .job import NewJob
+from .retry import RetryPolicy
+from .timeutil import Duration, to_epoch, to_seconds
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+    from .handle import JobHandle
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def new_job_id() -> str:
+    """Random, roughly time-ordered ids (UUIDv7-like) keep indexes append-mostly."""
+    import time
+
+    millis = int(time.time() * 1000)
+    rand = uuid.uuid4().int & ((1 << 80) - 1)
+    return f"{(millis << 80 | rand):032x}"
+
+
+def encode_payload(task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    try:
+        return json.dumps({"args": list(args), "kwargs": kwargs}, separators=(",", ":"),
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"arguments of {task_name} cannot be stored as JSON ({exc}); pass plain data "
+            "(str, int, float, bool, None, list, dict) such as ids instead of objects"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Per-enqueue options; never mixed with the function's own keyword arguments."""
+
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | None = None
+    run_at: float | None = None
+    job_id: str | None = None
+    unique_key: str | None = None
+    unique_for: float | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    connection: Any = None  # a caller's own DB connection, for transactional enqueue
+
+
+def make_options(
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    delay: Duration | None = None,
+    run_at: datetime | None = None,
+    job_id: str | None = None,
+    unique_key: str | None = None,
+    unique_for: Duration | None = None,
+    max_attempts: int | None = None,
+    timeout: Duration | None = None,
+    meta: dict[str, Any] | None = None,
+    connection: Any = None,
+) -> JobOptions:
+    if delay is not None and run_at is not None:
+        raise ValueError("pass delay or run_at, not both")
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    return JobOptions(
+        queue=queue,
+        priority=priority,
+        delay=None if delay is None else to_seconds(delay),
+        run_at=None if run_at is None else to_epoch(run_at),
+        job_id=job_id,
+        unique_key=unique_key,
+        unique_for=None if unique_for is None else to_seconds(unique_for),
+        max_attempts=max_attempts,
+        timeout=None if timeout is None else to_seconds(timeout),
+        meta=dict(meta or {}),
+        connection=connection,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefaults:
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 20
+    timeout: float | None = None
+    retry: RetryPolicy = RetryPolicy()
+
+
+class Task(Generic[P, R]):
+    """A registered function. Call it to run inline; `enqueue` it to run on a worker.
+
+    >>> @app.task(queue="emails", max_attempts=5)
+    ... def send_welcome(user_id: int) -> None: ...
+    >>> send_welcome.enqueue(42)
+    """
+
+    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, defaults: TaskDefaults) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.defaults = defaults
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def validate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ArgumentValidationError(f"{self.name}{self.signature}: {exc}") from None
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        """Enqueue with options: queue, priority, delay, run_at, job_id, unique_key,
+        unique_for, max_attempts, timeout, meta, connection.
+
+        >>> send_welcome.options(delay=timedelta(seconds=30), job_id="welcome:42").enqueue(42)
+        """
+        return BoundTask(self, make_options(**options))
+
+    def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+        """The job this call would enqueue, for `app.enqueue_many`."""
+        return BoundTask(self, JobOptions()).message(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        return BoundTask(self, JobOptions()).enqueue(*args, **kwargs)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        return await BoundTask(self, JobOptions()).enqueue_async(*args, **kwargs)
+
+
+class BoundTask(Generic[P, R]):
+    """A task with enqueue options applied."""
+
+    def __init__(self, task: Task[P, R], opts: JobOptions) -> None:
+        self.task = task
+        self.opts = opts
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        merged = make_options(**options)
+        changes = {k: getattr(merged, k) for k in options}
+        if "delay" in options:
+            changes["run_at"] = None
+        if "run_at" in options:
+            changes["delay"] = None
+        return BoundTask(self.task, replace(self.opts, **changes))
+
+    def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+        task, opts, d = self.task, self.opts, self.task.defaults
+        task.validate(args, kwargs)
+        run_at = opts.run_at
+        if opts.delay is not None:
+            run_at = task.app.clock() + opts.delay
+        return NewJob(
+            id=opts.job_id or new_job_id(),
+            task=task.name,
+            queue=opts.queue or d.queue,
+            payload=encode_payload(task.name, args, kwargs),
+            priority=d.priority if opts.priority is None else opts.priority,
+            max_attempts=opts.max_attempts or d.max_attempts,
+            run_at=run_at,
+            unique_key=opts.unique_key,
+            unique_for=opts.unique_for,
+            timeout=opts.timeout if opts.timeout is not None else d.timeout,
+            meta=dict(opts.meta),
+        )
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        return self.task.app.enqueue_many([self.message(*args, **kwargs)],
+                                          connection=self.opts.connection)[0]
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        handles = await self.task.app.enqueue_many_async(
+            [self.message(*args, **kwargs)], connection=self.opts.connection
+        )
+        return handles[0]

@@ -1,0 +1,4 @@
+from .config import WorkerConfig
+from .worker import ExitStatus, Worker
+
+__all__ = ["ExitStatus", "Worker", "WorkerConfig"]

@@ -1,0 +1,36 @@
+"""Worker settings, with defaults that recover a dead host's jobs within 15 s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 10
+    # A lease lasts `lease` seconds and is renewed every `heartbeat_interval`.
+    # Recovery of a dead worker's job takes at most lease + rescue_interval.
+    lease: float = 10.0
+    heartbeat_interval: float | None = None  # None: lease / 3
+    heartbeats: bool = True  # off only in tests that simulate a stalled worker
+    rescue_interval: float = 5.0
+    poll_interval: float = 1.0  # wake-ups are hints; this is the fallback
+    fetch_batch: int = 200  # most jobs claimed in one statement
+    grace_period: float = 30.0  # drain time after the first SIGTERM
+    prune_interval: float = 60.0
+    completed_retention: float = 24 * 3600.0
+    dead_retention: float = 14 * 24 * 3600.0
+    thread_pool_size: int | None = None  # sync tasks; None: concurrency
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not self.queues:
+            raise ValueError("a worker needs at least one queue")
+        if self.lease <= 0:
+            raise ValueError("lease must be positive")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease / 3

@@ -1,0 +1,131 @@
+"""Run one job and decide how its attempt ends. No storage writes here: the
+result is a `Settlement` that the completer writes in a batch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import socket
+import traceback
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import Settlement
+from ..errors import ArgumentValidationError, CorruptPayload, JobTimeout, UnknownTask
+from ..job import AttemptError, Job, JobState
+from ..outcomes import Cancel, Retry, Snooze
+from ..retry import RetryPolicy
+from ..version import __version__
+from .context import _CURRENT, JobContext
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.worker")
+HOST = socket.gethostname()
+_DEFAULT_POLICY = RetryPolicy()
+
+
+class ShutdownCancel(BaseException):
+    """Raised into a handler by a cold shutdown: release the job, refund the attempt."""
+
+
+def decode_payload(job: Job) -> tuple[list[Any], dict[str, Any]]:
+    try:
+        data = json.loads(job.payload)
+        args, kwargs = data.get("args", []), data.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ValueError("args must be a list and kwargs an object")
+        return args, kwargs
+    except (ValueError, AttributeError) as exc:
+        raise CorruptPayload(f"payload of job {job.id} cannot be decoded: {exc}") from None
+
+
+class JobExecutor:
+    def __init__(self, app: Conveyor, worker_id: str, thread_pool: Executor) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.thread_pool = thread_pool
+
+    async def run(self, job: Job, ctx: JobContext) -> Settlement:
+        policy = _DEFAULT_POLICY
+        try:
+            task = self.app.get_task(job.task)
+            policy = task.defaults.retry
+            args, kwargs = decode_payload(job)
+            try:
+                task.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise ArgumentValidationError(f"{task.name}{task.signature}: {exc}") from None
+            timeout = job.timeout if job.timeout is not None else task.defaults.timeout
+            token = _CURRENT.set(ctx)
+            try:
+                if task.is_async:
+                    result = await asyncio.wait_for(task.fn(*args, **kwargs), timeout)
+                else:
+                    call = contextvars.copy_context().run
+                    future = asyncio.get_running_loop().run_in_executor(
+                        self.thread_pool, lambda: call(task.fn, *args, **kwargs)
+                    )
+                    # A sync handler past its timeout keeps its thread until it returns;
+                    # process pools (which can kill) are the answer for such code.
+                    result = await asyncio.wait_for(future, timeout)
+            finally:
+                _CURRENT.reset(token)
+        except TimeoutError:
+            error = JobTimeout(f"ran longer than its timeout of {timeout}s")
+            return self._failed(job, error, policy, tb="")
+        except Snooze as snooze:
+            run_at = self.app.clock() + snooze.delay
+            state = JobState.SCHEDULED if snooze.delay > 0 else JobState.AVAILABLE
+            return Settlement(job.id, job.lease_token, state, run_at=run_at, refund_attempt=True)
+        except Retry as retry:
+            return self._failed(job, retry, policy, tb="", after=retry.after, force_retry=True)
+        except Cancel as cancel:
+            if ctx.cancel_requested:  # an operator asked; the handler agreed
+                err = self._error(job, cancel, "")
+                return Settlement(job.id, job.lease_token, JobState.CANCELLED, error=err)
+            return self._failed(job, cancel, policy, tb="")
+        except UnknownTask as exc:
+            # Often a deploy in progress: a newer producer than this worker. Retry.
+            return self._failed(job, exc, policy, tb="", force_retry=True)
+        except (asyncio.CancelledError, ShutdownCancel):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a handler's error ends its job, never the worker
+            return self._failed(job, exc, policy, tb=traceback.format_exc())
+        return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=self._encode(job, result))
+
+    def _encode(self, job: Job, result: Any) -> str | None:
+        try:
+            return json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            # The side effects happened; failing the job now would repeat them.
+            log.warning("job %s (%s) returned a value JSON cannot store (%s); result dropped",
+                        job.id, job.task, exc)
+            return None
+
+    def _error(self, job: Job, exc: BaseException, tb: str) -> AttemptError:
+        return AttemptError(
+            attempt=job.attempt,
+            at=self.app.clock(),
+            type=type(exc).__name__,
+            message=str(exc)[:4000],
+            traceback=tb[-16000:],
+            worker_id=self.worker_id,
+            host=HOST,
+            version=__version__,
+        )
+
+    def _failed(
+        self, job: Job, exc: BaseException, policy: RetryPolicy, tb: str,
+        after: float | None = None, force_retry: bool = False,
+    ) -> Settlement:
+        err = self._error(job, exc, tb)
+        transient = force_retry or policy.is_transient(exc)
+        if transient and job.attempt < job.max_attempts:
+            delay = policy.backoff(job.attempt) if after is None else after
+            return Settlement(job.id, job.lease_token, JobState.RETRYABLE, error=err,
+                              run_at=self.app.clock() + delay)
+        return Settlement(job.id, job.lease_token, JobState.DEAD, error=err)

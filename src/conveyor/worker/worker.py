@@ -1,0 +1,252 @@
+"""The asyncio worker, composed of small services: producer (claims jobs into
+free slots), executor (runs one job), completer (batched outcome writes),
+heartbeater (extends leases), rescuer (returns expired leases) and pruner
+(retention). Any number of workers may share one backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from ..backends.base import Backend, Lease, Settlement
+from ..job import Job, JobState
+from .config import WorkerConfig
+from .context import JobContext
+from .completer import Completer
+from .executor import JobExecutor
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.worker")
+
+
+class ExitStatus(IntEnum):
+    DRAINED = 0  # stopped claiming and every started job finished
+    ERROR = 1
+    COLD = 3  # grace period over or second signal: running jobs were returned
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class _Running:
+    job: Job
+    ctx: JobContext
+    task: asyncio.Task[None]
+
+
+class Worker:
+    """Run jobs from `config.queues` until stopped.
+
+    >>> status = await Worker(app, WorkerConfig(queues=("default",), concurrency=20)).run()
+    """
+
+    def __init__(self, app: Conveyor, config: WorkerConfig = WorkerConfig()) -> None:
+        self.app = app
+        self.config = config
+        self.id = new_worker_id()
+        self.counts: Counter[str] = Counter()  # outcome state -> jobs, for summaries
+        self._running: dict[str, _Running] = {}
+        self._unsettled: dict[str, Lease] = {}  # claimed and not yet written back
+        self._stop_claiming = asyncio.Event()
+        self._cold = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._thread_pool = ThreadPoolExecutor(
+            max_workers=config.thread_pool_size or config.concurrency,
+            thread_name_prefix="conveyor-job",
+        )
+        self._backend: Backend | None = None
+        self._completer: Completer | None = None
+        self._executor = JobExecutor(app, self.id, self._thread_pool)
+
+    # --- control -----------------------------------------------------------------
+    def stop(self) -> None:
+        """First call: stop claiming and drain. Second call: cold stop."""
+        if self._stop_claiming.is_set():
+            if not self._cold.is_set():
+                log.warning("second stop request: returning %d running jobs", len(self._running))
+            self._cold.set()
+        else:
+            log.info("stop requested: draining %d running jobs (grace %.0fs)",
+                     len(self._running), self.config.grace_period)
+            self._stop_claiming.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    # --- main --------------------------------------------------------------------------
+    async def run(self) -> ExitStatus:
+        self._backend = backend = await self.app.backend()
+        self._completer = Completer(backend, self._on_settled)
+        log.info("worker %s started: queues=%s concurrency=%d", self.id,
+                 ",".join(self.config.queues), self.config.concurrency)
+        services = [
+            asyncio.create_task(self._completer.run(), name="completer"),
+            asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
+            asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
+            asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
+        ]
+        producer = asyncio.create_task(self._produce(), name="producer")
+        try:
+            await self._stop_claiming.wait()
+            await producer
+            status = await self._drain()
+            self._completer.close()
+            await services[0]
+        finally:
+            for service in [producer, *services]:
+                service.cancel()
+            await asyncio.gather(producer, *services, return_exceptions=True)
+            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s stopped (%s): %s", self.id, status.name.lower(), dict(self.counts))
+        return status
+
+    async def _drain(self) -> ExitStatus:
+        status = ExitStatus.DRAINED
+        if self._running:
+            tasks = [r.task for r in self._running.values()]
+            cold = asyncio.create_task(self._cold.wait())
+            done, _ = await asyncio.wait(
+                [asyncio.gather(*tasks, return_exceptions=True), cold],
+                timeout=self.config.grace_period, return_when=asyncio.FIRST_COMPLETED,
+            )
+            cold.cancel()
+            if self._running:
+                status = ExitStatus.COLD
+                self._cold.set()
+                for running in list(self._running.values()):
+                    running.task.cancel()
+                await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+        assert self._completer is not None
+        await self._completer.flushed()
+        return status
+
+    # --- producer ------------------------------------------------------------------
+    async def _produce(self) -> None:
+        assert self._backend is not None
+        failures = 0
+        stop = asyncio.create_task(self._stop_claiming.wait())
+        try:
+            while not self._stop_claiming.is_set():
+                free = self.config.concurrency - len(self._running)
+                if free <= 0:
+                    self._slot_freed.clear()
+                    await asyncio.wait([stop, asyncio.create_task(self._slot_freed.wait())],
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                want = min(free, self.config.fetch_batch)
+                try:
+                    jobs = await self._backend.fetch_jobs(
+                        self.config.queues, want, self.id, self.config.lease)
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - the backend may come back
+                    failures += 1
+                    delay = min(0.1 * 2**failures, 10.0)
+                    log.warning("claiming jobs failed (%s); retrying in %.1fs", exc, delay)
+                    await asyncio.wait([stop], timeout=delay)
+                    continue
+                for job in jobs:
+                    self._start(job)
+                if len(jobs) < want:
+                    waiter = asyncio.create_task(
+                        self._backend.wait_for_jobs(self.config.queues, self.config.poll_interval))
+                    await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
+                    if not waiter.done():
+                        waiter.cancel()
+        finally:
+            stop.cancel()
+
+    def _start(self, job: Job) -> None:
+        assert self._backend is not None
+        ctx = JobContext(job, self._backend, asyncio.get_running_loop(), self.id)
+        self._unsettled[job.id] = ctx.lease
+        task = asyncio.create_task(self._run_one(job, ctx), name=f"job:{job.id}")
+        self._running[job.id] = _Running(job, ctx, task)
+
+    async def _run_one(self, job: Job, ctx: JobContext) -> None:
+        settlement: Settlement | None
+        try:
+            settlement = await self._executor.run(job, ctx)
+        except asyncio.CancelledError:
+            if ctx.lease_lost:
+                settlement = None  # another attempt owns it now: write nothing
+            else:  # cold stop: give it back without using the attempt
+                settlement = Settlement(job.id, job.lease_token, JobState.AVAILABLE,
+                                        refund_attempt=True)
+        finally:
+            self._running.pop(job.id, None)
+            self._slot_freed.set()
+        if settlement is None:
+            self._unsettled.pop(job.id, None)
+            return
+        if settlement.error is not None:
+            log.warning("job %s %s attempt %d/%d failed: %s: %s -> %s", job.id, job.task,
+                        job.attempt, job.max_attempts, settlement.error.type,
+                        settlement.error.message, settlement.state.value)
+        assert self._completer is not None
+        self._completer.add(settlement)
+
+    def _on_settled(self, batch: list[Settlement], stale: list[str]) -> None:
+        stale_ids = set(stale)
+        for s in batch:
+            self._unsettled.pop(s.job_id, None)
+            if s.job_id in stale_ids:
+                self.counts["stale"] += 1
+                log.warning("job %s: outcome %s rejected, lease token %d is stale "
+                            "(a newer attempt owns the job)", s.job_id, s.state.value, s.token)
+            else:
+                self.counts[s.state.value] += 1
+
+    # --- maintenance services ---------------------------------------------------------
+    async def _every(self, interval: float, action: Callable[[], Awaitable[None]],
+                     first: float | None = None) -> None:
+        await asyncio.sleep(interval if first is None else first)
+        while True:
+            try:
+                await action()
+            except Exception as exc:  # noqa: BLE001 - maintenance must outlive a bad moment
+                log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+            await asyncio.sleep(interval)
+
+    async def _heartbeat(self) -> None:
+        if not self.config.heartbeats or not self._unsettled or self._backend is None:
+            return
+        reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
+        for job_id in reply.lost:
+            running = self._running.get(job_id)
+            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
+            self._unsettled.pop(job_id, None)
+            if running is not None:
+                running.ctx.lease_lost = True
+                running.task.cancel()
+        for job_id in reply.cancel_requested:
+            running = self._running.get(job_id)
+            if running is not None:
+                running.ctx.cancel_requested = True
+
+    async def _rescue(self) -> None:
+        assert self._backend is not None
+        rescued = await self._backend.rescue_expired_jobs()
+        if rescued:
+            log.warning("rescued %d jobs whose lease expired: %s", len(rescued), rescued[:10])
+
+    async def _prune(self) -> None:
+        assert self._backend is not None
+        now = self.app.clock()
+        pruned = await self._backend.prune_jobs(now - self.config.completed_retention,
+                                                now - self.config.dead_retention)
+        if pruned:
+            log.info("pruned %d finished jobs past retention", pruned)
