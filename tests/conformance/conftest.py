@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backends_under_test import BACKENDS
+from conveyor import Conveyor
+from conveyor.backends.base import Backend
+from conveyor.timeutil import ManualClock
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def backend_url(backend_name: str, tmp_path: Path) -> str:
+    return await BACKENDS[backend_name](tmp_path)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def app(backend_url: str, clock: ManualClock) -> AsyncIterator[Conveyor]:
+    app = Conveyor(backend_url, clock=clock)
+    yield app
+    await app.aclose()
+    app.close()
+
+
+@pytest.fixture
+async def backend(app: Conveyor) -> Backend:
+    return await app.backend()

@@ -1,0 +1,24 @@
+"""Shared test plumbing.
+
+Tests that need PostgreSQL or Redis skip with a reason when the server is not
+reachable; with CONVEYOR_REQUIRE_SERVICES=1 (set by .ci/run) such a skip is a
+failure instead, so CI always runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def service_missing(reason: str) -> None:
+    """Skip (locally) or fail (in CI) a test whose server is not there."""
+    if os.environ.get("CONVEYOR_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required service unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
