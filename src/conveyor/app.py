@@ -84,15 +84,17 @@ class Conveyor:
         backoff_cap: Duration = 600.0,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
         """Register a function as a task.
 
         `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
         By default TypeError, ValueError, LookupError and argument errors go dead at
         once and everything else retries with exponential backoff and full jitter.
         """
-        if fn is not None:
-            return self._register(fn, **options)
+        if len(fn) > 1:
+            raise TypeError("app.task takes at most one function")
+        if fn:
+            return self._register(fn[0], **options)
         return lambda f: self._register(f, **options)
 
     def _register(

@@ -117,12 +117,11 @@ class Worker:
     async def _drain(self) -> ExitStatus:
         status = ExitStatus.DRAINED
         if self._running:
-            tasks = [r.task for r in self._running.values()]
-            cold = asyncio.create_task(self._cold.wait())
-            done, _ = await asyncio.wait(
-                [asyncio.gather(*tasks, return_exceptions=True), cold],
-                timeout=self.config.grace_period, return_when=asyncio.FIRST_COMPLETED,
-            )
+            finished: asyncio.Future[object] = asyncio.ensure_future(
+                asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True))
+            cold: asyncio.Future[object] = asyncio.ensure_future(self._cold.wait())
+            await asyncio.wait([finished, cold], timeout=self.config.grace_period,
+                               return_when=asyncio.FIRST_COMPLETED)
             cold.cancel()
             if self._running:
                 status = ExitStatus.COLD
