@@ -191,6 +191,15 @@ class SqliteBackend:
     async def pause_queue(self, queue: str, paused: bool) -> None:
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 
+    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
+        await self._on_thread(lambda s: s.put_meta(namespace, key, value, ttl))
+
+    async def get_meta(self, namespace: str) -> dict[str, str]:
+        return await self._on_thread(lambda s: s.get_meta(namespace))
+
+    async def delete_meta(self, namespace: str, key: str) -> None:
+        await self._on_thread(lambda s: s.delete_meta(namespace, key))
+
     async def force_state(self, job_id: str, state: JobState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
         await self._on_thread(lambda s: s.force_state(job_id, state))
