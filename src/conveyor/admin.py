@@ -23,6 +23,7 @@ def make_filter(
     tasks: Sequence[str] = (),
     error_type: str | None = None,
     ids: Sequence[str] = (),
+    args_contains: str | None = None,
 ) -> JobFilter:
     return JobFilter(
         states=tuple(JobState(s) for s in states),
@@ -30,6 +31,7 @@ def make_filter(
         tasks=tuple(tasks),
         error_type=error_type,
         ids=tuple(ids),
+        args_contains=args_contains or None,
     )
 
 
@@ -40,8 +42,20 @@ class Admin:
     async def get(self, job_id: str) -> Job | None:
         return await (await self.app.backend()).get_job(job_id)
 
-    async def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> builtins.list[Job]:
-        return await (await self.app.backend()).list_jobs(where, limit, offset)
+    async def list(
+        self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
+        after: str | None = None,
+    ) -> builtins.list[Job]:
+        """Newest enqueued first. Page with `after=<id of the last job shown>`:
+        keyset pagination, as fast on page 10,000 as on page 1.
+
+        >>> page = await app.admin.list(make_filter(states=["dead"]), limit=50)
+        >>> more = await app.admin.list(make_filter(states=["dead"]), 50, after=page[-1].id)
+        """
+        backend = await self.app.backend()
+        if after is None:
+            return await backend.list_jobs(where, limit, offset)
+        return await backend.list_jobs(where, limit, offset, after=after)
 
     async def count(self, where: JobFilter = JobFilter()) -> int:
         return await (await self.app.backend()).count_jobs(where)
@@ -85,8 +99,11 @@ class Jobs:
     def get(self, job_id: str) -> Job | None:
         return self.app.portal.call(self.app.admin.get(job_id))
 
-    def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> builtins.list[Job]:
-        return self.app.portal.call(self.app.admin.list(where, limit, offset))
+    def list(
+        self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
+        after: str | None = None,
+    ) -> builtins.list[Job]:
+        return self.app.portal.call(self.app.admin.list(where, limit, offset, after))
 
     def count(self, where: JobFilter = JobFilter()) -> int:
         return self.app.portal.call(self.app.admin.count(where))

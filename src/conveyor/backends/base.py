@@ -62,6 +62,9 @@ class JobFilter:
     tasks: tuple[str, ...] = ()
     error_type: str | None = None  # type name of the last error
     ids: tuple[str, ...] = ()
+    # A case-sensitive substring of the stored arguments' JSON text, as the producer
+    # wrote it (compact separators): '"user_id":42' or 'alice@example.org'.
+    args_contains: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +125,13 @@ class Backend(Protocol):
     # --- admin ----------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None: ...
     async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0
-    ) -> list[Job]: ...
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
+    ) -> list[Job]:
+        """Jobs matching `where`, newest enqueued first. `after` is a keyset cursor:
+        the id of the last job of the previous page; the page starts right after it,
+        so a deep page costs what the first one does (`offset` has to skip rows).
+        Raises JobNotFound if the `after` job no longer exists."""
+        ...
     async def count_jobs(self, where: JobFilter) -> int: ...
     async def cancel_job(self, job_id: str) -> Job | None:
         """Cancel a waiting job; flag a running one (cooperative). None if unknown."""

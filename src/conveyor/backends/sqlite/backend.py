@@ -167,8 +167,9 @@ class SqliteBackend:
     async def get_job(self, job_id: str) -> Job | None:
         return await self._on_thread(lambda s: s.get_job(job_id))
 
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0) -> list[Job]:
-        return await self._on_thread(lambda s: s.list_jobs(where, limit, offset))
+    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
+                        after: str | None = None) -> list[Job]:
+        return await self._on_thread(lambda s: s.list_jobs(where, limit, offset, after=after))
 
     async def count_jobs(self, where: JobFilter) -> int:
         return await self._on_thread(lambda s: s.count_jobs(where))

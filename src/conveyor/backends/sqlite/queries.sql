@@ -145,7 +145,27 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
 ORDER BY CASE WHEN :oldest_finished_first THEN coalesce(finished_at, 0) END, seq DESC
+LIMIT :limit OFFSET :offset
+
+-- name: list_jobs_newest_first
+-- The admin listing. Its own query because a computed ORDER BY (as in filter_jobs)
+-- sorts every matching row: here SQLite walks the rowid backwards and stops after
+-- :limit matches. The keyset cursor is a plain range on the rowid (no "IS NULL OR"),
+-- so a deep page starts its walk at the cursor instead of skipping rows to it.
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM conveyor_jobs
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+  AND seq < coalesce(:before_seq, 9223372036854775807)
+ORDER BY seq DESC
 LIMIT :limit OFFSET :offset
 
 -- name: count_filtered_jobs
@@ -155,6 +175,11 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+
+-- name: seq_of_job
+-- Where a keyset cursor (a job id) sits in the listing order.
+SELECT seq FROM conveyor_jobs WHERE id = :id
 
 -- name: put_meta
 INSERT INTO conveyor_meta (namespace, key, value, expires_at)

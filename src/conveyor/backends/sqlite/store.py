@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...version import __version__
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, JobNotFound
 from ...job import AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
@@ -64,6 +64,7 @@ def _filter_params(where: JobFilter) -> dict[str, Any]:
         "tasks": as_json(where.tasks),
         "ids": as_json(where.ids),
         "error_type": where.error_type,
+        "args_contains": where.args_contains,
     }
 
 
@@ -278,11 +279,20 @@ class SqliteStore:
         return self._get(self.conn, job_id)
 
     def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False
+        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False,
+        after: str | None = None,
     ) -> list[Job]:
+        before_seq = None
+        if after is not None:
+            row = self.conn.execute(Q["seq_of_job"], {"id": after}).fetchone()
+            if row is None:
+                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                                  "start again from the first page")
+            before_seq = row[0]
         params = {**_filter_params(where), "limit": limit, "offset": offset,
-                  "oldest_finished_first": oldest_finished_first}
-        return [job_from_row(r) for r in self.conn.execute(Q["filter_jobs"], params)]
+                  "oldest_finished_first": oldest_finished_first, "before_seq": before_seq}
+        query = Q["filter_jobs"] if oldest_finished_first else Q["list_jobs_newest_first"]
+        return [job_from_row(r) for r in self.conn.execute(query, params)]
 
     def count_jobs(self, where: JobFilter) -> int:
         return int(self.conn.execute(Q["count_filtered_jobs"], _filter_params(where)).fetchone()[0])
@@ -299,7 +309,8 @@ class SqliteStore:
         if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
             raise ValueError("only dead or cancelled jobs can be redriven")
         scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids)
+                           error_type=where.error_type, ids=where.ids,
+                           args_contains=where.args_contains)
         with self.write() as db:
             params = {**_filter_params(scoped), "limit": limit, "offset": 0,
                       "oldest_finished_first": True}
