@@ -6,11 +6,43 @@
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import JobFilter, QueueStats
 from .job import Job, JobState
+from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
+from .worker.worker import WORKERS_NAMESPACE
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker, as it last announced itself."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    started_at: float
+    last_heartbeat: float
+    version: str
+    stopping: bool
+
+    @classmethod
+    def from_json(cls, key: str, text: str) -> WorkerInfo:
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            id=str(data.get("id", key)), host=str(data.get("host", "")),
+            pid=int(data.get("pid", 0)), queues=tuple(str(q) for q in data.get("queues", [])),
+            concurrency=int(data.get("concurrency", 0)), in_flight=int(data.get("in_flight", 0)),
+            started_at=float(data.get("started_at", 0.0)),
+            last_heartbeat=float(data.get("last_heartbeat", 0.0)),
+            version=str(data.get("version", "")), stopping=bool(data.get("stopping", False)),
+        )
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -42,7 +74,7 @@ class Admin:
     async def get(self, job_id: str) -> Job | None:
         return await (await self.app.backend()).get_job(job_id)
 
-    async def list(
+    async def list(  # noqa: A003 - mirrors list_jobs; the builtin is builtins.list here
         self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
         after: str | None = None,
     ) -> builtins.list[Job]:
@@ -79,6 +111,27 @@ class Admin:
 
     async def stats(self) -> builtins.list[QueueStats]:
         return await (await self.app.backend()).queue_stats()
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        """Live workers (each announces itself with a short TTL), by host and pid."""
+        records = await (await self.app.backend()).get_meta(WORKERS_NAMESPACE)
+        found = []
+        for key, text in records.items():
+            try:
+                found.append(WorkerInfo.from_json(key, text))
+            except (ValueError, TypeError):
+                continue  # a record from an incompatible version: not shown
+        return sorted(found, key=lambda w: (w.host, w.pid, w.id))
+
+    async def throughput(self, minutes: int = 60) -> builtins.list[Minute]:
+        """Jobs finished per minute, by queue, with wait and run latency, for the last
+        `minutes` minutes (the current one included), oldest first; minutes without
+        any finished job are present and empty."""
+        now_minute = minute_of(self.app.clock())
+        since = now_minute - 60 * (minutes - 1)
+        records = await (await self.app.backend()).get_meta(STATS_NAMESPACE)
+        merged = merge_records(records.values(), since)
+        return [merged.get(start, Minute(start)) for start in range(since, now_minute + 1, 60)]
 
     async def pause(self, queue: str) -> None:
         await (await self.app.backend()).pause_queue(queue, True)

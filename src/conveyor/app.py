@@ -14,7 +14,8 @@ from .backends import backend_from_url, redact_url
 from .backends.base import Backend
 from .errors import ConfigurationError, UnknownTask
 from .handle import JobHandle, handles
-from .job import NewJob
+from .job import Job, NewJob
+from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .retry import RetryPolicy
 from .task import Task, TaskDefaults
@@ -39,6 +40,7 @@ class Conveyor:
         default_queue: str = "default",
         clock: Clock = system_clock,
         auto_migrate: bool = True,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         resolved = url or os.environ.get("CONVEYOR_URL")
         if not resolved:
@@ -49,6 +51,8 @@ class Conveyor:
         self.clock = clock
         self.auto_migrate = auto_migrate
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Around every enqueue and every job execution; see conveyor.middleware.
+        self.middleware: list[Middleware] = list(middleware)
         self.portal = Portal()
         self.admin = Admin(self)
         self.jobs = Jobs(self)
@@ -179,19 +183,35 @@ class Conveyor:
         if not batch:
             return []
         backend = await self.backend()
+        enqueue: Callable[[Sequence[NewJob]], Awaitable[list[Job]]] = backend.enqueue_jobs
         if connection is not None:
             enqueue_in = getattr(backend, "enqueue_jobs_in", None)
             if enqueue_in is None:
                 raise ConfigurationError(
                     f"{type(backend).__name__} does not support transactional enqueue (connection=)"
                 )
-            return handles(self, await enqueue_in(connection, batch))
-        return handles(self, await backend.enqueue_jobs(batch))
+
+            async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
+                stored: list[Job] = await enqueue_in(connection, jobs)
+                return stored
+
+        if not self.middleware:
+            return handles(self, await enqueue(batch))
+
+        async def innermost(ctx: MiddlewareContext) -> None:
+            assert isinstance(ctx, EnqueueContext)
+            ctx.jobs_out = await enqueue(ctx.jobs_in)
+
+        call = EnqueueContext(jobs_in=list(batch))
+        await run_chain(self.middleware, call, innermost)
+        return handles(self, call.jobs_out)
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
         batch = list(jobs)
-        if connection is None and batch:
+        # Middleware is async, so it runs on the portal loop; the caller's contextvars
+        # (its current span, say) go along, as run_coroutine_threadsafe copies them.
+        if connection is None and batch and not self.middleware:
             # A backend that can enqueue from the caller's thread skips the portal hop.
             blocking = getattr(self._portal_backend(), "enqueue_jobs_blocking", None)
             if blocking is not None:

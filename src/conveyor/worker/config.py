@@ -22,6 +22,7 @@ class WorkerConfig:
     completed_retention: float = 24 * 3600.0
     dead_retention: float = 14 * 24 * 3600.0
     thread_pool_size: int | None = None  # sync tasks; None: concurrency
+    stats_interval: float = 5.0  # per-minute throughput records (conveyor.minute_stats)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import Settlement
 from ..errors import ArgumentValidationError, CorruptPayload, JobTimeout, UnknownTask
 from ..job import AttemptError, Job, JobState
+from ..middleware import ExecuteContext, MiddlewareContext, run_chain
 from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..version import __version__
@@ -50,6 +51,30 @@ class JobExecutor:
         self.thread_pool = thread_pool
 
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
+        middleware = self.app.middleware
+        if not middleware:
+            return await self._run(job, ctx)
+
+        async def innermost(call: MiddlewareContext) -> None:
+            assert isinstance(call, ExecuteContext)
+            call.settlement = await self._run(call.job, ctx)
+
+        call = ExecuteContext(job=job, worker_id=self.worker_id)
+        try:
+            await run_chain(middleware, call, innermost)
+        except (asyncio.CancelledError, ShutdownCancel):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken middleware must not strand the job
+            log.exception("middleware failed around job %s (%s)", job.id, job.task)
+            if call.settlement is not None:
+                return call.settlement
+            return self._failed(job, exc, _DEFAULT_POLICY, tb=traceback.format_exc())
+        if call.settlement is None:
+            error = RuntimeError("a middleware returned without calling call_next")
+            return self._failed(job, error, _DEFAULT_POLICY, tb="", force_retry=True)
+        return call.settlement
+
+    async def _run(self, job: Job, ctx: JobContext) -> Settlement:
         policy = _DEFAULT_POLICY
         try:
             task = self.app.get_task(job.task)

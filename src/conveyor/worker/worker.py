@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, Lease, Settlement
 from ..job import Job, JobState
+from ..logs import bind_job
+from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
 from ..version import __version__
 from .config import WorkerConfig
 from .context import JobContext
@@ -74,6 +77,7 @@ class Worker:
         self._started_at = app.clock()
         self._completer: Completer | None = None
         self._executor = JobExecutor(app, self.id, self._thread_pool)
+        self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
 
     # --- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -104,6 +108,8 @@ class Worker:
                                 name="announce"),
             asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
+            asyncio.create_task(self._every(self.config.stats_interval, self._write_stats),
+                                name="stats"),
         ]
         producer = asyncio.create_task(self._produce(), name="producer")
         try:
@@ -118,6 +124,7 @@ class Worker:
             await asyncio.gather(producer, *services, return_exceptions=True)
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
             try:
+                await self._write_stats()
                 await backend.delete_meta(WORKERS_NAMESPACE, self.id)
             except Exception:  # noqa: BLE001 - the record expires by itself
                 pass
@@ -186,9 +193,12 @@ class Worker:
         self._running[job.id] = _Running(job, ctx, task)
 
     async def _run_one(self, job: Job, ctx: JobContext) -> None:
+        bind_job(job)  # this task's log lines name the job (conveyor.logs)
         settlement: Settlement | None
+        started = time.monotonic()
         try:
             settlement = await self._executor.run(job, ctx)
+            self.minute_stats.observe(job, settlement, time.monotonic() - started, self.app.clock())
         except asyncio.CancelledError:
             if ctx.lease_lost:
                 settlement = None  # another attempt owns it now: write nothing
@@ -258,6 +268,16 @@ class Worker:
         }
         await self._backend.put_meta(WORKERS_NAMESPACE, self.id, json.dumps(record),
                                      ttl=self.config.heartbeat_every * 3)
+
+    async def _write_stats(self) -> None:
+        assert self._backend is not None
+        records = self.minute_stats.take_dirty(self.app.clock())
+        try:
+            for key, value in records:
+                await self._backend.put_meta(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
+        except BaseException:
+            self.minute_stats.restore_dirty(records)
+            raise
 
     async def _rescue(self) -> None:
         assert self._backend is not None

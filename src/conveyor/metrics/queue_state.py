@@ -1,0 +1,61 @@
+"""Queue state as Prometheus gauges, read through the admin API at scrape time.
+
+Works on every backend, since it only uses `app.admin`: stats (depth by state,
+oldest waiting age, paused), workers, and the per-minute records of the workers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..job import JobState
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client.metrics_core import Metric
+
+    from ..admin import WorkerInfo
+    from ..app import Conveyor
+    from ..backends.base import QueueStats
+
+
+class _Snapshot(Collector):
+    def __init__(self, stats: list[QueueStats], workers: list[WorkerInfo]) -> None:
+        self.stats = stats
+        self.workers = workers
+
+    def collect(self) -> Iterable[Metric]:
+        depth = GaugeMetricFamily("conveyor_queue_jobs", "Jobs in the backend by queue and "
+                                  "state.", labels=["queue", "state"])
+        oldest = GaugeMetricFamily("conveyor_queue_oldest_waiting_seconds", "Age of the oldest "
+                                   "available job (0 when none waits).", labels=["queue"])
+        dead = GaugeMetricFamily("conveyor_queue_dead_letter_jobs", "Dead-letter depth.",
+                                 labels=["queue"])
+        paused = GaugeMetricFamily("conveyor_queue_paused", "1 if the queue is paused.",
+                                   labels=["queue"])
+        running = GaugeMetricFamily("conveyor_queue_running_jobs", "Jobs leased by a worker "
+                                    "right now (all processes).", labels=["queue"])
+        for s in self.stats:
+            for state in JobState:
+                depth.add_metric([s.queue, state.value], s.counts.get(state, 0))
+            oldest.add_metric([s.queue], s.oldest_available_age or 0.0)
+            dead.add_metric([s.queue], s.counts.get(JobState.DEAD, 0))
+            paused.add_metric([s.queue], 1.0 if s.paused else 0.0)
+            running.add_metric([s.queue], s.in_flight)
+        up = GaugeMetricFamily("conveyor_workers_up", "Live workers (announced within their "
+                               "TTL).", value=len(self.workers))
+        slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
+                                  value=sum(w.concurrency for w in self.workers))
+        return [depth, oldest, dead, paused, running, up, slots]
+
+
+async def queue_state_text(app: Conveyor) -> bytes:
+    """The state gauges in the Prometheus text format."""
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(await app.admin.stats(), await app.admin.workers()))
+    return generate_latest(registry)

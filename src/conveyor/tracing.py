@@ -1,0 +1,110 @@
+"""OpenTelemetry tracing: a producer span per enqueued job, a consumer span per
+attempt, in one trace (needs `conveyor[tracing]`, that is opentelemetry-api).
+
+The producer span's context travels inside the job (`meta["trace"]`, W3C
+`traceparent`/`tracestate` via the global propagator). Each attempt's consumer
+span is its child and also links to it, as the messaging semantic conventions
+suggest, so a retried job shows one process span per attempt under the enqueue.
+Spans carry `messaging.system="conveyor"`, `messaging.destination.name` (queue),
+`messaging.message.id` (job id), `messaging.operation.type`/`.name`, and
+`conveyor.task`, `conveyor.job.attempt`, `conveyor.job.outcome`. Arguments are
+never recorded.
+
+>>> app = Conveyor(url, middleware=[Tracing()])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+
+from .job import JobState, NewJob
+from .middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
+from .version import __version__
+
+TRACE_META_KEY = "trace"
+SYSTEM = "conveyor"
+
+
+def _attributes(queue: str, job_id: str, task: str, operation: str, kind: str) -> dict[str, str]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": queue,
+        "messaging.message.id": job_id,
+        "messaging.operation.type": kind,
+        "messaging.operation.name": operation,
+        "messaging.operation": kind,  # the older convention, still read by many backends
+        "conveyor.task": task,
+    }
+
+
+class Tracing:
+    """Middleware: producer spans on enqueue, consumer spans on execution."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.tracer = trace.get_tracer("conveyor", __version__, tracer_provider=tracer_provider)
+
+    async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
+        if isinstance(ctx, EnqueueContext):
+            await self._enqueue(call_next, ctx)
+        else:
+            await self._execute(call_next, ctx)
+
+    async def _enqueue(self, call_next: CallNext, ctx: EnqueueContext) -> None:
+        spans: list[Span] = []
+        stamped: list[NewJob] = []
+        for job in ctx.jobs_in:
+            span = self.tracer.start_span(
+                f"send {job.queue}", kind=SpanKind.PRODUCER,
+                attributes=_attributes(job.queue, job.id, job.task, "enqueue", "send"))
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            spans.append(span)
+            stamped.append(_with_meta(job, carrier))
+        ctx.jobs_in = stamped
+        try:
+            await call_next(ctx)
+        except BaseException as exc:
+            for span in spans:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                span.end()
+            raise
+        for span in spans:
+            span.end()
+
+    async def _execute(self, call_next: CallNext, ctx: ExecuteContext) -> None:
+        job = ctx.job
+        carrier = job.meta.get(TRACE_META_KEY)
+        parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+        links: Sequence[Link] = ()
+        if parent is not None:
+            producer = trace.get_current_span(parent).get_span_context()
+            if producer.is_valid:
+                links = (Link(producer),)
+        attributes: dict[str, str | int] = {
+            **_attributes(job.queue, job.id, job.task, "process", "process"),
+            "conveyor.job.attempt": job.attempt,
+        }
+        with self.tracer.start_as_current_span(
+            f"process {job.queue}", context=parent, kind=SpanKind.CONSUMER,
+            attributes=attributes, links=links,
+        ) as span:
+            await call_next(ctx)
+            settlement = ctx.settlement
+            if settlement is None:
+                return
+            span.set_attribute("conveyor.job.outcome", settlement.state.value)
+            error = settlement.error
+            if error is not None and settlement.state is not JobState.CANCELLED:
+                span.add_event("exception", {"exception.type": error.type,
+                                             "exception.message": error.message})
+                span.set_status(Status(StatusCode.ERROR, f"{error.type}: {error.message}"))
+
+
+def _with_meta(job: NewJob, carrier: dict[str, str]) -> NewJob:
+    from dataclasses import replace
+
+    return replace(job, meta={**job.meta, TRACE_META_KEY: carrier})

@@ -1,0 +1,75 @@
+"""Prometheus metrics from events (middleware) and from backend state (scrape time)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from conformance.helpers import RunningWorker, wait_finished
+from conveyor import Conveyor, current_job
+from conveyor.metrics import JobMetrics, Metrics
+from conveyor.metrics.queue_state import queue_state_text
+from conveyor.worker import WorkerConfig
+
+FAST = WorkerConfig(queues=("default", "mail"), concurrency=4, poll_interval=0.05)
+
+
+async def test_outcomes_are_counted_by_queue_task_and_error_type(app: Conveyor) -> None:
+    registry = CollectorRegistry()
+    app.middleware.append(Metrics(JobMetrics(registry)))
+
+    @app.task(name="ok", queue="mail")
+    def ok() -> None: ...
+
+    @app.task(name="flaky", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    def flaky() -> None:
+        if current_job().attempt == 1:
+            raise ConnectionError("later")
+
+    @app.task(name="bad")
+    def bad(x: int) -> None:
+        raise ValueError("never")
+
+    ids = [(await ok.enqueue_async()).id, (await ok.enqueue_async()).id,
+           (await flaky.enqueue_async()).id, (await bad.enqueue_async(1)).id]
+    async with RunningWorker(app, FAST):
+        await wait_finished(app, ids)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("conveyor_jobs_enqueued_total", queue="mail", task="ok") == 2
+    assert value("conveyor_jobs_enqueued_total", queue="default", task="bad") == 1
+    assert value("conveyor_jobs_completed_total", queue="mail", task="ok") == 2
+    assert value("conveyor_jobs_completed_total", queue="default", task="flaky") == 1
+    assert value("conveyor_jobs_failed_total", queue="default", task="flaky",
+                 error_type="ConnectionError") == 1
+    assert value("conveyor_jobs_retried_total", queue="default", task="flaky") == 1
+    assert value("conveyor_jobs_failed_total", queue="default", task="bad",
+                 error_type="ValueError") == 1
+    assert value("conveyor_jobs_dead_total", queue="default", task="bad") == 1
+    assert value("conveyor_jobs_dead_total", queue="default", task="flaky") is None
+    assert value("conveyor_job_run_seconds_count", queue="default", task="flaky") == 2
+    assert value("conveyor_job_wait_seconds_count", queue="mail", task="ok") == 2
+    assert value("conveyor_jobs_in_flight", queue="mail", task="ok") == 0
+    # No job id anywhere in the label sets.
+    for metric in registry.collect():
+        for sample in metric.samples:
+            assert not set(sample.labels.values()) & set(ids)
+
+
+async def test_queue_state_gauges(app: Conveyor) -> None:
+    @app.task(name="ok", queue="mail")
+    def ok() -> None: ...
+
+    await ok.enqueue_async()
+    await ok.enqueue_async()
+    await app.admin.pause("mail")
+    text = (await queue_state_text(app)).decode()
+    lines = set(text.splitlines())
+    assert 'conveyor_queue_jobs{queue="mail",state="available"} 2.0' in lines
+    assert 'conveyor_queue_jobs{queue="mail",state="dead"} 0.0' in lines
+    assert 'conveyor_queue_dead_letter_jobs{queue="mail"} 0.0' in lines
+    assert 'conveyor_queue_paused{queue="mail"} 1.0' in lines
+    assert "conveyor_workers_up 0.0" in lines
+    oldest = next(line for line in lines if line.startswith("conveyor_queue_oldest_waiting_seconds"))
+    assert 0.0 <= float(oldest.split()[-1]) < 60

@@ -1,0 +1,105 @@
+"""Producer span on enqueue, consumer span per attempt, one trace, linked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from conformance.helpers import RunningWorker, wait_finished
+from conveyor import Conveyor, current_job
+from conveyor.tracing import Tracing
+from conveyor.worker import WorkerConfig
+
+FAST = WorkerConfig(queues=("mail",), concurrency=2, poll_interval=0.05)
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.clear()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+async def test_enqueue_and_attempts_are_one_trace(app: Conveyor, provider: TracerProvider,
+                                                  exporter: InMemorySpanExporter) -> None:
+    app.middleware.append(Tracing(provider))
+    tracer = provider.get_tracer("test")
+
+    @app.task(name="send", queue="mail", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    def send(address: str) -> None:
+        with tracer.start_as_current_span("smtp"):
+            if current_job().attempt == 1:
+                raise ConnectionError("smtp down")
+
+    with tracer.start_as_current_span("request") as request:
+        handle = send.enqueue("a@example.org")  # the sync path: through the portal
+    async with RunningWorker(app, FAST):
+        await wait_finished(app, [handle.id])
+
+    spans = exporter.get_finished_spans()
+    by_name: dict[str, list[object]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    [producer] = by_name["send mail"]
+    consumers = sorted(by_name["process mail"], key=lambda s: s.start_time or 0)  # type: ignore[attr-defined]
+    smtp = by_name["smtp"]
+    assert producer.kind is SpanKind.PRODUCER  # type: ignore[attr-defined]
+    assert producer.parent.span_id == request.get_span_context().span_id  # type: ignore[attr-defined]
+    trace_id = request.get_span_context().trace_id
+    assert dict(producer.attributes) == {  # type: ignore[attr-defined]
+        "messaging.system": "conveyor", "messaging.destination.name": "mail",
+        "messaging.message.id": handle.id, "messaging.operation.type": "send",
+        "messaging.operation.name": "enqueue", "messaging.operation": "send",
+        "conveyor.task": "send"}
+    assert len(consumers) == 2 and len(smtp) == 2
+    for attempt, consumer in enumerate(consumers, start=1):
+        ctx = consumer.get_span_context()
+        assert consumer.kind is SpanKind.CONSUMER
+        assert ctx.trace_id == trace_id
+        assert consumer.parent.span_id == producer.context.span_id  # type: ignore[attr-defined]
+        assert [link.context.span_id for link in consumer.links] == [producer.context.span_id]  # type: ignore[attr-defined]
+        assert consumer.attributes["messaging.operation.type"] == "process"
+        assert consumer.attributes["messaging.message.id"] == handle.id
+        assert consumer.attributes["conveyor.job.attempt"] == attempt
+    assert consumers[0].attributes["conveyor.job.outcome"] == "retryable"
+    assert consumers[0].status.status_code is StatusCode.ERROR
+    assert consumers[0].status.description == "ConnectionError: smtp down"
+    assert consumers[1].attributes["conveyor.job.outcome"] == "completed"
+    assert consumers[1].status.status_code is StatusCode.UNSET
+    # The handler's own spans nest under the attempt's consumer span.
+    assert sorted(s.parent.span_id for s in smtp) == sorted(  # type: ignore[attr-defined]
+        c.context.span_id for c in consumers)
+    # The trace context travels in the job, not in its arguments.
+    job = await app.admin.get(handle.id)
+    assert job is not None and set(job.meta["trace"]) == {"traceparent"}
+    assert job.args == ["a@example.org"]
+
+
+async def test_without_a_trace_the_job_starts_one(app: Conveyor, provider: TracerProvider,
+                                                  exporter: InMemorySpanExporter) -> None:
+    app.middleware.append(Tracing(provider))
+
+    @app.task(name="noop", queue="mail")
+    def noop() -> None: ...
+
+    handle = await noop.enqueue_async()
+    async with RunningWorker(app, FAST):
+        await wait_finished(app, [handle.id])
+    producer = next(s for s in exporter.get_finished_spans() if s.name == "send mail")
+    consumer = next(s for s in exporter.get_finished_spans() if s.name == "process mail")
+    assert producer.parent is None
+    assert consumer.context.trace_id == producer.context.trace_id  # type: ignore[union-attr]
+    assert trace.get_current_span().get_span_context().is_valid is False
