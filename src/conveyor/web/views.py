@@ -1,0 +1,268 @@
+"""What the pages show, computed from the admin API: no HTTP here, so it is easy to test."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..admin import WorkerInfo, make_filter
+from ..backends.base import JobFilter, QueueStats
+from ..job import ACTIVE_STATES, Job, JobState
+from ..minute_stats import Minute, QueueMinute
+from .charts import Series, lines, stacked_bars
+
+STATE_ORDER = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYABLE,
+               JobState.DEAD, JobState.CANCELLED, JobState.COMPLETED)
+SLOW_AFTER = 30.0  # seconds the oldest job may wait before a queue shows "slow"
+BEHIND_AFTER = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    counts: dict[str, int]
+    oldest_waiting: float | None
+    paused: bool
+    done_this_minute: int
+    failed_this_minute: int
+    done_per_minute: float  # average over the last five whole minutes
+    failed_per_minute: float
+    workers: int  # live workers that serve the queue
+    health: str  # ok, slow, behind, paused, no workers
+    health_note: str
+
+    @property
+    def waiting(self) -> int:
+        return self.counts.get("available", 0)
+
+
+@dataclass(slots=True)
+class Overview:
+    queues: list[QueueRow]
+    totals: dict[str, int]
+    workers_up: int
+    slots: int
+    in_flight: int
+    done_this_minute: int
+    failed_this_minute: int
+    throughput_chart: str
+    wait_chart: str
+    run_chart: str
+    generated_at: float = field(default_factory=time.time)
+
+
+def queue_health(stats: QueueStats, serving: int) -> tuple[str, str]:
+    """A one-word verdict an operator can scan: does this queue keep up?"""
+    if stats.paused:
+        return "paused", "paused: workers claim nothing from it"
+    waiting = stats.counts.get(JobState.AVAILABLE, 0)
+    oldest = stats.oldest_available_age or 0.0
+    if waiting and serving == 0:
+        return "no workers", "jobs wait and no live worker serves this queue"
+    if oldest > BEHIND_AFTER:
+        return "behind", f"the oldest job has waited {format_duration(oldest)}"
+    if oldest > SLOW_AFTER:
+        return "slow", f"the oldest job has waited {format_duration(oldest)}"
+    return "ok", "keeping up"
+
+
+def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
+                   minutes: list[Minute]) -> Overview:
+    live = [w for w in workers if not w.stopping]
+    names = sorted({s.queue for s in stats} | {q for m in minutes for q in m.queues})
+    by_name = {s.queue: s for s in stats}
+    current = minutes[-1] if minutes else Minute(0)
+    recent = minutes[-6:-1]
+    rows = []
+    totals = {state.value: 0 for state in STATE_ORDER}
+    for name in names:
+        s = by_name.get(name, QueueStats(queue=name))
+        serving = sum(1 for w in live if name in w.queues)
+        now_q = current.queues.get(name, QueueMinute())
+        done5 = sum(m.queues[name].counts["completed"] for m in recent if name in m.queues)
+        failed5 = sum(m.queues[name].counts["failed"] for m in recent if name in m.queues)
+        counts = {state.value: s.counts.get(state, 0) for state in STATE_ORDER}
+        for key, n in counts.items():
+            totals[key] += n
+        health, note = queue_health(s, serving)
+        rows.append(QueueRow(
+            name=name, counts=counts, oldest_waiting=s.oldest_available_age, paused=s.paused,
+            done_this_minute=now_q.counts["completed"], failed_this_minute=now_q.counts["failed"],
+            done_per_minute=done5 / max(len(recent), 1), failed_per_minute=failed5 / max(len(recent), 1),
+            workers=serving, health=health, health_note=note,
+        ))
+    whole = [m.total() for m in minutes]
+    throughput = stacked_bars("Jobs finished per minute, last hour", [
+        Series("completed", [t.counts["completed"] for t in whole], "s-ok"),
+        Series("failed", [t.counts["failed"] for t in whole], "s-bad"),
+    ])
+    wait = lines("Wait latency (due to started), last hour", [
+        Series("p50", [t.wait.quantile(0.5) for t in whole], "s-p50"),
+        Series("p95", [t.wait.quantile(0.95) for t in whole], "s-p95"),
+    ])
+    run = lines("Run latency (started to finished), last hour", [
+        Series("p50", [t.run.quantile(0.5) for t in whole], "s-p50"),
+        Series("p95", [t.run.quantile(0.95) for t in whole], "s-p95"),
+    ])
+    now_total = current.total()
+    return Overview(
+        queues=rows, totals=totals, workers_up=len(live), slots=sum(w.concurrency for w in live),
+        in_flight=sum(w.in_flight for w in workers),
+        done_this_minute=now_total.counts["completed"],
+        failed_this_minute=now_total.counts["failed"],
+        throughput_chart=throughput, wait_chart=wait, run_chart=run,
+    )
+
+
+# --- filters from query strings and forms ------------------------------------------------
+FILTER_FIELDS = ("state", "queue", "task", "error_type", "q")
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """The job list's filter, as it appears in the URL."""
+
+    state: str = ""
+    queue: str = ""
+    task: str = ""
+    error_type: str = ""
+    q: str = ""  # text in arguments
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> ListQuery:
+        def get(name: str) -> str:
+            value = data.get(name)
+            return value.strip() if isinstance(value, str) else ""
+
+        state = get("state")
+        if state and state not in {s.value for s in JobState}:
+            state = ""
+        return cls(state=state, queue=get("queue"), task=get("task"),
+                   error_type=get("error_type"), q=get("q"))
+
+    def to_filter(self) -> JobFilter:
+        return make_filter(
+            states=[self.state] if self.state else [],
+            queues=[self.queue] if self.queue else [],
+            tasks=[self.task] if self.task else [],
+            error_type=self.error_type or None,
+            args_contains=self.q or None,
+        )
+
+    def params(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in FILTER_FIELDS if getattr(self, name)}
+
+    def describe(self, redact_args: bool = True) -> str:
+        """For the audit log and confirmations; the argument search is redacted by
+        default (it may hold an email address or a token)."""
+        parts = []
+        for name in FILTER_FIELDS:
+            value = getattr(self, name)
+            if not value:
+                continue
+            if name == "q" and redact_args:
+                value = f"<{len(value)} chars>"
+            parts.append(f"{'args contain' if name == 'q' else name.replace('_', ' ')}={value}")
+        return ", ".join(parts) or "all jobs"
+
+    @property
+    def is_active_state(self) -> bool:
+        return bool(self.state) and JobState(self.state) in ACTIVE_STATES
+
+
+# --- formatting for templates ------------------------------------------------------------
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+    return f"{seconds // 86400:.0f} d {seconds % 86400 // 3600:.0f} h"
+
+
+def format_time(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_ago(epoch: float | None, now: float | None = None) -> str:
+    if epoch is None:
+        return "-"
+    delta = (now if now is not None else time.time()) - epoch
+    if delta < 0:
+        return f"in {format_duration(-delta)}"
+    return f"{format_duration(delta)} ago"
+
+
+def pretty_json(text: str | None) -> str:
+    if text is None:
+        return "-"
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return text  # shown as stored (it is escaped by the template)
+
+
+def progress_of(job: Job) -> tuple[float, str] | None:
+    if job.progress is None:
+        return None
+    try:
+        data = json.loads(job.progress)
+        fraction = float(data.get("fraction") or 0.0)
+        return max(0.0, min(1.0, fraction)), str(data.get("message") or "")
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def args_preview(job: Job, limit: int = 80) -> str:
+    try:
+        data = json.loads(job.payload)
+        parts = [json.dumps(a, ensure_ascii=False) for a in data.get("args", [])]
+        parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.get("kwargs", {}).items()]
+        text = ", ".join(parts)
+    except (ValueError, AttributeError):
+        text = job.payload
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at: float
+    text: str
+    detail: str = ""
+    tone: str = ""  # ok, bad or ""
+
+
+def timeline(job: Job) -> list[Event]:
+    """What happened to the job, in time order (as far as the record tells)."""
+    events = [Event(job.created_at, "enqueued")]
+    if job.run_at > job.created_at + 0.5 and not job.errors:
+        events.append(Event(job.run_at, "due"))
+    for e in job.errors:
+        events.append(Event(e.at, f"attempt {e.attempt} failed", f"{e.type}: {e.message}", "bad"))
+    if job.started_at is not None:
+        events.append(Event(job.started_at, f"attempt {job.attempt} started"
+                            if job.attempt else "last attempt started"))
+    if job.finished_at is not None:
+        events.append(Event(job.finished_at, job.state.value, "",
+                            "ok" if job.state is JobState.COMPLETED else "bad"))
+    order = {id(e): i for i, e in enumerate(events)}
+    return sorted(events, key=lambda e: (e.at, order[id(e)]))
+
+
+def last_error(job: Job) -> str:
+    if not job.errors:
+        return ""
+    e = job.errors[-1]
+    return f"{e.type}: {e.message}"
