@@ -84,7 +84,7 @@ def test_bulk_on_a_selection_asks_first_with_the_count(app: Conveyor, client: Te
     form = {"csrf_token": token, "action": "retry", "scope": "selected", "ids": chosen}
     confirm = client.post("/jobs/bulk", data=form)
     assert confirm.status_code == 200
-    assert re.search(r'id="confirm-question">Retry <strong>2</strong> jobs \(3 selected job\(s\)\)',
+    assert re.search(r'id="confirm-question">Retry <strong>2</strong> jobs \(3 selected\)',
                      confirm.text)
     assert all(state(app, i) is JobState.DEAD for i in seeded["dead_key"])  # nothing yet
     done = client.post("/jobs/bulk", data={**form, "confirmed": "yes", "expected": "2"})

@@ -270,7 +270,7 @@ class Dashboard:
                                  "Nothing selected.")
         where = self._bulk_filter(action, query, ids if scope == "selected" else None)
         count = 0 if where is None else await self.app.admin.count(where)
-        what = (f"{len(ids)} selected job(s)" if scope == "selected"
+        what = (f"{len(ids)} selected" if scope == "selected"
                 else f"every job matching {query.describe()}")
         if form.get("confirmed") != "yes":
             return self.render(request, "confirm.html", {

@@ -45,18 +45,20 @@ def format_seconds(seconds: float) -> str:
 
 
 def _frame(title: str, y_max: float, y_format: Callable[[float], str], count: int,
-           legend: Sequence[Series]) -> list[str]:
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+           legend: Sequence[Series], width: int) -> list[str]:
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     out = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
     ]
-    for i in range(5):
-        y = TOP + plot_h * i / 4
-        value = y_max * (4 - i) / 4
+    # Five divisions when the maximum starts with a 5 (0, 1, 2, 3, 4, 5), else four.
+    steps = 5 if f"{y_max:g}".lstrip("0.").startswith("5") else 4
+    for i in range(steps + 1):
+        y = TOP + plot_h * i / steps
+        value = y_max * (steps - i) / steps
         text = y_format(value)
-        out.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}"/>')
+        out.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{width - RIGHT}" y2="{y:.1f}"/>')
         out.append(f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
                    f"{escape(text)}</text>")
     ticks = [(0, f"-{count}m"), (count // 2, f"-{count - count // 2}m"), (count - 1, "now")]
@@ -72,15 +74,15 @@ def _frame(title: str, y_max: float, y_format: Callable[[float], str], count: in
     return out
 
 
-def stacked_bars(title: str, series: Sequence[Series]) -> str:
+def stacked_bars(title: str, series: Sequence[Series], width: int = WIDTH) -> str:
     """One bar per point, the series stacked (e.g. completed and failed per minute)."""
     count = max((len(s.values) for s in series), default=0)
     if count == 0:
         return ""
     totals = [sum((s.values[i] or 0.0) for s in series) for i in range(count)]
     y_max = nice_max(max(totals))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    out = _frame(title, y_max, lambda v: f"{v:g}", count, series)
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    out = _frame(title, y_max, lambda v: f"{v:g}", count, series, width)
     slot = plot_w / count
     for i in range(count):
         base = 0.0
@@ -98,15 +100,15 @@ def stacked_bars(title: str, series: Sequence[Series]) -> str:
     return "\n".join(out)
 
 
-def lines(title: str, series: Sequence[Series]) -> str:
+def lines(title: str, series: Sequence[Series], width: int = WIDTH) -> str:
     """Latency-style lines; a None breaks the line (no data that minute)."""
     count = max((len(s.values) for s in series), default=0)
     if count == 0:
         return ""
     finite = [v for s in series for v in s.values if v is not None and math.isfinite(v)]
     y_max = nice_max(max(finite, default=0.0))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    out = _frame(title, y_max, format_seconds, count, series)
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    out = _frame(title, y_max, format_seconds, count, series, width)
     for s in series:
         segment: list[str] = []
         segments: list[list[str]] = []

@@ -99,7 +99,7 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
     throughput = stacked_bars("Jobs finished per minute, last hour", [
         Series("completed", [t.counts["completed"] for t in whole], "s-ok"),
         Series("failed", [t.counts["failed"] for t in whole], "s-bad"),
-    ])
+    ], width=1240)
     wait = lines("Wait latency (due to started), last hour", [
         Series("p50", [t.wait.quantile(0.5) for t in whole], "s-p50"),
         Series("p95", [t.wait.quantile(0.95) for t in whole], "s-p95"),

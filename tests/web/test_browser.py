@@ -1,0 +1,311 @@
+"""The dashboard in a real headless Chromium (Selenium + the system chromedriver),
+served by uvicorn, with a real worker running the retried job.
+
+Saves screenshots of the main pages to docs/screenshots/ (or
+$CONVEYOR_SCREENSHOTS). Needs /usr/bin/chromium and /usr/bin/chromedriver
+(Debian: apt-get install chromium chromium-driver); skips locally without
+them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import kill, make_app
+from conveyor import Conveyor
+from conveyor.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
+from conveyor.web import create_dashboard
+from conveyor.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = Path(os.environ.get("CONVEYOR_SCREENSHOTS", ROOT / "docs" / "screenshots"))
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+def deadline_poll(check, timeout: float = 20.0, interval: float = 0.1, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    """Poll `check` until true; an element that vanished because the page is being
+    replaced (a click that navigates) counts as "not yet"."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except (StaleElementReferenceException, NoSuchElementException, IndexError):
+            pass
+        if time.monotonic() > end:
+            raise AssertionError(f"not true within {timeout}s: {what}")
+        time.sleep(interval)
+
+
+class ServerThread:
+    """uvicorn on a free loopback port, in a thread."""
+
+    def __init__(self, asgi: object) -> None:
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", lifespan="on"))  # type: ignore[arg-type]
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline_poll(lambda: self.server.started, what="uvicorn started")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class WorkerThread:
+    """A real Worker on its own event loop, in a thread."""
+
+    def __init__(self, app: Conveyor, config: WorkerConfig) -> None:
+        self.app = app
+        self.loop = asyncio.new_event_loop()
+        self.worker = Worker(app, config)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            try:
+                await self.worker.run()
+            finally:
+                await self.app.aclose()
+
+        self.loop.run_until_complete(main())
+
+    def __enter__(self) -> WorkerThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.worker.stop)
+        self.thread.join(30)
+        self.loop.close()
+
+
+def seed_history(app: Conveyor) -> None:
+    """An hour of per-minute records, as workers write them, so the charts in the
+    screenshots have a shape (the jobs of this test only fill the last minute)."""
+    now = minute_of(app.clock())
+
+    def latency(count: int, around: int) -> dict[str, object]:
+        buckets = [0] * (len(BUCKETS) + 1)
+        buckets[around] = count - count // 10
+        buckets[min(around + 3, len(BUCKETS))] = count // 10
+        return {"sum": count * BUCKETS[around] * 0.7, "count": count, "buckets": buckets}
+
+    async def go() -> None:
+        backend = await app.backend()
+        for i in range(1, 60):
+            start = now - 60 * i
+            done = 40 + (i * 7) % 25 + (30 if 20 < i < 28 else 0)
+            failed = (i * 3) % 5 + (9 if 20 < i < 28 else 0)
+            record = {"minute": start, "worker": "history", "queues": {"mail": {
+                "counts": {"completed": done, "failed": failed, "retried": failed - 1 if failed else 0,
+                           "dead": 1 if failed else 0, "cancelled": 0},
+                "wait": latency(done + failed, 4 if 20 < i < 28 else 2),
+                "run": latency(done + failed, 5)}}}
+            await backend.put_meta(STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record),
+                                   ttl=3900)
+        await app.aclose()
+
+    asyncio.run(go())
+
+
+def seed_jobs(app: Conveyor) -> dict[str, list[str]]:
+    send, build = app.tasks["emails.send"], app.tasks["reports.build"]
+    ping = app.tasks["webhooks.ping"]
+
+    async def go() -> dict[str, list[str]]:
+        key = [(await send.enqueue_async(f"user{i}@example.org", template="welcome")).id
+               for i in range(3)]
+        await kill(app, "mail", "KeyError", "'first_name'")
+        smtp = [(await send.enqueue_async("bounce@example.org")).id]
+        await kill(app, "mail", "SMTPRecipientsRefused", "550 mailbox unavailable")
+        hooks = [(await ping.enqueue_async(f"https://hooks.example.org/{i}")).id for i in range(2)]
+        await kill(app, "webhooks", "TimeoutError", "no answer within 10s")
+        reports = [(await build.options(delay=3600).enqueue_async(i)).id for i in range(4)]
+        await app.aclose()
+        return {"key": key, "smtp": smtp, "hooks": hooks, "reports": reports}
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def chrome() -> Iterator[object]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        reason = "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CONVEYOR_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="conveyor-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                f"--user-data-dir={profile}", "--window-size=1440,1000",
+                "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def shot(driver: object, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    # Full-page height, so the screenshot shows the whole page.
+    height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
+    driver.set_window_size(1440, max(700, min(int(height) + 40, 2400)))  # type: ignore[attr-defined]
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))  # type: ignore[attr-defined]
+    driver.set_window_size(1440, 1000)  # type: ignore[attr-defined]
+
+
+def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: object) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = chrome
+    find = driver.find_element  # type: ignore[attr-defined]
+    find_all = driver.find_elements  # type: ignore[attr-defined]
+    app = make_app(tmp_path)
+
+    @app.task(name="webhooks.ping", queue="webhooks")
+    def ping(url: str) -> None: ...
+
+    ids = seed_jobs(app)
+    seed_history(app)
+    config = WorkerConfig(queues=("mail", "webhooks"), concurrency=4, poll_interval=0.1,
+                          stats_interval=0.2)
+    with ServerThread(create_dashboard(app, poll_seconds=1.0, title="Conveyor")) as server, \
+            WorkerThread(app, config):
+        # --- the overview: queues, health, dead letters, charts --------------------------
+        driver.get(server.url + "/")  # type: ignore[attr-defined]
+        deadline_poll(lambda: "1 worker" in find(By.CSS_SELECTOR, ".cards").text,
+                      what="the live worker on the overview")
+        queues = [row.find_element(By.CSS_SELECTOR, "td a").text
+                  for row in find_all(By.CSS_SELECTOR, "table.queues tbody tr")]
+        assert queues == ["mail", "reports", "webhooks"]
+        dead_card = find_all(By.CSS_SELECTOR, ".card")[3]
+        assert dead_card.find_element(By.CSS_SELECTOR, ".v").text == "6"
+        assert len(find_all(By.CSS_SELECTOR, "svg.chart")) == 3
+        assert len(find_all(By.CSS_SELECTOR, "svg.chart rect.s-ok")) >= 59
+        # Live refresh (htmx) can be paused, and says so.
+        toggle = find(By.ID, "live-toggle")
+        toggle.click()
+        assert toggle.get_attribute("aria-pressed") == "true"
+        assert toggle.text == "Resume live refresh"
+        toggle.click()
+        assert toggle.get_attribute("aria-pressed") == "false"
+        shot(driver, "overview")
+
+        # --- the dead-letter list, filtered by error type and by argument text ---------------
+        find(By.LINK_TEXT, "Dead letters").click()
+        deadline_poll(lambda: "6 matching" in find(By.ID, "match-count").text, what="6 dead")
+        field = find(By.NAME, "error_type")
+        field.clear()
+        field.send_keys("KeyError")
+        find(By.ID, "apply-filter").click()
+        deadline_poll(lambda: "3 matching" in find(By.ID, "match-count").text,
+                      what="3 KeyError dead letters")
+        listed = {box.get_attribute("value") for box in find_all(By.NAME, "ids")}
+        assert listed == set(ids["key"])
+        search = find(By.ID, "filter-q")
+        search.send_keys("user1@")
+        find(By.ID, "apply-filter").click()
+        deadline_poll(lambda: "1 matching" in find(By.ID, "match-count").text,
+                      what="one match for user1@")
+        assert [b.get_attribute("value") for b in find_all(By.NAME, "ids")] == [ids["key"][1]]
+        search = find(By.ID, "filter-q")
+        search.clear()
+        find(By.ID, "apply-filter").click()
+        deadline_poll(lambda: "3 matching" in find(By.ID, "match-count").text, what="3 again")
+        shot(driver, "dead-letters")
+
+        # --- one job: details, then retry it and watch the worker run it --------------------
+        target = ids["key"][1]
+        find(By.CSS_SELECTOR, f'a[href="/jobs/{target}"]').click()
+        deadline_poll(lambda: find(By.ID, "job-state").text == "dead", what="the job page")
+        assert "user1@example.org" in find(By.ID, "job-args").text
+        shot(driver, "job-detail")
+        find(By.ID, "action-retry").click()
+        deadline_poll(lambda: f"Job {target}: sent back to its queue." in
+                      find(By.CSS_SELECTOR, ".flash").text, what="the retry notice")
+
+        def completed() -> bool:
+            driver.refresh()  # type: ignore[attr-defined]
+            return bool(find(By.ID, "job-state").text == "completed")
+
+        deadline_poll(completed, interval=0.3, what="the retried job completed")
+        assert "attempt 1 started" in find(By.CSS_SELECTOR, ".timeline").text
+        shot(driver, "job-completed")
+
+        # --- bulk: select the rest and retry them, after a confirmation that counts ---------
+        driver.get(server.url + "/jobs?state=dead&error_type=KeyError")  # type: ignore[attr-defined]
+        find(By.CSS_SELECTOR, "input[data-select-all]").click()
+        assert all(box.is_selected() for box in find_all(By.NAME, "ids"))
+        find(By.CSS_SELECTOR, '.bulk-selected button[value="retry"]').click()
+        deadline_poll(lambda: find(By.ID, "confirm-question").text == "Retry 2 jobs (2 selected)?",
+                      what="a confirmation that counts")
+        shot(driver, "confirm-bulk-retry")
+        find(By.ID, "confirm-button").click()
+        deadline_poll(lambda: "Retried 2 of 2 job(s)." in find(By.CSS_SELECTOR, ".flash").text,
+                      what="the bulk retry notice")
+        for job_id in ids["key"]:
+            deadline_poll(lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]
+                          what=f"{job_id} completed")
+
+        # --- redrive page: dry-run preview with a batch size -------------------------------
+        driver.get(server.url + "/redrive?queue=webhooks&batch=1")  # type: ignore[attr-defined]
+        summary = find(By.ID, "redrive-summary").text
+        assert summary == "2 jobs match; the next batch moves 1."
+        shot(driver, "redrive")
+
+        # --- workers page ------------------------------------------------------------------
+        find(By.LINK_TEXT, "Workers").click()
+        deadline_poll(lambda: "1 live" in find(By.CSS_SELECTOR, ".titlebar .count").text,
+                      what="one live worker")
+        shot(driver, "workers")
+
+        # --- back on the overview: the retried jobs are completed, 3 dead letters left ------
+        driver.get(server.url + "/")  # type: ignore[attr-defined]
+
+        def mail_completed() -> str:
+            row = find(By.CSS_SELECTOR, "table.queues tbody tr")  # mail sorts first
+            return str(row.find_elements(By.CSS_SELECTOR, "td")[8].text)
+
+        deadline_poll(lambda: mail_completed() == "3", what="3 completed in mail", interval=0.3)
+        assert find_all(By.CSS_SELECTOR, ".card .v")[3].text == "3"  # 6 dead - 3 retried
+    app.close()
