@@ -170,13 +170,15 @@ class Dashboard:
         if more and page:
             next_url = self.url(request, "jobs", {**query.params(), "limit": str(limit),
                                                   "after": page[-1].id})
-        stats = await self.app.admin.stats()
+        # Suggestions for the queue field, from what is known without scanning jobs.
+        queue_names = sorted({t.defaults.queue for t in self.app.tasks.values()}
+                             | {q for w in await self.app.admin.workers() for q in w.queues})
         return self.render(request, "jobs.html", {
             "query": query, "jobs": page, "total": total, "next_url": next_url,
             "first_url": self.url(request, "jobs", {**query.params(), "limit": str(limit)})
             if after else None,
             "limit": limit, "page_sizes": PAGE_SIZES, "notice": notice,
-            "queue_names": sorted(s.queue for s in stats),
+            "queue_names": queue_names,
             "task_names": sorted(self.app.tasks),
             "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         })
