@@ -222,13 +222,34 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         assert dead_card.find_element(By.CSS_SELECTOR, ".v").text == "6"
         assert len(find_all(By.CSS_SELECTOR, "svg.chart")) == 3
         assert len(find_all(By.CSS_SELECTOR, "svg.chart rect.s-ok")) >= 59
-        # Live refresh (htmx) can be paused, and says so.
+        # Live refresh: a new job shows up without a reload...
+        driver.execute_script("""
+            window.polls = {asked: 0, swapped: 0};
+            document.addEventListener('htmx:beforeRequest', () => window.polls.asked++);
+            document.addEventListener('htmx:afterSwap', () => window.polls.swapped++);
+        """)  # type: ignore[attr-defined]
+        waiting = lambda: find_all(By.CSS_SELECTOR, ".card .v")[0].text  # noqa: E731
+        assert waiting() == "0"
+        app.tasks["reports.build"].enqueue(99)
+        deadline_poll(lambda: waiting() == "1", what="the overview refreshed by itself")
+        # ...and pausing it stops the swaps while the polls keep being skipped.
         toggle = find(By.ID, "live-toggle")
         toggle.click()
         assert toggle.get_attribute("aria-pressed") == "true"
         assert toggle.text == "Resume live refresh"
+        # A poll sent just before the click may still land: snapshot after a skipped one.
+        asked = driver.execute_script("return window.polls.asked")  # type: ignore[attr-defined]
+        deadline_poll(lambda: driver.execute_script("return window.polls.asked") > asked,  # type: ignore[attr-defined]
+                      what="a poll skipped")
+        polls = driver.execute_script("return window.polls")  # type: ignore[attr-defined]
+        app.tasks["reports.build"].enqueue(100)
+        deadline_poll(lambda: driver.execute_script("return window.polls.asked")  # type: ignore[attr-defined]
+                      >= polls["asked"] + 2, what="two polls while paused")
+        assert driver.execute_script("return window.polls.swapped") == polls["swapped"]  # type: ignore[attr-defined]
+        assert waiting() == "1"
         toggle.click()
         assert toggle.get_attribute("aria-pressed") == "false"
+        deadline_poll(lambda: waiting() == "2", what="refresh resumed")
         shot(driver, "overview")
 
         # --- the dead-letter list, filtered by error type and by argument text ---------------
