@@ -24,7 +24,9 @@ live processes).
 from __future__ import annotations
 
 import os
+import threading
 from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -142,10 +144,26 @@ def exposition_registry() -> CollectorRegistry:
     return REGISTRY
 
 
-def serve_metrics(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on `port` from a daemon thread (the worker's --metrics-port)."""
+def serve_metrics(port: int, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serve /metrics on `port` (0: any free port) from a daemon thread, for the
+    worker's --metrics-port. `.port` is where it listens; `.close()` stops it."""
     default_metrics()
-    start_http_server(port, addr=addr, registry=exposition_registry())
+    server, thread = start_http_server(port, addr=addr, registry=exposition_registry())
+    return MetricsServer(server, thread)
+
+
+class MetricsServer:
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self.server, self.thread = server, thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
 
 
 def mark_process_dead(pid: int | None = None) -> None:
@@ -156,4 +174,5 @@ def mark_process_dead(pid: int | None = None) -> None:
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
 
 
-__all__ = ["JobMetrics", "Metrics", "default_metrics", "mark_process_dead", "serve_metrics"]
+__all__ = ["JobMetrics", "Metrics", "MetricsServer", "default_metrics", "mark_process_dead",
+           "serve_metrics"]
