@@ -176,6 +176,12 @@ class Jobs:
     def stats(self) -> builtins.list[QueueStats]:
         return self.app.portal.call(self.app.admin.stats())
 
+    def workers(self) -> builtins.list[WorkerInfo]:
+        return self.app.portal.call(self.app.admin.workers())
+
+    def throughput(self, minutes: int = 60) -> builtins.list[Minute]:
+        return self.app.portal.call(self.app.admin.throughput(minutes))
+
     def pause(self, queue: str) -> None:
         self.app.portal.call(self.app.admin.pause(queue))
 
