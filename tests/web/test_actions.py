@@ -234,3 +234,14 @@ def test_auth_hook_when_mounted(app: Conveyor, seeded: dict[str, list[str]],
         f"alice delete job {job_id}: not deleted (only finished jobs can be)",
     ]
     assert not any("user0@" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("target", ["//evil.example/x", "/\\evil.example", "https://evil.example/",
+                                    "/jobs\\..\\x"])
+def test_actions_never_redirect_off_the_dashboard(client: TestClient, seeded: dict[str, list[str]],
+                                                  target: str) -> None:
+    job_id = seeded["waiting"][0]
+    response = client.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf(client),
+                                                           "next": target},
+                           follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == f"/jobs/{job_id}"

@@ -120,7 +120,9 @@ class Dashboard:
         """Where to go after an action: the page it came from, if it is one of ours."""
         target = form.get("next") if form is not None else None
         root = request.scope.get("root_path", "")
-        if isinstance(target, str) and target.startswith(root + "/") and not target.startswith("//"):
+        # Only a path on this dashboard: "//host" and "/\\host" would leave the site.
+        if (isinstance(target, str) and target.startswith(root + "/")
+                and not target.startswith(("//", "/\\")) and "\\" not in target):
             return target
         return fallback
 
