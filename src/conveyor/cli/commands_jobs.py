@@ -147,6 +147,12 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
 
 
 async def cancel_command(app: Conveyor, args: argparse.Namespace) -> int:
+    before = await app.admin.get(args.job_id)
+    if before is not None and before.is_finished:
+        # cancel() returns the job as it is now, which cannot tell "just cancelled"
+        # from "was already cancelled"; looking first can.
+        print(f"job {before.id} is already {before.state.value}; nothing to cancel")
+        return OK
     job = await app.admin.cancel(args.job_id)
     if job is None:
         raise JobNotFound(f"no job with id {args.job_id!r} (never enqueued, or pruned/purged)")
@@ -155,5 +161,5 @@ async def cancel_command(app: Conveyor, args: argparse.Namespace) -> int:
     elif job.state is JobState.RUNNING:
         print(f"job {job.id} is running: asked it to stop (its handler sees cancel_requested)")
     else:
-        print(f"job {job.id} is already {job.state.value}; nothing to cancel")
+        print(f"job {job.id} is {job.state.value}; nothing to cancel")
     return OK
