@@ -52,3 +52,46 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+class RunningWorker:
+    """`async with RunningWorker(app, config) as worker:` runs a worker in the background."""
+
+    def __init__(self, app: Any, config: Any) -> None:
+        from conveyor.worker import Worker
+
+        self.worker = Worker(app, config)
+        self.task: asyncio.Task[Any] | None = None
+        self.status: Any = None
+
+    async def __aenter__(self) -> Any:
+        self.task = asyncio.create_task(self.worker.run())
+        return self.worker
+
+    async def stop(self, cold: bool = False) -> Any:
+        assert self.task is not None
+        if not self.task.done():
+            self.worker.stop()
+            if cold:
+                self.worker.stop()
+        self.status = await asyncio.wait_for(self.task, 30)
+        return self.status
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def wait_finished(app: Any, ids: list[str], timeout: float = 10.0) -> dict[str, Job]:
+    """Poll until every job is in a terminal state; return them."""
+    found: dict[str, Job] = {}
+
+    async def all_done() -> bool:
+        for job_id in ids:
+            job = await app.admin.get(job_id)
+            if job is None or not job.is_finished:
+                return False
+            found[job_id] = job
+        return True
+
+    await eventually(all_done, timeout)
+    return found
