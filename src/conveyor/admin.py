@@ -75,7 +75,7 @@ class Admin:
     async def prune(self, completed_before: float, dead_before: float) -> int:
         return await (await self.app.backend()).prune_jobs(completed_before, dead_before)
 
-    async def migrate(self) -> list[int]:
+    async def migrate(self) -> builtins.list[int]:
         """Apply pending schema migrations; return the versions applied now (empty
         when the schema was up to date). An app built with `auto_migrate=True`
         (the default) has already migrated on first use, so this returns []."""
@@ -118,5 +118,5 @@ class Jobs:
     def resume(self, queue: str) -> None:
         self.app.portal.call(self.app.admin.resume(queue))
 
-    def migrate(self) -> list[int]:
+    def migrate(self) -> builtins.list[int]:
         return self.app.portal.call(self.app.admin.migrate())

@@ -56,7 +56,7 @@ def assert_one_line_error(result, code: int, *fragments: str) -> str:  # type: i
         (("jobs", "cancel", "0123456789abcdef"), FAILURE, ["no job with id '0123456789abcdef'"]),
         (("jobs", "list", "--state", "finished"), USAGE, ["unknown state 'finished'"]),
         (("jobs", "list", "--limit", "0"), USAGE, ["--limit", "must be at least 1"]),
-        (("worker", "example_app:app", "-c", "many"), USAGE, ["not a number: 'many'"]),
+        (("worker", "example_app:app", "-c", "many"), USAGE, ["not a whole number: 'many'"]),
         (("dead", "purge"), USAGE, ["refusing to purge every dead job"]),
         (("stats", "--url", "sqlite:////no/such/folder/jobs.db"), FAILURE,
          ["cannot open the backend at sqlite:////no/such/folder/jobs.db"]),

@@ -11,10 +11,10 @@ from ..job import Job, JobState
 from . import render
 from .exits import OK, CliError
 from .loading import open_backend
-from .parsing import positive_int
+from .parsing import Commands, Parser, positive_int
 
 
-def register(commands: argparse._SubParsersAction, target: argparse.ArgumentParser) -> None:
+def register(commands: Commands, target: Parser) -> None:
     stats = commands.add_parser(
         "stats", parents=[target],
         help="per queue: jobs by state, in flight (running), oldest available, paused")
@@ -22,7 +22,7 @@ def register(commands: argparse._SubParsersAction, target: argparse.ArgumentPars
 
     dead = commands.add_parser("dead", help="the dead-letter queue: list, redrive, purge")
     verbs = dead.add_subparsers(dest="verb", metavar="VERB", required=True)
-    filters = argparse.ArgumentParser(add_help=False)
+    filters = Parser(add_help=False)
     filters.add_argument("--queue", "-q", action="append", default=[])
     filters.add_argument("--task", "-t", action="append", default=[])
     filters.add_argument("--error-type", "-e", metavar="TYPE",

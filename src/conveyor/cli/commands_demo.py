@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from .logs import configure_logging
+from .parsing import Commands
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo", help="run example jobs end to end on a temporary SQLite file",
         description="Enqueue example jobs (successes, a transient failure that retries, a "

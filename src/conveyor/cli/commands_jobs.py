@@ -13,12 +13,12 @@ from ..job import JobState
 from ..task import Task
 from . import render
 from .exits import OK, CliError
-from .parsing import non_negative_float, positive_int, split_csv
+from .parsing import Commands, Parser, non_negative_float, positive_int, split_csv
 
 STATES = [s.value for s in JobState]
 
 
-def register(commands: argparse._SubParsersAction, target: argparse.ArgumentParser) -> None:
+def register(commands: Commands, target: Parser) -> None:
     enqueue = commands.add_parser(
         "enqueue", parents=[target], help="enqueue one job and print its id",
         description="Enqueue TASK with ARGs. Each ARG (and each --kw value) is JSON when it "

@@ -17,13 +17,13 @@ from ..worker import ExitStatus, Worker, WorkerConfig
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import LEVELS, configure_logging, flush_all
-from .parsing import positive_float, positive_int, split_csv
+from .parsing import Commands, positive_float, positive_int, split_csv
 
 log = logging.getLogger("conveyor.cli")
 _DEFAULTS = WorkerConfig()
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: Commands) -> None:
     worker = commands.add_parser(
         "worker", help="run jobs until stopped",
         description="Run jobs until SIGTERM or SIGINT. The first signal stops claiming and "

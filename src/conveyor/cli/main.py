@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=Parser)
-    target = argparse.ArgumentParser(add_help=False)
+    target = Parser(add_help=False)
     add_target_arguments(target)
     commands_worker.register(commands)
     commands_jobs.register(commands, target)

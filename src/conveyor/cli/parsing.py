@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from .exits import USAGE
 
@@ -14,22 +14,32 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+# What `add_subparsers` returns; each commands module adds its parsers to it.
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[Parser]
+else:
+    Commands = argparse._SubParsersAction
+
+
 def positive_int(text: str) -> int:
-    value = _number(text, int)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
 
 
 def positive_float(text: str) -> float:
-    value = _number(text, float)
+    value = _float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    value = _number(text, float)
+    value = _float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
@@ -39,9 +49,9 @@ def split_csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _number(text: str, kind: type[int] | type[float]) -> int | float:
+def _float(text: str) -> float:
     try:
-        return kind(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
