@@ -47,7 +47,7 @@ def test_find_task_by_full_name_or_unique_suffix(app: Conveyor) -> None:
 
 
 def test_default_queues_cover_every_task_and_the_default(app: Conveyor) -> None:
-    assert default_queues(app) == ("billing", "emails", "main")
+    assert default_queues(app) == ("main", "billing", "emails")
 
 
 @pytest.mark.parametrize(("text", "shown"), [

@@ -33,8 +33,8 @@ def register(commands: Commands) -> None:
     )
     worker.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
     worker.add_argument("--queues", "-q", action="append", type=split_csv, metavar="Q1,Q2",
-                        help="queues to work (repeatable); default: every queue the app's "
-                             "tasks use, and the app's default queue")
+                        help="queues to work, in priority order (repeatable); default: the "
+                             "app's default queue, then every queue its tasks use")
     worker.add_argument("--concurrency", "-c", type=positive_int, default=_DEFAULTS.concurrency,
                         help=f"jobs run at once (default {_DEFAULTS.concurrency})")
     worker.add_argument("--lease", type=positive_float, default=_DEFAULTS.lease,
@@ -51,7 +51,10 @@ def register(commands: Commands) -> None:
 
 
 def default_queues(app: Conveyor) -> tuple[str, ...]:
-    return tuple(sorted({app.default_queue, *(t.defaults.queue for t in app.tasks.values())}))
+    """The app's default queue first, then its tasks' queues in registration order
+    (a worker serves its queues in the order given)."""
+    queues = [app.default_queue, *(t.defaults.queue for t in app.tasks.values())]
+    return tuple(dict.fromkeys(queues))
 
 
 def worker_command(args: argparse.Namespace) -> int:
@@ -64,15 +67,16 @@ def worker_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
     status = asyncio.run(_serve(app, config))
-    leftover = _busy_job_threads(deadline=time.monotonic() + 1.0)
-    if status is ExitStatus.COLD or leftover:
-        # Python joins the worker's job threads at exit, and a thread cannot be
-        # interrupted: a sync handler still running (returned by a cold stop, or past
-        # its timeout) would keep this process alive until it returns, however long
-        # that is. Its job is already back in the queue or settled, so leave now.
-        if leftover:
-            log.warning("%d job thread(s) still running; exiting without waiting for them",
-                        len(leftover))
+    # Python joins the worker's job threads at exit, and a thread cannot be interrupted:
+    # a sync handler still running (its job returned by a cold stop, or past its
+    # timeout) would hold this process until it returns, however long that is. Its job
+    # is already back in the queue or settled, so leave without waiting for it.
+    if status is ExitStatus.COLD:
+        _exit_now(status)
+    busy = _busy_job_threads(deadline=time.monotonic() + 1.0)
+    if busy:
+        log.warning("%d job thread(s) still running past their timeout; exiting without "
+                    "waiting for them", len(busy))
         _exit_now(status)
     return int(status)
 
