@@ -23,14 +23,17 @@ def register(commands: Commands, target: Parser) -> None:
     dead = commands.add_parser("dead", help="the dead-letter queue: list, redrive, purge")
     verbs = dead.add_subparsers(dest="verb", metavar="VERB", required=True)
     filters = Parser(add_help=False)
-    filters.add_argument("--queue", "-q", action="append", default=[])
-    filters.add_argument("--task", "-t", action="append", default=[])
+    filters.add_argument("--queue", "-q", action="append", default=[],
+                         help="only jobs of this queue (repeatable)")
+    filters.add_argument("--task", "-t", action="append", default=[],
+                         help="only jobs of this task, full name (repeatable)")
     filters.add_argument("--error-type", "-e", metavar="TYPE",
                          help="type name of the last error, e.g. ConnectionError")
 
     listing = verbs.add_parser("list", parents=[target, filters],
                                help="dead jobs, newest first, with their last error")
-    listing.add_argument("--limit", "-n", type=positive_int, default=50)
+    listing.add_argument("--limit", "-n", type=positive_int, default=50, metavar="N",
+                         help="show at most N (default 50)")
     listing.set_defaults(handler=dead_list_command)
 
     redrive = verbs.add_parser(
@@ -38,7 +41,7 @@ def register(commands: Commands, target: Parser) -> None:
         help="send dead jobs back to work with fresh attempts, oldest failure first")
     redrive.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="only these jobs")
     redrive.add_argument("--batch", "--limit", "-n", dest="limit", type=positive_int,
-                         default=100, help="at most this many jobs (default 100)")
+                         metavar="N", default=100, help="at most this many jobs (default 100)")
     redrive.add_argument("--dry-run", action="store_true", help="show what would move; move nothing")
     redrive.set_defaults(handler=dead_redrive_command)
 
@@ -46,7 +49,7 @@ def register(commands: Commands, target: Parser) -> None:
                              help="delete dead jobs for good, oldest failure first")
     purge.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="only these jobs")
     purge.add_argument("--batch", "--limit", "-n", dest="limit", type=positive_int,
-                       default=1000, help="at most this many jobs (default 1000)")
+                       metavar="N", default=1000, help="at most this many jobs (default 1000)")
     purge.add_argument("--dry-run", action="store_true", help="show what would be deleted")
     purge.add_argument("--all", action="store_true",
                        help="allow a purge with no filter (every dead job)")

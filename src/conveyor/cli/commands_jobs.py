@@ -42,9 +42,12 @@ def register(commands: Commands, target: Parser) -> None:
     listing = verbs.add_parser("list", parents=[target], help="list jobs, newest first")
     listing.add_argument("--state", "-s", action="append", default=[], type=split_csv,
                          metavar="STATE", help=f"one of {', '.join(STATES)} (repeatable, or a,b)")
-    listing.add_argument("--queue", "-q", action="append", default=[], type=split_csv)
-    listing.add_argument("--task", "-t", action="append", default=[], type=split_csv)
-    listing.add_argument("--limit", "-n", type=positive_int, default=50)
+    listing.add_argument("--queue", "-q", action="append", default=[], type=split_csv,
+                         metavar="QUEUE", help="only these queues (repeatable, or a,b)")
+    listing.add_argument("--task", "-t", action="append", default=[], type=split_csv,
+                         metavar="TASK", help="only these tasks, full names (repeatable, or a,b)")
+    listing.add_argument("--limit", "-n", type=positive_int, default=50, metavar="N",
+                         help="show at most N (default 50)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     listing.set_defaults(handler=list_command)
 
