@@ -99,3 +99,24 @@ def test_second_signal_is_a_cold_stop_even_with_a_busy_sync_handler(
     job = inspector.jobs.get(job_id)
     # Returned to its queue without using up the attempt.
     assert (job.state, job.attempt, job.errors) == (JobState.AVAILABLE, 0, ())
+
+
+def test_grace_period_running_out_is_a_cold_stop(cli: Cli, inspector: Conveyor,
+                                                 tmp_path: Path) -> None:
+    job_id = cli.enqueue("wait_for_file", str(tmp_path / "never-created"), "--kw", "limit=120")
+    worker = cli.start_worker("--grace", "0.5", "--poll", "0.1")
+    wait_until(lambda: inspector.jobs.get(job_id).state is JobState.RUNNING, "job running")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 3, worker.log()
+    job = inspector.jobs.get(job_id)
+    assert (job.state, job.attempt) == (JobState.AVAILABLE, 0)
+
+
+def test_worker_with_an_unreachable_backend_exits_1_in_one_line(cli: Cli) -> None:
+    env = {**cli.env, "CONVEYOR_URL": "sqlite:////no/such/folder/jobs.db"}
+    result = cli("worker", "example_app:app", env=env)
+    assert result.code == 1
+    assert "Traceback" not in result.err
+    assert result.err.splitlines() == ["conveyor: error: cannot open the backend at "
+                      "sqlite:////no/such/folder/jobs.db: OperationalError: unable to open "
+                      "database file"]
