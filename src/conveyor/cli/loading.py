@@ -11,7 +11,7 @@ from typing import Any
 from ..app import Conveyor
 from ..backends import redact_url
 from ..errors import ConveyorError
-from .exits import FAILURE, USAGE, CliError
+from .exits import FAILURE, CliError
 
 APP_PATH_HELP = "the app to use, as module:attribute (e.g. myapp.tasks:app)"
 
