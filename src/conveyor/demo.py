@@ -59,13 +59,14 @@ def build_app(db_path: Path) -> Conveyor:
 
     @app.task(name="resize_image")
     def resize_image(width: int, height: int, max_side: int) -> list[int]:
-        """Downscale a width x height grey gradient by box-averaging; return the new size."""
+        """Downscale a width x height grey gradient by box averaging; return the new size."""
         scale = max(width, height) / max_side
         new_w, new_h = round(width / scale), round(height / scale)
         step_x, step_y = width / new_w, height / new_h
-        pixels = [[int(x * step_x + y * step_y) % 256 for x in range(new_w)] for y in range(new_h)]
-        assert len(pixels) == new_h and len(pixels[0]) == new_w
-        return [new_w, new_h]
+        source = [[(x + y) % 256 for x in range(width)] for y in range(height)]
+        thumb = [[_box_mean(source, int(x * step_x), int(y * step_y), step_x, step_y)
+                  for x in range(new_w)] for y in range(new_h)]
+        return [len(thumb[0]), len(thumb)]
 
     # A flaky network call: transient, so it retries with a short backoff (0.2 s base).
     @app.task(name="sync_crm_contact", backoff_base=0.2, backoff_cap=1.0, max_attempts=5)
@@ -81,6 +82,12 @@ def build_app(db_path: Path) -> Conveyor:
         return float(total)
 
     return app
+
+
+def _box_mean(pixels: list[list[int]], left: int, top: int, width: float, height: float) -> int:
+    rows = pixels[top : top + max(1, int(height))]
+    values = [v for row in rows for v in row[left : left + max(1, int(width))]]
+    return sum(values) // len(values)
 
 
 class Outbox:
