@@ -16,7 +16,7 @@ from ..errors import ConveyorError
 from ..worker import ExitStatus, Worker, WorkerConfig
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
-from .logs import LEVELS, configure_logging, flush_all
+from .logs import FORMATS, LEVELS, configure_logging, flush_all
 from .parsing import Commands, positive_float, positive_int, split_csv
 
 log = logging.getLogger("conveyor.cli")
@@ -47,6 +47,14 @@ def register(commands: Commands) -> None:
                         metavar="SECONDS", help="fallback poll interval; new jobs wake the "
                                                 f"worker sooner (default {_DEFAULTS.poll_interval:g})")
     worker.add_argument("--log-level", choices=LEVELS, default="info")
+    worker.add_argument("--log-format", choices=FORMATS, default="text",
+                        help="json: one object per line, with job_id, task, queue, attempt and "
+                             "correlation_id on every line about a job (default text)")
+    worker.add_argument("--metrics-port", type=positive_int, metavar="PORT",
+                        help="serve Prometheus metrics of this process on PORT (one port per "
+                             "worker process; see docs/operations.md)")
+    worker.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
+                        help="address for --metrics-port (default 127.0.0.1)")
     worker.set_defaults(runner=worker_command)
 
 
@@ -58,8 +66,9 @@ def default_queues(app: Conveyor) -> tuple[str, ...]:
 
 
 def worker_command(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
+    observe(app, args)
     queues = tuple(q for group in args.queues for q in group) if args.queues else default_queues(app)
     try:
         config = WorkerConfig(queues=queues, concurrency=args.concurrency, lease=args.lease,
@@ -67,6 +76,7 @@ def worker_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
     status = asyncio.run(_serve(app, config))
+    mark_process_dead_if_metrics(args)
     # Python joins the worker's job threads at exit, and a thread cannot be interrupted:
     # a sync handler still running (its job returned by a cold stop, or past its
     # timeout) would hold this process until it returns, however long that is. Its job
@@ -114,6 +124,34 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> ExitStatus:
         for signum in handled:
             loop.remove_signal_handler(signum)
         await app.aclose()
+
+
+def observe(app: Conveyor, args: argparse.Namespace) -> None:
+    """Correlation ids always, tracing when OpenTelemetry is installed, metrics (and
+    their endpoint) with --metrics-port: the observers of conveyor.middleware."""
+    from ..middleware import instrument
+
+    try:
+        instrument(app, metrics=True if args.metrics_port else False, tracing=None)
+    except ImportError as exc:
+        raise CliError(f"--metrics-port needs prometheus-client: pip install "
+                       f"'conveyor[metrics]' ({exc})", USAGE) from None
+    if args.metrics_port:
+        from ..metrics import serve_metrics
+
+        try:
+            server = serve_metrics(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                           f"{exc.strerror or exc}", USAGE) from None
+        log.info("metrics on http://%s:%d/metrics", args.metrics_host, server.port)
+
+
+def mark_process_dead_if_metrics(args: argparse.Namespace) -> None:
+    if args.metrics_port:
+        from ..metrics import mark_process_dead
+
+        mark_process_dead()
 
 
 def _busy_job_threads(deadline: float) -> list[threading.Thread]:

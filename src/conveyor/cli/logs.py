@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 
 LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "json")
 
 
-class _UtcFormatter(logging.Formatter):
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        return f"{stamp}.{int(record.msecs):03d}Z"
+def configure_logging(level: str = "info", log_format: str = "text") -> None:
+    """Send every logger (Conveyor's and the tasks' own) to stderr, timestamped in UTC.
+    Lines logged while a job runs carry its id, task, queue, attempt and correlation
+    id (conveyor.logs): as a `[job=...]` suffix in text, as fields in JSON."""
+    from ..logs import configure_logging as configure_structured
 
-
-def configure_logging(level: str = "info") -> None:
-    """Send every logger (Conveyor's and the tasks' own) to stderr, timestamped in UTC."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_UtcFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    configure_structured(level, log_format)
 
 
 def flush_all() -> None:
