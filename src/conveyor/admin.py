@@ -16,6 +16,9 @@ from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .worker.worker import WORKERS_NAMESPACE
 
+if TYPE_CHECKING:
+    from .app import Conveyor
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
@@ -44,8 +47,6 @@ class WorkerInfo:
             version=str(data.get("version", "")), stopping=bool(data.get("stopping", False)),
         )
 
-if TYPE_CHECKING:
-    from .app import Conveyor
 
 
 def make_filter(
