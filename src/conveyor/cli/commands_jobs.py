@@ -46,6 +46,13 @@ def register(commands: Commands, target: Parser) -> None:
                          metavar="QUEUE", help="only these queues (repeatable, or a,b)")
     listing.add_argument("--task", "-t", action="append", default=[], type=split_csv,
                          metavar="TASK", help="only these tasks, full names (repeatable, or a,b)")
+    listing.add_argument("--error-type", "-e", metavar="TYPE",
+                         help="type name of the last error, e.g. ConnectionError")
+    listing.add_argument("--args-contains", "-a", metavar="TEXT",
+                         help="text in the arguments' JSON, e.g. alice@example.org or "
+                              "'\"user_id\":42' (case-sensitive)")
+    listing.add_argument("--after", metavar="JOB_ID",
+                         help="the page after this job (the last one of the previous page)")
     listing.add_argument("--limit", "-n", type=positive_int, default=50, metavar="N",
                          help="show at most N (default 50)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -122,8 +129,9 @@ def _states(groups: list[list[str]]) -> list[str]:
 async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
     where = make_filter(states=_states(args.state),
                         queues=[q for g in args.queue for q in g],
-                        tasks=[t for g in args.task for t in g])
-    jobs = await app.admin.list(where, limit=args.limit)
+                        tasks=[t for g in args.task for t in g],
+                        error_type=args.error_type, args_contains=args.args_contains)
+    jobs = await app.admin.list(where, limit=args.limit, after=args.after)
     if args.json:
         for job in jobs:
             print(json.dumps(render.job_json(job), ensure_ascii=False))
