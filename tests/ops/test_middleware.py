@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.helpers import RunningWorker, wait_finished
+from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor
 from conveyor.job import JobState
 from conveyor.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
@@ -87,3 +87,51 @@ async def test_a_broken_middleware_fails_the_attempt_instead_of_stranding_the_jo
     job = jobs[handle.id]
     assert job.state is JobState.DEAD
     assert [(e.type, e.message) for e in job.errors] == [("RuntimeError", "metrics exporter down")]
+
+
+class Swallows:
+    async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
+        if isinstance(ctx, EnqueueContext):
+            await call_next(ctx)
+        # execution: never calls call_next, so the handler does not run
+
+
+class FailsAfter:
+    async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
+        await call_next(ctx)
+        if isinstance(ctx, ExecuteContext):
+            raise RuntimeError("exporter down after the job ran")
+
+
+async def test_a_middleware_that_skips_the_handler_retries_the_job(app: Conveyor) -> None:
+    app.middleware.append(Swallows())
+    ran: list[int] = []
+
+    @app.task(name="noop", max_attempts=3)
+    def noop() -> None:
+        ran.append(1)
+
+    handle = await noop.enqueue_async()
+    async with RunningWorker(app, FAST):
+        async def retried() -> bool:
+            job = await app.admin.get(handle.id)
+            return job is not None and job.state is JobState.RETRYABLE
+
+        await eventually(retried)
+    job = await app.admin.get(handle.id)
+    assert job is not None and ran == []
+    assert [e.type for e in job.errors] == ["RuntimeError"]
+    assert job.errors[0].message == "a middleware returned without calling call_next"
+
+
+async def test_a_middleware_failing_after_the_handler_keeps_its_outcome(app: Conveyor) -> None:
+    app.middleware.append(FailsAfter())
+
+    @app.task(name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    handle = await add.enqueue_async(2, 2)
+    async with RunningWorker(app, FAST):
+        jobs = await wait_finished(app, [handle.id])
+    assert jobs[handle.id].state is JobState.COMPLETED and jobs[handle.id].result_value == 4
