@@ -130,6 +130,14 @@ def test_mounted_under_a_prefix_every_link_keeps_it(app: Conveyor,
         job_id = seeded["dead_key"][0]
         detail = client.get(f"/ops/jobs/jobs/{job_id}").text
         assert f'action="/ops/jobs/jobs/{job_id}/retry"' in detail
+        # The CSRF cookie is scoped to the prefix, and an action works under it.
+        token = re.search(r'name="csrf_token" value="([^"]+)"', detail)
+        assert token is not None
+        assert [c.path for c in client.cookies.jar if c.name == "conveyor_csrf"] == ["/ops/jobs"]
+        done = client.post(f"/ops/jobs/jobs/{job_id}/retry", data={"csrf_token": token.group(1)},
+                           follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"] == f"/ops/jobs/jobs/{job_id}"
+        assert app.jobs.get(job_id).state.value == "available"  # type: ignore[union-attr]
 
 
 def test_count_is_the_same_as_the_admin_api(app: Conveyor, client: TestClient,
