@@ -10,7 +10,7 @@ import pytest
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from conftest import LOCAL, csrf
+from dashboard_fixtures import LOCAL, csrf
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.job import JobState

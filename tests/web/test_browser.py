@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill, make_app
+from dashboard_fixtures import kill, make_app
 from conveyor import Conveyor
 from conveyor.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
 from conveyor.web import create_dashboard

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from conftest import LOCAL
+from dashboard_fixtures import LOCAL
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.web import create_dashboard

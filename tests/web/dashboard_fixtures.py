@@ -1,0 +1,67 @@
+"""Helpers the dashboard tests share (a module with its own name: `conftest` is
+ambiguous when several test folders are collected together)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from conveyor import Conveyor
+from conveyor.backends.base import Settlement
+from conveyor.job import AttemptError, JobState
+
+LOCAL = ("127.0.0.1", 50123)
+
+
+def make_app(path: Path) -> Conveyor:
+    app = Conveyor(f"sqlite:///{path / 'jobs.db'}")
+
+    @app.task(name="emails.send", queue="mail")
+    def send(address: str, template: str = "welcome") -> None: ...
+
+    @app.task(name="reports.build", queue="reports")
+    def build(report_id: int) -> None: ...
+
+    return app
+
+
+async def kill(app: Conveyor, queue: str, error_type: str, message: str) -> list[str]:
+    """Claim every available job of `queue` and dead-letter it with `error_type`."""
+    backend = await app.backend()
+    jobs = await backend.fetch_jobs([queue], 1000, "test-worker", 30.0)
+    await backend.settle_jobs([
+        Settlement(j.id, j.lease_token, JobState.DEAD,
+                   error=AttemptError(j.attempt, app.clock(), error_type, message,
+                                      traceback=f'Traceback (most recent call last):\n  File "tasks.py", line 9\n{error_type}: {message}\n',
+                                      worker_id="test-worker", host="h1", version="0.1.0"))
+        for j in jobs])
+    return [j.id for j in jobs]
+
+
+def seed(app: Conveyor) -> dict[str, list[str]]:
+    """Three dead emails (two KeyError), one waiting report, one waiting email."""
+    send, build = app.tasks["emails.send"], app.tasks["reports.build"]
+
+    async def go() -> dict[str, list[str]]:
+        dead_key = [(await send.enqueue_async(f"user{i}@example.org")).id for i in range(2)]
+        await kill(app, "mail", "KeyError", "'template'")
+        dead_smtp = [(await send.enqueue_async("bounce@example.org")).id]
+        await kill(app, "mail", "SMTPError", "mailbox full")
+        waiting = [(await build.enqueue_async(7)).id, (await send.enqueue_async("new@example.org")).id]
+        await app.aclose()
+        return {"dead_key": dead_key, "dead_smtp": dead_smtp, "waiting": waiting}
+
+    return asyncio.run(go())
+
+
+
+def csrf(client: TestClient) -> str:
+    """The CSRF token the pages put in their forms (also the cookie's value)."""
+    page = client.get("/")
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text) or re.search(
+        r'"X-CSRF-Token": "([^"]+)"', page.text)
+    assert match, "no CSRF token on the overview page"
+    return match.group(1)
