@@ -46,6 +46,7 @@ def test_job_lists_filter_by_state_queue_task_error_and_argument_text(
     assert "3 matching" in dead.text
     by_error = client.get("/jobs", params={"state": "dead", "error_type": "KeyError"})
     assert sorted(rows(by_error.text)) == sorted(seeded["dead_key"])
+    assert 'href="/redrive?state=dead&amp;error_type=KeyError">Redrive in batches' in by_error.text
     by_text = client.get("/jobs", params={"state": "dead", "q": "user1@"})
     assert rows(by_text.text) == [seeded["dead_key"][1]]
     by_queue = client.get("/jobs", params={"queue": "reports"})
