@@ -72,7 +72,12 @@ class Tracing:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.end()
             raise
-        for span in spans:
+        # Backends answer in input order; a unique key may have returned another job.
+        for span, sent, stored in zip(spans, ctx.jobs_in, ctx.jobs_out, strict=False):
+            if stored.id != sent.id:
+                span.set_attribute("conveyor.job.deduplicated_to", stored.id)
+            span.end()
+        for span in spans[len(ctx.jobs_out):]:
             span.end()
 
     async def _execute(self, call_next: CallNext, ctx: ExecuteContext) -> None:

@@ -103,3 +103,19 @@ async def test_without_a_trace_the_job_starts_one(app: Conveyor, provider: Trace
     assert producer.parent is None
     assert consumer.context.trace_id == producer.context.trace_id  # type: ignore[union-attr]
     assert trace.get_current_span().get_span_context().is_valid is False
+
+
+async def test_a_deduplicated_enqueue_names_the_job_it_got(app: Conveyor, provider: TracerProvider,
+                                                          exporter: InMemorySpanExporter) -> None:
+    app.middleware.append(Tracing(provider))
+
+    @app.task(name="noop", queue="mail")
+    def noop() -> None: ...
+
+    first = await noop.options(unique_key="once").enqueue_async()
+    second = await noop.options(unique_key="once").enqueue_async()
+    assert second.id == first.id
+    spans = [s for s in exporter.get_finished_spans() if s.name == "send mail"]
+    assert len(spans) == 2
+    assert "conveyor.job.deduplicated_to" not in spans[0].attributes  # type: ignore[operator]
+    assert spans[1].attributes["conveyor.job.deduplicated_to"] == first.id  # type: ignore[index]
