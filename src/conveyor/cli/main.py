@@ -18,7 +18,14 @@ from ..errors import (
     UnknownTask,
 )
 from ..version import __version__
-from . import commands_admin, commands_dashboard, commands_demo, commands_jobs, commands_worker
+from . import (
+    commands_admin,
+    commands_dashboard,
+    commands_demo,
+    commands_jobs,
+    commands_ops,
+    commands_worker,
+)
 from .exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
 from .loading import add_target_arguments, app_from_arguments, open_backend
 from .parsing import Parser
@@ -43,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands_jobs.register(commands, target)
     commands_admin.register(commands, target)
     commands_demo.register(commands)
+    commands_ops.register(commands, target)
     commands_dashboard.register(commands)
     return parser
 
