@@ -146,3 +146,11 @@ def test_count_is_the_same_as_the_admin_api(app: Conveyor, client: TestClient,
     html = client.get("/jobs", params={"state": "dead", "queue": "mail"}).text
     expected = app.jobs.count(make_filter(states=["dead"], queues=["mail"]))
     assert f"{expected} matching" in html
+
+
+def test_a_fresh_install_renders_every_page_empty(client: TestClient) -> None:
+    assert "No queues yet" in client.get("/").text
+    assert "No jobs match." in client.get("/jobs").text
+    assert "No live worker." in client.get("/workers").text
+    assert "<strong>0</strong> jobs match" in client.get("/redrive").text
+    assert 'id="redrive-button"' not in client.get("/redrive").text
