@@ -265,7 +265,7 @@ class RedisBackend:
         else:  # still one round trip
             async with self.client.pipeline(transaction=False) as pipe:
                 for args in calls:
-                    self._script("enqueue", keys, args, client=pipe)
+                    await self._script("enqueue", keys, args, client=pipe)
                 replies = [r for chunk_replies in await pipe.execute() for r in chunk_replies]
         return [job if reply == 0 else job_from_hash(_pairs(reply))
                 for job, reply in zip(made, replies, strict=True)]
@@ -314,7 +314,7 @@ class RedisBackend:
         else:  # one round trip for the whole batch
             async with self.client.pipeline(transaction=False) as pipe:
                 for name, keys, args in calls:
-                    self._script(name, keys, args, client=pipe)
+                    await self._script(name, keys, args, client=pipe)
                 replies = await pipe.execute()
         stale: list[str] = []
         illegal: str | None = None
