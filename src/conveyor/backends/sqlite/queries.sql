@@ -89,7 +89,11 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt, 'at', :now, 'type', 'LeaseExpired',
         'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
-        'traceback', '', 'worker_id', coalesce(worker_id, ''), 'host', '', 'version', :version))
+        'traceback', '', 'worker_id', coalesce(worker_id, ''),
+        -- worker ids are host:pid:nonce
+        'host', CASE WHEN instr(worker_id, ':') > 0 THEN substr(worker_id, 1, instr(worker_id, ':') - 1)
+                     ELSE '' END,
+        'version', :version))
 WHERE state = 'running' AND lease_expires_at < :now
 RETURNING id
 
@@ -155,3 +159,19 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+
+-- name: put_meta
+INSERT INTO conveyor_meta (namespace, key, value, expires_at)
+VALUES (:namespace, :key, :value, :expires_at)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+
+-- name: get_meta
+SELECT key, value FROM conveyor_meta
+WHERE namespace = :namespace AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY key
+
+-- name: delete_meta
+DELETE FROM conveyor_meta WHERE namespace = :namespace AND key = :key
+
+-- name: delete_expired_meta
+DELETE FROM conveyor_meta WHERE expires_at IS NOT NULL AND expires_at <= :now
