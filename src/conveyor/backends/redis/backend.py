@@ -21,6 +21,7 @@ import asyncio
 import functools
 import json
 import logging
+from dataclasses import replace
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -34,7 +35,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import BackendUnavailable, ConfigurationError
-from ...job import AttemptError, Job, JobState, NewJob
+from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
 from ...timeutil import Clock, system_clock
 from ...version import __version__
@@ -180,7 +181,9 @@ class RedisBackend:
 
     # --- life of the connection -------------------------------------------------
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> Any:
+        """The redis-py asyncio client (typed Any: redis-py annotates every command as
+        returning "Awaitable[T] | T", which strict mypy cannot await)."""
         if self._client is None:
             raise RuntimeError("RedisBackend used before open() or after close()")
         return self._client
@@ -424,13 +427,13 @@ class RedisBackend:
             for job_id in candidates:
                 pipe.hmget(self.keys.job(job_id), fields if where.error_type else fields[:5])
             rows = await pipe.execute()
-        states = {s.value for s in where.states}
+        wanted_states = {s.value for s in where.states}
         chosen: list[tuple[float, int, str]] = []
         for job_id, row in zip(candidates, rows, strict=True):
             state, queue, task, seq, finished_at = row[:5]
             if state is None:
                 continue  # gone since the index was read
-            if (states and state not in states) or (where.queues and queue not in where.queues) \
+            if (wanted_states and state not in wanted_states) or (where.queues and queue not in where.queues) \
                     or (where.tasks and task not in where.tasks):
                 continue
             if where.error_type is not None:
@@ -486,17 +489,11 @@ class RedisBackend:
 
     @_translated
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        # As in SQLite: `limit` bounds the jobs looked at (oldest finished first;
-        # active jobs sort first there), and only the finished ones among them go.
-        ids = (await self._select(where, oldest_finished_first=True))[:limit]
-        if not ids:
-            return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.hget(self.keys.job(job_id), "state")
-            states = await pipe.execute()
-        finished = {JobState.COMPLETED.value, JobState.CANCELLED.value, JobState.DEAD.value}
-        ids = [job_id for job_id, state in zip(ids, states, strict=True) if state in finished]
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted
+        scoped = replace(where, states=tuple(sorted(finished)))
+        ids = (await self._select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
             return ids
         deleted = set(await self._script("delete", [self.keys.unique], ids))
@@ -539,6 +536,32 @@ class RedisBackend:
             if not paused:  # idle workers may have work waiting in it
                 pipe.rpush(self.keys.wake(queue), "1")
                 pipe.ltrim(self.keys.wake(queue), 0, 0)
+            await pipe.execute()
+
+    # --- small shared records ---------------------------------------------------------
+    # TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
+    # clock): each namespace is a hash of values plus a zset of expiry times.
+    @_translated
+    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
+        now = self.clock()
+        await self._script(
+            "put_meta", [self.keys.meta(namespace), self.keys.meta_expiry(namespace)],
+            [_num(now), key, value, "" if ttl is None else _num(now + ttl)],
+        )
+
+    @_translated
+    async def get_meta(self, namespace: str) -> dict[str, str]:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.meta(namespace))
+            pipe.zrangebyscore(self.keys.meta_expiry(namespace), "-inf", _num(self.clock()))
+            values, expired = await pipe.execute()
+        return {k: values[k] for k in sorted(values) if k not in set(expired)}
+
+    @_translated
+    async def delete_meta(self, namespace: str, key: str) -> None:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hdel(self.keys.meta(namespace), key)
+            pipe.zrem(self.keys.meta_expiry(namespace), key)
             await pipe.execute()
 
     @_translated

@@ -24,6 +24,8 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:cancelled`    | zset   | id by finished_at                                 |
 | `{p}:q:<queue>:dead`         | zset   | id by finished_at (the dead-letter queue)         |
 | `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
+| `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
+| `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
 
 A job id is in exactly one state index at a time, the one named by its `state`
 field; the Lua scripts in `scripts/` keep that true (one script per transition).
@@ -56,6 +58,12 @@ class Keys:
 
     def wake(self, queue: str) -> str:
         return f"{self.base}q:{queue}:wake"
+
+    def meta(self, namespace: str) -> str:
+        return f"{self.base}meta:{namespace}"
+
+    def meta_expiry(self, namespace: str) -> str:
+        return f"{self.base}meta:{namespace}:expires"
 
     def pattern(self) -> str:
         """SCAN pattern matching every key of this prefix (for test cleanup)."""

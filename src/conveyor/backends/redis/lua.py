@@ -13,7 +13,7 @@ from importlib import resources
 
 SCRIPT_NAMES = (
     "enqueue", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
-    "rescue", "prune", "cancel", "redrive", "delete", "force_state",
+    "rescue", "prune", "cancel", "redrive", "delete", "force_state", "put_meta",
 )
 
 

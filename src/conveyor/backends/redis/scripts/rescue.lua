@@ -31,11 +31,15 @@ for _, queue in ipairs(redis.call('SMEMBERS', QUEUES)) do
         local key = job_key(id)
         local worker_id = f.worker_id or ''
         local shown = f.worker_id or '?'
+        -- worker ids are host:pid:nonce
+        local host = ''
+        local colon = string.find(worker_id, ':', 1, true)
+        if colon then host = string.sub(worker_id, 1, colon - 1) end
         append_error(id, f.errors, '{"attempt":' .. f.attempt .. ',"at":' .. now_text
           .. ',"type":"LeaseExpired","message":'
           .. cjson.encode('lease expired: worker ' .. shown .. ' stopped heartbeating')
           .. ',"traceback":"","worker_id":' .. cjson.encode(worker_id)
-          .. ',"host":"","version":' .. cjson.encode(version) .. '}')
+          .. ',"host":' .. cjson.encode(host) .. ',"version":' .. cjson.encode(version) .. '}')
         unindex_job(id, f)
         redis.call('HSET', key, 'state', new_state)
         redis.call('HDEL', key, 'lease_expires_at')
