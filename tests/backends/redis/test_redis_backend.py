@@ -236,3 +236,19 @@ async def test_app_level_round_trip(redis_url: str) -> None:
         assert (await app.admin.get(handle.id)).state is JobState.AVAILABLE  # type: ignore[union-attr]
     finally:
         await app.aclose()
+
+
+async def test_text_survives_the_trip_through_lua_exactly(backend: RedisBackend, clock: ManualClock) -> None:
+    payload = '{"args":["é 😀 \\u0000 \\n \\"q\\" \\\\"],"kwargs":{}}'
+    odd = NewJob(id="ïd 😀\x01", task="täsk", queue="qüeue", payload=payload, priority=-7,
+                 run_at=clock() + 0.123456789, unique_key="ü\x00k", unique_for=1.5e-7,
+                 timeout=3.25, meta={"emoji": "😀", "n": 1})
+    [made] = await backend.enqueue_jobs([odd])
+    stored = await backend.get_job(odd.id)
+    assert stored == made
+    assert (stored.payload, stored.task, stored.queue, stored.unique_key) == \
+        (payload, "täsk", "qüeue", "ü\x00k")
+    assert (stored.run_at, stored.unique_for, stored.timeout) == (clock() + 0.123456789, 1.5e-7, 3.25)
+    assert stored.meta == {"emoji": "😀", "n": 1} and stored.priority == -7
+    [again] = await backend.enqueue_jobs([odd])  # dedup by the same odd id
+    assert again == made

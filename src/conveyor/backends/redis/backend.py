@@ -31,7 +31,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import BackendUnavailable, ConfigurationError
@@ -96,6 +96,9 @@ def _num(value: float) -> str:
 def _opt(value: str | None) -> str:
     """Optional script argument: '' for None, '~' + text otherwise."""
     return "" if value is None else "~" + value
+
+
+_pack = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
@@ -231,7 +234,19 @@ class RedisBackend:
 
     def _script(self, name: str, keys: Sequence[str], args: Sequence[str | int],
                 client: Any = None) -> Awaitable[Any]:
-        return self._scripts[name](keys=list(keys), args=[self.keys.base, *args], client=client)
+        if client is not None:  # a pipeline: it loads its scripts before executing
+            return self._scripts[name](keys=list(keys), args=[self.keys.base, *args], client=client)
+        return self._evalsha(self._scripts[name], keys, args)
+
+    async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
+                       args: Sequence[str | int]) -> Any:
+        # EVALSHA directly (the hot path of one-by-one enqueues); SCRIPT LOAD only
+        # when the server does not know the script, e.g. after a restart.
+        try:
+            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
+        except NoScriptError:
+            script.sha = await self.client.script_load(script.script)
+            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
 
     # --- producer -----------------------------------------------------------------
     @_translated
@@ -245,17 +260,17 @@ class RedisBackend:
         calls: list[list[str | int]] = []
         for start in range(0, len(jobs), _ENQUEUE_CHUNK):
             chunk = jobs[start:start + _ENQUEUE_CHUNK]
-            args: list[str | int] = [now_text, len(chunk)]
+            args: list[str | int] = [now_text]
             for new in chunk:
                 run_at = now if new.run_at is None else new.run_at
                 state = initial_state(run_at, now)
-                args += [
-                    new.id, new.queue, new.task, new.payload, state.value, new.priority,
-                    new.max_attempts, _num(run_at), _opt(new.unique_key),
+                args.append(_pack([
+                    new.id, new.queue, new.task, new.payload, state.value, str(new.priority),
+                    str(new.max_attempts), _num(run_at), _opt(new.unique_key),
                     _opt(None if new.unique_for is None else _num(new.unique_for)),
                     _opt(None if new.timeout is None else _num(new.timeout)),
-                    json.dumps(new.meta),
-                ]
+                    json.dumps(new.meta) if new.meta else "{}",
+                ]))
                 made.append(Job(
                     id=new.id, task=new.task, queue=new.queue, payload=new.payload,
                     state=state, priority=new.priority, max_attempts=new.max_attempts,
