@@ -252,3 +252,16 @@ async def test_text_survives_the_trip_through_lua_exactly(backend: RedisBackend,
     assert stored.meta == {"emoji": "😀", "n": 1} and stored.priority == -7
     [again] = await backend.enqueue_jobs([odd])  # dedup by the same odd id
     assert again == made
+
+
+async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job(1, unique_key="k", max_attempts=1)])
+    first = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.DEAD)])
+    # The key is free while job-1 is dead: job-2 takes it and completes.
+    await backend.enqueue_jobs([job(2, unique_key="k")])
+    second = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    await backend.settle_jobs([Settlement(second.id, second.lease_token, JobState.COMPLETED)])
+    await backend.redrive_jobs(JobFilter(ids=("job-1",)), 10, False)
+    [dup] = await backend.enqueue_jobs([job(3, unique_key="k")])
+    assert dup.id == "job-1" and dup.state is JobState.AVAILABLE

@@ -499,7 +499,7 @@ class RedisBackend:
         ids = (await self._select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
             return await self._load(ids)
-        rows = await self._script("redrive", [self.keys.queues], [_num(self.clock()), *ids])
+        rows = await self._script("redrive", [self.keys.unique], [_num(self.clock()), *ids])
         return [job_from_hash(_pairs(row)) for row in rows]
 
     @_translated

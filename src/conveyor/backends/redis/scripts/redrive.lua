@@ -1,7 +1,7 @@
 -- redrive.lua: an operator sends dead or cancelled jobs back to work
 -- (dead|cancelled -> available) with fresh attempts; their error history stays.
 --
--- KEYS[1] <prefix>queues  (only to route the call: all keys share one slot)
+-- KEYS[1] <prefix>unique  unique_key -> id (a redriven job holds its key again)
 -- ARGV[1] key prefix
 -- ARGV[2] now (the new run_at)
 -- ARGV[3..] ids, oldest failure first (chosen by the caller)
@@ -22,6 +22,14 @@ for a = 3, #ARGV do
       f.run_at = now_text
       index_job(id, f.queue, 'available', f)
       wake(f.queue)
+      -- Live again: dedup by its unique_key must find it, unless a live job holds the key.
+      if f.unique_key then
+        local holder = redis.call('HGET', UNIQUE, f.unique_key)
+        local held = holder and load(holder)
+        if not held or not is_live(held, tonumber(now_text)) then
+          redis.call('HSET', UNIQUE, f.unique_key, id)
+        end
+      end
     end
     out[#out + 1] = redis.call('HGETALL', job_key(id))
   end
