@@ -55,6 +55,8 @@ _STAGE_LIMIT = 1000  # due jobs staged per claim call
 _RESCUE_LIMIT = 1000
 _PRUNE_CHUNK = 1000
 _ILLEGAL = "CONVEYOR_ILLEGAL_TRANSITION"
+_SOCKET_TIMEOUT = 30.0
+_LONGEST_WAIT = _SOCKET_TIMEOUT / 2  # one BLPOP at most; the caller loops
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -201,6 +203,9 @@ class RedisBackend:
             self._driver_url,
             decode_responses=True,
             socket_connect_timeout=5.0,
+            # A server that stops answering (a partition without a reset) must not
+            # hang a worker forever; blocking waits stay well below this.
+            socket_timeout=_SOCKET_TIMEOUT,
             socket_keepalive=True,
             health_check_interval=30,
             retry=Retry(NoBackoff(), 1),
@@ -370,7 +375,8 @@ class RedisBackend:
         if timeout <= 0 or not queues:
             return
         try:
-            await self.client.blpop([self.keys.wake(q) for q in queues], timeout=timeout)
+            await self.client.blpop([self.keys.wake(q) for q in queues],
+                                    timeout=min(timeout, _LONGEST_WAIT))
         except _UNAVAILABLE:
             # No hints while Redis is away: behave like a poll interval, and let the
             # next fetch report the outage.
