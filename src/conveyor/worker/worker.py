@@ -236,11 +236,15 @@ class Worker:
         reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
         for job_id in reply.lost:
             running = self._running.get(job_id)
-            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
             self._unsettled.pop(job_id, None)
-            if running is not None:
-                running.ctx.lease_lost = True
-                running.task.cancel()
+            if running is None:
+                # The handler is done and its outcome is being written; a heartbeat
+                # that crossed that write sees the lease gone. A lease that really was
+                # lost shows up as a stale outcome, logged in _on_settled.
+                continue
+            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
+            running.ctx.lease_lost = True
+            running.task.cancel()
         for job_id in reply.cancel_requested:
             running = self._running.get(job_id)
             if running is not None:
