@@ -265,3 +265,12 @@ async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, 
     await backend.redrive_jobs(JobFilter(ids=("job-1",)), 10, False)
     [dup] = await backend.enqueue_jobs([job(3, unique_key="k")])
     assert dup.id == "job-1" and dup.state is JobState.AVAILABLE
+
+
+async def test_oldest_available_age_looks_at_every_priority(backend: RedisBackend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job(1, priority=5)])
+    clock.advance(10)
+    await backend.enqueue_jobs([job(2, priority=-3, run_at=clock() - 30), job(3, priority=9)])
+    clock.advance(1)
+    [stats] = await backend.queue_stats()
+    assert stats.oldest_available_age == 31.0  # job-2: lowest priority, earliest run_at

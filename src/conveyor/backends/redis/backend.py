@@ -540,15 +540,31 @@ class RedisBackend:
                 continue
             oldest_age = None
             if counts.get(JobState.AVAILABLE):
-                members = await client.zrange(self.keys.state(name, JobState.AVAILABLE), 0, -1)
-                if members:
-                    first = min(members, key=micros_from_rank)
-                    run_at = await client.hget(self.keys.job(id_from_rank(first)), "run_at")
-                    if run_at is not None:
-                        oldest_age = max(0.0, now - float(run_at))
+                first = await self._oldest_available(name)
+                run_at = None if first is None else await client.hget(
+                    self.keys.job(id_from_rank(first)), "run_at")
+                if run_at is not None:
+                    oldest_age = max(0.0, now - float(run_at))
             out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
                                   paused=flags.get(name) == "1"))
         return out
+
+    async def _oldest_available(self, queue: str) -> str | None:
+        """The available-index member with the earliest run_at. Within one priority
+        (one score) members sort by run_at, so the first member of each priority is
+        a candidate: one O(log n) step per distinct priority, not a full scan."""
+        key = self.keys.state(queue, JobState.AVAILABLE)
+        best: str | None = None
+        floor = "-inf"
+        while True:
+            page = await self.client.zrangebyscore(key, floor, "+inf", start=0, num=1,
+                                                   withscores=True)
+            if not page:
+                return best
+            member, score = page[0]
+            if best is None or micros_from_rank(member) < micros_from_rank(best):
+                best = member
+            floor = f"({score!r}"
 
     @_translated
     async def pause_queue(self, queue: str, paused: bool) -> None:
