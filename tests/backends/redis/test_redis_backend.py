@@ -19,7 +19,7 @@ from conveyor.backends.redis.keys import id_from_rank
 from conveyor.errors import BackendUnavailable, ConfigurationError
 from conveyor.job import JobState, NewJob
 from conveyor.timeutil import ManualClock
-from redis_helpers import free_port
+from redis_helpers import RedisServer, free_port
 
 
 def job(n: int, queue: str = "default", **fields: object) -> NewJob:
@@ -274,3 +274,26 @@ async def test_oldest_available_age_looks_at_every_priority(backend: RedisBacken
     clock.advance(1)
     [stats] = await backend.queue_stats()
     assert stats.oldest_available_age == 31.0  # job-2: lowest priority, earliest run_at
+
+
+async def test_scripts_come_back_after_the_server_forgets_them(private_redis: RedisServer) -> None:
+    # A restarted (or SCRIPT FLUSHed) server knows no scripts: single calls and
+    # pipelined ones load them again by themselves. A private server, so that the
+    # flush touches nobody else's scripts.
+    clock = ManualClock()
+    b = RedisBackend(private_redis.url + "?prefix=flush", clock=clock)
+    await b.open()
+    try:
+        await b.client.script_flush()
+        made = await b.enqueue_jobs([job(i) for i in range(1500)])  # two chunks: a pipeline
+        assert len(made) == 1500
+        await b.client.script_flush()
+        claimed = await b.fetch_jobs(["default"], 2, "w", 30)
+        await b.client.script_flush()
+        assert await b.settle_jobs([  # complete + fail: two scripts in one pipeline
+            Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
+            Settlement(claimed[1].id, claimed[1].lease_token, JobState.DEAD),
+        ]) == []
+        assert await b.count_jobs(JobFilter(states=(JobState.COMPLETED, JobState.DEAD))) == 2
+    finally:
+        await b.close()

@@ -21,6 +21,7 @@ import asyncio
 import functools
 import json
 import logging
+import socket
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -55,8 +56,12 @@ _STAGE_LIMIT = 1000  # due jobs staged per claim call
 _RESCUE_LIMIT = 1000
 _PRUNE_CHUNK = 1000
 _ILLEGAL = "CONVEYOR_ILLEGAL_TRANSITION"
-_SOCKET_TIMEOUT = 30.0
-_LONGEST_WAIT = _SOCKET_TIMEOUT / 2  # one BLPOP at most; the caller loops
+_LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
+_KEEPALIVE = {
+    option: value
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3))
+    if (option := getattr(socket, name, None)) is not None
+}
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -204,9 +209,11 @@ class RedisBackend:
             decode_responses=True,
             socket_connect_timeout=5.0,
             # A server that stops answering (a partition without a reset) must not
-            # hang a worker forever; blocking waits stay well below this.
-            socket_timeout=_SOCKET_TIMEOUT,
+            # hang a worker forever. TCP keepalive finds the dead peer in about 25 s.
+            # Not socket_timeout: redis-py wraps every read in a timeout context that
+            # now and then swallows a task cancellation (a worker then cannot stop).
             socket_keepalive=True,
+            socket_keepalive_options=_KEEPALIVE,
             health_check_interval=30,
             retry=Retry(NoBackoff(), 1),
             client_name="conveyor",
@@ -224,8 +231,7 @@ class RedisBackend:
     async def migrate(self) -> list[int]:
         """Redis has no schema to create; the layout version is recorded once."""
         created = await self.client.set(self.keys.schema, "1", nx=True)
-        if created:
-            await self._warn_if_evicting()
+        await self._warn_if_evicting()
         return [1] if created else []
 
     async def _warn_if_evicting(self) -> None:
@@ -237,11 +243,27 @@ class RedisBackend:
             log.warning("Redis at %s has maxmemory-policy=%s: under memory pressure it may "
                         "evict jobs. Use noeviction for job queues.", redact_url(self.url), policy)
 
-    def _script(self, name: str, keys: Sequence[str], args: Sequence[str | int],
-                client: Any = None) -> Awaitable[Any]:
-        if client is not None:  # a pipeline: it loads its scripts before executing
-            return self._scripts[name](keys=list(keys), args=[self.keys.base, *args], client=client)
+    def _script(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Awaitable[Any]:
         return self._evalsha(self._scripts[name], keys, args)
+
+    async def _scripts_in_one_trip(
+        self, calls: Sequence[tuple[str, Sequence[str], Sequence[str | int]]]
+    ) -> list[Any]:
+        """Several script calls in one pipeline (one round trip). redis-py's own
+        script pipelining asks SCRIPT EXISTS first, a second round trip every time;
+        here a call the server does not know is simply sent again after loading."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for name, keys, args in calls:
+                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, self.keys.base, *args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                name, keys, args = calls[i]
+                replies[i] = await self._evalsha(self._scripts[name], keys, args)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
                        args: Sequence[str | int]) -> Any:
@@ -286,10 +308,8 @@ class RedisBackend:
         if len(calls) == 1:
             replies = await self._script("enqueue", keys, calls[0])
         else:  # still one round trip
-            async with self.client.pipeline(transaction=False) as pipe:
-                for args in calls:
-                    await self._script("enqueue", keys, args, client=pipe)
-                replies = [r for chunk_replies in await pipe.execute() for r in chunk_replies]
+            chunks = await self._scripts_in_one_trip([("enqueue", keys, args) for args in calls])
+            replies = [reply for chunk in chunks for reply in chunk]
         return [job if reply == 0 else job_from_hash(_pairs(reply))
                 for job, reply in zip(made, replies, strict=True)]
 
@@ -335,10 +355,7 @@ class RedisBackend:
         if len(calls) == 1:
             replies = [await self._script(*calls[0])]
         else:  # one round trip for the whole batch
-            async with self.client.pipeline(transaction=False) as pipe:
-                for name, keys, args in calls:
-                    await self._script(name, keys, args, client=pipe)
-                replies = await pipe.execute()
+            replies = await self._scripts_in_one_trip(calls)
         stale: list[str] = []
         illegal: str | None = None
         for rejected in replies:
