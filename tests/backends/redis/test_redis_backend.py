@@ -132,6 +132,8 @@ async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock:
         assert found == [stored.state], (stored.id, found)
     due = set(await backend.client.zrange(backend.keys.due, 0, -1))
     assert due == {"job-9", claimed[1].id, claimed[3].id}
+    assert set(await backend.client.zrange(backend.keys.jobs, 0, -1)) == \
+        {f"job-{n}" for n in list(range(6)) + [9]}
 
 
 # --- fencing -------------------------------------------------------------------------
@@ -169,6 +171,8 @@ async def test_completed_and_dead_are_bounded_by_count(redis_url: str, clock: Ma
         assert await b.get_job("job-0") is None
         # The dropped jobs' unique keys are gone too: nothing points at a missing job.
         assert sorted(await b.client.hkeys(b.keys.unique)) == ["u3", "u4", "u5", "u8", "u9"]
+        assert sorted(await b.client.zrange(b.keys.jobs, 0, -1)) == \
+            ["job-3", "job-4", "job-5", "job-8", "job-9"]
     finally:
         await b.delete_all_keys()
         await b.close()
@@ -191,6 +195,7 @@ async def test_prune_by_age_keeps_jobs_inside_their_dedup_window(
     assert await backend.prune_jobs(completed_before=clock(), dead_before=clock()) == 2
     assert await backend.count_jobs(JobFilter()) == 0
     assert await backend.client.hlen(backend.keys.unique) == 0
+    assert await backend.client.zcard(backend.keys.jobs) == 0
 
 
 # --- wake-ups --------------------------------------------------------------------------
@@ -297,3 +302,18 @@ async def test_scripts_come_back_after_the_server_forgets_them(private_redis: Re
         assert await b.count_jobs(JobFilter(states=(JobState.COMPLETED, JobState.DEAD))) == 2
     finally:
         await b.close()
+
+
+async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3000)])
+    claimed = await backend.fetch_jobs(["a"], 700, "w", 30)
+    await backend.settle_jobs([Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed])
+    for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(tasks=("t",)),
+                  JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b"))):
+        everything = await backend._select(where, oldest_finished_first=False)
+        assert await backend._newest(where, 1234) == everything[:1234]
+        page = await backend.list_jobs(where, limit=25, offset=2000)
+        assert [j.id for j in page] == everything[2000:2025]
+    newest = await backend.list_jobs(JobFilter(), limit=2)
+    assert [j.id for j in newest] == ["job-2999", "job-2998"]
+    assert await backend.client.zcard(backend.keys.jobs) == 3000

@@ -282,7 +282,7 @@ class RedisBackend:
             return []
         now = self.clock()
         now_text = _num(now)
-        keys = [self.keys.seq, self.keys.due, self.keys.unique, self.keys.queues]
+        keys = [self.keys.seq, self.keys.due, self.keys.unique, self.keys.queues, self.keys.jobs]
         made: list[Job] = []
         calls: list[list[str | int]] = []
         for start in range(0, len(jobs), _ENQUEUE_CHUNK):
@@ -442,46 +442,80 @@ class RedisBackend:
         fields = await self.client.hgetall(self.keys.job(job_id))
         return job_from_hash(fields) if fields else None
 
+    _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at", "errors")
+
+    async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:
+        fields = self._LIST_FIELDS if where.error_type else self._LIST_FIELDS[:5]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(self.keys.job(job_id), fields)
+            rows: list[list[str | None]] = await pipe.execute()
+        return rows
+
+    @staticmethod
+    def _matches(where: JobFilter, row: Sequence[str | None]) -> bool:
+        state, queue, task = row[0], row[1], row[2]
+        if state is None:
+            return False  # gone since the index was read
+        if where.states and state not in {s.value for s in where.states}:
+            return False
+        if (where.queues and queue not in where.queues) or (where.tasks and task not in where.tasks):
+            return False
+        if where.error_type is not None:
+            errors = json.loads(row[5] or "[]")
+            return bool(errors) and errors[-1].get("type") == where.error_type
+        return True
+
+    async def _candidates(self, where: JobFilter) -> list[str]:
+        """Every id that may match `where`, from the state indexes it names."""
+        if where.ids:
+            return list(dict.fromkeys(where.ids))
+        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        states = where.states or tuple(JobState)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for state in states:
+                    pipe.zrange(self.keys.state(queue, state), 0, -1)
+            pages = await pipe.execute()
+        candidates: list[str] = []
+        for (_, state), page in zip(((q, s) for q in queues for s in states), pages, strict=True):
+            candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
+        return candidates
+
     async def _select(self, where: JobFilter, oldest_finished_first: bool) -> list[str]:
         """Ids matching `where`, in listing order (newest first, or oldest finished first)."""
-        client = self.client
-        if where.ids:
-            candidates = list(dict.fromkeys(where.ids))
-        else:
-            queues = list(where.queues) or sorted(await client.smembers(self.keys.queues))
-            states = where.states or tuple(JobState)
-            async with client.pipeline(transaction=False) as pipe:
-                for queue in queues:
-                    for state in states:
-                        pipe.zrange(self.keys.state(queue, state), 0, -1)
-                index_pages = await pipe.execute()
-            candidates = []
-            for (queue, state), page in zip(
-                ((q, s) for q in queues for s in states), index_pages, strict=True
-            ):
-                candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
-        fields = ["state", "queue", "task", "seq", "finished_at", "errors"]
-        async with client.pipeline(transaction=False) as pipe:
-            for job_id in candidates:
-                pipe.hmget(self.keys.job(job_id), fields if where.error_type else fields[:5])
-            rows = await pipe.execute()
-        wanted_states = {s.value for s in where.states}
+        candidates = await self._candidates(where)
         chosen: list[tuple[float, int, str]] = []
-        for job_id, row in zip(candidates, rows, strict=True):
-            state, queue, task, seq, finished_at = row[:5]
-            if state is None:
-                continue  # gone since the index was read
-            if (wanted_states and state not in wanted_states) or (where.queues and queue not in where.queues) \
-                    or (where.tasks and task not in where.tasks):
-                continue
-            if where.error_type is not None:
-                errors = json.loads(row[5] or "[]")
-                if not errors or errors[-1].get("type") != where.error_type:
-                    continue
-            order = float(finished_at or 0.0) if oldest_finished_first else 0.0
-            chosen.append((order, -int(seq), job_id))
+        for job_id, row in zip(candidates, await self._rows(candidates, where), strict=True):
+            if self._matches(where, row):
+                finished_at = row[4]
+                order = float(finished_at or 0.0) if oldest_finished_first else 0.0
+                chosen.append((order, -int(row[3] or 0), job_id))
         chosen.sort()
         return [job_id for _, _, job_id in chosen]
+
+    async def _newest(self, where: JobFilter, want: int) -> list[str]:
+        """The first `want` ids matching `where`, newest first, read from the seq
+        index page by page: a listing costs what it shows, not the whole store."""
+        found: list[str] = []
+        page_size = max(500, 2 * want)
+        start = 0
+        while len(found) < want:
+            ids = await self.client.zrevrange(self.keys.jobs, start, start + page_size - 1)
+            if not ids:
+                break
+            found += [job_id for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
+                      if self._matches(where, row)]
+            start += page_size
+        return found[:want]
+
+    async def _indexed_count(self, where: JobFilter) -> int:
+        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for state in where.states or tuple(JobState):
+                    pipe.zcard(self.keys.state(queue, state))
+            return sum(await pipe.execute())
 
     async def _load(self, ids: Iterable[str]) -> list[Job]:
         async with self.client.pipeline(transaction=False) as pipe:
@@ -492,19 +526,20 @@ class RedisBackend:
 
     @_translated
     async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0) -> list[Job]:
-        ids = await self._select(where, oldest_finished_first=False)
-        return await self._load(ids[offset:offset + limit])
+        want = offset + limit
+        # Few candidates: read and sort them all. Many: walk the seq index until the
+        # page is full (matches are then dense enough for that to be short).
+        if where.ids or await self._indexed_count(where) <= max(2000, 4 * want):
+            ids = await self._select(where, oldest_finished_first=False)
+        else:
+            ids = await self._newest(where, want)
+        return await self._load(ids[offset:want])
 
     @_translated
     async def count_jobs(self, where: JobFilter) -> int:
         if where.ids or where.tasks or where.error_type is not None:
             return len(await self._select(where, oldest_finished_first=False))
-        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                for state in where.states or tuple(JobState):
-                    pipe.zcard(self.keys.state(queue, state))
-            return sum(await pipe.execute())
+        return await self._indexed_count(where)
 
     @_translated
     async def cancel_job(self, job_id: str) -> Job | None:

@@ -12,6 +12,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None), plus `seq` and, while available, `rank` |
 | `{p}:seq`                    | string | insertion counter (FIFO within a priority and run_at) |
 | `{p}:queues`                 | set    | every queue name enqueued to                      |
+| `{p}:jobs`                   | zset   | every job id by seq (newest-first listing)        |
 | `{p}:paused`                 | hash   | queue -> "1" paused / "0" resumed                 |
 | `{p}:due`                    | zset   | scheduled + retryable job ids by run_at (staging) |
 | `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
@@ -49,6 +50,7 @@ class Keys:
         self.due = self.base + "due"
         self.unique = self.base + "unique"
         self.schema = self.base + "schema"
+        self.jobs = self.base + "jobs"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"

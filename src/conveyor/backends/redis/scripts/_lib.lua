@@ -15,6 +15,7 @@ local UNIQUE = PREFIX .. 'unique'
 local QUEUES = PREFIX .. 'queues'
 local PAUSED = PREFIX .. 'paused'
 local SEQ = PREFIX .. 'seq'
+local JOBS = PREFIX .. 'jobs'  -- every job id by seq: newest-first listing
 
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function state_key(queue, state) return PREFIX .. 'q:' .. queue .. ':' .. state end
@@ -105,6 +106,7 @@ end
 local function delete_job(id, f)
   unindex_job(id, f)
   forget_unique(id, f.unique_key)
+  redis.call('ZREM', JOBS, id)
   redis.call('DEL', job_key(id))
 end
 
@@ -120,6 +122,7 @@ local function trim_finished(queue, state, max)
     forget_unique(id, redis.call('HGET', job_key(id), 'unique_key'))
     redis.call('DEL', job_key(id))
   end
+  redis.call('ZREM', JOBS, unpack(old))
   redis.call('ZREMRANGEBYRANK', key, 0, excess - 1)
 end
 

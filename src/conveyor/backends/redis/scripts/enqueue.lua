@@ -4,6 +4,7 @@
 -- KEYS[2] <prefix>due     scheduled/retryable jobs by run_at
 -- KEYS[3] <prefix>unique  unique_key -> id of the latest job holding it
 -- KEYS[4] <prefix>queues  set of every queue name seen
+-- KEYS[5] <prefix>jobs    every job id by seq (newest-first listing)
 -- ARGV[1] key prefix, e.g. "{conveyor}:"
 -- ARGV[2] now (epoch seconds; also created_at)
 -- ARGV[3..] one argument per job: a JSON array of 12 strings (one argument instead
@@ -67,6 +68,7 @@ for j = 3, #ARGV do
       index_job(id, queue, state, { run_at = run_at })
     end
     redis.call('SADD', QUEUES, queue)
+    redis.call('ZADD', JOBS, seq, id)
     out[#out + 1] = 0
   end
 end
