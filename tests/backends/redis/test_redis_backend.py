@@ -317,3 +317,15 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
     newest = await backend.list_jobs(JobFilter(), limit=2)
     assert [j.id for j in newest] == ["job-2999", "job-2998"]
     assert await backend.client.zcard(backend.keys.jobs) == 3000
+
+
+async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:
+    url = redis_url.replace("redis://", "redis://:not-the-password@", 1)
+    b = RedisBackend(url)
+    await b.open()
+    try:
+        with pytest.raises(ConfigurationError, match="refused the credentials") as info:
+            await b.enqueue_jobs([job(1)])
+        assert "not-the-password" not in str(info.value)
+    finally:
+        await b.close()

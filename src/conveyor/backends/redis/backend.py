@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import AuthenticationError, AuthenticationWrongNumberOfArgsError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -156,6 +157,12 @@ def _translated(
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
+        except (AuthenticationError, AuthenticationWrongNumberOfArgsError) as exc:
+            # redis-py makes these ConnectionErrors, but retrying will not help.
+            raise ConfigurationError(
+                f"Redis at {redact_url(args[0].url)} refused the credentials "  # type: ignore[attr-defined]
+                f"({exc}); check the user and password in the URL"
+            ) from exc
         except _UNAVAILABLE as exc:
             backend = args[0]
             assert isinstance(backend, RedisBackend)
