@@ -297,3 +297,44 @@ async def test_workers_run_the_scheduler_by_default(backend_url: str, clock: Man
         assert ran == ["x"]
     finally:
         await app.aclose()
+
+
+async def test_cron_list_shows_next_fire_times_in_utc_and_the_zone_and_the_last_run(
+    replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock
+) -> None:
+    from conveyor.maintenance.commands import cron_list
+
+    [app] = replicas(1, cron="0 9 * * *", tz="Europe/Madrid", overlap="allow")
+    text = await cron_list(app, upcoming=2)
+    assert text.splitlines() == [
+        "tests.tick  ->  tests.tick",
+        "  cron '0 9 * * *' in Europe/Madrid; misfire=skip overlap=allow",
+        "  next  2027-01-15 08:00:00 UTC   2027-01-15 09:00 CET (Europe/Madrid)",
+        "  next  2027-01-16 08:00:00 UTC   2027-01-16 09:00 CET (Europe/Madrid)",
+        "  last  never fired",
+    ]
+    [job] = await Scheduler(app).tick()  # START is 09:00 in Madrid
+    text = await cron_list(app, upcoming=1)
+    assert text.splitlines()[2:] == [
+        "  next  2027-01-16 08:00:00 UTC   2027-01-16 09:00 CET (Europe/Madrid)",
+        f"  last  2027-01-15T08:00:00Z  job {job.id}  available",
+    ]
+    assert '"job_id": "cron:tests.tick:2027-01-15T08:00:00Z"' in await cron_list(app, as_json=True)
+
+
+async def test_scheduler_command_runs_until_stopped(
+    replicas: Callable[..., list[Conveyor]], clock: ManualClock
+) -> None:
+    from conveyor.maintenance.commands import run_scheduler
+
+    [app] = replicas(1, every=timedelta(minutes=1))
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_scheduler(app, stop))
+    backend = await app.backend()
+
+    async def fired() -> bool:
+        return len(await jobs_of(backend)) == 1
+
+    await eventually(fired)
+    stop.set()
+    assert await asyncio.wait_for(running, 10) == 0
