@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class PeriodicDecorator(Protocol):
+    """What `app.periodic(...)` returns: keeps the decorated Task's exact type."""
+
+    @overload
+    def __call__(self, target: Task[P, R], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class Conveyor:
@@ -156,7 +165,7 @@ class Conveyor:
         max_catch_up: int = 10,
         overlap: str = "skip",
         jitter: Duration | None = None,
-    ) -> Callable[[Task[P, R] | Callable[P, R]], Task[P, R]]:
+    ) -> PeriodicDecorator:
         """Run a task on a schedule, from every worker (no single beat process).
 
         Stack it above `@app.task` (or use it alone: the function becomes a task
@@ -174,8 +183,8 @@ class Conveyor:
         """
         from .maintenance.schedules import make_schedule
 
-        def decorate(target: Task[P, R] | Callable[P, R]) -> Task[P, R]:
-            task: Task[P, R] = target if isinstance(target, Task) else self._register(target)
+        def decorate(target: Task[Any, Any] | Callable[..., Any]) -> Task[Any, Any]:
+            task = target if isinstance(target, Task) else self._register(target)
             if task.app is not self:
                 raise ConfigurationError(f"task {task.name} belongs to another Conveyor app")
             schedule_name = name or task.name
@@ -193,7 +202,7 @@ class Conveyor:
             self.schedules[schedule_name] = schedule
             return task
 
-        return decorate
+        return cast(PeriodicDecorator, decorate)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
