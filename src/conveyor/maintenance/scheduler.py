@@ -70,12 +70,13 @@ class Scheduler:
                     stored_text: str | None) -> list[Job]:
         stored = None if stored_text is None else ScheduleState.from_json(stored_text)
         known = self._known.get(schedule.name)
-        if stored is None and known is None:
+        if stored is not None:
+            state = stored.merge(known)
+        elif known is not None:
+            state = known  # the record was lost; our own memory is the best there is
+        else:
             # First sight: nothing before now is owed. A tick at exactly now still fires.
             state = ScheduleState.fresh(since=math.ceil(now) - 1)
-        else:
-            state = stored.merge(known) if stored is not None else known  # type: ignore[assignment]
-        assert state is not None
         before = state
         jobs: list[Job] = []
 
