@@ -179,6 +179,19 @@ def test_a_year_long_outage_of_a_minutely_schedule_is_planned_quickly() -> None:
     assert plan.skipped is None  # too many to count: reported as "very many"
 
 
+@pytest.mark.parametrize("keep", [1, 7, 100])
+def test_long_outage_of_an_uneven_schedule_keeps_the_latest_ticks(keep: int) -> None:
+    # Weekday working hours only: tick density varies, so the look-back must search.
+    s = schedule("*/5 9-17 * * MON-FRI", tz="Europe/Madrid", misfire="all", max_catch_up=keep,
+                 overlap="allow")
+    now = utc("2027-06-07T07:10:00")  # Monday 09:10 CEST, after two years down
+    plan = s.plan(utc("2025-06-01T00:00:00"), now)
+    expected = s.upcoming(utc("2027-06-01T00:00:00"), 600)
+    expected = [t for t in expected if t <= now][-keep:]
+    assert [r.tick for r in plan.runs] == expected
+    assert plan.skipped is None
+
+
 # --- state merge -------------------------------------------------------------------------
 def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> None:
     base = ScheduleState.fresh(since=0)
@@ -207,7 +220,8 @@ def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> Non
     ({"every": 60, "misfire": "later"}, "misfire='later'"),
     ({"every": 60, "overlap": "sometimes"}, "overlap='sometimes'"),
     ({"every": 60, "misfire": "all"}, "pass overlap='allow'"),
-    ({"every": 60, "max_catch_up": 0}, "max_catch_up must be at least 1"),
+    ({"every": 60, "max_catch_up": 0}, "max_catch_up must be between 1 and 100, got 0"),
+    ({"every": 60, "max_catch_up": 101}, "max_catch_up must be between 1 and 100, got 101"),
     ({"every": 60, "jitter": 60}, "jitter must be shorter"),
     ({"every": 60, "args": (object(),)}, "must be JSON data"),
 ])

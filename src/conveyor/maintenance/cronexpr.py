@@ -8,6 +8,7 @@ UTC instants, with the DST rules, is `conveyor.maintenance.schedules`' job.
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -74,6 +75,9 @@ class CronCalendar:
             ) from None
         self.expression = normalized
         self._every_hour = fields[1] == "*"
+        # Parsing dominates the cost of a lookup; parse once and move the cursor.
+        self._iterator = croniter(normalized, datetime(2000, 1, 1))
+        self._cursor_lock = threading.Lock()  # the cursor is shared state; lookups are rare
 
     @property
     def every_hour(self) -> bool:
@@ -81,8 +85,9 @@ class CronCalendar:
 
     def first_at_or_after(self, wall: datetime) -> datetime:
         # croniter answers "strictly after"; step back a microsecond to include `wall`.
-        start = wall - _ONE_MICROSECOND
-        found: datetime = croniter(self.expression, start).get_next(datetime)
+        with self._cursor_lock:
+            self._iterator.set_current(wall - _ONE_MICROSECOND, force=True)
+            found: datetime = self._iterator.get_next(datetime)
         return found
 
     def __repr__(self) -> str:

@@ -43,6 +43,7 @@ _MAX_SEGMENTS = 2000  # ~44 years of 8-day segments: enough for "0 0 29 2 *"
 # Past this many due ticks the window is not walked tick by tick (a year-long outage
 # of a minutely schedule must not cost 500k steps); see `Schedule.due`.
 ENUMERATION_CAP = 1000
+MAX_CATCH_UP_LIMIT = 100  # misfire="all" fires at most this many missed ticks
 SCHEDULE_META_KEY = "schedule"  # job.meta[...] holds the ScheduledRun of a scheduled job
 
 
@@ -284,12 +285,16 @@ class Schedule:
         # Too many to walk: look back from now over a span that holds `keep` ticks.
         average = max(1, (ticks[-1] - ticks[0]) // max(1, len(ticks) - 1))
         span = average * (keep + 2) + self.jitter
-        while True:
+        tail: list[int] = []
+        for _ in range(64):  # ticks are not spread evenly (weekdays only...): search, bounded
             start = max(after, int(now) - span)
             tail, complete = self._walk(start, now, ENUMERATION_CAP)
             if complete and (len(tail) >= keep or start == after):
-                return tail[-keep:], first, None
-            span = span * 4 if complete else span // 2 + 1
+                break
+            # MAX_CATCH_UP_LIMIT is far below ENUMERATION_CAP, so doubling from too few
+            # cannot overshoot to too many and halving from too many cannot drop below.
+            span = span * 2 if complete else span // 2 + 1
+        return tail[-keep:], first, None
 
     def _walk(self, after: int, now: float, cap: int) -> tuple[list[int], bool]:
         ticks: list[int] = []
@@ -371,8 +376,9 @@ def make_schedule(
         raise ConfigurationError(f"{where}: misfire={misfire!r}; choose one of {MISFIRE_POLICIES}")
     if overlap not in OVERLAP_POLICIES:
         raise ConfigurationError(f"{where}: overlap={overlap!r}; choose one of {OVERLAP_POLICIES}")
-    if max_catch_up < 1:
-        raise ConfigurationError(f"{where}: max_catch_up must be at least 1")
+    if not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT:
+        raise ConfigurationError(
+            f"{where}: max_catch_up must be between 1 and {MAX_CATCH_UP_LIMIT}, got {max_catch_up}")
     if misfire == "all" and overlap != "allow":
         raise ConfigurationError(
             f"{where}: misfire='all' enqueues several runs at once, which overlap={overlap!r} "
