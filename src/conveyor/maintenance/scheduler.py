@@ -62,8 +62,15 @@ class Scheduler:
         now = self.app.clock()
         stored = await backend.get_meta(SCHEDULES_NAMESPACE)
         jobs: list[Job] = []
+        failed: Exception | None = None
         for schedule in self.schedules:
-            jobs.extend(await self._pass(backend, schedule, now, stored.get(schedule.name)))
+            try:
+                jobs.extend(await self._pass(backend, schedule, now, stored.get(schedule.name)))
+            except Exception as exc:  # noqa: BLE001 - one schedule must not hold up the others
+                log.warning("schedule %s: pass failed: %s", schedule.name, exc)
+                failed = failed or exc
+        if failed is not None:
+            raise failed  # the loop backs off; the state of the others is already saved
         return jobs
 
     async def _pass(self, backend: Backend, schedule: Schedule, now: float,
