@@ -60,7 +60,7 @@ def format_reports(reports: Sequence[ScheduleReport]) -> str:
     blocks: list[str] = []
     for r, data in zip(reports, describe_reports(reports)):
         s = r.schedule
-        lines = [f"{s.name}  ->  {s.task}",
+        lines = [s.name if s.name == s.task else f"{s.name}  (task {s.task})",
                  f"  {s.timing.describe()}; misfire={s.misfire} overlap={s.overlap}"
                  + (f" jitter={s.jitter}s" if s.jitter else "")]
         for utc, local in zip(r.upcoming, r.upcoming_local):
