@@ -380,3 +380,38 @@ async def test_scheduler_command_runs_until_stopped(
     await eventually(fired)
     stop.set()
     assert await asyncio.wait_for(running, 10) == 0
+
+
+@pytest.mark.parametrize("overlap", ["skip", "queue_one"])
+async def test_catch_up_windows_leave_no_hole_when_overlap_holds_runs_back(
+    replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock, overlap: str
+) -> None:
+    """Workers and schedulers down together: the last run is still waiting when the
+    scheduler comes back, so the catch-up run is held back or skipped; the window
+    it would have covered is then covered by a later run, not lost."""
+    apps = replicas(2, every=timedelta(minutes=5), misfire="catch_up", overlap=overlap)
+    schedulers = [Scheduler(app) for app in apps]
+    await asyncio.gather(*(s.tick() for s in schedulers))  # START fires; nobody runs it
+    clock.advance(timedelta(hours=6))
+    await asyncio.gather(*(s.tick() for s in schedulers))  # busy: held back or skipped
+    clock.advance(5 * MINUTE)
+    await asyncio.gather(*(s.tick() for s in schedulers))  # still busy
+    executions: Counter[str] = Counter()
+    windows: list[tuple[datetime, datetime, int | None]] = []
+    for step in range(4):  # workers are back: run what is there, let the schedulers catch up
+        for job in await run_all(backend, executions):
+            windows.append((run_of(job).covers_from, run_of(job).covers_to, run_of(job).ticks))
+        if step < 3:
+            clock.advance(5 * MINUTE)
+            await asyncio.gather(*(s.tick() for s in schedulers))
+    assert set(executions.values()) == {1}
+    if overlap == "skip":  # two skipped windows join the next run's
+        assert windows == [(at(START), at(START), 1),
+                           (at(START + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 74),
+                           (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1),
+                           (at(START + 6 * 3600 + 20 * MINUTE), at(START + 6 * 3600 + 20 * MINUTE), 1)]
+    else:  # the first held run keeps its window; the tick dropped behind it joins the next
+        assert windows == [(at(START), at(START), 1),
+                           (at(START + 5 * MINUTE), at(START + 6 * 3600), 72),
+                           (at(START + 6 * 3600 + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 2),
+                           (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1)]

@@ -200,6 +200,11 @@ def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> Non
     for merged in (pending.merge(fired), fired.merge(pending)):
         assert merged.last_tick == 120 and merged.pending is None
         assert merged.last_run is not None and merged.last_run.job_id == "cron:s:120"
+    # A replica that still holds the old run must not erase the run held after it fired.
+    held_old = base.buffered(Run(120, 120, 120, 1))
+    held_new = held_old.fired(Run(120, 120, 120, 1), "cron:s:120", 130.0).buffered(Run(180, 180, 180, 1))
+    for merged in (held_old.merge(held_new), held_new.merge(held_old)):
+        assert merged.pending == Run(180, 180, 180, 1)
     stale = base.merge(fired.advanced(600, 0))
     assert stale.last_tick == 600
     assert ScheduleState.from_json(fired.to_json()) == fired

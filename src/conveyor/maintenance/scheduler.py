@@ -99,12 +99,15 @@ class Scheduler:
             for run, job in zip(plan.runs, enqueued):
                 state = state.fired(run, job.id, now)
             jobs.extend(enqueued)
-        for run in plan.runs if schedule.overlap != "allow" else ():
+        for planned in plan.runs if schedule.overlap != "allow" else ():
+            run = state.widen(planned) if schedule.misfire == "catch_up" else planned
             if await self._busy(backend, state):
                 if schedule.overlap == "queue_one" and state.pending is None:
                     state = state.buffered(run)
                 else:
                     state = state.skipped_tick(run.tick)
+                    if schedule.misfire == "catch_up":
+                        state = state.left_uncovered(planned)
                     log.info("schedule %s: tick %s skipped, its previous run is still active",
                              schedule.name, iso(run.tick))
                 continue
