@@ -174,6 +174,35 @@ async def test_once_per_tick_survives_stale_state_restarts_and_random_interleavi
     assert sorted(executions) == expected
 
 
+@pytest.mark.parametrize(("overlap", "seed"), [("skip", 4), ("queue_one", 5)])
+async def test_catch_up_windows_tile_time_under_random_outages_and_overlaps(
+    replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock,
+    overlap: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    apps = replicas(3, every=timedelta(minutes=1), misfire="catch_up", overlap=overlap)
+    schedulers = [Scheduler(app) for app in apps]
+    executions: Counter[str] = Counter()
+    windows: list[ScheduledRun] = []
+    for step in range(90):
+        clock.advance(rng.choice([1, 30, 60, 61, 150, 600, 3600]))
+        if rng.random() < 0.1:
+            i = rng.randrange(3)
+            schedulers[i] = Scheduler(apps[i])
+        await asyncio.gather(*(s.tick() for s in rng.sample(schedulers, rng.randint(1, 3))))
+        if rng.random() < 0.5 or step >= 85:  # the last steps drain what is held
+            windows.extend(run_of(job) for job in await run_all(backend, executions))
+    assert set(executions.values()) == {1}
+    schedule = apps[0].schedules["tests.tick"]
+    windows.sort(key=lambda run: run.tick)
+    assert len(windows) > 20
+    for before, after in zip(windows, windows[1:]):  # contiguous: no hole, no overlap
+        assert after.covers_from == at(schedule.next_tick(int(before.covers_to.timestamp())))
+    for run in windows:
+        assert run.tick == run.covers_to
+        assert run.ticks == (run.covers_to - run.covers_from) // timedelta(minutes=1) + 1
+
+
 # --- overlap ---------------------------------------------------------------------------
 async def test_overlap_skip_skips_ticks_while_the_previous_run_waits_or_runs(
     replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock
