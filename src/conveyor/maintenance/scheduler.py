@@ -100,7 +100,8 @@ class Scheduler:
                 state = state.fired(run, job.id, now)
             jobs.extend(enqueued)
         for planned in plan.runs if schedule.overlap != "allow" else ():
-            run = state.widen(planned) if schedule.misfire == "catch_up" else planned
+            run = schedule.widen(planned, state.uncovered_from) if schedule.misfire == "catch_up" \
+                else planned
             if await self._busy(backend, state):
                 if schedule.overlap == "queue_one" and state.pending is None:
                     state = state.buffered(run)

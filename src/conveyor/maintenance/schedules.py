@@ -296,6 +296,18 @@ class Schedule:
             span = span * 2 if complete else span // 2 + 1
         return tail[-keep:], first, None
 
+    def widen(self, run: Run, uncovered_from: int | None) -> Run:
+        """`run` with the window that no fired run covered (catch_up) prepended."""
+        if uncovered_from is None or uncovered_from >= run.covers_from:
+            return run
+        # Counted afresh rather than carried in the state: counts do not merge.
+        count = 0
+        tick = uncovered_from - 1
+        while count <= ENUMERATION_CAP and (tick := self.next_tick(tick)) <= run.covers_to:
+            count += 1
+        return Run(run.tick, uncovered_from, run.covers_to,
+                   count if count <= ENUMERATION_CAP else None)
+
     def _walk(self, after: int, now: float, cap: int) -> tuple[list[int], bool]:
         ticks: list[int] = []
         tick = after

@@ -42,7 +42,6 @@ class ScheduleState:
     # misfire="catch_up": ticks that no fired run has covered yet (an overlap skipped
     # them); the next run's window starts here, so windows never leave a hole.
     uncovered_from: int | None = None
-    uncovered_ticks: int | None = 0  # None: too many to count
 
     @classmethod
     def fresh(cls, since: int) -> ScheduleState:
@@ -56,21 +55,12 @@ class ScheduleState:
         uncovered = self.uncovered_from is not None and self.uncovered_from > run.covers_to
         return replace(self, last_tick=max(self.last_tick, run.tick), last_run=_later(self.last_run, last),
                        recent_job_ids=recent, pending=pending,
-                       uncovered_from=self.uncovered_from if uncovered else None,
-                       uncovered_ticks=self.uncovered_ticks if uncovered else 0)
+                       uncovered_from=self.uncovered_from if uncovered else None)
 
     def left_uncovered(self, run: Run) -> ScheduleState:
         """A catch_up run was not fired: its window joins the next run's."""
         start = run.covers_from if self.uncovered_from is None else min(self.uncovered_from, run.covers_from)
-        count = None if run.ticks is None or self.uncovered_ticks is None else self.uncovered_ticks + run.ticks
-        return replace(self, uncovered_from=start, uncovered_ticks=count)
-
-    def widen(self, run: Run) -> Run:
-        """`run` with the window no earlier run covered prepended."""
-        if self.uncovered_from is None or self.uncovered_from >= run.covers_from:
-            return run
-        count = None if run.ticks is None or self.uncovered_ticks is None else run.ticks + self.uncovered_ticks
-        return Run(run.tick, self.uncovered_from, run.covers_to, count)
+        return replace(self, uncovered_from=start)
 
     def skipped_tick(self, tick: int, count: int = 1) -> ScheduleState:
         return replace(self, last_tick=max(self.last_tick, tick), skipped=self.skipped + count,
@@ -80,8 +70,7 @@ class ScheduleState:
         # The held run owns its window now: ticks dropped after it start a new one.
         uncovered = self.uncovered_from is not None and self.uncovered_from > run.covers_to
         return replace(self, last_tick=max(self.last_tick, run.tick), pending=run,
-                       uncovered_from=self.uncovered_from if uncovered else None,
-                       uncovered_ticks=self.uncovered_ticks if uncovered else 0)
+                       uncovered_from=self.uncovered_from if uncovered else None)
 
     def advanced(self, watermark: int, dropped: int) -> ScheduleState:
         return replace(self, last_tick=max(self.last_tick, watermark),
@@ -94,14 +83,12 @@ class ScheduleState:
         fired_up_to = last_run.tick if last_run is not None else None
         # A held run that either side saw fired is gone; of the rest, the first held wins.
         pending = _earlier_pending(_unfired(self.pending, fired_up_to), _unfired(other.pending, fired_up_to))
-        uncovered_from, uncovered_ticks = self.uncovered_from, self.uncovered_ticks
-        if other.uncovered_from is not None and (
-                uncovered_from is None or other.uncovered_from < uncovered_from):
-            uncovered_from, uncovered_ticks = other.uncovered_from, other.uncovered_ticks
+        starts = [u for u in (self.uncovered_from, other.uncovered_from) if u is not None]
+        uncovered_from = min(starts) if starts else None
         if uncovered_from is not None and (
                 (last_run is not None and uncovered_from <= last_run.covers_to)
                 or (pending is not None and pending.covers_from <= uncovered_from <= pending.covers_to)):
-            uncovered_from, uncovered_ticks = None, 0  # a fired or held run covers it
+            uncovered_from = None  # a fired or held run covers it
         return ScheduleState(
             since=min(self.since, other.since),
             last_tick=max(self.last_tick, other.last_tick),
@@ -111,7 +98,6 @@ class ScheduleState:
             last_skipped=max(self.last_skipped or 0, other.last_skipped or 0) or None,
             skipped=max(self.skipped, other.skipped),
             uncovered_from=uncovered_from,
-            uncovered_ticks=uncovered_ticks,
         )
 
     # --- storage --------------------------------------------------------------------
@@ -120,7 +106,6 @@ class ScheduleState:
             "since": self.since, "last_tick": self.last_tick,
             "recent_job_ids": list(self.recent_job_ids), "last_skipped": self.last_skipped,
             "skipped": self.skipped, "uncovered_from": self.uncovered_from,
-            "uncovered_ticks": self.uncovered_ticks,
             "last_run": None if self.last_run is None else {
                 "tick": self.last_run.tick, "job_id": self.last_run.job_id,
                 "enqueued_at": self.last_run.enqueued_at, "covers_from": self.last_run.covers_from,
@@ -152,8 +137,6 @@ class ScheduleState:
                 last_skipped=None if data.get("last_skipped") is None else int(data["last_skipped"]),
                 skipped=int(data.get("skipped", 0)),
                 uncovered_from=None if data.get("uncovered_from") is None else int(data["uncovered_from"]),
-                uncovered_ticks=None if data.get("uncovered_ticks", 0) is None
-                else int(data.get("uncovered_ticks", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
