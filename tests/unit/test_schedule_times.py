@@ -205,6 +205,12 @@ def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> Non
     held_new = held_old.fired(Run(120, 120, 120, 1), "cron:s:120", 130.0).buffered(Run(180, 180, 180, 1))
     for merged in (held_old.merge(held_new), held_new.merge(held_old)):
         assert merged.pending == Run(180, 180, 180, 1)
+    # Same for the start of a catch_up window that no run covered: a stale, since
+    # covered start must not hide the newer one.
+    covered = base.left_uncovered(Run(60, 60, 60, 1))
+    newer = covered.fired(Run(120, 60, 120, 2), "cron:s:120", 130.0).left_uncovered(Run(180, 180, 180, 1))
+    for merged in (covered.merge(newer), newer.merge(covered)):
+        assert merged.uncovered_from == 180
     stale = base.merge(fired.advanced(600, 0))
     assert stale.last_tick == 600
     assert ScheduleState.from_json(fired.to_json()) == fired

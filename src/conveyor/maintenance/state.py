@@ -83,12 +83,16 @@ class ScheduleState:
         fired_up_to = last_run.tick if last_run is not None else None
         # A held run that either side saw fired is gone; of the rest, the first held wins.
         pending = _earlier_pending(_unfired(self.pending, fired_up_to), _unfired(other.pending, fired_up_to))
-        starts = [u for u in (self.uncovered_from, other.uncovered_from) if u is not None]
+
+        def still_uncovered(start: int) -> bool:
+            # Drop a start that a fired or held run covers *before* taking the
+            # earliest, or a stale start would hide a newer one.
+            return not ((last_run is not None and start <= last_run.covers_to)
+                        or (pending is not None and pending.covers_from <= start <= pending.covers_to))
+
+        starts = [u for u in (self.uncovered_from, other.uncovered_from)
+                  if u is not None and still_uncovered(u)]
         uncovered_from = min(starts) if starts else None
-        if uncovered_from is not None and (
-                (last_run is not None and uncovered_from <= last_run.covers_to)
-                or (pending is not None and pending.covers_from <= uncovered_from <= pending.covers_to)):
-            uncovered_from = None  # a fired or held run covers it
         return ScheduleState(
             since=min(self.since, other.since),
             last_tick=max(self.last_tick, other.last_tick),
