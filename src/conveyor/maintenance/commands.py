@@ -36,7 +36,6 @@ async def run_scheduler(app: Conveyor, stop: asyncio.Event | None = None) -> int
             handled.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
             pass
-    log.info("scheduler started: %s", ", ".join(s.name for s in scheduler.schedules))
     try:
         await scheduler.run(stop)
     finally:

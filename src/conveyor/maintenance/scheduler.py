@@ -164,6 +164,7 @@ class Scheduler:
         time (at most `MAX_IDLE`, or `poll_interval` while a queued run waits)."""
         if not self.schedules:
             return
+        log.info("scheduler started: %s", ", ".join(s.name for s in self.schedules))
         failures = 0
         while not stop.is_set():
             try:
