@@ -283,3 +283,24 @@ def test_periodic_alone_registers_the_function_as_a_task_and_below_task_is_refus
         @app.task
         @app.periodic(every=60, name="x")
         def wrong() -> None: ...
+
+
+def test_start_up_checks_names_and_tasks_before_anything_connects() -> None:
+    from dataclasses import replace
+
+    from conveyor.maintenance.scheduler import Scheduler
+
+    app = Conveyor("sqlite:///unused.db")  # nothing connects: Scheduler() only checks
+
+    @app.periodic(every=60)
+    @app.task(name="t")
+    def t() -> None: ...
+
+    declared = app.schedules["t"]
+    with pytest.raises(ConfigurationError, match="two schedules are named 't'"):
+        Scheduler(app, [declared, declared])
+    with pytest.raises(ConfigurationError, match="runs task 'gone', which is not registered"):
+        Scheduler(app, [replace(declared, task="gone")])
+    with pytest.raises(ConfigurationError, match=r"schedule 't'.*unexpected keyword"):
+        Scheduler(app, [replace(declared, kwargs={"x": 1})])
+    assert Scheduler(app).schedules == [declared]
