@@ -24,6 +24,7 @@ from . import (
     commands_demo,
     commands_jobs,
     commands_ops,
+    commands_schedules,
     commands_worker,
 )
 from .exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     target = Parser(add_help=False)
     add_target_arguments(target)
     commands_worker.register(commands)
+    commands_schedules.register(commands)
     commands_jobs.register(commands, target)
     commands_admin.register(commands, target)
     commands_demo.register(commands)
