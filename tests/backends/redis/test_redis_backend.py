@@ -319,6 +319,18 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
     assert await backend.client.zcard(backend.keys.jobs) == 3000
 
 
+async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3300)])
+    for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(args_contains="[")):
+        everything = await backend._select(where, oldest_finished_first=False)
+        assert len(everything) > 2000  # so list_jobs walks the seq index
+        cursor = everything[1499]
+        page = await backend.list_jobs(where, limit=25, after=cursor)
+        assert [j.id for j in page] == everything[1500:1525]
+        seq = int(await backend.client.zscore(backend.keys.jobs, cursor))
+        assert await backend._newest(where, 25, before_seq=seq) == everything[1500:1525]
+
+
 async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:
     url = redis_url.replace("redis://", "redis://:not-the-password@", 1)
     b = RedisBackend(url)

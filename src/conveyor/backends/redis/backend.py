@@ -36,7 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...errors import BackendUnavailable, ConfigurationError
+from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
 from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
 from ...timeutil import Clock, system_clock
@@ -449,10 +449,12 @@ class RedisBackend:
         fields = await self.client.hgetall(self.keys.job(job_id))
         return job_from_hash(fields) if fields else None
 
-    _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at", "errors")
+    _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 
     async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:
-        fields = self._LIST_FIELDS if where.error_type else self._LIST_FIELDS[:5]
+        # errors and payload (maybe large) only when a filter reads them: fields 5 and 6
+        fields = (*self._LIST_FIELDS, "errors" if where.error_type is not None else "state",
+                  "payload" if where.args_contains is not None else "state")
         async with self.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hmget(self.keys.job(job_id), fields)
@@ -470,7 +472,10 @@ class RedisBackend:
             return False
         if where.error_type is not None:
             errors = json.loads(row[5] or "[]")
-            return bool(errors) and errors[-1].get("type") == where.error_type
+            if not errors or errors[-1].get("type") != where.error_type:
+                return False
+        if where.args_contains is not None and where.args_contains not in (row[6] or ""):
+            return False
         return True
 
     async def _candidates(self, where: JobFilter) -> list[str]:
@@ -489,11 +494,15 @@ class RedisBackend:
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
         return candidates
 
-    async def _select(self, where: JobFilter, oldest_finished_first: bool) -> list[str]:
-        """Ids matching `where`, in listing order (newest first, or oldest finished first)."""
+    async def _select(self, where: JobFilter, oldest_finished_first: bool,
+                      before_seq: int | None = None) -> list[str]:
+        """Ids matching `where`, in listing order (newest first, or oldest finished first),
+        only those enqueued before `before_seq` if given (the keyset cursor)."""
         candidates = await self._candidates(where)
         chosen: list[tuple[float, int, str]] = []
         for job_id, row in zip(candidates, await self._rows(candidates, where), strict=True):
+            if before_seq is not None and int(row[3] or 0) >= before_seq:
+                continue
             if self._matches(where, row):
                 finished_at = row[4]
                 order = float(finished_at or 0.0) if oldest_finished_first else 0.0
@@ -501,14 +510,17 @@ class RedisBackend:
         chosen.sort()
         return [job_id for _, _, job_id in chosen]
 
-    async def _newest(self, where: JobFilter, want: int) -> list[str]:
+    async def _newest(self, where: JobFilter, want: int, before_seq: int | None = None) -> list[str]:
         """The first `want` ids matching `where`, newest first, read from the seq
-        index page by page: a listing costs what it shows, not the whole store."""
+        index page by page: a listing costs what it shows, not the whole store. With
+        `before_seq` the walk starts below the cursor, so a deep page costs the same."""
         found: list[str] = []
         page_size = max(500, 2 * want)
         start = 0
+        top = "+inf" if before_seq is None else f"({before_seq}"
         while len(found) < want:
-            ids = await self.client.zrevrange(self.keys.jobs, start, start + page_size - 1)
+            ids = await self.client.zrevrangebyscore(self.keys.jobs, top, "-inf", start=start,
+                                                     num=page_size)
             if not ids:
                 break
             found += [job_id for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
@@ -532,19 +544,27 @@ class RedisBackend:
         return [job_from_hash(row) for row in rows if row]
 
     @_translated
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0) -> list[Job]:
+    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
+                        after: str | None = None) -> list[Job]:
         want = offset + limit
+        before_seq = None
+        if after is not None:
+            seq = await self.client.zscore(self.keys.jobs, after)
+            if seq is None:
+                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                                  "start again from the first page")
+            before_seq = int(seq)
         # Few candidates: read and sort them all. Many: walk the seq index until the
         # page is full (matches are then dense enough for that to be short).
         if where.ids or await self._indexed_count(where) <= max(2000, 4 * want):
-            ids = await self._select(where, oldest_finished_first=False)
+            ids = await self._select(where, oldest_finished_first=False, before_seq=before_seq)
         else:
-            ids = await self._newest(where, want)
+            ids = await self._newest(where, want, before_seq)
         return await self._load(ids[offset:want])
 
     @_translated
     async def count_jobs(self, where: JobFilter) -> int:
-        if where.ids or where.tasks or where.error_type is not None:
+        if where.ids or where.tasks or where.error_type is not None or where.args_contains:
             return len(await self._select(where, oldest_finished_first=False))
         return await self._indexed_count(where)
 
@@ -560,7 +580,8 @@ class RedisBackend:
         if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
             raise ValueError("only dead or cancelled jobs can be redriven")
         scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids)
+                           error_type=where.error_type, ids=where.ids,
+                           args_contains=where.args_contains)
         ids = (await self._select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
             return await self._load(ids)
