@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from conformance.helpers import RunningWorker, wait_finished
+from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
 from conveyor.metrics import JobMetrics, Metrics
 from conveyor.metrics.queue_state import queue_state_text
@@ -73,3 +73,31 @@ async def test_queue_state_gauges(app: Conveyor) -> None:
     assert "conveyor_workers_up 0.0" in lines
     oldest = next(line for line in lines if line.startswith("conveyor_queue_oldest_waiting_seconds"))
     assert 0.0 <= float(oldest.split()[-1]) < 60
+
+
+async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
+    app: Conveyor,
+) -> None:
+    from datetime import timedelta
+
+    from conveyor.maintenance.scheduler import Scheduler
+
+    registry = CollectorRegistry()
+    app.middleware.append(Metrics(JobMetrics(registry)))
+
+    @app.periodic(every=timedelta(seconds=1))
+    @app.task(name="report", queue="reports")
+    def report() -> None: ...
+
+    scheduler = Scheduler(app)
+    found: list[object] = []
+
+    async def a_tick_enqueued() -> bool:
+        found.extend(await scheduler.tick())
+        return bool(found)
+
+    await eventually(a_tick_enqueued, timeout=10, interval=0.05)
+    assert registry.get_sample_value("conveyor_jobs_enqueued_total",
+                                     {"queue": "reports", "task": "report"}) == len(found)
+    lag = registry.get_sample_value("conveyor_scheduler_lag_seconds")
+    assert lag is not None and 0.0 <= lag < 2.0  # enqueued within moments of its tick

@@ -153,7 +153,9 @@ class Scheduler:
                 meta={SCHEDULE_META_KEY: ScheduledRun.of(schedule.name, run).to_meta()},
             )
             batch.append(BoundTask(task, options).message(*schedule.args, **schedule.kwargs))
-        jobs = await backend.enqueue_jobs(batch)
+        # Through the app, so its middleware (tracing, metrics, correlation ids) sees
+        # scheduled jobs as it sees every other enqueue; same backend underneath.
+        jobs = [handle.job for handle in await self.app.enqueue_many_async(batch)]
         for run, job in zip(runs, jobs):
             log.info("schedule %s: tick %s -> job %s", schedule.name, iso(run.tick), job.id)
         return jobs

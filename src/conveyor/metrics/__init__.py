@@ -100,6 +100,9 @@ class Metrics:
             await call_next(ctx)
             for new in ctx.jobs_in:
                 self.metrics.enqueued.labels(new.queue, new.task).inc()
+                lag = scheduler_lag(new.meta)
+                if lag is not None:
+                    self.metrics.scheduler_lag.set(lag)
             return
         await self._execute(call_next, ctx)
 
@@ -118,6 +121,22 @@ class Metrics:
             error_type = None if settlement.error is None else settlement.error.type
             self.metrics.observe_outcome(ctx.job, outcome_names(settlement), error_type,
                                          time.perf_counter() - started)
+
+
+def scheduler_lag(meta: dict[str, object]) -> float | None:
+    """Seconds between a scheduled job's planned tick and now, from the meta the
+    scheduler stamps on its jobs (None for any other job)."""
+    import time
+    from datetime import datetime
+
+    run = meta.get("schedule")  # conveyor.maintenance.schedules.SCHEDULE_META_KEY
+    if not isinstance(run, dict) or not isinstance(run.get("tick"), str):
+        return None
+    try:
+        tick = datetime.fromisoformat(str(run["tick"]).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, time.time() - tick.timestamp())
 
 
 _DEFAULT: JobMetrics | None = None
