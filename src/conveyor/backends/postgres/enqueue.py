@@ -1,0 +1,127 @@
+"""Batch insert with dedup, on a pooled connection or on a caller's own.
+
+One round trip: the statements go in a pipeline inside one transaction (a
+savepoint when the caller already has one open), so the batch is all or nothing
+and, on a caller's connection, commits or rolls back with the caller's work.
+
+Race safety: ids are unique in the table, so two enqueues of one id cannot both
+insert (ON CONFLICT DO NOTHING, and the loser reads the winner's row back).
+Unique keys have no such index - a completed job holds its key only for
+`unique_for` - so enqueues of one key serialise on a transaction-scoped advisory
+lock taken in a statement of its own, before the insert's snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ...job import Job, NewJob
+from ...lifecycle import initial_state
+from .rows import job_from_row, jsonb, opt_float
+
+if TYPE_CHECKING:
+    from .backend import PostgresBackend
+
+
+def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
+    """The jobs to send, and for each input the position of the sent job that answers
+    it: a later job of the batch with the id or unique_key of an earlier one gets the
+    earlier one's answer, as if the batch were enqueued one by one."""
+    unique: list[NewJob] = []
+    answer: list[int] = []
+    by_id: dict[str, int] = {}
+    by_key: dict[str, int] = {}
+    for job in jobs:
+        pos = by_id.get(job.id)
+        if pos is None and job.unique_key is not None:
+            pos = by_key.get(job.unique_key)
+        if pos is None:
+            pos = len(unique)
+            unique.append(job)
+            by_id[job.id] = pos
+            if job.unique_key is not None:
+                by_key.setdefault(job.unique_key, pos)
+        answer.append(pos)
+    return unique, answer
+
+
+def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
+    run_ats = [now if j.run_at is None else float(j.run_at) for j in jobs]
+    return {
+        "schema": backend.schema,
+        "channel": backend.config.channel,
+        "now": now,
+        "ids": [j.id for j in jobs],
+        "queues": [j.queue for j in jobs],
+        "tasks": [j.task for j in jobs],
+        "payloads": [j.payload for j in jobs],
+        "states": [initial_state(r, now).value for r in run_ats],
+        "priorities": [j.priority for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "run_ats": run_ats,
+        "keys": [j.unique_key for j in jobs],
+        "unique_fors": [opt_float(j.unique_for) for j in jobs],
+        "timeouts": [opt_float(j.timeout) for j in jobs],
+        "metas": [jsonb(j.meta) for j in jobs],
+    }
+
+
+def _answers(jobs: Sequence[NewJob], answer: list[int], rows: list[Any],
+             late: dict[str, Job]) -> list[Job]:
+    by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
+    sent = [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
+    return [sent[pos] for pos in answer]
+
+
+def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
+    # Lost an id race to a concurrent enqueue: its row is read back after commit.
+    got = {row[0] - 1 for row in rows}
+    return [job.id for i, job in enumerate(unique) if i not in got]
+
+
+async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+                        jobs: Sequence[NewJob], now: float) -> list[Job]:
+    if not jobs:
+        return []
+    q = backend.q
+    unique, answer = plan(jobs, now)
+    p = params(backend, unique, now)
+    async with conn.pipeline():
+        async with conn.transaction():
+            if any(k is not None for k in p["keys"]):
+                await conn.execute(q["lock_enqueue_keys"], p)
+            await conn.execute(q["delete_replaced_jobs"], p)
+            cur = await conn.execute(q["insert_jobs"], p)
+            await conn.execute(q["notify_queues"], p)
+        rows = await cur.fetchall()
+    late: dict[str, Job] = {}
+    if missing := _missing(unique, rows):
+        cur = await conn.execute(q["get_jobs"], {"ids": missing})
+        late = {job.id: job for job in map(job_from_row, await cur.fetchall())}
+    return _answers(unique, answer, rows, late)
+
+
+def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+                 jobs: Sequence[NewJob], now: float) -> list[Job]:
+    """The same on a sync connection (a caller's own, for transactional enqueue)."""
+    if not jobs:
+        return []
+    q = backend.q
+    unique, answer = plan(jobs, now)
+    p = params(backend, unique, now)
+    with conn.pipeline():
+        with conn.transaction():
+            if any(k is not None for k in p["keys"]):
+                conn.execute(q["lock_enqueue_keys"], p)
+            conn.execute(q["delete_replaced_jobs"], p)
+            cur = conn.execute(q["insert_jobs"], p)
+            conn.execute(q["notify_queues"], p)
+        rows = cur.fetchall()
+    late: dict[str, Job] = {}
+    if missing := _missing(unique, rows):
+        cur = conn.execute(q["get_jobs"], {"ids": missing})
+        late = {job.id: job for job in map(job_from_row, cur.fetchall())}
+    return _answers(unique, answer, rows, late)
