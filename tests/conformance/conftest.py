@@ -37,3 +37,12 @@ async def app(backend_url: str, clock: ManualClock) -> AsyncIterator[Conveyor]:
 @pytest.fixture
 async def backend(app: Conveyor) -> Backend:
     return await app.backend()
+
+
+@pytest.fixture
+async def live_app(backend_url: str) -> AsyncIterator[Conveyor]:
+    """An app on the real clock, for tests that run a worker."""
+    app = Conveyor(backend_url)
+    yield app
+    await app.aclose()
+    app.close()

@@ -138,6 +138,13 @@ class Backend(Protocol):
     async def queue_stats(self) -> list[QueueStats]: ...
     async def pause_queue(self, queue: str, paused: bool) -> None: ...
 
+    # --- test hook --------------------------------------------------------------
+    async def force_state(self, job_id: str, state: JobState) -> None:
+        """Write `state` with no other change, through the storage guard: raises an
+        error whose message contains "illegal" for a transition not in the table.
+        Only the conformance suite calls this."""
+        ...
+
 
 class BackendCapabilities:
     """What the conformance suite may skip by name for a backend that lacks it."""

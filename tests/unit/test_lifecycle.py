@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conveyor.job import JobState
+from conveyor.lifecycle import ALLOWED, IllegalTransition, Transition, check
+
+SQLITE_SCHEMA = (Path(__file__).resolve().parents[2] / "src/conveyor/backends/sqlite/migrations"
+                 / "0001_initial.sql")
+
+
+def test_sqlite_trigger_allows_exactly_the_lifecycle_table() -> None:
+    pairs = set(re.findall(r"'(\w+)>(\w+)'", SQLITE_SCHEMA.read_text()))
+    assert pairs == {(a.value, b.value) for a, b in ALLOWED}
+
+
+def test_state_machine_doc_draws_every_transition() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs/state-machine.md").read_text()
+    drawn = set(re.findall(r"^\s*(\w+) --> (\w+)", doc, re.MULTILINE))
+    assert drawn == {(a.value, b.value) for a, b in ALLOWED}
+
+
+def test_check_accepts_table_and_rejects_the_rest() -> None:
+    check(JobState.AVAILABLE, JobState.RUNNING, Transition.CLAIM)
+    with pytest.raises(IllegalTransition):
+        check(JobState.COMPLETED, JobState.RUNNING)
+    with pytest.raises(IllegalTransition):
+        check(JobState.AVAILABLE, JobState.RUNNING, Transition.COMPLETE)
+
+
+def test_terminal_states_only_leave_by_redrive() -> None:
+    for old, new in ALLOWED:
+        if old in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED):
+            assert new is JobState.AVAILABLE and old is not JobState.COMPLETED
