@@ -180,6 +180,9 @@ class Worker:
         settlement: Settlement | None
         try:
             settlement = await self._executor.run(job, ctx)
+            if ctx.completed_in_transaction:  # already written, with the handler's own work
+                settlement = None
+                self.counts[JobState.COMPLETED.value] += 1
         except asyncio.CancelledError:
             if ctx.lease_lost:
                 settlement = None  # another attempt owns it now: write nothing
@@ -227,8 +230,10 @@ class Worker:
         reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
         for job_id in reply.lost:
             running = self._running.get(job_id)
-            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
             self._unsettled.pop(job_id, None)
+            if running is not None and running.ctx.completed_in_transaction:
+                continue  # not lost: completed in the handler's transaction, still returning
+            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
             if running is not None:
                 running.ctx.lease_lost = True
                 running.task.cancel()
