@@ -299,7 +299,7 @@ class PostgresBackend:
                 self._sync_pool = ConnectionPool(
                     self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
                     max_size=self.config.pool_size, timeout=self.config.timeout,
-                    name=f"conveyor-{self.schema}-sync",
+                    name=f"conveyor-{self.schema}-sync", open=True,
                 )
             return self._sync_pool
 

@@ -14,9 +14,11 @@ lock taken in a statement of its own, before the insert's snapshot.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from ...job import Job, NewJob
 from ...lifecycle import initial_state
@@ -69,6 +71,25 @@ def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict
     }
 
 
+def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+    """The transaction to enqueue in. A non-autocommit connection with nothing open
+    is left to begin one implicitly and keep it open: `conn.transaction()` would
+    commit at the end of the block, behind the caller's back. Otherwise a
+    transaction block: a real one in autocommit mode (the pool's connections), a
+    savepoint inside the caller's open transaction."""
+    if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        return None
+    return conn.transaction()
+
+
+class _nothing:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
 def _answers(jobs: Sequence[NewJob], answer: list[int], rows: list[Any],
              late: dict[str, Job]) -> list[Job]:
     by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
@@ -89,8 +110,9 @@ async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[
     q = backend.q
     unique, answer = plan(jobs, now)
     p = params(backend, unique, now)
+    scope = _scope(conn)
     async with conn.pipeline():
-        async with conn.transaction():
+        async with scope if scope is not None else _nothing():
             if any(k is not None for k in p["keys"]):
                 await conn.execute(q["lock_enqueue_keys"], p)
             await conn.execute(q["delete_replaced_jobs"], p)
@@ -112,8 +134,9 @@ def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
     q = backend.q
     unique, answer = plan(jobs, now)
     p = params(backend, unique, now)
+    scope = _scope(conn)
     with conn.pipeline():
-        with conn.transaction():
+        with scope if scope is not None else nullcontext():
             if any(k is not None for k in p["keys"]):
                 conn.execute(q["lock_enqueue_keys"], p)
             conn.execute(q["delete_replaced_jobs"], p)
