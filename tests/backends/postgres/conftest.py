@@ -65,9 +65,9 @@ async def manual_app(pg_url: str) -> AsyncIterator[tuple[Conveyor, ManualClock]]
 
 
 @pytest.fixture
-def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
+def private_server() -> Iterator[PrivateServer]:
     """A PostgreSQL of this test's own, on a free port, that it may stop and restart."""
-    server = PrivateServer.find(tmp_path_factory.mktemp("pgdata"))
+    server = PrivateServer.find()
     if server is None:
         service_missing("initdb/pg_ctl not found under /usr/lib/postgresql/*/bin")
         raise AssertionError("unreachable")
@@ -77,4 +77,5 @@ def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private
         yield server
     finally:
         server.stop(missing_ok=True)
+        server.remove()
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +27,12 @@ class PrivateServer:
     port: int
 
     @classmethod
-    def find(cls, root: Path) -> PrivateServer | None:
+    def find(cls) -> PrivateServer | None:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
             return None
+        # Not under pytest's tmp folder: as root that one is closed to the postgres user.
+        root = Path(tempfile.mkdtemp(prefix="conveyor-pg-"))
         return cls(Path(found[-1]).parent, root, free_port())
 
     @property
@@ -48,7 +51,9 @@ class PrivateServer:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stdout}{done.stderr}")
 
     def init(self) -> None:
         if os.geteuid() == 0:
@@ -66,6 +71,9 @@ class PrivateServer:
     def stop(self, mode: str = "fast", missing_ok: bool = False) -> None:
         try:
             self._run("pg_ctl", "-D", str(self.datadir), "-w", "-m", mode, "stop")
-        except subprocess.CalledProcessError:
+        except RuntimeError:
             if not missing_ok:
                 raise
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

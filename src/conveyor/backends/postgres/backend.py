@@ -96,22 +96,25 @@ class PostgresBackend:
             raise self._unavailable(exc) from exc
 
     async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
-        """Run `op` on a pooled connection, once more on a fresh one if the first was
-        dead (killed by pg_terminate_backend, a restart, a proxy): the pool only finds
-        out by using it. Every verb here is safe to repeat after a failure: enqueue
-        dedups by id, writes are fenced by lease tokens, claims of a lost reply come
-        back through lease expiry."""
-        for attempt in (1, 2):
+        """Run `op` on a pooled connection, again on another if that one was dead
+        (killed by pg_terminate_backend, a restart, a proxy): the pool only finds out
+        by using it, and after a restart every idle connection is dead, so up to
+        pool_size + 1 tries (a dead connection fails at once, no network wait).
+        Every verb here is safe to repeat after a failure: enqueue dedups by id,
+        writes are fenced by lease tokens, claims of a lost reply come back through
+        lease expiry."""
+        tries = self.config.pool_size + 1
+        for attempt in range(1, tries + 1):
             retry = False
             async with self._connection() as conn:
                 try:
                     return await op(conn)
                 except psycopg.OperationalError:
-                    if attempt == 2 or not (conn.broken or conn.closed):
+                    if attempt == tries or not (conn.broken or conn.closed):
                         raise
                     retry = True  # leave the block: the pool discards the dead connection
             if retry:
-                log.info("a pooled connection to %s was dead; retrying on a fresh one",
+                log.info("a pooled connection to %s was dead; retrying on another",
                          self.config.redacted)
         raise AssertionError("unreachable")
 
