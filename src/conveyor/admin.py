@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ class Admin:
     async def get(self, job_id: str) -> Job | None:
         return await (await self.app.backend()).get_job(job_id)
 
-    async def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> list[Job]:
+    async def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> builtins.list[Job]:
         return await (await self.app.backend()).list_jobs(where, limit, offset)
 
     async def count(self, where: JobFilter = JobFilter()) -> int:
@@ -53,16 +54,16 @@ class Admin:
     async def redrive(
         self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
         dry_run: bool = False,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         """Send up to `limit` dead jobs matching `where` back to work, oldest failure
         first, with fresh attempts. With dry_run, only show which would move."""
         return await (await self.app.backend()).redrive_jobs(where, limit, dry_run)
 
-    async def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> list[str]:
+    async def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> builtins.list[str]:
         """Delete finished jobs matching `where` (active jobs are never deleted)."""
         return await (await self.app.backend()).delete_jobs(where, limit, dry_run)
 
-    async def stats(self) -> list[QueueStats]:
+    async def stats(self) -> builtins.list[QueueStats]:
         return await (await self.app.backend()).queue_stats()
 
     async def pause(self, queue: str) -> None:
@@ -84,7 +85,7 @@ class Jobs:
     def get(self, job_id: str) -> Job | None:
         return self.app.portal.call(self.app.admin.get(job_id))
 
-    def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> list[Job]:
+    def list(self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0) -> builtins.list[Job]:
         return self.app.portal.call(self.app.admin.list(where, limit, offset))
 
     def count(self, where: JobFilter = JobFilter()) -> int:
@@ -96,13 +97,13 @@ class Jobs:
     def redrive(
         self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
         dry_run: bool = False,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         return self.app.portal.call(self.app.admin.redrive(where, limit, dry_run))
 
-    def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> list[str]:
+    def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> builtins.list[str]:
         return self.app.portal.call(self.app.admin.delete(where, limit, dry_run))
 
-    def stats(self) -> list[QueueStats]:
+    def stats(self) -> builtins.list[QueueStats]:
         return self.app.portal.call(self.app.admin.stats())
 
     def pause(self, queue: str) -> None:

@@ -59,6 +59,7 @@ class Conveyor:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        self._sync_backend: Backend | None = None
 
     def __repr__(self) -> str:
         return f"<Conveyor {redact_url(self.url)} tasks={len(self.tasks)}>"
@@ -83,15 +84,17 @@ class Conveyor:
         backoff_cap: Duration = 600.0,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
         """Register a function as a task.
 
         `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
         By default TypeError, ValueError, LookupError and argument errors go dead at
         once and everything else retries with exponential backoff and full jitter.
         """
-        if fn is not None:
-            return self._register(fn, **options)
+        if len(fn) > 1:
+            raise TypeError("app.task takes at most one function")
+        if fn:
+            return self._register(fn[0], **options)
         return lambda f: self._register(f, **options)
 
     def _register(
@@ -164,6 +167,7 @@ class Conveyor:
         """Close the sync facade's backend and thread."""
         if self.portal.loop is not None:
             self.portal.call(self.aclose())
+        self._sync_backend = None
         self.portal.stop()
 
     # --- producer -------------------------------------------------------------------
@@ -187,4 +191,14 @@ class Conveyor:
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
         batch = list(jobs)
+        if connection is None and batch:
+            # A backend that can enqueue from the caller's thread skips the portal hop.
+            blocking = getattr(self._portal_backend(), "enqueue_jobs_blocking", None)
+            if blocking is not None:
+                return handles(self, blocking(batch))
         return self.portal.call(self.enqueue_many_async(batch, connection=connection))
+
+    def _portal_backend(self) -> Backend:
+        if self._sync_backend is None:
+            self._sync_backend = self.portal.call(self.backend())
+        return self._sync_backend

@@ -325,3 +325,20 @@ async def test_grace_period_end_is_a_cold_stop(live_app: Conveyor) -> None:
     assert status is ExitStatus.COLD
     assert await _state_is(live_app, handle.id, JobState.AVAILABLE)
     assert await live_app.admin.count(JobFilter(states=(JobState.RUNNING,))) == 0
+
+
+async def test_live_workers_announce_themselves(live_app: Conveyor) -> None:
+    import json
+
+    backend = await live_app.backend()
+    runner = RunningWorker(live_app, WorkerConfig(queues=("a", "b"), concurrency=7, poll_interval=0.05))
+    async with runner as worker:
+        await eventually(lambda: _has_worker(backend, worker.id))
+        record = json.loads((await backend.get_meta("workers"))[worker.id])
+        assert record["queues"] == ["a", "b"] and record["concurrency"] == 7
+        assert record["in_flight"] == 0 and record["host"]
+    assert worker.id not in await backend.get_meta("workers")
+
+
+async def _has_worker(backend: object, worker_id: str) -> bool:
+    return worker_id in await backend.get_meta("workers")  # type: ignore[attr-defined]

@@ -138,6 +138,16 @@ class Backend(Protocol):
     async def queue_stats(self) -> list[QueueStats]: ...
     async def pause_queue(self, queue: str, paused: bool) -> None: ...
 
+    # --- small shared records: live workers, schedule state -------------------
+    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
+        """Store JSON text `value` under (namespace, key), replacing any previous one;
+        with `ttl` (seconds) it disappears after that long unless written again."""
+        ...
+    async def get_meta(self, namespace: str) -> dict[str, str]:
+        """Every live (key -> JSON text) of a namespace."""
+        ...
+    async def delete_meta(self, namespace: str, key: str) -> None: ...
+
     # --- test hook --------------------------------------------------------------
     async def force_state(self, job_id: str, state: JobState) -> None:
         """Write `state` with no other change, through the storage guard: raises an

@@ -6,6 +6,7 @@ heartbeater (extends leases), rescuer (returns expired leases) and pruner
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, Lease, Settlement
 from ..job import Job, JobState
+from ..version import __version__
 from .config import WorkerConfig
 from .context import JobContext
 from .completer import Completer
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from ..app import Conveyor
 
 log = logging.getLogger("conveyor.worker")
+WORKERS_NAMESPACE = "workers"
 
 
 class ExitStatus(IntEnum):
@@ -68,6 +71,7 @@ class Worker:
             thread_name_prefix="conveyor-job",
         )
         self._backend: Backend | None = None
+        self._started_at = app.clock()
         self._completer: Completer | None = None
         self._executor = JobExecutor(app, self.id, self._thread_pool)
 
@@ -96,6 +100,8 @@ class Worker:
         services = [
             asyncio.create_task(self._completer.run(), name="completer"),
             asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
+            asyncio.create_task(self._every(self.config.heartbeat_every, self._announce, first=0.0),
+                                name="announce"),
             asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
         ]
@@ -111,18 +117,21 @@ class Worker:
                 service.cancel()
             await asyncio.gather(producer, *services, return_exceptions=True)
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
+            try:
+                await backend.delete_meta(WORKERS_NAMESPACE, self.id)
+            except Exception:  # noqa: BLE001 - the record expires by itself
+                pass
         log.info("worker %s stopped (%s): %s", self.id, status.name.lower(), dict(self.counts))
         return status
 
     async def _drain(self) -> ExitStatus:
         status = ExitStatus.DRAINED
         if self._running:
-            tasks = [r.task for r in self._running.values()]
-            cold = asyncio.create_task(self._cold.wait())
-            done, _ = await asyncio.wait(
-                [asyncio.gather(*tasks, return_exceptions=True), cold],
-                timeout=self.config.grace_period, return_when=asyncio.FIRST_COMPLETED,
-            )
+            finished: asyncio.Future[object] = asyncio.ensure_future(
+                asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True))
+            cold: asyncio.Future[object] = asyncio.ensure_future(self._cold.wait())
+            await asyncio.wait([finished, cold], timeout=self.config.grace_period,
+                               return_when=asyncio.FIRST_COMPLETED)
             cold.cancel()
             if self._running:
                 status = ExitStatus.COLD
@@ -241,6 +250,19 @@ class Worker:
             running = self._running.get(job_id)
             if running is not None:
                 running.ctx.cancel_requested = True
+
+    async def _announce(self) -> None:
+        """Keep this worker's record (for `conveyor workers` and the dashboard) alive."""
+        assert self._backend is not None
+        record = {
+            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": list(self.config.queues), "concurrency": self.config.concurrency,
+            "in_flight": len(self._running), "started_at": self._started_at,
+            "last_heartbeat": self.app.clock(), "version": __version__,
+            "stopping": self._stop_claiming.is_set(),
+        }
+        await self._backend.put_meta(WORKERS_NAMESPACE, self.id, json.dumps(record),
+                                     ttl=self.config.heartbeat_every * 3)
 
     async def _rescue(self) -> None:
         assert self._backend is not None

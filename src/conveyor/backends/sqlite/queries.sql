@@ -155,3 +155,19 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+
+-- name: put_meta
+INSERT INTO conveyor_meta (namespace, key, value, expires_at)
+VALUES (:namespace, :key, :value, :expires_at)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+
+-- name: get_meta
+SELECT key, value FROM conveyor_meta
+WHERE namespace = :namespace AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY key
+
+-- name: delete_meta
+DELETE FROM conveyor_meta WHERE namespace = :namespace AND key = :key
+
+-- name: delete_expired_meta
+DELETE FROM conveyor_meta WHERE expires_at IS NOT NULL AND expires_at <= :now

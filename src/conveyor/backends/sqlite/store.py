@@ -344,6 +344,21 @@ class SqliteStore:
         with self.write() as db:
             db.execute(Q["set_queue_paused"], {"queue": queue, "paused": int(paused)})
 
+    def put_meta(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        now = self.clock()
+        with self.write() as db:
+            db.execute(Q["delete_expired_meta"], {"now": now})
+            db.execute(Q["put_meta"], {"namespace": namespace, "key": key, "value": value,
+                                       "expires_at": None if ttl is None else now + ttl})
+
+    def get_meta(self, namespace: str) -> dict[str, str]:
+        rows = self.conn.execute(Q["get_meta"], {"namespace": namespace, "now": self.clock()})
+        return {key: value for key, value in rows}
+
+    def delete_meta(self, namespace: str, key: str) -> None:
+        with self.write() as db:
+            db.execute(Q["delete_meta"], {"namespace": namespace, "key": key})
+
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})

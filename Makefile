@@ -1,0 +1,26 @@
+# Set-up is part of every target: a fresh machine needs only python3 (3.11+) and make.
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test test-fast bench typecheck
+
+$(BIN)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/.installed  ## a worker running real example jobs on embedded SQLite
+	$(BIN)/conveyor demo
+
+test: $(BIN)/.installed  ## every test, the slow real-process fault tests included (what CI runs)
+	$(BIN)/pytest -m "slow or not slow"
+
+test-fast: $(BIN)/.installed  ## the quick ones, for the edit-test loop
+	$(BIN)/pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/throughput.py
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy --strict src/conveyor

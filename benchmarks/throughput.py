@@ -1,0 +1,160 @@
+"""Throughput and latency of one backend: enqueue, drain, pickup latency.
+
+    python benchmarks/throughput.py                      # embedded SQLite in a temp dir
+    python benchmarks/throughput.py --url postgresql://localhost/test --workers 2
+
+Every drained job is checked to have run exactly once (completed on attempt 1).
+Workers are separate processes, as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def run_worker_process(url: str, concurrency: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": str(HERE)}
+    return subprocess.Popen([sys.executable, __file__, "--serve", "--url", url,
+                             "--concurrency", str(concurrency)], env=env)
+
+
+def serve(url: str, concurrency: int) -> None:
+    import signal
+
+    os.environ["CONVEYOR_URL"] = url
+    from bench_app import app
+    from conveyor.worker import Worker, WorkerConfig
+
+    async def main() -> None:
+        worker = Worker(app, WorkerConfig(queues=("bench",), concurrency=concurrency,
+                                          fetch_batch=concurrency, grace_period=5))
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=None)
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain run")
+    parser.add_argument("--one-by-one", type=int, default=3_000, help="jobs enqueued one by one")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--latency-samples", type=int, default=300)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.url, args.concurrency)
+        return
+
+    tmp = tempfile.mkdtemp(prefix="conveyor-bench-")
+    url = args.url or f"sqlite:///{tmp}/bench.db"
+    os.environ["CONVEYOR_URL"] = url
+    from bench_app import app, noop_async, noop_sync
+    from conveyor.backends.base import JobFilter
+    from conveyor.job import JobState
+
+    rows: list[tuple[str, str]] = []
+    app.jobs.count()  # connect and migrate outside the timings
+
+    def clear() -> None:
+        app.jobs.delete(JobFilter(states=(JobState.COMPLETED,)), limit=10_000_000)
+
+    # 1. Enqueue one by one through the sync API.
+    t0 = time.perf_counter()
+    for i in range(args.one_by_one):
+        noop_async.enqueue(i)
+    rate = args.one_by_one / (time.perf_counter() - t0)
+    rows.append(("enqueue one by one (sync API)", f"{rate:,.0f} jobs/s"))
+
+    # 2. A batch of 1,000 in one call.
+    timings = []
+    for _ in range(10):
+        messages = [noop_async.message(i) for i in range(1000)]
+        t0 = time.perf_counter()
+        app.enqueue_many(messages)
+        timings.append((time.perf_counter() - t0) * 1000)
+    rows.append(("enqueue batch of 1,000", f"median {statistics.median(timings):.1f} ms, "
+                                           f"best {min(timings):.1f} ms"))
+    app.jobs.delete(JobFilter(), limit=10_000_000)  # nothing finished yet: deletes nothing
+    # Start the drains from an empty queue.
+    pending = app.jobs.count(JobFilter(states=(JobState.AVAILABLE,)))
+
+    def drain(task: object, label: str) -> None:
+        nonlocal pending
+        for start in range(0, args.jobs, 5000):
+            app.enqueue_many([task.message(i) for i in range(start, min(args.jobs, start + 5000))])  # type: ignore[attr-defined]
+        total = args.jobs + pending
+        procs = [run_worker_process(url, args.concurrency) for _ in range(args.workers)]
+        t_start = time.perf_counter()
+        first_seen = None
+        while True:
+            done = app.jobs.count(JobFilter(states=(JobState.COMPLETED,)))
+            if first_seen is None and done > 0:
+                first_seen = time.perf_counter()
+            if done >= total:
+                break
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - (first_seen or t_start)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+        once = app.jobs.count(JobFilter(states=(JobState.COMPLETED,)))
+        others = app.jobs.count(JobFilter()) - once
+        attempts = {j.attempt for j in app.jobs.list(JobFilter(states=(JobState.COMPLETED,)), limit=total)}
+        assert once == total and others == 0 and attempts == {1}, (once, others, attempts)
+        rows.append((f"drain {total:,} {label} jobs, {args.workers} worker process(es) "
+                     f"-c {args.concurrency}", f"{total / elapsed:,.0f} jobs/s (each ran once)"))
+        clear()
+        pending = 0
+
+    drain(noop_async, "async no-op")
+    drain(noop_sync, "sync no-op")
+
+    # 3. Pickup latency of an idle worker: one job at a time, light load.
+    procs = [run_worker_process(url, 10)]
+    time.sleep(1.0)  # let the worker start and go idle (not a synchronisation: timing only)
+    latencies = []
+    for i in range(args.latency_samples):
+        handle = noop_async.enqueue(i)
+        handle.result(timeout=10)
+        job = handle.job
+        assert job.started_at is not None
+        latencies.append((job.started_at - job.created_at) * 1000)
+        time.sleep(0.005)
+    for p in procs:
+        p.terminate()
+        p.wait(30)
+    rows.append(("idle pickup latency (enqueue -> start)",
+                 f"p50 {percentile(latencies, 50):.2f} ms, p95 {percentile(latencies, 95):.2f} ms, "
+                 f"p99 {percentile(latencies, 99):.2f} ms"))
+
+    from conveyor.backends import redact_url
+    width = max(len(r[0]) for r in rows)
+    print(f"\nConveyor benchmark on {redact_url(url)} ({os.cpu_count()} cores)")
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+    app.close()
+
+
+if __name__ == "__main__":
+    main()

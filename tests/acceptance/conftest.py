@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+class WorkerProcess:
+    """`conveyor worker` in its own process group, so a kill reaches every child."""
+
+    def __init__(self, url: str, runs_log: Path, *args: str) -> None:
+        env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
+               "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor", "worker", "jobs_app:app", *args],
+            env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, text=True,
+        )
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+class Runs:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def events(self) -> list[tuple[str, str, int, int]]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            event, job_id, attempt, pid = line.split()
+            out.append((event, job_id, int(attempt), int(pid)))
+        return out
+
+    def count(self, event: str) -> int:
+        return sum(1 for e in self.events() if e[0] == event)
+
+    def wait_for(self, event: str, n: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count(event) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {self.count(event)} {event!r} events after {timeout}s")
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path / "runs.log")
+
+
+@pytest.fixture
+def workers(runs: Runs) -> Iterator[list[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    yield started
+    for worker in started:
+        worker.kill()
