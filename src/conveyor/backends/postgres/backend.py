@@ -419,6 +419,27 @@ class PostgresBackend:
 
         await self._run(op)
 
+    # --- small shared records ---------------------------------------------------------
+    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
+        now = self.clock()
+        params = {"namespace": namespace, "key": key, "value": value, "now": now,
+                  "expires_at": None if ttl is None else now + ttl}
+
+        async def op(conn: AsyncConn) -> None:
+            await conn.execute(self.q["put_meta"], params)
+
+        await self._run(op)
+
+    async def get_meta(self, namespace: str) -> dict[str, str]:
+        rows = await self._fetch("get_meta", {"namespace": namespace, "now": self.clock()})
+        return {str(key): str(value) for key, value in rows}
+
+    async def delete_meta(self, namespace: str, key: str) -> None:
+        async def op(conn: AsyncConn) -> None:
+            await conn.execute(self.q["delete_meta"], {"namespace": namespace, "key": key})
+
+        await self._run(op)
+
     async def force_state(self, job_id: str, state: JobState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
         job = await self.get_job(job_id)

@@ -275,3 +275,20 @@ WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
 
 -- name: listen
 LISTEN {channel}
+
+-- name: put_meta
+-- Expired records are swept on write (workers write every heartbeat), reads filter them.
+WITH swept AS (
+    DELETE FROM {schema}.meta WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+)
+INSERT INTO {schema}.meta (namespace, key, value, expires_at)
+VALUES (%(namespace)s, %(key)s, %(value)s, %(expires_at)s)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+
+-- name: get_meta
+SELECT key, value FROM {schema}.meta
+WHERE namespace = %(namespace)s AND (expires_at IS NULL OR expires_at > %(now)s)
+ORDER BY key
+
+-- name: delete_meta
+DELETE FROM {schema}.meta WHERE namespace = %(namespace)s AND key = %(key)s
