@@ -1,8 +1,16 @@
 """Batch insert with dedup, on a pooled connection or on a caller's own.
 
-One round trip: the statements go in a pipeline inside one transaction (a
-savepoint when the caller already has one open), so the batch is all or nothing
-and, on a caller's connection, commits or rolls back with the caller's work.
+Fast path (no job of the batch has a unique_key, the common case): one INSERT
+... ON CONFLICT (id) DO NOTHING statement that also notifies, so one round trip
+and, in autocommit, no BEGIN/COMMIT: as cheap as a bare INSERT can be. Jobs
+whose id is already taken (a retry of the same enqueue, a deterministic id)
+then take the full path.
+
+Full path: lock keys, drop finished jobs being replaced, insert with dedup,
+notify - four statements in a pipeline inside one transaction (a savepoint when
+the caller already has one open): one round trip, all or nothing.
+
+On a caller's connection every statement joins the caller's transaction.
 
 Race safety: ids are unique in the table, so two enqueues of one id cannot both
 insert (ON CONFLICT DO NOTHING, and the loser reads the winner's row back).
@@ -71,6 +79,39 @@ def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict
     }
 
 
+def fast_path(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
+    """The fast insert for jobs without unique keys: scalar parameters for one job
+    (cheaper to bind and plan: enqueue one by one is the common call), arrays for more."""
+    if len(jobs) > 1:
+        return backend.q["insert_new_jobs"], params(backend, jobs, now)
+    job = jobs[0]
+    run_at = now if job.run_at is None else float(job.run_at)
+    return backend.q["insert_new_job"], {
+        "channel": backend.config.channel, "now": now, "id": job.id, "queue": job.queue,
+        "task": job.task, "payload": job.payload, "state": initial_state(run_at, now).value,
+        "priority": job.priority, "max_attempts": job.max_attempts, "run_at": run_at,
+        "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
+        "meta": jsonb(job.meta),
+    }
+
+
+def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, Job]:
+    """The Job rows the fast path just wrote, built here rather than read back."""
+    out = {}
+    for new in jobs:
+        if new.id not in ids:
+            continue
+        run_at = now if new.run_at is None else float(new.run_at)
+        out[new.id] = Job(
+            id=new.id, task=new.task, queue=new.queue, payload=new.payload,
+            state=initial_state(run_at, now), priority=new.priority,
+            max_attempts=new.max_attempts, run_at=run_at, created_at=now,
+            unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
+            meta=dict(new.meta),
+        )
+    return out
+
+
 def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
     """The transaction to enqueue in. A non-autocommit connection with nothing open
     is left to begin one implicitly and keep it open: `conn.transaction()` would
@@ -90,11 +131,9 @@ class _nothing:
         return None
 
 
-def _answers(jobs: Sequence[NewJob], answer: list[int], rows: list[Any],
-             late: dict[str, Job]) -> list[Job]:
+def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job]) -> list[Job]:
     by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
-    sent = [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
-    return [sent[pos] for pos in answer]
+    return [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
 
 
 def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
@@ -107,8 +146,39 @@ async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[
                         jobs: Sequence[NewJob], now: float) -> list[Job]:
     if not jobs:
         return []
-    q = backend.q
     unique, answer = plan(jobs, now)
+    if any(job.unique_key is not None for job in unique):
+        answers = await _full_async(backend, conn, unique, now)
+        return [answers[pos] for pos in answer]
+    cur = await conn.execute(*fast_path(backend, unique, now), binary=True)
+    inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
+    taken = [job for job in unique if job.id not in inserted]
+    if taken:
+        inserted.update((j.id, j) for j in await _full_async(backend, conn, taken, now))
+    return [inserted[unique[pos].id] for pos in answer]
+
+
+def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+                 jobs: Sequence[NewJob], now: float) -> list[Job]:
+    """The same on a sync connection (a caller's own, for transactional enqueue)."""
+    if not jobs:
+        return []
+    unique, answer = plan(jobs, now)
+    if any(job.unique_key is not None for job in unique):
+        answers = _full_sync(backend, conn, unique, now)
+        return [answers[pos] for pos in answer]
+    cur = conn.execute(*fast_path(backend, unique, now), binary=True)
+    inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
+    taken = [job for job in unique if job.id not in inserted]
+    if taken:
+        inserted.update((j.id, j) for j in _full_sync(backend, conn, taken, now))
+    return [inserted[unique[pos].id] for pos in answer]
+
+
+async def _full_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+                      unique: Sequence[NewJob], now: float) -> list[Job]:
+    """The full dedup path for jobs unique by id and unique_key; one answer per job."""
+    q = backend.q
     p = params(backend, unique, now)
     scope = _scope(conn)
     async with conn.pipeline():
@@ -123,16 +193,12 @@ async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[
     if missing := _missing(unique, rows):
         cur = await conn.execute(q["get_jobs"], {"ids": missing})
         late = {job.id: job for job in map(job_from_row, await cur.fetchall())}
-    return _answers(unique, answer, rows, late)
+    return _answers(unique, rows, late)
 
 
-def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
-                 jobs: Sequence[NewJob], now: float) -> list[Job]:
-    """The same on a sync connection (a caller's own, for transactional enqueue)."""
-    if not jobs:
-        return []
+def _full_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+               unique: Sequence[NewJob], now: float) -> list[Job]:
     q = backend.q
-    unique, answer = plan(jobs, now)
     p = params(backend, unique, now)
     scope = _scope(conn)
     with conn.pipeline():
@@ -147,4 +213,4 @@ def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
     if missing := _missing(unique, rows):
         cur = conn.execute(q["get_jobs"], {"ids": missing})
         late = {job.id: job for job in map(job_from_row, cur.fetchall())}
-    return _answers(unique, answer, rows, late)
+    return _answers(unique, rows, late)

@@ -28,19 +28,20 @@ def load_schema_queries(schema: str, channel: str) -> dict[str, str]:
 
 
 def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
-    """A Job from a row whose columns from `start` follow `_COLUMNS` (seq is skipped)."""
-    r = dict(zip(_COLUMNS, row[start:], strict=True))
+    """A Job from a row whose columns from `start` follow `_COLUMNS` (seq is skipped).
+    Positional on purpose: this runs for every claimed and enqueued job."""
+    (_seq, id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+     started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+     result, errors, checkpoint, progress, cancel_requested, timeout, meta) = row[start:]
     return Job(
-        id=r["id"], task=r["task"], queue=r["queue"], payload=r["payload"],
-        state=JobState(r["state"]), priority=r["priority"], attempt=r["attempt"],
-        max_attempts=r["max_attempts"], run_at=r["run_at"], created_at=r["created_at"],
-        started_at=r["started_at"], finished_at=r["finished_at"], lease_token=r["lease_token"],
-        lease_expires_at=r["lease_expires_at"], worker_id=r["worker_id"],
-        unique_key=r["unique_key"], unique_for=r["unique_for"], result=r["result"],
-        errors=tuple(AttemptError.from_dict(e) for e in r["errors"] or ()),
-        checkpoint=r["checkpoint"], progress=r["progress"],
-        cancel_requested=bool(r["cancel_requested"]), timeout=r["timeout"],
-        meta=dict(r["meta"] or {}),
+        id=id_, task=task, queue=queue, payload=payload, state=JobState(state),
+        priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at,
+        created_at=created_at, started_at=started_at, finished_at=finished_at,
+        lease_token=lease_token, lease_expires_at=lease_expires_at, worker_id=worker_id,
+        unique_key=unique_key, unique_for=unique_for, result=result,
+        errors=tuple(AttemptError.from_dict(e) for e in errors) if errors else (),
+        checkpoint=checkpoint, progress=progress, cancel_requested=bool(cancel_requested),
+        timeout=timeout, meta=dict(meta) if meta else {},
     )
 
 
