@@ -102,20 +102,27 @@ class PostgresBackend:
         pool_size + 1 tries (a dead connection fails at once, no network wait).
         Every verb here is safe to repeat after a failure: enqueue dedups by id,
         writes are fenced by lease tokens, claims of a lost reply come back through
-        lease expiry."""
+        lease expiry. getconn/putconn rather than two context managers: this wraps
+        every call, and enqueue one by one is measured against a bare INSERT."""
+        if self._pool is None:
+            await self.open()
+        pool = self._pool
+        assert pool is not None
         tries = self.config.pool_size + 1
         for attempt in range(1, tries + 1):
-            retry = False
-            async with self._connection() as conn:
-                try:
-                    return await op(conn)
-                except psycopg.OperationalError:
-                    if attempt == tries or not (conn.broken or conn.closed):
-                        raise
-                    retry = True  # leave the block: the pool discards the dead connection
-            if retry:
+            try:
+                conn = await pool.getconn()
+            except PoolTimeout as exc:
+                raise self._unavailable(exc) from exc
+            try:
+                return await op(conn)
+            except psycopg.OperationalError as exc:
+                if attempt == tries or not (conn.broken or conn.closed):
+                    raise self._unavailable(exc) from exc
                 log.info("a pooled connection to %s was dead; retrying on another",
                          self.config.redacted)
+            finally:
+                await pool.putconn(conn)  # a broken one is discarded, not reused
         raise AssertionError("unreachable")
 
     # --- schema -----------------------------------------------------------------------
@@ -149,6 +156,23 @@ class PostgresBackend:
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         now = self.clock()
         return await self._run(lambda conn: enqueue.enqueue_async(self, conn, jobs, now))
+
+    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Enqueue from the caller's own thread on the sync pool: the sync facade
+        (Django, Flask, scripts) skips two thread hops through the portal loop."""
+        now = self.clock()
+        pool = self._get_sync_pool()
+        tries = self.config.pool_size + 1
+        for attempt in range(1, tries + 1):
+            try:
+                with pool.connection() as conn:
+                    return enqueue.enqueue_sync(self, conn, jobs, now)
+            except PoolTimeout as exc:
+                raise self._unavailable(exc) from exc
+            except psycopg.OperationalError as exc:
+                if attempt == tries or not (conn.broken or conn.closed):
+                    raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable")
 
     async def enqueue_jobs_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]:
         """Transactional enqueue on the caller's psycopg connection (sync or async):
