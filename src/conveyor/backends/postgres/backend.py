@@ -234,17 +234,17 @@ class PostgresBackend:
         async def op(conn: AsyncConn) -> set[str]:
             async with conn.pipeline():
                 cur = await conn.execute(self.q["settle_jobs"], params)
-                if wakes:
-                    await self._notify(conn, [s.job_id for s in settlements], by_job=True)
+                if wakes:  # snoozed or released jobs: someone may claim them now
+                    await self._notify(conn)
                 return {row[0] for row in await cur.fetchall()}
 
         applied = await self._run(op)
         return [s.job_id for s in settlements if s.job_id not in applied]
 
-    async def _notify(self, conn: AsyncConn, names: Sequence[str], by_job: bool = False) -> None:
-        # A settle knows job ids, not queues; a wake-up is a hint, so any queue name works.
-        queues = ["*"] if by_job else list(names)
-        await conn.execute(self.q["notify_queues"], {"channel": self.config.channel, "queues": queues})
+    async def _notify(self, conn: AsyncConn, queues: Sequence[str] = ("*",)) -> None:
+        # The payload names queues, but a wake-up is a hint: "*" (some queue) will do.
+        await conn.execute(self.q["notify_queues"],
+                           {"channel": self.config.channel, "queues": list(queues)})
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         if not leases:
@@ -339,7 +339,7 @@ class PostgresBackend:
                 cur = await conn.execute(self.q["rescue_expired_jobs"], params)
                 rescued = [row[0] for row in await cur.fetchall()]
                 if rescued:
-                    await self._notify(conn, ["*"])
+                    await self._notify(conn)
             return rescued
 
         return await self._run(op)
@@ -404,7 +404,7 @@ class PostgresBackend:
         async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
             async with conn.transaction():
                 await conn.execute(self.q["redrive_jobs"], {"ids": ids, "now": self.clock()})
-                await self._notify(conn, ["*"])
+                await self._notify(conn)
                 return await (await conn.execute(self.q["get_jobs"], {"ids": ids})).fetchall()
 
         by_id = {job.id: job for job in map(job_from_row, await self._run(op))}

@@ -61,6 +61,7 @@ class Listener:
                 self.event.set()  # whatever was notified while we were away: look now
                 async for _ in conn.notifies():
                     self.event.set()
+                raise ConnectionError("the listening connection closed")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a lost listener means polling, not a crash
