@@ -239,13 +239,16 @@ class Worker:
         reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
         for job_id in reply.lost:
             running = self._running.get(job_id)
+            if running is None:
+                # Finished here: its outcome was written between the lease list and this
+                # reply (routine on a busy worker), or the write will report it stale.
+                continue
             self._unsettled.pop(job_id, None)
-            if running is not None and running.ctx.completed_in_transaction:
+            if running.ctx.completed_in_transaction:
                 continue  # not lost: completed in the handler's transaction, still returning
             log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
-            if running is not None:
-                running.ctx.lease_lost = True
-                running.task.cancel()
+            running.ctx.lease_lost = True
+            running.task.cancel()
         for job_id in reply.cancel_requested:
             running = self._running.get(job_id)
             if running is not None:
