@@ -117,3 +117,12 @@ async def test_list_and_count_with_filters(backend: Backend, clock: ManualClock)
     page2 = await backend.list_jobs(JobFilter(), limit=3, offset=3)
     assert len(page1) == 3 and len(page2) == 1
     assert {j.id for j in page1} | {j.id for j in page2} == {"d0", "d1", "x1", "x2"}
+
+
+async def test_delete_limit_counts_only_finished_jobs(backend: Backend, clock: ManualClock) -> None:
+    await kill(backend, clock, 3)
+    await backend.enqueue_jobs([new_job(id=f"active{i}") for i in range(5)])
+    deleted = await backend.delete_jobs(JobFilter(), limit=2, dry_run=False)
+    assert len(deleted) == 2 and set(deleted) <= {"d0", "d1", "d2"}
+    assert await backend.delete_jobs(JobFilter(states=(JobState.AVAILABLE,)), 100, False) == []
+    assert await backend.count_jobs(JobFilter(states=(JobState.AVAILABLE,))) == 5

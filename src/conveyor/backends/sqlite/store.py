@@ -12,11 +12,12 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from ...version import __version__
 from ...errors import ConfigurationError
-from ...job import AttemptError, Job, JobState, NewJob
+from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
 from ..sqlfiles import load_migrations, load_queries
@@ -312,11 +313,14 @@ class SqliteStore:
             return [j for j in (self._get(db, job.id) for job in chosen) if j is not None]
 
     def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted
+        scoped = replace(where, states=tuple(sorted(finished)))
         with self.write() as db:
-            params = {**_filter_params(where), "limit": limit, "offset": 0,
+            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
                       "oldest_finished_first": True}
-            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)
-                   if r["state"] in ("completed", "cancelled", "dead")]
+            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)]
             if not dry_run:
                 for job_id in ids:
                     db.execute(Q["delete_job"], {"id": job_id})
