@@ -12,13 +12,14 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from ...errors import BackendUnavailable, ConfigurationError, StaleLease
-from ...job import Job, JobState, NewJob
+from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
 from ...version import __version__
@@ -411,8 +412,11 @@ class PostgresBackend:
         return [by_id[i] for i in ids if i in by_id]
 
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        chosen = await self.list_jobs(where, limit, 0, oldest_finished_first=True)
-        ids = [j.id for j in chosen if j.state in (JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD)]
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted, nor counted against the limit
+        scoped = replace(where, states=tuple(sorted(finished)))
+        ids = [j.id for j in await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)]
         if dry_run or not ids:
             return ids
         deleted = {row[0] for row in await self._fetch("delete_jobs", {"ids": ids})}

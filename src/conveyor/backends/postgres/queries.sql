@@ -227,7 +227,9 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
     errors = errors || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'at', %(now)s::float8, 'type', 'LeaseExpired',
         'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
-        'traceback', '', 'worker_id', coalesce(worker_id, ''), 'host', '',
+        'traceback', '', 'worker_id', coalesce(worker_id, ''),
+        -- worker ids are host:pid:nonce
+        'host', CASE WHEN strpos(worker_id, ':') > 0 THEN split_part(worker_id, ':', 1) ELSE '' END,
         'version', %(version)s::text))
 WHERE seq IN (SELECT seq FROM {schema}.jobs
               WHERE state = 'running' AND lease_expires_at < %(now)s
