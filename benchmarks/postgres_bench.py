@@ -3,6 +3,7 @@ against table size. Everything runs in a fresh schema that is dropped at the end
 
     python benchmarks/postgres_bench.py [--url postgresql://postgres@127.0.0.1/test]
     python benchmarks/postgres_bench.py --quick      # smaller numbers, no 1M-row table
+    python benchmarks/postgres_bench.py --only drain,pickup
 
 Targets (issue 3): drain >= 10,000 jobs/s with 2 worker processes; enqueue one
 by one within 80% of a bare single-row INSERT; a batch of 1,000 under 30 ms;
@@ -196,20 +197,48 @@ async def pickup_latency(app: Conveyor, url: str, conn: psycopg.AsyncConnection[
 
 
 async def claim_rate(app: Conveyor, conn: psycopg.AsyncConnection[Any], schema: str,
-                     total: int, available: int) -> float:
+                     total: int, available: int) -> tuple[float, str]:
     await clear(conn, schema)
     await conn.execute(FILL.format(schema=schema),
                        {"queue": QUEUE, "available": available, "total": total, "now": time.time()})
     await conn.execute(f'VACUUM ANALYZE "{schema}".jobs')
     backend = await app.backend()
+    plan = await claim_plan(conn, backend, schema)
     claimed = 0
     started = time.perf_counter()
     while claimed < available:
         claimed += len(await backend.fetch_jobs([QUEUE], 100, "bench", 60))
-    return claimed / (time.perf_counter() - started)
+    return claimed / (time.perf_counter() - started), plan
 
 
-async def run(base: str, quick: bool) -> None:
+async def claim_plan(conn: psycopg.AsyncConnection[Any], backend: Any, schema: str) -> str:
+    """Index and buffers one claim of 100 touches (run, then rolled back): flat in table size."""
+    now = time.time()
+    params = {"queue": QUEUE, "limit": 100, "now": now, "worker_id": "plan",
+              "lease_expires_at": now + 60}
+    async with conn.transaction(force_rollback=True):
+        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend.q["claim_jobs"],
+                                 params)
+        row = await cur.fetchone()
+    assert row is not None
+    root = row[0][0]["Plan"]
+    indexes: set[str] = set()
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Index Name" in node:
+            indexes.add(node["Index Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(root)
+    buffers = root.get("Shared Hit Blocks", 0) + root.get("Shared Read Blocks", 0)
+    return f"indexes {', '.join(sorted(indexes))}; {buffers} buffers per claim of 100"
+
+
+SECTIONS = ("enqueue", "batch", "drain", "pickup", "claim")
+
+
+async def run(base: str, quick: bool, only: set[str]) -> None:
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
     app = build_app(url)
@@ -218,28 +247,31 @@ async def run(base: str, quick: bool) -> None:
     conn = await psycopg.AsyncConnection.connect(base, autocommit=True)
     try:
         n = 1000 if quick else 3000
-        e = await enqueue_one_by_one(app, schema, base, n)
-        rows.append(("enqueue one by one (async)", f"{e['ours']:,.0f} jobs/s",
-                     f"{e['ours'] / e['bare']:.0%} of bare INSERT ({e['bare']:,.0f}/s); target >= 80%"))
-        rows.append(("enqueue one by one (sync facade)", f"{e['ours_sync']:,.0f} jobs/s",
-                     f"{e['ours_sync'] / e['bare']:.0%} of bare INSERT"))
-        b = await enqueue_batches(app, 1000, 5 if quick else 20)
-        rows.append(("enqueue batch of 1,000", f"p50 {pct(b, 50):.1f} ms",
-                     f"p95 {pct(b, 95):.1f} ms; target < 30 ms"))
+        if "enqueue" in only:
+            e = await enqueue_one_by_one(app, schema, base, n)
+            rows.append(("enqueue one by one (async)", f"{e['ours']:,.0f} jobs/s",
+                         f"{e['ours'] / e['bare']:.0%} of bare INSERT ({e['bare']:,.0f}/s); target >= 80%"))
+            rows.append(("enqueue one by one (sync facade)", f"{e['ours_sync']:,.0f} jobs/s",
+                         f"{e['ours_sync'] / e['bare']:.0%} of bare INSERT"))
+        if "batch" in only:
+            b = await enqueue_batches(app, 1000, 5 if quick else 20)
+            rows.append(("enqueue batch of 1,000", f"p50 {pct(b, 50):.1f} ms",
+                         f"p95 {pct(b, 95):.1f} ms; target < 30 ms"))
         jobs = 10_000 if quick else 50_000
-        for workers in (1, 2):
+        for workers in (1, 2) if "drain" in only else ():
             rate = await drain(app, url, conn, schema, workers, jobs)
             rows.append((f"drain {jobs:,} no-op jobs, {workers} worker process(es)",
                          f"{rate:,.0f} jobs/s", "target >= 10,000/s with 2" if workers == 2 else ""))
-        lat = await pickup_latency(app, url, conn, schema, 50 if quick else 200)
-        rows.append(("idle pickup latency (enqueue call -> started_at)",
-                     f"p50 {pct(lat, 50):.2f} ms",
-                     f"p95 {pct(lat, 95):.2f} ms, p99 {pct(lat, 99):.2f} ms; target p50 < 5 ms"))
+        if "pickup" in only:
+            lat = await pickup_latency(app, url, conn, schema, 50 if quick else 200)
+            rows.append(("idle pickup latency (enqueue call -> started_at)",
+                         f"p50 {pct(lat, 50):.2f} ms",
+                         f"p95 {pct(lat, 95):.2f} ms, p99 {pct(lat, 99):.2f} ms; target p50 < 5 ms"))
         sizes = (10_000, 100_000) if quick else (10_000, 1_000_000)
-        for total in sizes:
-            rate = await claim_rate(app, conn, schema, total, 5_000)
+        for total in sizes if "claim" in only else ():
+            rate, plan = await claim_rate(app, conn, schema, total, 5_000)
             rows.append((f"claim rate, {total:,} jobs in table (5,000 claimable)",
-                         f"{rate:,.0f} jobs/s", "batches of 100, one client"))
+                         f"{rate:,.0f} jobs/s", f"batches of 100, one client; {plan}"))
     finally:
         await app.aclose()
         await asyncio.to_thread(app.close)  # the sync facade's loop has a backend too
@@ -256,6 +288,8 @@ def main() -> None:
     parser.add_argument("--url", default=os.environ.get("CONVEYOR_TEST_POSTGRES_URL",
                                                         "postgresql://postgres@127.0.0.1:5432/test"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections of {','.join(SECTIONS)}")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=100, help=argparse.SUPPRESS)
     parser.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -263,7 +297,7 @@ def main() -> None:
     if args.serve:
         serve(args.url, args.concurrency, args.poll)
     else:
-        asyncio.run(run(args.url, args.quick))
+        asyncio.run(run(args.url, args.quick, set(args.only.split(","))))
 
 
 if __name__ == "__main__":
