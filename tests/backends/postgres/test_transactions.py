@@ -10,14 +10,12 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, current_job
-from conveyor.backends.base import Lease
 from conveyor.errors import ConfigurationError, StaleLease
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
 from conveyor.worker import WorkerConfig
 from conveyor.worker.context import JobContext
 
-FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
 
 
 def business_table(admin_conn: psycopg.Connection, schema: str) -> str:
@@ -211,3 +209,35 @@ async def test_worker_completes_jobs_in_handler_transactions(
         [{"order": i} for i in range(10)] + [100 + i for i in range(10)])
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (20,)
     assert worker.counts == {"completed": 20}
+
+
+async def test_sync_transaction_rolls_back_on_lease_loss(
+    manual_app: tuple[Conveyor, ManualClock], schema: str, admin_conn: psycopg.Connection
+) -> None:
+    app, clock = manual_app
+    orders = business_table(admin_conn, schema)
+
+    @app.task(name="pay")
+    def pay() -> None: ...
+
+    handle = await pay.enqueue_async()
+    ctx = await _claimed_context(app)
+    backend = await app.backend()
+    loop = asyncio.get_running_loop()
+
+    def lose_lease() -> None:  # what another host does while this one stalls
+        clock.advance(11)
+        asyncio.run_coroutine_threadsafe(backend.rescue_expired_jobs(), loop).result()
+        asyncio.run_coroutine_threadsafe(backend.fetch_jobs(["default"], 1, "w2", 10.0), loop).result()
+
+    def handler() -> None:  # runs in a thread, as sync handlers do
+        with ctx.transaction_sync(result="paid") as conn:
+            conn.execute(f"INSERT INTO {orders} VALUES (1, 'paid')")
+            lose_lease()
+
+    with pytest.raises(StaleLease, match="rolled back"):
+        await asyncio.to_thread(handler)
+    assert ctx.lease_lost and not ctx.completed_in_transaction
+    assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
+    job = await backend.get_job(handle.id)
+    assert job is not None and (job.state, job.worker_id) == (JobState.RUNNING, "w2")
