@@ -183,6 +183,19 @@ RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attemp
 -- Refunded (snooze, release): back to waiting without using the attempt. Otherwise
 -- (retry, dead, cancelled): append the attempt's error. Returns the rows applied;
 -- the caller reports the rest as stale.
+-- Rows are locked first, in id order: a worker heartbeats finished jobs until their
+-- outcome is written, so its heartbeat and outcome writes (two connections) touch
+-- the same rows; one lock order makes them queue instead of deadlocking.
+WITH s AS (
+    SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[], %(states)b::text[],
+                         %(results)b::text[], %(errors)b::jsonb[], %(run_ats)b::float8[],
+                         %(refunds)b::bool[]) AS s(id, token, state, result, error, run_at, refund)
+), locked AS (
+    SELECT j.seq FROM {schema}.jobs AS j JOIN s ON j.id = s.id
+    WHERE j.lease_token = s.token AND j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE {schema}.jobs AS j
 SET state = s.state,
     run_at = coalesce(s.run_at, j.run_at),
@@ -193,16 +206,23 @@ SET state = s.state,
     attempt = CASE WHEN s.refund THEN j.attempt - 1 ELSE j.attempt END,
     errors = CASE WHEN s.error IS NULL OR s.refund OR s.state = 'completed' THEN j.errors
                   ELSE j.errors || jsonb_build_array(s.error) END
-FROM unnest(%(ids)b::text[], %(tokens)b::bigint[], %(states)b::text[], %(results)b::text[],
-            %(errors)b::jsonb[], %(run_ats)b::float8[], %(refunds)b::bool[])
-     AS s(id, token, state, result, error, run_at, refund)
-WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
+FROM s
+WHERE j.seq IN (SELECT seq FROM locked)
+  AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
 RETURNING j.id
 
 -- name: heartbeat_jobs
+-- Locks in id order, as settle_jobs does (see there).
+WITH l AS (
+    SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[]) AS l(id, token)
+), locked AS (
+    SELECT j.seq FROM {schema}.jobs AS j JOIN l ON j.id = l.id
+    WHERE j.lease_token = l.token AND j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE {schema}.jobs AS j SET lease_expires_at = %(lease_expires_at)s
-FROM unnest(%(ids)b::text[], %(tokens)b::bigint[]) AS l(id, token)
-WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
+WHERE j.seq IN (SELECT seq FROM locked) AND j.state = 'running'
 RETURNING j.id, j.cancel_requested
 
 -- name: checkpoint_job
