@@ -118,5 +118,5 @@ def test_worker_with_an_unreachable_backend_exits_1_in_one_line(cli: Cli) -> Non
     assert result.code == 1
     assert "Traceback" not in result.err
     assert result.err.splitlines() == ["conveyor: error: cannot open the backend at "
-                      "sqlite:////no/such/folder/jobs.db: OperationalError: unable to open "
-                      "database file"]
+                      "sqlite:////no/such/folder/jobs.db: cannot open SQLite database "
+                      "'/no/such/folder/jobs.db': unable to open database file"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..app import Conveyor
 from ..backends import redact_url
-from ..errors import ConveyorError
+from ..errors import BackendUnavailable, ConveyorError
 from .exits import FAILURE, CliError
 
 APP_PATH_HELP = "the app to use, as module:attribute (e.g. myapp.tasks:app)"
@@ -89,6 +89,8 @@ async def open_backend(app: Conveyor) -> None:
     is one clear line rather than a driver traceback from the middle of a command."""
     try:
         await app.backend()
+    except BackendUnavailable as exc:
+        raise CliError(f"cannot open the backend at {redact_url(app.url)}: {exc}", FAILURE) from exc
     except ConveyorError:
         raise
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; name them in one line
