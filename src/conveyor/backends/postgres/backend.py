@@ -143,6 +143,8 @@ class PostgresBackend:
                     if migration.version in {row[0] for row in await cur.fetchall()}:
                         continue  # applied earlier, or by another process just now
                     await conn.execute(self.q["use_schema"], {"schema": self.schema})
+                    # No parameters: psycopg sends the file as one script, so a migration
+                    # may hold many statements and plpgsql bodies (and any % in them).
                     await conn.execute(migration.sql.encode(), prepare=False)
                     await conn.execute(
                         self.q["record_migration"],
