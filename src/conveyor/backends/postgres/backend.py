@@ -205,12 +205,11 @@ class PostgresBackend:
                     "lease_expires_at": now + lease_seconds}
 
         async def op(conn: AsyncConn) -> list[Job]:
-            # Staging and the first claim share one round trip.
-            async with conn.pipeline():
-                await conn.execute(self.q["stage_due_jobs"], {"now": now})
-                cur = await conn.execute(self.q["claim_jobs"], claim(queues[0], limit))
-                rows = sorted(await cur.fetchall(), key=claim_order)
-            for queue in queues[1:]:  # in the order given: earlier queues first
+            # Two statements, not one pipeline: measured no faster here (psycopg's
+            # pipeline bookkeeping costs what the saved round trip gains on a LAN).
+            await conn.execute(self.q["stage_due_jobs"], {"now": now})
+            rows: list[Any] = []
+            for queue in queues:  # in the order given: earlier queues first
                 if len(rows) >= limit:
                     break
                 cur = await conn.execute(self.q["claim_jobs"], claim(queue, limit - len(rows)))

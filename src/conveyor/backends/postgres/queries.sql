@@ -173,10 +173,12 @@ FROM (SELECT seq FROM {schema}.jobs
       LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED) AS picked
 WHERE j.seq = picked.seq
+-- errors and meta as text: nearly always '[]' and '{}', which rows.job_from_row
+-- recognises without a JSON parse (two parses per claimed job showed in profiles).
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
-          j.worker_id, j.unique_key, j.unique_for, j.result, j.errors, j.checkpoint, j.progress,
-          j.cancel_requested, j.timeout, j.meta
+          j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
+          j.progress, j.cancel_requested, j.timeout, j.meta::text
 
 -- name: settle_jobs
 -- A batch of attempt outcomes in one statement. Completed: store the result.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,10 @@ def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
     (_seq, id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
      result, errors, checkpoint, progress, cancel_requested, timeout, meta) = row[start:]
+    if isinstance(errors, str):  # text from the claim query; '[]' needs no parse
+        errors = json.loads(errors) if errors != "[]" else None
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta != "{}" else None
     return Job(
         id=id_, task=task, queue=queue, payload=payload, state=JobState(state),
         priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at,
