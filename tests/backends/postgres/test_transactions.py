@@ -241,3 +241,23 @@ async def test_sync_transaction_rolls_back_on_lease_loss(
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
     job = await backend.get_job(handle.id)
     assert job is not None and (job.state, job.worker_id) == (JobState.RUNNING, "w2")
+
+
+def test_sync_facade_enqueues_from_the_callers_thread(pg_url: str) -> None:
+    """task.enqueue() without a connection takes the blocking path on the sync pool."""
+    app = Conveyor(pg_url)
+
+    @app.task(name="ship")
+    def ship(order_id: int) -> None: ...
+
+    try:
+        first = ship.options(unique_key="order-1").enqueue(1)
+        again = ship.options(unique_key="order-1").enqueue(1)
+        plain = [ship.enqueue(i) for i in range(3)]
+        assert again.id == first.id
+        backend = app.portal.call(app.backend())
+        assert backend._sync_pool is not None  # the blocking path was taken
+        jobs = [app.jobs.get(h.id) for h in [first, *plain]]
+        assert [j.state for j in jobs if j] == [JobState.AVAILABLE] * 4
+    finally:
+        app.close()
