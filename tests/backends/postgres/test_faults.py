@@ -48,11 +48,11 @@ async def test_worker_survives_pg_terminate_backend(
 
     async with RunningWorker(pg_app, CONFIG) as worker:
         await eventually(lambda: completed_at_least(50), what="50 jobs completed")
-        assert terminate(admin_conn, schema) >= 2  # pool connections and the listener
+        assert terminate(admin_conn, schema) >= 1  # the pool's connections (and the listener's)
         # The producer's pool lost its connections too: enqueue still works (fresh one).
         late = await work.enqueue_async(1000)
         await eventually(lambda: completed_at_least(150), what="150 jobs completed")
-        assert terminate(admin_conn, schema) >= 2
+        assert terminate(admin_conn, schema) >= 1
         jobs = await wait_finished(pg_app, [h.id for h in handles] + [late.id], timeout=60)
     assert all(job.state is JobState.COMPLETED for job in jobs.values())
     assert runs == Counter({n: 1 for n in [*range(300), 1000]})
