@@ -25,6 +25,7 @@ class Listener:
         self.redacted = redacted
         self.event = asyncio.Event()
         self.connected = asyncio.Event()  # for tests and benchmarks: LISTEN is in place
+        self.connects = 0  # LISTEN sessions started so far (reconnects show here)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -54,6 +55,7 @@ class Listener:
             try:
                 conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
                 await conn.execute(self.listen_sql)
+                self.connects += 1
                 self.connected.set()
                 if failures:
                     log.info("wake-up listener reconnected to %s", self.redacted)
