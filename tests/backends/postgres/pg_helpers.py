@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
+
 from conveyor import Conveyor
 from conveyor.job import Job
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
@@ -54,3 +56,11 @@ class RunningWorker:
         if not self.task.done():
             self.worker.stop()
         await asyncio.wait_for(self.task, 30)
+
+
+def terminate(admin_conn: psycopg.Connection[tuple[object, ...]], application_name: str) -> int:
+    """Kill every server connection of the app under test; return how many."""
+    rows = admin_conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = %s AND pid <> pg_backend_pid()", (application_name,)).fetchall()
+    return sum(1 for (killed,) in rows if killed)

@@ -55,7 +55,7 @@ CREATE TABLE queues (
 -- The state machine of conveyor/lifecycle.py, enforced in storage: guarded updates
 -- make the normal paths safe, this trigger makes every other path (a bug, a manual
 -- UPDATE) fail loudly. Keep in step with lifecycle.ALLOWED
--- (tests/backends/postgres/test_schema.py compares the two).
+-- (tests/backends/postgres/test_pg_schema.py compares the two).
 CREATE FUNCTION check_job_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF (OLD.state || '>' || NEW.state) NOT IN (

@@ -9,8 +9,7 @@ import psycopg
 
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.job import NewJob
-from pg_helpers import eventually
-from test_faults import terminate
+from pg_helpers import eventually, terminate
 
 POLL = 30.0  # what a worker would wait without a wake-up
 

@@ -15,18 +15,12 @@ from conveyor.backends.base import JobFilter
 from conveyor.errors import BackendUnavailable
 from conveyor.job import JobState
 from conveyor.worker import WorkerConfig
-from pg_helpers import RunningWorker, eventually, wait_finished
+from pg_helpers import RunningWorker, eventually, terminate, wait_finished
 from pg_server import PrivateServer
 
 CONFIG = WorkerConfig(concurrency=10, poll_interval=0.1, rescue_interval=0.5, lease=10)
 
 
-def terminate(admin_conn: psycopg.Connection, application_name: str) -> int:
-    """Kill every server connection of the app under test; return how many."""
-    rows = admin_conn.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE application_name = %s AND pid <> pg_backend_pid()", (application_name,)).fetchall()
-    return sum(1 for (killed,) in rows if killed)
 
 
 async def test_worker_survives_pg_terminate_backend(

@@ -1,6 +1,6 @@
 """A worker process for the many-process tests and the benchmark.
 
-    python worker_main.py URL --concurrency 10 --lease 2 --rescue 0.5 [--runs-table s.runs]
+    python pg_worker_main.py URL --concurrency 10 --lease 2 --rescue 0.5 [--runs-table s.runs]
 
 Task `record(n, sleep=0)`: inserts (job id, pid) into --runs-table on a
 connection of its own (autocommit, outside the job's completion), so a second

@@ -18,7 +18,7 @@ from conveyor.backends.base import JobFilter
 from conveyor.job import JobState
 from pg_helpers import eventually
 
-RUNNER = Path(__file__).with_name("worker_main.py")
+RUNNER = Path(__file__).with_name("pg_worker_main.py")
 
 
 class Workers:
