@@ -4,7 +4,8 @@ Fast path (no job of the batch has a unique_key, the common case): one INSERT
 ... ON CONFLICT (id) DO NOTHING statement that also notifies, so one round trip
 and, in autocommit, no BEGIN/COMMIT: as cheap as a bare INSERT can be. Jobs
 whose id is already taken (a retry of the same enqueue, a deterministic id)
-then take the full path.
+then take the full path: in autocommit, a batch mixing new and taken ids
+commits in two steps, each safe to repeat.
 
 Full path: lock keys, drop finished jobs being replaced, insert with dedup,
 notify - four statements in a pipeline inside one transaction (a savepoint when
@@ -123,14 +124,6 @@ def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
     return conn.transaction()
 
 
-class _nothing:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
 def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job]) -> list[Job]:
     by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
     return [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
@@ -182,7 +175,7 @@ async def _full_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[An
     p = params(backend, unique, now)
     scope = _scope(conn)
     async with conn.pipeline():
-        async with scope if scope is not None else _nothing():
+        async with scope if scope is not None else nullcontext():
             if any(k is not None for k in p["keys"]):
                 await conn.execute(q["lock_enqueue_keys"], p)
             await conn.execute(q["delete_replaced_jobs"], p)
