@@ -154,11 +154,15 @@ SELECT count(pg_notify(%(channel)s, q)) FROM (SELECT DISTINCT unnest(%(queues)s:
 
 -- name: stage_due_jobs
 -- SKIP LOCKED: many workers stage at once without queueing on each other's rows.
+-- `seq = ANY (ARRAY(...))`, here and below: the chosen rows are then fetched by
+-- primary key whatever the table's size; with `IN (...)` or a join the planner
+-- may hash-join against a sequential scan of the whole table (seen at 10,000 rows).
 UPDATE {schema}.jobs SET state = 'available'
-WHERE seq IN (SELECT seq FROM {schema}.jobs
-              WHERE state IN ('scheduled', 'retryable') AND run_at <= %(now)s
-              ORDER BY run_at LIMIT 5000
-              FOR UPDATE SKIP LOCKED)
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= %(now)s
+    ORDER BY run_at LIMIT 5000
+    FOR UPDATE SKIP LOCKED))
 
 -- name: claim_jobs
 -- One statement per queue: pick the first `limit` claimable rows in claim order that
@@ -166,13 +170,13 @@ WHERE seq IN (SELECT seq FROM {schema}.jobs
 UPDATE {schema}.jobs AS j
 SET state = 'running', attempt = j.attempt + 1, lease_token = j.lease_token + 1,
     lease_expires_at = %(lease_expires_at)s, worker_id = %(worker_id)s, started_at = %(now)s
-FROM (SELECT seq FROM {schema}.jobs
-      WHERE state = 'available' AND queue = %(queue)s
-        AND NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = %(queue)s AND q.paused)
-      ORDER BY priority DESC, run_at, seq
-      LIMIT %(limit)s
-      FOR UPDATE SKIP LOCKED) AS picked
-WHERE j.seq = picked.seq
+WHERE j.seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state = 'available' AND queue = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority DESC, run_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
 -- errors and meta as text: nearly always '[]' and '{}', which rows.job_from_row
 -- recognises without a JSON parse (two parses per claimed job showed in profiles).
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
@@ -209,7 +213,7 @@ SET state = s.state,
     errors = CASE WHEN s.error IS NULL OR s.refund OR s.state = 'completed' THEN j.errors
                   ELSE j.errors || jsonb_build_array(s.error) END
 FROM s
-WHERE j.seq IN (SELECT seq FROM locked)
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
   AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
 RETURNING j.id
 
@@ -224,7 +228,7 @@ WITH l AS (
     FOR UPDATE OF j
 )
 UPDATE {schema}.jobs AS j SET lease_expires_at = %(lease_expires_at)s
-WHERE j.seq IN (SELECT seq FROM locked) AND j.state = 'running'
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked)) AND j.state = 'running'
 RETURNING j.id, j.cancel_requested
 
 -- name: checkpoint_job
@@ -253,20 +257,22 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
         -- worker ids are host:pid:nonce
         'host', CASE WHEN strpos(worker_id, ':') > 0 THEN split_part(worker_id, ':', 1) ELSE '' END,
         'version', %(version)s::text))
-WHERE seq IN (SELECT seq FROM {schema}.jobs
-              WHERE state = 'running' AND lease_expires_at < %(now)s
-              FOR UPDATE SKIP LOCKED)
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state = 'running' AND lease_expires_at < %(now)s
+    FOR UPDATE SKIP LOCKED))
 RETURNING id
 
 -- name: prune_jobs
 DELETE FROM {schema}.jobs
-WHERE seq IN (SELECT seq FROM {schema}.jobs
-              WHERE finished_at IS NOT NULL
-                AND ((state IN ('completed', 'cancelled') AND finished_at < %(completed_before)s
-                      AND (unique_for IS NULL OR finished_at + unique_for < %(now)s))
-                     OR (state = 'dead' AND finished_at < %(dead_before)s))
-              LIMIT %(limit)s
-              FOR UPDATE SKIP LOCKED)
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE finished_at IS NOT NULL
+      AND ((state IN ('completed', 'cancelled') AND finished_at < %(completed_before)s
+            AND (unique_for IS NULL OR finished_at + unique_for < %(now)s))
+           OR (state = 'dead' AND finished_at < %(dead_before)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
 
 -- name: get_job
 SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
