@@ -22,6 +22,9 @@ class WorkerConfig:
     completed_retention: float = 24 * 3600.0
     dead_retention: float = 14 * 24 * 3600.0
     thread_pool_size: int | None = None  # sync tasks; None: concurrency
+    # Enqueue the app's periodic schedules from this worker too. Safe on every
+    # replica (each tick is enqueued once); off for workers that should only run jobs.
+    scheduler: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -1,7 +1,8 @@
 """The asyncio worker, composed of small services: producer (claims jobs into
 free slots), executor (runs one job), completer (batched outcome writes),
 heartbeater (extends leases), rescuer (returns expired leases) and pruner
-(retention). Any number of workers may share one backend."""
+(retention), and the scheduler (periodic schedules; see conveyor.maintenance).
+Any number of workers may share one backend."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, Lease, Settlement
 from ..job import Job, JobState
+from ..maintenance.scheduler import Scheduler
 from ..version import __version__
 from .config import WorkerConfig
 from .context import JobContext
@@ -93,6 +95,8 @@ class Worker:
 
     # --- main --------------------------------------------------------------------------
     async def run(self) -> ExitStatus:
+        # Built before anything starts: a bad schedule stops the worker at start-up.
+        scheduler = Scheduler(self.app) if self.config.scheduler else None
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
@@ -105,6 +109,8 @@ class Worker:
             asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
         ]
+        if scheduler is not None and scheduler.schedules:
+            services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
         try:
             await self._stop_claiming.wait()
