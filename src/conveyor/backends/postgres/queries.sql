@@ -197,10 +197,11 @@ WITH s AS (
                          %(results)b::text[], %(errors)b::jsonb[], %(run_ats)b::float8[],
                          %(refunds)b::bool[]) AS s(id, token, state, result, error, run_at, refund)
 ), locked AS (
-    SELECT j.seq FROM {schema}.jobs AS j JOIN s ON j.id = s.id
-    WHERE j.lease_token = s.token AND j.state = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
+    -- By id (the unique index): cost follows the batch, not the number of running jobs.
+    SELECT seq FROM {schema}.jobs
+    WHERE id = ANY (%(ids)b::text[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
 )
 UPDATE {schema}.jobs AS j
 SET state = s.state,
@@ -222,13 +223,15 @@ RETURNING j.id
 WITH l AS (
     SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[]) AS l(id, token)
 ), locked AS (
-    SELECT j.seq FROM {schema}.jobs AS j JOIN l ON j.id = l.id
-    WHERE j.lease_token = l.token AND j.state = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
+    SELECT seq FROM {schema}.jobs
+    WHERE id = ANY (%(ids)b::text[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
 )
 UPDATE {schema}.jobs AS j SET lease_expires_at = %(lease_expires_at)s
-WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked)) AND j.state = 'running'
+FROM l
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
+  AND j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
 RETURNING j.id, j.cancel_requested
 
 -- name: checkpoint_job
