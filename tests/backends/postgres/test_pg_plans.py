@@ -62,3 +62,44 @@ async def test_hot_statements_never_scan_the_jobs_table(
             assert "Seq Scan jobs" not in nodes, f"{name} at {total} rows: {nodes}"
     finally:
         await backend.close()
+
+
+def indexes(plan: dict[str, Any]) -> set[str]:
+    found = {plan["Index Name"]} if "Index Name" in plan else set()
+    for child in plan.get("Plans", []):
+        found |= indexes(child)
+    return found
+
+
+async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_jobs(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
+    """With 20,000 jobs running (many workers), a batch of 50 finds its rows by id."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
+                created_at, lease_expires_at, attempt)
+                SELECT 'j' || g, 'q', 't', '{{}}', 'running', 20, 0, 0, 1e9, 1
+                FROM generate_series(1, 20000) AS g""")
+        admin_conn.execute(f'ANALYZE "{schema}".jobs')
+        ids = [f"j{i}" for i in range(100, 150)]
+        statements = {
+            "heartbeat_jobs": {"ids": ids, "tokens": [0] * 50, "lease_expires_at": 2e9},
+            "settle_jobs": {"now": 1e9, "ids": ids, "tokens": [0] * 50,
+                            "states": ["completed"] * 50, "results": [None] * 50,
+                            "errors": [None] * 50, "run_ats": [None] * 50,
+                            "refunds": [False] * 50},
+        }
+        for name, params in statements.items():
+            with admin_conn.transaction(force_rollback=True):
+                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
+                                         params).fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
+            assert "Seq Scan jobs" not in scans(plan), name
+            assert "jobs_lease" not in indexes(plan) and "jobs_id_key" in indexes(plan), (
+                name, indexes(plan))
+    finally:
+        await backend.close()
