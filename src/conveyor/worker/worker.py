@@ -245,11 +245,12 @@ class Worker:
         reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
         for job_id in reply.lost:
             running = self._running.get(job_id)
-            if running is None:
-                # Finished here: its outcome was written between the lease list and this
-                # reply (routine on a busy worker), or the write will report it stale.
-                continue
             self._unsettled.pop(job_id, None)
+            if running is None:
+                # The handler is done and its outcome is being written; a heartbeat
+                # that crossed that write sees the lease gone. A lease that really was
+                # lost shows up as a stale outcome, logged in _on_settled.
+                continue
             if running.ctx.completed_in_transaction:
                 continue  # not lost: completed in the handler's transaction, still returning
             log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
