@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from ...errors import BackendUnavailable, ConfigurationError, StaleLease
+from ...errors import BackendUnavailable, ConfigurationError, JobNotFound, StaleLease
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
@@ -372,11 +372,22 @@ class PostgresBackend:
         return job_from_row(rows[0]) if rows else None
 
     async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None,
+        oldest_finished_first: bool = False,
     ) -> list[Job]:
         params = {**filter_params(where), "limit": limit, "offset": offset,
                   "oldest_finished_first": oldest_finished_first}
-        return [job_from_row(r) for r in await self._fetch("filter_jobs", params)]
+        if oldest_finished_first:
+            return [job_from_row(r) for r in await self._fetch("filter_jobs", params)]
+        before_seq = None
+        if after is not None:
+            rows = await self._fetch("seq_of_job", {"id": after})
+            if not rows:
+                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                                  "start again from the first page")
+            before_seq = rows[0][0]
+        params["before_seq"] = before_seq
+        return [job_from_row(r) for r in await self._fetch("list_jobs_newest_first", params)]
 
     async def count_jobs(self, where: JobFilter) -> int:
         return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
@@ -397,7 +408,8 @@ class PostgresBackend:
         if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
             raise ValueError("only dead or cancelled jobs can be redriven")
         scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids)
+                           error_type=where.error_type, ids=where.ids,
+                           args_contains=where.args_contains)
         chosen = await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)
         if dry_run or not chosen:
             return chosen

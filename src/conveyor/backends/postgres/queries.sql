@@ -334,8 +334,29 @@ WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
   AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
   AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 ORDER BY CASE WHEN %(oldest_finished_first)s::bool THEN coalesce(finished_at, 0) END, seq DESC
 LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: list_jobs_newest_first
+-- The admin listing: a plain ORDER BY seq DESC lets PostgreSQL walk an index backwards and
+-- stop after :limit rows; the keyset cursor is a plain range on seq.
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM {schema}.jobs
+WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
+  AND seq < coalesce(%(before_seq)s::bigint, 9223372036854775807)
+ORDER BY seq DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: seq_of_job
+SELECT seq FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: count_filtered_jobs
 SELECT count(*) FROM {schema}.jobs
@@ -344,6 +365,7 @@ WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
   AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
   AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 
 -- name: listen
 LISTEN {channel}

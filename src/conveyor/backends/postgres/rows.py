@@ -65,6 +65,7 @@ def filter_params(where: JobFilter) -> dict[str, Any]:
         "tasks": as_list(where.tasks),
         "ids": as_list(where.ids),
         "error_type": where.error_type,
+        "args_contains": where.args_contains,
     }
 
 
