@@ -16,8 +16,8 @@ from conveyor.job import AttemptError, JobState
 LOCAL = ("127.0.0.1", 50123)
 
 
-def make_app(path: Path) -> Conveyor:
-    app = Conveyor(f"sqlite:///{path / 'jobs.db'}")
+def make_app(path: Path, url: str | None = None) -> Conveyor:
+    app = Conveyor(url or f"sqlite:///{path / 'jobs.db'}")
 
     @app.task(name="emails.send", queue="mail")
     def send(address: str, template: str = "welcome") -> None: ...
