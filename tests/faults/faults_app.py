@@ -1,0 +1,41 @@
+"""The app the fault tests run in real worker processes.
+
+Every handler appends one line per event to $RUNS_LOG: `event job_id attempt pid
+time` (O_APPEND writes of one short line are atomic), so a test can count starts
+and finishes per job and per process, also for a process killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from conveyor import Conveyor, current_job
+
+app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))
+
+
+def record(event: str) -> None:
+    ctx = current_job()
+    line = f"{event} {ctx.id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
+    fd = os.open(os.environ["RUNS_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@app.task(name="work", max_attempts=5, backoff_base=0.01, backoff_cap=0.1)
+def work(seconds: float) -> str:
+    record("start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # short sleeps: a soft limit lands promptly
+        time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+    record("finish")
+    return f"attempt {current_job().attempt}"
+
+
+@app.task(name="poison", max_attempts=4, backoff_base=0.01, backoff_cap=0.05)
+def poison() -> None:
+    record("start")
+    raise ConnectionError(f"poison pill, attempt {current_job().attempt}")
