@@ -136,6 +136,18 @@ class Runs:
     def wait_for(self, kind: str, n: int, timeout: float = 60.0) -> None:
         poll(lambda: self.count(kind) >= n, timeout, f"{n} {kind!r} events (have {self.count(kind)})")
 
+    def cut_short(self, pids: Iterable[int]) -> set[str]:
+        """Jobs that one of `pids` started and did not finish: killed mid-handler."""
+        wanted, open_runs = set(pids), set()
+        for event in self.events():
+            if event.pid not in wanted:
+                continue
+            if event.kind == "start":
+                open_runs.add(event.job_id)
+            elif event.kind == "finish":
+                open_runs.discard(event.job_id)
+        return open_runs
+
     def in_flight(self, pids: Iterable[int] | None = None) -> dict[str, Event]:
         """Jobs whose latest start has no finish after it (optionally: started by `pids`)."""
         latest: dict[str, Event] = {}
@@ -307,7 +319,7 @@ def render_table() -> list[str]:
         for row in [header, *rows]:
             lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths)))
     if lines:
-        lines.append("* handler ran to its end twice because its process was killed after it "
-                     "returned and before the outcome was written (at-least-once); the stored "
+        lines.append("* handler ran to its end twice: at-least-once after a kill between its return "
+                     "and the ack, or a stalled worker whose lease expired; the stored "
                      "completion is still one.")
     return lines
