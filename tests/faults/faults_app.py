@@ -11,6 +11,7 @@ import os
 import time
 
 from conveyor import Conveyor, current_job
+from conveyor.errors import SoftTimeLimitExceeded
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))
 
@@ -39,3 +40,27 @@ def work(seconds: float) -> str:
 def poison() -> None:
     record("start")
     raise ConnectionError(f"poison pill, attempt {current_job().attempt}")
+
+
+_leaked: list[bytes] = []
+
+
+@app.task(name="leak", max_attempts=5)
+def leak(megabytes: int) -> str:
+    """Keeps what it allocates, as a leaky C extension would."""
+    record("start")
+    _leaked.append(os.urandom(megabytes << 20))
+    record("finish")
+    return f"attempt {current_job().attempt}"
+
+
+@app.task(name="runaway", soft_time_limit=0.3, hard_time_limit=1.0, max_attempts=2,
+          backoff_base=0.01, backoff_cap=0.05)
+def runaway() -> None:
+    """Ignores its soft limit; only replacing its process stops it."""
+    record("start")
+    while True:
+        try:
+            time.sleep(0.02)
+        except SoftTimeLimitExceeded:
+            record("soft")

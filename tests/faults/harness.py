@@ -61,17 +61,18 @@ class WorkerGroup:
     """A worker (or pool) in its own process group: a kill reaches every descendant."""
 
     def __init__(self, url: str, runs_log: Path, log_path: Path, *args: str,
-                 env: dict[str, str] | None = None, via_script: bool = False) -> None:
+                 env: dict[str, str] | None = None, via_script: bool = False,
+                 app: str = "faults_app:app", cwd: Path = HERE) -> None:
         full_env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
-                    "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                    "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                     **(env or {})}
         if via_script or not cli_available():
-            command = [sys.executable, str(HERE / "run_worker.py"), "faults_app:app", *args]
+            command = [sys.executable, str(HERE / "run_worker.py"), app, *args]
         else:
-            command = [sys.executable, "-m", "conveyor", "worker", "faults_app:app", *args]
+            command = [sys.executable, "-m", "conveyor", "worker", app, *args]
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(command, env=full_env, cwd=HERE, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(command, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.pgid = self.proc.pid

@@ -64,6 +64,7 @@ log = logging.getLogger("conveyor.pool")
 # Supervisor -> child commands and child -> supervisor reports, over the child's pipe.
 DRAIN, COLD = "drain", "cold"
 RETIRING = "retiring"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,9 @@ def import_app(path: str) -> Conveyor:
 # --- the child ------------------------------------------------------------------------
 def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
                 max_memory: int | None, log_level: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by the supervisor
     logging.basicConfig(
         level=log_level,
         format=f"%(asctime)s %(levelname)s [child {os.getpid()}] %(name)s: %(message)s",
@@ -138,7 +140,15 @@ def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Conne
 
 async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
                  max_memory: int | None) -> ExitStatus:
-    worker = Worker(app, config, worker_id=worker_id)
+    def over_memory() -> str | None:
+        if max_memory is None:
+            return None
+        rss = rss_bytes()
+        if rss <= max_memory:
+            return None
+        return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
+
+    worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
     loop = asyncio.get_running_loop()
     commanded = False  # the supervisor asked us to stop: no retirement report
 
@@ -167,15 +177,14 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
         reported = False
         while True:
             if not worker.stopping and max_memory is not None:
-                rss = rss_bytes()
-                if rss > max_memory:
-                    log.info("resident memory %d MiB is over the %d MiB limit: draining to be "
-                             "replaced", rss >> 20, max_memory >> 20)
+                reason = over_memory()  # also while every slot is busy with long jobs
+                if reason is not None:
+                    log.info("%s: draining", reason)
+                    worker.retired_because = reason
                     worker.stop()
             if worker.stopping and not commanded and not reported:
                 reason = ("hard time limit" if worker.counts["runaway"] else
-                          "max tasks" if config.max_jobs and worker.claimed >= config.max_jobs
-                          else "max memory")
+                          worker.retired_because or "stopped")
                 try:
                     conn.send((RETIRING, reason))
                 except OSError:
@@ -296,7 +305,14 @@ class Supervisor:
             args=(self.app_path, self.child_config, worker_id, theirs,
                   self.pool.max_memory_per_child, self.pool.log_level),
         )
-        process.start()
+        # The child inherits a mask that blocks SIGTERM/SIGINT until it has set them to
+        # ignored: a group-wide signal during its start must neither kill it nor count
+        # twice. Here they stay pending for the moment of the start, not lost.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()  # the child holds the only other end: EOF tells it we are gone
         child = _Child(slot, worker_id, process, ours, time.monotonic())
         self._children[child.pid] = child

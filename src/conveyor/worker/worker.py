@@ -57,12 +57,17 @@ class Worker:
     """
 
     def __init__(self, app: Conveyor, config: WorkerConfig = WorkerConfig(),
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None,
+                 retire_when: Callable[[], str | None] | None = None) -> None:
         self.app = app
         self.config = config
         # A pool supervisor names its children, so that it can find a dead child's jobs.
         self.id = worker_id or new_worker_id()
         self.claimed = 0
+        # Asked before every claim; a reason (say, memory over a limit) makes the worker
+        # stop claiming and drain, as a pool child does to be replaced.
+        self.retire_when = retire_when
+        self.retired_because: str | None = None
         self.counts: Counter[str] = Counter()  # outcome state -> jobs, for summaries
         self._running: dict[str, _Running] = {}
         self._unsettled: dict[str, Lease] = {}  # claimed and not yet written back
@@ -178,6 +183,12 @@ class Worker:
                     await asyncio.wait([stop, asyncio.create_task(self._slot_freed.wait())],
                                        return_when=asyncio.FIRST_COMPLETED)
                     continue
+                reason = self.retire_when() if self.retire_when is not None else None
+                if reason is not None:
+                    log.info("%s: draining", reason)
+                    self.retired_because = reason
+                    self._stop_claiming.set()
+                    break
                 want = min(free, self.config.fetch_batch)
                 if self.config.max_jobs is not None:
                     want = min(want, self.config.max_jobs - self.claimed)
@@ -196,6 +207,7 @@ class Worker:
                 self.claimed += len(jobs)
                 if self.config.max_jobs is not None and self.claimed >= self.config.max_jobs:
                     log.info("claimed %d jobs (max_jobs): draining", self.claimed)
+                    self.retired_because = "max tasks"
                     self._stop_claiming.set()
                     break
                 if len(jobs) < want:
