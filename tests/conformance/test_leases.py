@@ -25,7 +25,7 @@ async def test_expired_lease_is_rescued_and_the_old_owner_fenced(
     backend: Backend, clock: ManualClock
 ) -> None:
     await backend.enqueue_jobs([new_job(id="e", max_attempts=5)])
-    first = await claim_one(backend, lease=10, worker="dead-worker")
+    first = await claim_one(backend, lease=10, worker="host-a:123:abc")
     clock.advance(10)
     assert await backend.rescue_expired_jobs() == []  # expires strictly after the lease
     clock.advance(0.5)
@@ -34,7 +34,8 @@ async def test_expired_lease_is_rescued_and_the_old_owner_fenced(
     assert rescued is not None and rescued.state is JobState.AVAILABLE
     assert rescued.attempt == 1  # the crash counted as an attempt
     [err] = rescued.errors
-    assert err.type == "LeaseExpired" and err.attempt == 1 and "dead-worker" in err.message
+    assert err.type == "LeaseExpired" and err.attempt == 1 and "host-a:123:abc" in err.message
+    assert (err.worker_id, err.host) == ("host-a:123:abc", "host-a")
     second = await claim_one(backend, worker="live-worker")
     assert second.attempt == 2
     # The first worker comes back: its heartbeat and its ack are both refused.

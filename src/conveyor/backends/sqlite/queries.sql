@@ -89,7 +89,11 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt, 'at', :now, 'type', 'LeaseExpired',
         'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
-        'traceback', '', 'worker_id', coalesce(worker_id, ''), 'host', '', 'version', :version))
+        'traceback', '', 'worker_id', coalesce(worker_id, ''),
+        -- worker ids are host:pid:nonce
+        'host', CASE WHEN instr(worker_id, ':') > 0 THEN substr(worker_id, 1, instr(worker_id, ':') - 1)
+                     ELSE '' END,
+        'version', :version))
 WHERE state = 'running' AND lease_expires_at < :now
 RETURNING id
 
