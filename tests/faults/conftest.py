@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import backends_under_test
 from backends_under_test import BACKENDS
 from harness import TABLE, WorkerGroup, render_table
 
@@ -16,8 +17,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def url(backend: str, tmp_path: Path) -> str:
-    return asyncio.run(BACKENDS[backend](tmp_path))
+def url(backend: str, tmp_path: Path) -> Iterator[str]:
+    isolated = asyncio.run(BACKENDS[backend](tmp_path))
+    yield isolated
+    cleanup = getattr(backends_under_test, "CLEANUPS", {}).get(backend)
+    if cleanup is not None:  # a backend whose isolation leaves something behind
+        asyncio.run(cleanup(isolated))
 
 
 @pytest.fixture

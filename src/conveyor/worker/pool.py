@@ -487,8 +487,10 @@ class Supervisor:
                 message=f"pool child {child.pid} running this job died ({how})",
                 worker_id=child.worker_id, host=socket.gethostname(), version=__version__)
             state = JobState.RETRYABLE if job.attempt < job.max_attempts else JobState.DEAD
+            # Due at once, and at its old place in line (its own run_at), not behind
+            # everything enqueued since.
             settlements.append(Settlement(job.id, job.lease_token, state, error=error,
-                                          run_at=now if state is JobState.RETRYABLE else None))
+                                          run_at=job.run_at if state is JobState.RETRYABLE else None))
         stale = set(await backend.settle_jobs(settlements))
         return [s.job_id for s in settlements if s.job_id not in stale]
 
