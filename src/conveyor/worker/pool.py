@@ -39,6 +39,7 @@ import importlib
 import logging
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import sys
@@ -87,6 +88,19 @@ class PoolConfig:
             raise ValueError("max_tasks_per_child must be at least 1")
         if self.max_memory_per_child is not None and self.max_memory_per_child < 1:
             raise ValueError("max_memory_per_child must be positive")
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
+               "mb": 1000**2, "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """`512MiB`, `2GB`, `1.5g`, `300000000` -> bytes (k/m/g alone are binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a size: use bytes or a unit, e.g. 512MiB or 2GB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
 def rss_bytes() -> int:
