@@ -278,7 +278,7 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
     drop = DROP_CONNECTIONS.get(backend)
     assert drop is not None, (f"add a connection-drop fault for {backend!r} to "
                               "DROP_CONNECTIONS in tests/faults/harness.py")
-    ids = enqueue(url, lambda app: [app.work.message(0.05) for _ in range(150)])
+    ids = enqueue(url, lambda app: [app.work.message(0.1) for _ in range(150)])
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3")
     recoveries: list[float] = []
     descriptions: list[str] = []
@@ -286,10 +286,16 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
         runs.wait_for("finish", threshold)
         descriptions.append(drop(url, pool.pids()))
         dropped_at = time.time()
-        poll(lambda: any(e.kind == "finish" and e.at > dropped_at for e in runs.events())
-             or runs.count("finish") >= len(ids), 60, "a job to finish after the drop")
-        after = [e.at for e in runs.events() if e.kind == "finish" and e.at > dropped_at]
-        recoveries.append((min(after) - dropped_at) if after else 0.0)
+
+        def claimed_and_settled_since() -> list[float]:
+            # Both a claim and an outcome write went through after the drop.
+            return [j.finished_at for j in jobs_of(url, ids).values()
+                    if j.started_at is not None and j.started_at > dropped_at
+                    and j.finished_at is not None]
+
+        settled = poll(claimed_and_settled_since, 60, "a job claimed and settled after the drop",
+                       interval=0.05)
+        recoveries.append(min(settled) - dropped_at)
     jobs = wait_finished(url, ids)
     lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
     twice = recorded_twice(jobs)
