@@ -291,6 +291,70 @@ DROP_CONNECTIONS: dict[str, Callable[[str, list[int]], str]] = {
 }
 
 
+# --- a backend server of the test's own, to crash and restart ---------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server on a free port for one test. `appendfsync always`: every reply
+    comes after its write is on disk, so a SIGKILL of the server loses nothing that
+    was acknowledged, as with a durable production setup."""
+
+    def __init__(self, directory: Path) -> None:
+        import uuid
+
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0?prefix=faults-{uuid.uuid4().hex[:8]}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import redis
+
+        log = open(self.directory / "redis-server.log", "ab")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.directory), "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                return False
+
+        try:
+            poll(up, 30, f"redis-server on port {self.port}", interval=0.05)
+        finally:
+            client.close()
+
+    def crash(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(30)
+
+    def __enter__(self) -> PrivateRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.crash()
+
+
+# backend name -> a server of the test's own (url, start(), crash()), for a full restart.
+PRIVATE_SERVERS: dict[str, Callable[[Path], Any]] = {
+    "redis": PrivateRedis,
+}
+
+
 # --- the table ----------------------------------------------------------------------------------
 @dataclass
 class Row:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from backends_under_test import BACKENDS
 from harness import (
     DROP_CONNECTIONS,
+    PRIVATE_SERVERS,
     Row,
     Runs,
     WorkerGroup,
@@ -304,4 +306,38 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
     assert pool.wait(60) == 0
     report(backend, Row(f"backend drop x2 ({descriptions[0]})", len(ids), len(lost), len(twice),
                         0, " / ".join(f"{r:.2f}s" for r in recoveries)))
+    assert not lost and not twice
+
+
+@pytest.mark.parametrize("server_backend", sorted(set(PRIVATE_SERVERS) & set(BACKENDS)))
+def test_backend_server_crash_and_restart(
+    server_backend: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    with PRIVATE_SERVERS[server_backend](tmp_path) as server:
+        url = server.url
+        ids = enqueue(url, lambda app: [app.work.message(0.1) for _ in range(120)])
+        pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3")
+        runs.wait_for("finish", 30)
+        server.crash()  # SIGKILL: every connection is gone and new ones are refused
+        down_at = time.time()
+        time.sleep(2.0)  # the outage itself, not synchronisation
+        server.start()
+        up_at = time.time()
+
+        def claimed_and_settled_since() -> list[float]:
+            return [j.finished_at for j in jobs_of(url, ids).values()
+                    if j.started_at is not None and j.started_at > up_at
+                    and j.finished_at is not None]
+
+        settled = poll(claimed_and_settled_since, 60, "a job claimed and settled after the restart",
+                       interval=0.05)
+        jobs = wait_finished(url, ids)
+        lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
+        twice = recorded_twice(jobs)
+        assert pool.proc.poll() is None, "the pool rides out the outage"
+        pool.signal(signal.SIGTERM)
+        assert pool.wait(60) == 0
+    report(server_backend, Row("server SIGKILLed, down 2s, restarted", len(ids), len(lost),
+                               len(twice), 0, f"{min(settled) - up_at:.2f}s after restart "
+                               f"({up_at - down_at:.1f}s down)"))
     assert not lost and not twice
