@@ -75,6 +75,12 @@ class Admin:
     async def prune(self, completed_before: float, dead_before: float) -> int:
         return await (await self.app.backend()).prune_jobs(completed_before, dead_before)
 
+    async def migrate(self) -> builtins.list[int]:
+        """Apply pending schema migrations; return the versions applied now (empty
+        when the schema was up to date). An app built with `auto_migrate=True`
+        (the default) has already migrated on first use, so this returns []."""
+        return await (await self.app.backend()).migrate()
+
 
 class Jobs:
     """Sync face of `Admin`: `app.jobs.get(job_id).state`."""
@@ -111,3 +117,6 @@ class Jobs:
 
     def resume(self, queue: str) -> None:
         self.app.portal.call(self.app.admin.resume(queue))
+
+    def migrate(self) -> builtins.list[int]:
+        return self.app.portal.call(self.app.admin.migrate())

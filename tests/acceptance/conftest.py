@@ -19,11 +19,14 @@ class WorkerProcess:
     def __init__(self, url: str, runs_log: Path, *args: str) -> None:
         env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
                "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conveyor", "worker", "jobs_app:app", *args],
-            env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, text=True,
-        )
+        # Output goes to a file: a pipe nobody reads could fill and block the worker.
+        self.log_path = runs_log.with_name(f"worker-{len(list(runs_log.parent.glob('worker-*')))}.log")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conveyor", "worker", "jobs_app:app", *args],
+                env=env, cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, text=True,
+            )
 
     def signal(self, sig: int) -> None:
         os.killpg(self.proc.pid, sig)
@@ -32,8 +35,16 @@ class WorkerProcess:
         return self.proc.wait(timeout)
 
     def output(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.read()
+        return self.log_path.read_text()
+
+    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+        """Poll the worker's log until `text` shows up (signals do not queue: a
+        second signal sent before the first was handled would merge with it)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not in worker output after {timeout}s:\n{self.output()}")
+            time.sleep(0.02)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

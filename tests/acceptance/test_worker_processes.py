@@ -65,7 +65,12 @@ def test_sigkill_mid_job_loses_nothing(url: str, runs: Runs, workers: list[Worke
     jobs = final_jobs(url, ids)
     assert all(j.state is JobState.COMPLETED for j in jobs.values())  # type: ignore[attr-defined]
     finishes = Counter(e[1] for e in runs.events() if e[0] == "finish")
-    assert set(finishes) == set(ids) and set(finishes.values()) == {1}
+    assert set(finishes) == set(ids)
+    # At-least-once: a job may finish twice only if the kill fell between its handler
+    # returning and its (batched) ack; such a job was started by the killed worker.
+    started_by_first = {e[1] for e in runs.events() if e[0] == "start" and e[3] == first.proc.pid}
+    assert {job_id for job_id, n in finishes.items() if n > 1} <= started_by_first
+    assert max(finishes.values()) <= 2
     for job_id in in_flight_at_kill:
         job = jobs[job_id]
         assert job.attempt == 2 and [e.type for e in job.errors] == ["LeaseExpired"]  # type: ignore[attr-defined]
@@ -122,6 +127,7 @@ def test_second_sigterm_is_a_cold_stop_that_uses_no_attempt(
     workers.append(worker)
     runs.wait_for("start", 2)
     worker.signal(signal.SIGTERM)
+    worker.wait_for_output("SIGTERM received")
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 3  # cold stop
     app = Conveyor(url)

@@ -100,3 +100,14 @@ def test_sync_enqueue_and_dedup_round_trip(app: Conveyor) -> None:
         assert len({h.id for h in handles}) == 10
     finally:
         app.close()
+
+
+def test_unopenable_sqlite_file_is_backend_unavailable(tmp_path: Path) -> None:
+    from conveyor.errors import BackendUnavailable
+
+    app = Conveyor(f"sqlite:///{tmp_path / 'missing-dir' / 'jobs.db'}")
+    try:
+        with pytest.raises(BackendUnavailable, match="cannot open SQLite database"):
+            app.jobs.count()
+    finally:
+        app.close()

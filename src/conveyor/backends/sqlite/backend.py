@@ -18,6 +18,7 @@ from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ...errors import ConfigurationError
+from .. import redact_url
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
@@ -27,8 +28,9 @@ from .wakeup import WakeupListener, WakeupSender
 T = TypeVar("T")
 
 
-def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
+def parse_sqlite_url(raw_url: str) -> tuple[str, dict[str, str]]:
+    url = redact_url(raw_url)  # for messages: never echo a password
+    parts = urlsplit(raw_url)
     if parts.scheme != "sqlite":
         raise ConfigurationError(f"not a sqlite URL: {url!r}")
     if parts.netloc:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...version import __version__
-from ...errors import ConfigurationError
+from ...errors import BackendUnavailable, ConfigurationError
 from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
@@ -78,11 +78,14 @@ class SqliteStore:
             )
         self.path = path
         self.clock = clock
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
-        self.conn.execute("PRAGMA busy_timeout=30000")
+        try:
+            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
+            self.conn.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"cannot open SQLite database {path!r}: {exc}") from exc
 
     def close(self) -> None:
         self.conn.close()

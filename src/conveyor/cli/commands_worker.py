@@ -1,0 +1,130 @@
+"""`conveyor worker`: run jobs until SIGTERM/SIGINT (first drains, second is cold)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+from typing import NoReturn
+
+from ..app import Conveyor
+from ..errors import ConveyorError
+from ..worker import ExitStatus, Worker, WorkerConfig
+from .exits import USAGE, CliError
+from .loading import APP_PATH_HELP, load_app, open_backend
+from .logs import LEVELS, configure_logging, flush_all
+from .parsing import Commands, positive_float, positive_int, split_csv
+
+log = logging.getLogger("conveyor.cli")
+_DEFAULTS = WorkerConfig()
+
+
+def register(commands: Commands) -> None:
+    worker = commands.add_parser(
+        "worker", help="run jobs until stopped",
+        description="Run jobs until SIGTERM or SIGINT. The first signal stops claiming and "
+                    "waits up to --grace seconds for running jobs (exit 0); a second signal, "
+                    "or the grace period running out, returns unfinished jobs to their queue "
+                    "without using an attempt (exit 3). Exit 1 on an error.",
+    )
+    worker.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
+    worker.add_argument("--queues", "-q", action="append", type=split_csv, metavar="Q1,Q2",
+                        help="queues to work, in priority order (repeatable); default: the "
+                             "app's default queue, then every queue its tasks use")
+    worker.add_argument("--concurrency", "-c", type=positive_int, default=_DEFAULTS.concurrency,
+                        help=f"jobs run at once (default {_DEFAULTS.concurrency})")
+    worker.add_argument("--lease", type=positive_float, default=_DEFAULTS.lease,
+                        metavar="SECONDS", help="lease length; a dead worker's jobs come back "
+                                                f"after about this (default {_DEFAULTS.lease:g})")
+    worker.add_argument("--grace", type=positive_float, default=_DEFAULTS.grace_period,
+                        metavar="SECONDS", help="drain time after the first signal "
+                                                f"(default {_DEFAULTS.grace_period:g})")
+    worker.add_argument("--poll", type=positive_float, default=_DEFAULTS.poll_interval,
+                        metavar="SECONDS", help="fallback poll interval; new jobs wake the "
+                                                f"worker sooner (default {_DEFAULTS.poll_interval:g})")
+    worker.add_argument("--log-level", choices=LEVELS, default="info")
+    worker.set_defaults(runner=worker_command)
+
+
+def default_queues(app: Conveyor) -> tuple[str, ...]:
+    """The app's default queue first, then its tasks' queues in registration order
+    (a worker serves its queues in the order given)."""
+    queues = [app.default_queue, *(t.defaults.queue for t in app.tasks.values())]
+    return tuple(dict.fromkeys(queues))
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    app = load_app(args.app)
+    queues = tuple(q for group in args.queues for q in group) if args.queues else default_queues(app)
+    try:
+        config = WorkerConfig(queues=queues, concurrency=args.concurrency, lease=args.lease,
+                              grace_period=args.grace, poll_interval=args.poll)
+    except ValueError as exc:
+        raise CliError(f"worker settings: {exc}", USAGE) from None
+    status = asyncio.run(_serve(app, config))
+    # Python joins the worker's job threads at exit, and a thread cannot be interrupted:
+    # a sync handler still running (its job returned by a cold stop, or past its
+    # timeout) would hold this process until it returns, however long that is. Its job
+    # is already back in the queue or settled, so leave without waiting for it.
+    if status is ExitStatus.COLD:
+        _exit_now(status)
+    busy = _busy_job_threads(deadline=time.monotonic() + 1.0)
+    if busy:
+        log.warning("%d job thread(s) still running past their timeout; exiting without "
+                    "waiting for them", len(busy))
+        _exit_now(status)
+    return int(status)
+
+
+async def _serve(app: Conveyor, config: WorkerConfig) -> ExitStatus:
+    await open_backend(app)
+    worker = Worker(app, config)
+    loop = asyncio.get_running_loop()
+    received = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal received
+        received += 1
+        name = signal.Signals(signum).name
+        if received >= 3:
+            # Even the cold stop is stuck (say, the backend is unreachable while the last
+            # outcomes are written). Running jobs come back when their leases expire.
+            log.error("%s a third time: exiting at once", name)
+            _exit_now(ExitStatus.COLD)
+        log.info("%s received (%s)", name,
+                 "draining; send again to stop at once" if received == 1 else "cold stop")
+        worker.stop()
+
+    handled = [signal.SIGTERM, signal.SIGINT]
+    for signum in handled:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        return await worker.run()
+    except ConveyorError:
+        raise
+    except Exception:
+        log.exception("worker failed")
+        return ExitStatus.ERROR
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        await app.aclose()
+
+
+def _busy_job_threads(deadline: float) -> list[threading.Thread]:
+    """Job threads still alive by `deadline`. Idle pool threads exit within moments
+    of the pool's shutdown; one that stays is running a handler."""
+    threads = [t for t in threading.enumerate() if t.name.startswith("conveyor-job")]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
+
+
+def _exit_now(status: ExitStatus) -> NoReturn:
+    flush_all()
+    os._exit(int(status))

@@ -1,0 +1,191 @@
+"""Plain-text output: aligned tables, times, one job in full. No colour, no
+dependencies; output that pipes well into grep and less."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any
+
+from ..backends.base import QueueStats
+from ..job import Job, JobState
+
+NONE = "-"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns aligned to their widest cell; on a terminal the last column is cut
+    to fit the screen (it is the free-text one: errors, results)."""
+    cells = [[str(h) for h in headers]] + [[one_line(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    if sys.stdout.isatty():
+        room = shutil.get_terminal_size().columns - sum(w + 2 for w in widths[:-1])
+        widths[-1] = max(min(widths[-1], room), len(headers[-1]))
+    lines = []
+    for row in cells:
+        padded = [row[i].ljust(widths[i]) for i in range(len(row) - 1)]
+        lines.append("  ".join([*padded, clip(row[-1], widths[-1])]).rstrip())
+    return "\n".join(lines)
+
+
+def one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def timestamp(epoch: float | None) -> str:
+    if epoch is None:
+        return NONE
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float | None) -> str:
+    """Short and human: 850ms, 12s, 4m05s, 3h10m, 2d04h."""
+    if seconds is None:
+        return NONE
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def relative(epoch: float | None, now: float | None = None) -> str:
+    """`12s ago` or `in 12s`."""
+    if epoch is None:
+        return NONE
+    delta = (time.time() if now is None else now) - epoch
+    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
+
+
+def last_error(job: Job) -> str:
+    if not job.errors:
+        return ""
+    err = job.errors[-1]
+    return f"{err.type}: {err.message}"
+
+
+def job_rows(jobs: Sequence[Job]) -> tuple[list[str], list[list[object]]]:
+    headers = ["ID", "TASK", "QUEUE", "STATE", "ATTEMPT", "CREATED", "LAST ERROR"]
+    rows: list[list[object]] = [
+        [j.id, j.task, j.queue, j.state.value, f"{j.attempt}/{j.max_attempts}",
+         relative(j.created_at), last_error(j)]
+        for j in jobs
+    ]
+    return headers, rows
+
+
+def stats_table(stats: Sequence[QueueStats]) -> str:
+    waiting = [JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE]
+    finished = [JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD]
+    headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in waiting), "IN FLIGHT",
+               *(s.value.upper() for s in finished), "OLDEST AVAILABLE"]
+    rows: list[list[object]] = [
+        [q.queue, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in waiting),
+         q.in_flight, *(q.counts.get(s, 0) for s in finished), duration(q.oldest_available_age)]
+        for q in stats
+    ]
+    return table(headers, rows)
+
+
+def json_text(value: str | None) -> str:
+    """Stored JSON text, shown compactly (or the raw text if it does not decode)."""
+    if value is None:
+        return NONE
+    try:
+        return json.dumps(json.loads(value), ensure_ascii=False)
+    except ValueError:
+        return value
+
+
+def job_detail(job: Job) -> str:
+    """Every field of one job, then its errors with their tracebacks."""
+    try:
+        args, kwargs = json.dumps(job.args), json.dumps(job.kwargs)
+    except (ValueError, AttributeError, TypeError):
+        args, kwargs = f"(payload does not decode) {job.payload}", NONE
+    lease = NONE
+    if job.state is JobState.RUNNING:
+        lease = f"token {job.lease_token}, expires {relative(job.lease_expires_at)}"
+    fields: list[tuple[str, object]] = [
+        ("id", job.id),
+        ("task", job.task),
+        ("queue", job.queue),
+        ("state", job.state.value + ("  (cancel requested)" if job.cancel_requested else "")),
+        ("attempt", f"{job.attempt} of {job.max_attempts}"),
+        ("priority", job.priority),
+        ("args", args),
+        ("kwargs", kwargs),
+        ("created", f"{timestamp(job.created_at)}  ({relative(job.created_at)})"),
+        ("run at", f"{timestamp(job.run_at)}  ({relative(job.run_at)})"),
+        ("started", timestamp(job.started_at)),
+        ("finished", timestamp(job.finished_at)),
+        ("worker", job.worker_id or NONE),
+        ("lease", lease),
+        ("timeout", NONE if job.timeout is None else duration(job.timeout)),
+        ("unique key", NONE if job.unique_key is None else
+            f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
+                                   if job.unique_for else "")),
+        ("result", json_text(job.result)),
+        ("checkpoint", json_text(job.checkpoint)),
+        ("progress", _progress(job.progress)),
+        ("meta", json.dumps(job.meta, ensure_ascii=False) if job.meta else NONE),
+    ]
+    width = max(len(name) for name, _ in fields)
+    lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
+    lines.append("")
+    lines.append(f"errors ({len(job.errors)})" if job.errors else "errors: none")
+    for err in job.errors:
+        where = ", ".join(p for p in (err.host and f"on {err.host}",
+                                     err.worker_id and f"worker {err.worker_id}",
+                                     err.version and f"conveyor {err.version}") if p)
+        lines.append(f"  attempt {err.attempt} at {timestamp(err.at)} {where}".rstrip())
+        lines.append(f"    {err.type}: {err.message}")
+        for tb_line in err.traceback.rstrip().splitlines():
+            lines.append(f"      {tb_line}")
+    return "\n".join(lines)
+
+
+def _progress(value: str | None) -> str:
+    if value is None:
+        return NONE
+    try:
+        data = json.loads(value)
+        fraction, message = data.get("fraction"), data.get("message")
+        shown = f"{fraction * 100:.0f}%" if isinstance(fraction, (int, float)) else NONE
+        return f"{shown}  {message}" if message else shown
+    except (ValueError, AttributeError):
+        return value
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as plain JSON data (JSON columns decoded), for `--json` output."""
+    data = asdict(job)
+    data["state"] = job.state.value
+    for key in ("result", "checkpoint", "progress"):
+        if data[key] is not None:
+            try:
+                data[key] = json.loads(data[key])
+            except ValueError:
+                pass
+    try:
+        data["args"], data["kwargs"] = job.args, job.kwargs
+        del data["payload"]
+    except (ValueError, AttributeError, TypeError):
+        pass
+    return data

@@ -1,0 +1,86 @@
+"""Bad input ends in ONE line on stderr, no traceback, and a meaningful exit code."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_harness import Cli
+
+USAGE, FAILURE = 2, 1
+
+
+def assert_one_line_error(result, code: int, *fragments: str) -> str:  # type: ignore[no-untyped-def]
+    assert result.code == code, (result.code, result.err)
+    assert "Traceback" not in result.err
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert result.out == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragments"),
+    [
+        (("stats", "--url", "not-a-url"), USAGE, ["malformed backend URL 'not-a-url'"]),
+        (("stats", "--url", "mysql://admin:hunter2@db/jobs"), USAGE,
+         ["unknown backend scheme 'mysql'", "admin:***@db"]),
+        (("stats", "--url", "sqlite://admin:hunter2@host/jobs.db"), USAGE,
+         ["malformed SQLite URL", "admin:***@host"]),
+        (("jobs", "list", "--app", "example_app"), USAGE, ["must be module:attribute"]),
+        (("jobs", "list", "--app", "no_such_module:app"), USAGE,
+         ["cannot import app module 'no_such_module'", "no module named 'no_such_module'"]),
+        (("jobs", "list", "--app", "example_app.sub:app"), USAGE,
+         ["no module named 'example_app.sub'"]),
+        (("jobs", "list", "--app", "example_app:apq"), USAGE,
+         ["module 'example_app' has no attribute 'apq'", "Conveyor apps in it: app"]),
+        (("jobs", "list", "--app", "example_app:add"), USAGE,
+         ["example_app:add is a Task, not a Conveyor app"]),
+        (("jobs", "list", "--app", "broken_app:app"), USAGE,
+         ["importing app module 'broken_app' failed",
+          "conveyor_tests_dependency_that_is_not_installed"]),
+        (("worker", "no_such_module:app"), USAGE, ["no module named 'no_such_module'"]),
+        (("enqueue", "--app", "example_app:app", "send_emial"), USAGE,
+         ["task 'send_emial' is not registered; known: add, exports.build, greet, parse_total, "
+          "reports.build, wait_for_file"]),
+        (("enqueue", "--app", "example_app:app", "build", "x"), USAGE,
+         ["task name 'build' is ambiguous: exports.build, reports.build"]),
+        (("enqueue", "--app", "example_app:app", "add", "1"), USAGE,
+         ["add(a: ", "missing a required argument: 'b'"]),
+        (("enqueue", "--app", "example_app:app", "add", "1", "--kw", "2"), USAGE,
+         ["--kw '2': expected KEY=VALUE"]),
+        (("enqueue", "--url", "sqlite:///x.db", "add", "1", "2"), USAGE,
+         ["needs the task functions: pass --app"]),
+        (("jobs", "show", "0123456789abcdef"), FAILURE, ["no job with id '0123456789abcdef'"]),
+        (("jobs", "cancel", "0123456789abcdef"), FAILURE, ["no job with id '0123456789abcdef'"]),
+        (("jobs", "list", "--state", "finished"), USAGE, ["unknown state 'finished'"]),
+        (("jobs", "list", "--limit", "0"), USAGE, ["--limit", "must be at least 1"]),
+        (("worker", "example_app:app", "-c", "many"), USAGE, ["not a whole number: 'many'"]),
+        (("dead", "purge"), USAGE, ["refusing to purge every dead job"]),
+        (("stats", "--url", "sqlite:////no/such/folder/jobs.db"), FAILURE,
+         ["cannot open the backend at sqlite:////no/such/folder/jobs.db"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
+)
+def test_bad_input_is_one_clear_line(cli: Cli, args: tuple[str, ...], code: int,
+                                     fragments: list[str]) -> None:
+    line = assert_one_line_error(cli(*args), code, *fragments)
+    assert "hunter2" not in line
+
+
+def test_no_backend_at_all(cli: Cli) -> None:
+    env = {k: v for k, v in cli.env.items() if k != "CONVEYOR_URL"}
+    assert_one_line_error(cli("stats", env=env), USAGE, "no backend given", "$CONVEYOR_URL")
+    # The example app reads $CONVEYOR_URL when imported: the core's own message comes through.
+    assert_one_line_error(cli("jobs", "list", "--app", "example_app:app", env=env), USAGE,
+                          "no backend URL")
+
+
+def test_missing_command_is_a_usage_error(cli: Cli) -> None:
+    result = cli("jobs")
+    assert result.code == USAGE
+    assert result.err.splitlines() == [
+        "conveyor jobs: error: the following arguments are required: VERB "
+        "(see 'conveyor jobs --help')"
+    ]
