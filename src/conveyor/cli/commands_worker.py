@@ -14,6 +14,7 @@ from typing import NoReturn
 from ..app import Conveyor
 from ..errors import ConveyorError
 from ..worker import ExitStatus, Worker, WorkerConfig
+from ..worker.pool import PoolConfig, parse_size, run_pool
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import LEVELS, configure_logging, flush_all
@@ -46,8 +47,27 @@ def register(commands: Commands) -> None:
     worker.add_argument("--poll", type=positive_float, default=_DEFAULTS.poll_interval,
                         metavar="SECONDS", help="fallback poll interval; new jobs wake the "
                                                 f"worker sooner (default {_DEFAULTS.poll_interval:g})")
+    pool = worker.add_argument_group(
+        "process pool", "-p N runs a supervisor and N child processes of -c slots each: for "
+                        "CPU-bound work, sync code that must stop at its hard time limit, and "
+                        "leaky code (docs/pool.md)")
+    pool.add_argument("--processes", "-p", type=positive_int, metavar="N",
+                      help="child processes; a dead child's jobs come back at once and it is "
+                           "replaced (default: no pool, one process)")
+    pool.add_argument("--max-tasks-per-child", type=positive_int, metavar="N",
+                      help="replace a child after it has run N jobs (it drains first)")
+    pool.add_argument("--max-memory-per-child", type=_size, metavar="SIZE",
+                      help="replace a child whose resident memory passes SIZE, e.g. 512MiB, "
+                           "2GB (it drains first)")
     worker.add_argument("--log-level", choices=LEVELS, default="info")
     worker.set_defaults(runner=worker_command)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def default_queues(app: Conveyor) -> tuple[str, ...]:
@@ -66,6 +86,15 @@ def worker_command(args: argparse.Namespace) -> int:
                               grace_period=args.grace, poll_interval=args.poll)
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
+    if args.processes:
+        pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
+                          max_memory_per_child=args.max_memory_per_child,
+                          log_level=args.log_level.upper())
+        return int(run_pool(app, args.app, config, pool))
+    for option in ("max_tasks_per_child", "max_memory_per_child"):
+        if getattr(args, option) is not None:
+            raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
+                           "add -p/--processes N", USAGE)
     status = asyncio.run(_serve(app, config))
     # Python joins the worker's job threads at exit, and a thread cannot be interrupted:
     # a sync handler still running (its job returned by a cold stop, or past its

@@ -119,10 +119,12 @@ def import_app(path: str) -> Conveyor:
     """`package.module:attr` -> the Conveyor app it names."""
     from ..app import Conveyor
 
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path:
         raise ConfigurationError(f"app path {path!r} must look like package.module:app")
-    app = getattr(importlib.import_module(module_name), attr, None)
+    app: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        app = getattr(app, attr, None)
     if not isinstance(app, Conveyor):
         raise ConfigurationError(f"{path} is not a Conveyor app ({type(app).__name__})")
     return app
@@ -134,11 +136,14 @@ def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Conne
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by the supervisor
-    logging.basicConfig(
-        level=log_level,
-        format=f"%(asctime)s %(levelname)s [child {os.getpid()}] %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)-7s [child %(process)d] %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime  # UTC, as the supervisor's own lines
+    handler.setFormatter(formatter)
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(log_level)
     try:
         app = import_app(app_path)
         status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
