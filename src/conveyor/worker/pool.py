@@ -150,8 +150,7 @@ def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Conne
     except BaseException:  # noqa: BLE001 - report, then exit with the error status
         log.exception("pool child %s failed", worker_id)
         status = ExitStatus.ERROR
-    for handler in logging.getLogger().handlers:
-        handler.flush()
+    handler.flush()
     # os._exit: a sync handler abandoned at its hard limit is still running in a
     # thread, and a normal exit would wait for it. Its job is settled already.
     os._exit(int(status))
