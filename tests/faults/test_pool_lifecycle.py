@@ -4,6 +4,7 @@ handler, and a long training job resumed from its checkpoint after SIGKILL."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -122,5 +123,9 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     straight = train_model.train(12)
     assert (result["weights"], result["bias"]) == (straight["weights"], straight["bias"])
     assert job.progress is not None and "epoch 12/12" in job.progress
+    shown = subprocess.run([sys.executable, "-m", "conveyor", "jobs", "show", handle.id, "--url", url],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "100%  epoch 12/12, loss" in shown.stdout  # `conveyor jobs show` has the progress
     report(backend, Row("SIGKILL mid-training (example)", 1, 0, 0, 0,
                         f"resumed at epoch {killed_at_epoch}/12, not 0"))
