@@ -85,8 +85,9 @@ async def test_hard_limit_stops_async_handler_that_ignores_the_soft_one(live_app
 
     handle = await stubborn.enqueue_async()
     try:
-        async with RunningWorker(live_app, FAST):
+        async with RunningWorker(live_app, FAST) as worker:
             job = (await wait_finished(live_app, [handle.id]))[handle.id]
+            assert worker.counts["runaway"] == 1  # it swallowed the hard cancel too
     finally:
         released = True  # the abandoned coroutine would otherwise outlive the test's loop
     assert job.state is JobState.DEAD and [e.type for e in job.errors] == ["HardTimeLimitExceeded"]

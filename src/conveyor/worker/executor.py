@@ -69,7 +69,8 @@ class JobExecutor:
             token = _CURRENT.set(ctx)
             try:
                 if task.is_async:
-                    result = await run_async_limited(task.fn(*args, **kwargs), soft, hard)
+                    result = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
+                                                     on_runaway=lambda: self.on_runaway(job))
                 else:
                     call = contextvars.copy_context().run
                     result = await run_sync_limited(

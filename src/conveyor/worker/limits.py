@@ -10,7 +10,8 @@ Soft limit: the handler gets a chance to clean up.
     main thread runs the event loop.
 Hard limit: the handler is stopped for good and the attempt records
   `HardTimeLimitExceeded`.
-  * async: cancelled again and abandoned.
+  * async: cancelled again; one that swallows that cancel too is reported to
+    `on_runaway` like a sync one.
   * sync: a thread cannot be killed. The call is abandoned and `on_runaway` is
     told; a pool child (`-p`) then returns its other jobs and exits, and the
     supervisor starts a fresh one, which is what actually stops the code. A single
@@ -79,7 +80,7 @@ def _hard_message(limit: float) -> str:
 
 
 async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
-                            hard: float | None) -> T:
+                            hard: float | None, on_runaway: Callable[[], None]) -> T:
     """Await `coro` under the limits (seconds from now; None: no limit)."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None  # the hard limit comes first
@@ -96,19 +97,28 @@ async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
                 remaining = None if hard is None else hard - (loop.time() - started)
                 await asyncio.wait([inner], timeout=remaining)
                 if not inner.done():
-                    inner.cancel("hard time limit")
+                    await _stop_coroutine(inner, on_runaway)
                     raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
                 if inner.cancelled():
                     raise SoftTimeLimitExceeded(_soft_message(soft))
             return inner.result()  # the handler may have caught the cancel and returned
         await asyncio.wait([inner], timeout=hard)
         if not inner.done():
-            inner.cancel("hard time limit")
+            await _stop_coroutine(inner, on_runaway)
             raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
         return inner.result()
     except asyncio.CancelledError:
         inner.cancel()  # a cold stop or a lost lease: pass it on to the handler
         raise
+
+
+async def _stop_coroutine(inner: asyncio.Task[Any], on_runaway: Callable[[], None]) -> None:
+    """Cancel at the hard limit; a coroutine that swallows even this cancel and is still
+    running a second later is a runaway like a sync one (its process must go)."""
+    inner.cancel("hard time limit")
+    await asyncio.wait([inner], timeout=1.0)
+    if not inner.done():
+        on_runaway()
 
 
 async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | None,

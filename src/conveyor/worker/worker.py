@@ -108,14 +108,14 @@ class Worker:
     def _on_runaway(self, job: Job) -> None:
         self.counts["runaway"] += 1
         if self.config.stop_on_runaway:
-            log.error("job %s (%s): sync handler ignored its hard time limit; returning the "
+            log.error("job %s (%s): handler ignored its hard time limit; returning the "
                       "other jobs and stopping so that this process can be replaced",
                       job.id, job.task)
             self.stop()
             self.stop()
         else:
-            log.error("job %s (%s): sync handler ignored its hard time limit; its thread "
-                      "keeps running until it returns (run with -p to have it stopped)",
+            log.error("job %s (%s): handler ignored its hard time limit; it keeps running "
+                      "until it returns (run with -p to have it stopped)",
                       job.id, job.task)
 
     # --- main --------------------------------------------------------------------------
