@@ -197,19 +197,21 @@ def test_second_sigterm_is_a_cold_stop_and_the_next_pool_resumes(
 def test_long_job_with_heartbeats_never_runs_twice(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
-    [job_id] = enqueue(url, lambda app: [app.work.message(5.0)])
-    start(groups, url, runs, tmp_path, "-p", "2", "-c", "2", "--lease", "1")
-    start(groups, url, runs, tmp_path, "-p", "1", "-c", "2", "--lease", "1")  # a second host
+    # Renewed every lease/3 = 1 s; two missed renewals in a row are still not a loss.
+    [job_id] = enqueue(url, lambda app: [app.work.message(8.0)])
+    start(groups, url, runs, tmp_path, "-p", "2", "-c", "2", "--lease", "3")
+    start(groups, url, runs, tmp_path, "-p", "1", "-c", "2", "--lease", "3")  # a second host
     job = wait_finished(url, [job_id], timeout=60)[job_id]
     assert job.state is JobState.COMPLETED and job.attempt == 1 and not job.errors
     assert runs.count("start") == 1 and runs.count("finish") == 1
-    report(backend, Row("5s job, lease 1s, heartbeats on", 1, 0, 0, 0, "never ran twice"))
+    report(backend, Row("8s job, lease 3s, heartbeats on", 1, 0, 0, 0, "never ran twice"))
 
 
 def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
-    [job_id] = enqueue(url, lambda app: [app.work.message(4.0)])
+    # Long enough for the rescuer to start and rescue it while the stalled run goes on.
+    [job_id] = enqueue(url, lambda app: [app.work.message(8.0)])
     stalled = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "1", via_script=True,
                     env={"CONVEYOR_TEST_HEARTBEATS": "0"})
     runs.wait_for("start", 1)
@@ -227,7 +229,7 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     for group in (stalled, rescuer):
         group.signal(signal.SIGTERM)
         assert group.wait(30) == 0
-    report(backend, Row("heartbeats off, lease 1s, 4s job", 1, 0, len(recorded_twice({job_id: after})),
+    report(backend, Row("heartbeats off, lease 1s, 8s job", 1, 0, len(recorded_twice({job_id: after})),
                         1, "2nd run after lease; late ack fenced"))
 
 

@@ -166,6 +166,10 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
             return None
         return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
 
+    if max_memory is not None and rss_bytes() > max_memory:
+        log.warning("this child already uses %d MiB at start, over --max-memory-per-child "
+                    "(%d MiB): each child will run one batch of jobs before it is replaced",
+                    rss_bytes() >> 20, max_memory >> 20)
     worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
     loop = asyncio.get_running_loop()
     commanded = False  # the supervisor asked us to stop: no retirement report
@@ -194,7 +198,7 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
     async def watch() -> None:
         reported = False
         while True:
-            if not worker.stopping and max_memory is not None:
+            if not worker.stopping and max_memory is not None and worker.claimed:
                 reason = over_memory()  # also while every slot is busy with long jobs
                 if reason is not None:
                     log.info("%s: draining", reason)

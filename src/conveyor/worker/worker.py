@@ -183,7 +183,10 @@ class Worker:
                     await asyncio.wait([stop, asyncio.create_task(self._slot_freed.wait())],
                                        return_when=asyncio.FIRST_COMPLETED)
                     continue
-                reason = self.retire_when() if self.retire_when is not None else None
+                # Never before the first job: a limit below a fresh process's own size
+                # would otherwise replace children that never ran anything, forever.
+                reason = (self.retire_when() if self.retire_when is not None and self.claimed
+                          else None)
                 if reason is not None:
                     log.info("%s: draining", reason)
                     self.retired_because = reason
