@@ -194,6 +194,22 @@ def test_second_sigterm_is_a_cold_stop_and_the_next_pool_resumes(
                         "running jobs back, attempt refunded"))
 
 
+def test_children_of_a_killed_supervisor_return_their_jobs_and_leave(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    ids = enqueue(url, lambda app: [app.work.message(60.0) for _ in range(4)])
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "2")
+    poll(lambda: len(runs.in_flight()) == 4, 60, "four jobs running")
+    os.kill(pool.proc.pid, signal.SIGKILL)  # the supervisor only
+    killed_at = time.monotonic()
+    poll(lambda: not pool.pids(), 30, "the orphaned children to stop by themselves")
+    took = time.monotonic() - killed_at
+    jobs = jobs_of(url, ids)
+    assert all(j.state is JobState.AVAILABLE and j.attempt == 0 for j in jobs.values())
+    report(backend, Row("SIGKILL the supervisor only", 4, 0, 0, 0,
+                        f"children returned jobs, exited in {took:.2f}s"))
+
+
 def test_long_job_with_heartbeats_never_runs_twice(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:

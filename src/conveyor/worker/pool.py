@@ -45,7 +45,7 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -237,7 +237,6 @@ class _Child:
     started_at: float
     retiring: str | None = None  # why it is being replaced, once it said so
     killed: bool = False  # by us: its jobs are returned without using an attempt
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def pid(self) -> int:
@@ -372,7 +371,6 @@ class Supervisor:
         code = child.process.exitcode
         child.conn.close()
         self._children.pop(child.pid, None)
-        child.exited.set()
         crashed = code is None or code < 0 or code not in (ExitStatus.DRAINED, ExitStatus.COLD)
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exit status {code}")
