@@ -522,8 +522,18 @@ def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfi
         supervisor = Supervisor(app, app_path, config, pool)
         loop = asyncio.get_running_loop()
         handled = (signal.SIGTERM, signal.SIGINT)
+        received = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal received
+            received += 1
+            step = ("draining; send again to stop at once", "cold stop; send again to kill "
+                    "the children", "killing the children")[min(received, 3) - 1]
+            log.info("%s received (%s)", signal.Signals(signum).name, step)
+            supervisor.stop()
+
         for signum in handled:
-            loop.add_signal_handler(signum, supervisor.stop)
+            loop.add_signal_handler(signum, on_signal, signum)
         try:
             return await supervisor.run()
         finally:
