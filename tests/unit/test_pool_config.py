@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conveyor.worker.pool import PoolConfig, parse_size, rss_bytes
@@ -34,3 +39,19 @@ def test_rss_is_this_process_size() -> None:
     ballast[:: 4096] = b"\x01" * len(range(0, len(ballast), 4096))
     assert rss_bytes() - before >= 60 << 20
     del ballast
+
+
+FAULTS = Path(__file__).resolve().parents[1] / "faults"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-tasks-per-child", "3"], "--max-tasks-per-child replaces pool children: add -p"),
+    (["--max-memory-per-child", "1GiB"], "--max-memory-per-child replaces pool children: add -p"),
+    (["-p", "2", "--max-memory-per-child", "12q"], "'12q' is not a size"),
+    (["-p", "0"], "must be at least 1"),
+])
+def test_cli_pool_options_are_checked(tmp_path: Path, args: list[str], message: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "conveyor", "worker", "faults_app:app", *args],
+                         cwd=FAULTS, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'j.db'}"})
+    assert run.returncode == 2 and message in run.stderr, run.stderr
