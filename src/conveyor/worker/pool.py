@@ -381,8 +381,11 @@ class Supervisor:
             log.error("child %d (pid %d) died (%s)", child.slot, child.pid, how)
         else:
             log.info("child %d (pid %d) exited (%s)", child.slot, child.pid, how)
-        # Whatever it still held: nothing if it drained, everything if it crashed.
-        self._spawn(self._release_orphans(child, charge=not child.killed, how=how))
+        # A child that exited by itself (0 drained, 3 cold) wrote every outcome before it
+        # did (the worker waits for its completer); one that crashed or was killed may
+        # have left running jobs behind.
+        if crashed or child.killed:
+            self._spawn(self._release_orphans(child, charge=not child.killed, how=how))
         if self._slots.get(child.slot) is child:
             del self._slots[child.slot]
             if not self._stopping:
