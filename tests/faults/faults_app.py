@@ -64,3 +64,15 @@ def runaway() -> None:
             time.sleep(0.02)
         except SoftTimeLimitExceeded:
             record("soft")
+
+
+@app.task(name="gil_hog", max_attempts=5)
+def gil_hog(seconds: float) -> str:
+    """Holds the GIL in C for `seconds` (a libc sleep called through ctypes.PyDLL, which
+    keeps the GIL): the worker's event loop, and so its heartbeats, cannot run."""
+    import ctypes
+
+    record("start")
+    ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
+    record("finish")
+    return f"attempt {current_job().attempt}"

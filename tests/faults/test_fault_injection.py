@@ -249,6 +249,30 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
                         1, "2nd run after lease; late ack fenced"))
 
 
+def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fenced(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    [job_id] = enqueue(url, lambda app: [app.gil_hog.message(8.0)])
+    hogged = start(groups, url, runs, tmp_path, "-p", "1", "-c", "2", "--lease", "1")
+    runs.wait_for("start", 1)  # from now on that child's loop is frozen for 8 s
+    rescuer = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "30",
+                    "--rescue", "0.2", via_script=True)
+    job = wait_finished(url, [job_id], timeout=60)[job_id]
+    assert job.result_value == "attempt 2"
+    runs.wait_for("finish", 2)
+    poll(lambda: "stale" in hogged.output() or "lease lost" in hogged.output(), 30,
+         "the hogging child's late completion to be refused")
+    after = jobs_of(url, [job_id])[job_id]
+    assert after.state is JobState.COMPLETED and after.result_value == "attempt 2"
+    assert after.attempt == 2 and [e.type for e in after.errors] == ["LeaseExpired"]
+    assert Counter(e.attempt for e in runs.events() if e.kind == "finish") == {1: 1, 2: 1}
+    for group in (hogged, rescuer):
+        group.signal(signal.SIGTERM)
+        assert group.wait(30) == 0
+    report(backend, Row("GIL held 8s in C, lease 1s", 1, 0, len(recorded_twice({job_id: after})),
+                        1, "2nd run after lease; late ack fenced"))
+
+
 def test_poison_pill_dead_after_max_attempts_without_holding_up_the_queue(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
