@@ -132,20 +132,24 @@ async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | No
     started = loop.time()
     if soft is None and hard is None:
         return await future
-    if soft is not None:
-        done, _ = await asyncio.wait([future], timeout=soft)
-        if not done:
-            call.interrupt()
-            if hard is None:
-                return await future  # SoftTimeLimitExceeded, unless the handler caught it
-            remaining = hard - (loop.time() - started)
-            done, _ = await asyncio.wait([future], timeout=max(remaining, 0.0))
-        if done:
-            return future.result()
-    else:
-        done, _ = await asyncio.wait([future], timeout=hard)
-        if done:
-            return future.result()
+    try:
+        if soft is not None:
+            done, _ = await asyncio.wait([future], timeout=soft)
+            if not done:
+                call.interrupt()
+                if hard is None:
+                    return await future  # SoftTimeLimitExceeded, unless the handler caught it
+                remaining = hard - (loop.time() - started)
+                done, _ = await asyncio.wait([future], timeout=max(remaining, 0.0))
+            if done:
+                return future.result()
+        else:
+            done, _ = await asyncio.wait([future], timeout=hard)
+            if done:
+                return future.result()
+    except asyncio.CancelledError:
+        future.cancel()  # a cold stop or a lost lease: the thread's result is dropped
+        raise
     future.cancel()  # its result, whenever it comes, is dropped
     on_runaway()
     raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
