@@ -2,21 +2,80 @@
 
 Each entry makes a URL for one isolated test: a temp SQLite file, a fresh
 PostgreSQL schema, a random Redis key prefix. A backend joins the suite by
-adding one entry here; the suite itself never changes per backend.
+adding one entry here; the suite itself never changes per backend. A backend
+whose isolation leaves something behind (Redis keys) also adds a cleanup, run
+after each test with the same URL.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 IsolatedUrl = Callable[[Path], Awaitable[str]]
+Cleanup = Callable[[str], Awaitable[None]]
+
+REDIS_URL = os.environ.get("CONVEYOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 async def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'jobs.db'}"
 
 
+def service_missing(reason: str) -> None:
+    """`service_missing` of tests/conftest.py. Every conftest is a module named
+    `conftest`, so a plain import may find tests/conformance/conftest.py instead."""
+    root_conftest = Path(__file__).with_name("conftest.py")
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == str(root_conftest):
+            module.service_missing(reason)
+            return
+    spec = importlib.util.spec_from_file_location("conveyor_tests_conftest", root_conftest)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.service_missing(reason)
+
+
+async def redis_url(tmp_path: Path) -> str:
+    """A random key prefix on the test Redis; skips (fails in CI) when it is down."""
+    try:
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+    except ModuleNotFoundError:
+        service_missing("redis-py is not installed: pip install -e '.[dev]'")
+        raise
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1.0)
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        service_missing(f"Redis not reachable at {REDIS_URL} ({exc})")
+    finally:
+        await client.aclose()
+    return f"{REDIS_URL}?prefix=test-{uuid.uuid4().hex[:12]}"
+
+
+async def drop_redis_prefix(url: str) -> None:
+    """Delete the test's keys (SCAN on its prefix + UNLINK; never FLUSHDB)."""
+    from conveyor.backends.redis.backend import RedisBackend
+
+    backend = RedisBackend(url)
+    await backend.open()
+    try:
+        await backend.delete_all_keys()
+    finally:
+        await backend.close()
+
+
 BACKENDS: dict[str, IsolatedUrl] = {
     "sqlite": sqlite_url,
+    "redis": redis_url,
+}
+
+CLEANUPS: dict[str, Cleanup] = {
+    "redis": drop_redis_prefix,
 }

@@ -7,7 +7,8 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
@@ -20,8 +21,20 @@ from .retry import RetryPolicy
 from .task import Task, TaskDefaults
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
+if TYPE_CHECKING:
+    from .maintenance.schedules import Schedule
+
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class PeriodicDecorator(Protocol):
+    """What `app.periodic(...)` returns: keeps the decorated Task's exact type."""
+
+    @overload
+    def __call__(self, target: Task[P, R], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class Conveyor:
@@ -49,6 +62,7 @@ class Conveyor:
         self.clock = clock
         self.auto_migrate = auto_migrate
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}
         self.portal = Portal()
         self.admin = Admin(self)
         self.jobs = Jobs(self)
@@ -121,6 +135,9 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
     ) -> Task[Any, Any]:
+        if isinstance(fn, Task):
+            raise ConfigurationError(
+                f"{fn.name} is already a task; put @app.periodic above @app.task, not below")
         task_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if max_attempts < 1:
             raise ConfigurationError(f"task {task_name}: max_attempts must be at least 1")
@@ -154,6 +171,61 @@ class Conveyor:
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)
         self.tasks[task_name] = task
         return task
+
+    # --- schedules -------------------------------------------------------------------
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str | None = None,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        misfire: str = "skip",
+        max_catch_up: int = 10,
+        overlap: str = "skip",
+        jitter: Duration | None = None,
+    ) -> PeriodicDecorator:
+        """Run a task on a schedule, from every worker (no single beat process).
+
+        Stack it above `@app.task` (or use it alone: the function becomes a task
+        with default options); it returns the Task, unchanged.
+
+        >>> @app.periodic(cron="0 9 * * MON-FRI", tz="Europe/Madrid", args=("daily",))
+        ... @app.task(queue="reports")
+        ... def send_report(kind: str) -> None: ...
+        >>> app.periodic(every=timedelta(minutes=5), name="sync-5m")(sync_accounts)
+
+        `misfire` after downtime: "skip" (fire the latest missed tick only),
+        "catch_up" (one run covering the missed window) or "all" (each missed tick,
+        at most `max_catch_up`). `overlap` while the previous run is still waiting or
+        running: "skip", "allow" or "queue_one". See docs/scheduling.md.
+        """
+        from .maintenance.schedules import make_schedule
+
+        def decorate(target: Task[Any, Any] | Callable[..., Any]) -> Task[Any, Any]:
+            task = target if isinstance(target, Task) else self._register(target)
+            if task.app is not self:
+                raise ConfigurationError(f"task {task.name} belongs to another Conveyor app")
+            schedule_name = name or task.name
+            if schedule_name in self.schedules:
+                raise ConfigurationError(
+                    f"two schedules are named {schedule_name!r}; pass name= to one of them")
+            schedule = make_schedule(
+                name=schedule_name, task=task.name, cron=cron, every=every, tz=tz,
+                args=tuple(args), kwargs=dict(kwargs or {}), queue=queue, priority=priority,
+                misfire=misfire, max_catch_up=max_catch_up, overlap=overlap, jitter=jitter)
+            try:
+                task.validate(schedule.args, schedule.kwargs)
+            except Exception as exc:  # noqa: BLE001 - a bad declaration, reported as such
+                raise ConfigurationError(f"schedule {schedule_name!r}: {exc}") from None
+            self.schedules[schedule_name] = schedule
+            return task
+
+        return cast(PeriodicDecorator, decorate)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

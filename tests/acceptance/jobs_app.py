@@ -31,3 +31,13 @@ def work(seconds: float) -> str:
     time.sleep(seconds)
     record("finish")
     return f"attempt {current_job().attempt}"
+
+
+if os.environ.get("PERIODIC_EVERY"):
+    # Only for tests/acceptance/test_scheduler_processes.py: the other acceptance
+    # tests count jobs and must not see scheduled ones.
+    @app.periodic(every=int(os.environ["PERIODIC_EVERY"]), name="tick", misfire="all",
+                  max_catch_up=100, overlap="allow")
+    @app.task(name="tick")
+    def tick() -> None:
+        record("tick")

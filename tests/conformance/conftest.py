@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from backends_under_test import BACKENDS
+from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
 from conveyor.backends.base import Backend
 from conveyor.timeutil import ManualClock
@@ -17,8 +17,12 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def backend_url(backend_name: str, tmp_path: Path) -> str:
-    return await BACKENDS[backend_name](tmp_path)
+async def backend_url(backend_name: str, tmp_path: Path) -> AsyncIterator[str]:
+    url = await BACKENDS[backend_name](tmp_path)
+    yield url
+    cleanup = CLEANUPS.get(backend_name)
+    if cleanup is not None:
+        await cleanup(url)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from backends_under_test import BACKENDS
+from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
 from conveyor.backends.base import Backend, JobFilter, Lease, Settlement
 from conveyor.job import JobState
@@ -43,6 +43,7 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
             self.tmp = tempfile.mkdtemp(prefix="conveyor-hyp-")
             self.clock = ManualClock()
             url = self.loop.run_until_complete(BACKENDS[backend_name](Path(self.tmp)))
+            self.url = url
             self.app = Conveyor(url, clock=self.clock)
             self.backend: Backend = self.run(self.app.backend())
             self.jobs: dict[str, Model] = {}
@@ -54,6 +55,9 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
 
         def teardown(self) -> None:
             self.run(self.app.aclose())
+            cleanup = CLEANUPS.get(backend_name)
+            if cleanup is not None:
+                self.run(cleanup(self.url))
             self.loop.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -24,3 +24,18 @@ assert_type(fetch.enqueue(""), JobHandle[bytes])
 send_welcome.enqueue("x")  # E: wrong argument type
 send_welcome.enqueue(1, templat="x")  # E: unknown keyword
 fetch.enqueue()  # E: missing argument
+
+
+@app.periodic(cron="0 9 * * MON-FRI", tz="Europe/Madrid", args=("daily",))
+@app.task(queue="reports")
+def send_report(kind: str) -> int:
+    return 0
+
+
+@app.periodic(every=300)
+def sync_accounts() -> None: ...
+
+
+assert_type(send_report.enqueue("adhoc"), JobHandle[int])  # periodic keeps the Task's type
+assert_type(sync_accounts.enqueue(), JobHandle[None])
+send_report.enqueue(3)  # E: wrong argument type

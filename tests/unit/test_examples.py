@@ -17,3 +17,23 @@ def test_quickstart(tmp_path: Path) -> None:
         "sent welcome mail to user 42 | same job: True",
         "avatar-42.png | attempts: 2",
     ]
+
+
+def test_periodic(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(EXAMPLES / "periodic.py"), str(tmp_path / "p.db")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        'cron:sync_accounts:2026-03-28T23:00:00Z -> synced 23:00..23:00 UTC (1 ticks)',
+        'cron:nightly_backup:2026-03-29T01:00:00Z -> None',
+        'cron:sync_accounts:2026-03-29T05:00:00Z -> synced 23:05..05:00 UTC (72 ticks)',
+        'nightly_backup',
+        "  cron '30 2 * * *' in Europe/Madrid; misfire=skip overlap=skip",
+        '  next  2026-03-30 00:30:00 UTC   2026-03-30 02:30 CEST (Europe/Madrid)',
+        '  last  2026-03-29T01:00:00Z  job cron:nightly_backup:2026-03-29T01:00:00Z  completed',
+        '',
+        'sync_accounts',
+        '  every 0:05:00; misfire=catch_up overlap=skip',
+        '  next  2026-03-29 05:05:00 UTC',
+        '  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed, covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z',
+    ]

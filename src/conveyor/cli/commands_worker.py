@@ -47,6 +47,9 @@ def register(commands: Commands) -> None:
     worker.add_argument("--poll", type=positive_float, default=_DEFAULTS.poll_interval,
                         metavar="SECONDS", help="fallback poll interval; new jobs wake the "
                                                 f"worker sooner (default {_DEFAULTS.poll_interval:g})")
+    worker.add_argument("--no-scheduler", action="store_true",
+                        help="do not enqueue the app's periodic jobs from this worker (by "
+                             "default every worker does; each tick is still enqueued once)")
     pool = worker.add_argument_group(
         "process pool", "-p N runs a supervisor and N child processes of -c slots each: for "
                         "CPU-bound work, sync code that must stop at its hard time limit, and "
@@ -83,7 +86,8 @@ def worker_command(args: argparse.Namespace) -> int:
     queues = tuple(q for group in args.queues for q in group) if args.queues else default_queues(app)
     try:
         config = WorkerConfig(queues=queues, concurrency=args.concurrency, lease=args.lease,
-                              grace_period=args.grace, poll_interval=args.poll)
+                              grace_period=args.grace, poll_interval=args.poll,
+                              scheduler=not args.no_scheduler)
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
     if args.processes:

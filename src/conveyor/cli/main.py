@@ -18,7 +18,7 @@ from ..errors import (
     UnknownTask,
 )
 from ..version import __version__
-from . import commands_admin, commands_demo, commands_jobs, commands_worker
+from . import commands_admin, commands_demo, commands_jobs, commands_schedules, commands_worker
 from .exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
 from .loading import add_target_arguments, app_from_arguments, open_backend
 from .parsing import Parser
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     target = Parser(add_help=False)
     add_target_arguments(target)
     commands_worker.register(commands)
+    commands_schedules.register(commands)
     commands_jobs.register(commands, target)
     commands_admin.register(commands, target)
     commands_demo.register(commands)

@@ -28,6 +28,9 @@ class WorkerConfig:
     # with this set the worker returns its other jobs and stops (cold), so that the
     # process can exit and be replaced. Pool children set it.
     stop_on_runaway: bool = False
+    # Enqueue the app's periodic schedules from this worker too. Safe on every
+    # replica (each tick is enqueued once); off for workers that should only run jobs.
+    scheduler: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -323,7 +323,10 @@ class Supervisor:
         ours, theirs = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
             target=_child_main, name=f"conveyor-child-{slot}",
-            args=(self.app_path, self.child_config, worker_id, theirs,
+            # One child runs the periodic schedules (ticks are enqueued once either way;
+            # N schedulers per pool would only add load).
+            args=(self.app_path, replace(self.child_config, scheduler=self.config.scheduler
+                                         and slot == 0), worker_id, theirs,
                   self.pool.max_memory_per_child, self.pool.log_level),
         )
         # The child inherits a mask that blocks SIGTERM/SIGINT until it has set them to

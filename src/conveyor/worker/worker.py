@@ -1,7 +1,8 @@
 """The asyncio worker, composed of small services: producer (claims jobs into
 free slots), executor (runs one job), completer (batched outcome writes),
 heartbeater (extends leases), rescuer (returns expired leases) and pruner
-(retention). Any number of workers may share one backend."""
+(retention), and the scheduler (periodic schedules; see conveyor.maintenance).
+Any number of workers may share one backend."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, Lease, Settlement
 from ..job import Job, JobState
+from ..maintenance.scheduler import Scheduler
 from ..version import __version__
 from .config import WorkerConfig
 from .context import JobContext
@@ -120,6 +122,8 @@ class Worker:
 
     # --- main --------------------------------------------------------------------------
     async def run(self) -> ExitStatus:
+        # Built before anything starts: a bad schedule stops the worker at start-up.
+        scheduler = Scheduler(self.app) if self.config.scheduler else None
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
@@ -132,6 +136,8 @@ class Worker:
             asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
         ]
+        if scheduler is not None and scheduler.schedules:
+            services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
         try:
             await self._stop_claiming.wait()
@@ -280,11 +286,15 @@ class Worker:
         reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
         for job_id in reply.lost:
             running = self._running.get(job_id)
-            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
             self._unsettled.pop(job_id, None)
-            if running is not None:
-                running.ctx.lease_lost = True
-                running.task.cancel()
+            if running is None:
+                # The handler is done and its outcome is being written; a heartbeat
+                # that crossed that write sees the lease gone. A lease that really was
+                # lost shows up as a stale outcome, logged in _on_settled.
+                continue
+            log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
+            running.ctx.lease_lost = True
+            running.task.cancel()
         for job_id in reply.cancel_requested:
             running = self._running.get(job_id)
             if running is not None:

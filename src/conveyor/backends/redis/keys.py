@@ -1,0 +1,81 @@
+"""The Redis key layout of one Conveyor prefix.
+
+Every key starts with the hash tag `{<prefix>}:` (prefix from the URL, default
+`conveyor`), so all keys of one prefix — and so all keys of every queue in it —
+share one Redis Cluster hash slot. That is what lets one Lua script dedup a job
+id across queues, claim from several queues at once, and move a job between
+indexes atomically. To spread load over a cluster, give groups of queues their
+own prefix (one `Conveyor` app each).
+
+| key                          | type   | holds                                             |
+|------------------------------|--------|---------------------------------------------------|
+| `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None), plus `seq` and, while available, `rank` |
+| `{p}:seq`                    | string | insertion counter (FIFO within a priority and run_at) |
+| `{p}:queues`                 | set    | every queue name enqueued to                      |
+| `{p}:jobs`                   | zset   | every job id by seq (newest-first listing)        |
+| `{p}:paused`                 | hash   | queue -> "1" paused / "0" resumed                 |
+| `{p}:due`                    | zset   | scheduled + retryable job ids by run_at (staging) |
+| `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
+| `{p}:schema`                 | string | layout version (what `migrate()` reports)         |
+| `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order |
+| `{p}:q:<queue>:scheduled`    | zset   | id by run_at                                      |
+| `{p}:q:<queue>:retryable`    | zset   | id by run_at                                      |
+| `{p}:q:<queue>:running`      | zset   | id by lease_expires_at (rescue scans it)          |
+| `{p}:q:<queue>:completed`    | zset   | id by finished_at (retention by age and by count) |
+| `{p}:q:<queue>:cancelled`    | zset   | id by finished_at                                 |
+| `{p}:q:<queue>:dead`         | zset   | id by finished_at (the dead-letter queue)         |
+| `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
+| `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
+| `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
+
+A job id is in exactly one state index at a time, the one named by its `state`
+field; the Lua scripts in `scripts/` keep that true (one script per transition).
+"""
+
+from __future__ import annotations
+
+from ...job import JobState
+
+INDEXED_STATES: tuple[JobState, ...] = tuple(JobState)
+RANK_LEN = 29  # digits in front of the id in an available-index member
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.base = "{" + prefix + "}:"
+        self.seq = self.base + "seq"
+        self.queues = self.base + "queues"
+        self.paused = self.base + "paused"
+        self.due = self.base + "due"
+        self.unique = self.base + "unique"
+        self.schema = self.base + "schema"
+        self.jobs = self.base + "jobs"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}job:{job_id}"
+
+    def state(self, queue: str, state: JobState | str) -> str:
+        return f"{self.base}q:{queue}:{state}"
+
+    def wake(self, queue: str) -> str:
+        return f"{self.base}q:{queue}:wake"
+
+    def meta(self, namespace: str) -> str:
+        return f"{self.base}meta:{namespace}"
+
+    def meta_expiry(self, namespace: str) -> str:
+        return f"{self.base}meta:{namespace}:expires"
+
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this prefix (for test cleanup)."""
+        escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.base)
+        return escaped + "*"
+
+
+def id_from_rank(member: str) -> str:
+    return member[RANK_LEN:]
+
+
+def micros_from_rank(member: str) -> int:
+    return int(member[:17])

@@ -1,0 +1,28 @@
+-- cancel.lua: an operator cancels a job. A waiting one is cancelled at once
+-- (scheduled|available|retryable -> cancelled); a running one is only flagged
+-- (cancel_requested = 1): its handler sees the flag at the next heartbeat and the
+-- worker settles it cancelled if the handler agrees.
+--
+-- KEYS[1] <prefix>due
+-- ARGV[1] key prefix
+-- ARGV[2] now (finished_at)
+-- ARGV[3] id
+-- ARGV[4] max_completed: most cancelled jobs kept per queue (<= 0: no bound)
+-- Returns the job as it is now (HGETALL), or nil when unknown.
+
+local now_text, id = ARGV[2], ARGV[3]
+local f = load(id)
+if not f then return nil end
+local key = job_key(id)
+if WAITING[f.state] and allowed(f.state, 'cancelled') then
+  unindex_job(id, f)
+  redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now_text)
+  f.finished_at = now_text
+  index_job(id, f.queue, 'cancelled', f)
+  local result = redis.call('HGETALL', key)
+  trim_finished(f.queue, 'cancelled', tonumber(ARGV[4]))
+  return result
+elseif f.state == 'running' then
+  redis.call('HSET', key, 'cancel_requested', '1')
+end
+return redis.call('HGETALL', key)

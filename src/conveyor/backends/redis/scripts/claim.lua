@@ -1,0 +1,63 @@
+-- claim.lua: stage due jobs (scheduled|retryable -> available), then claim up to
+-- `limit` available jobs (available -> running) from the given queues, in order,
+-- skipping paused ones. Each claim adds 1 to attempt and to lease_token (the
+-- fencing token) and records the lease, in the same atomic step as the pop: a job
+-- is never "popped but not started".
+--
+-- KEYS[1] <prefix>due     scheduled/retryable jobs by run_at
+-- KEYS[2] <prefix>paused  queue -> "1" when paused
+-- ARGV[1] key prefix
+-- ARGV[2] now
+-- ARGV[3] lease_expires_at (now + lease seconds, computed by the caller)
+-- ARGV[4] worker id
+-- ARGV[5] limit: most jobs to claim
+-- ARGV[6] stage_limit: most due jobs to stage in this call
+-- ARGV[7..] queue names, earlier first
+-- Returns the claimed jobs, each as HGETALL, in claim order.
+
+local now_text, lease_expires_at, worker_id = ARGV[2], ARGV[3], ARGV[4]
+local limit, stage_limit = tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local due = redis.call('ZRANGEBYSCORE', DUE, '-inf', now_text, 'LIMIT', 0, stage_limit)
+local woken = {}
+for _, id in ipairs(due) do
+  local f = load(id)
+  if f and (f.state == 'scheduled' or f.state == 'retryable') then
+    unindex_job(id, f)
+    redis.call('HSET', job_key(id), 'state', 'available')
+    index_job(id, f.queue, 'available', f)
+    woken[f.queue] = true
+  else
+    redis.call('ZREM', DUE, id)  -- stale index entry: the job moved on or is gone
+  end
+end
+
+local claimed = {}
+for q = 7, #ARGV do
+  local queue = ARGV[q]
+  local want = limit - #claimed
+  if want <= 0 then break end
+  if redis.call('HGET', PAUSED, queue) ~= '1' then
+    local popped = redis.call('ZPOPMIN', state_key(queue, 'available'), want)
+    for p = 1, #popped, 2 do
+      local id = string.sub(popped[p], RANK_LEN + 1)
+      local key = job_key(id)
+      if redis.call('HGET', key, 'state') == 'available' then
+        redis.call('HINCRBY', key, 'attempt', 1)
+        redis.call('HINCRBY', key, 'lease_token', 1)
+        redis.call('HSET', key, 'state', 'running', 'lease_expires_at', lease_expires_at,
+          'worker_id', worker_id, 'started_at', now_text)
+        redis.call('HDEL', key, 'rank')
+        redis.call('ZADD', state_key(queue, 'running'), lease_expires_at, id)
+        claimed[#claimed + 1] = redis.call('HGETALL', key)
+      end
+    end
+    woken[queue] = nil
+    -- Work left behind: wake the next idle worker (a chain of wake-ups, no herd).
+    if #claimed >= limit and redis.call('ZCARD', state_key(queue, 'available')) > 0 then
+      wake(queue)
+    end
+  end
+end
+for queue in pairs(woken) do wake(queue) end
+return claimed

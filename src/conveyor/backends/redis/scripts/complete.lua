@@ -1,0 +1,36 @@
+-- complete.lua: N attempts succeeded (running -> completed), fenced by lease token.
+--
+-- KEYS[1] <prefix>unique  (touched when count retention drops old jobs)
+-- ARGV[1] key prefix
+-- ARGV[2] now (finished_at)
+-- ARGV[3] max_completed: most completed jobs kept per queue (<= 0: no bound)
+-- ARGV[4..] triples: id, lease token, result? ('' or '~' .. JSON text)
+-- Returns {id, code} pairs for the jobs not changed: code "stale" (not running or
+-- another token) or "illegal".
+
+local now_text, max_completed = ARGV[2], tonumber(ARGV[3])
+local rejected = {}
+for a = 4, #ARGV, 3 do
+  local id = ARGV[a]
+  local f = load(id)
+  if not f or f.state ~= 'running' or f.lease_token ~= ARGV[a + 1] then
+    rejected[#rejected + 1] = { id, E_STALE }
+  elseif not allowed(f.state, 'completed') then
+    rejected[#rejected + 1] = { id, E_ILLEGAL }
+  else
+    local key = job_key(id)
+    unindex_job(id, f)
+    redis.call('HSET', key, 'state', 'completed', 'finished_at', now_text)
+    local result = optional(ARGV[a + 2])
+    if result then
+      redis.call('HSET', key, 'result', result)
+      redis.call('HDEL', key, 'lease_expires_at')
+    else
+      redis.call('HDEL', key, 'lease_expires_at', 'result')
+    end
+    f.finished_at = now_text
+    index_job(id, f.queue, 'completed', f)
+    trim_finished(f.queue, 'completed', max_completed)
+  end
+end
+return rejected

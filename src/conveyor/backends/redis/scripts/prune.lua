@@ -1,0 +1,35 @@
+-- prune.lua: age-based retention. Deletes the given jobs if they are still past
+-- it: completed/cancelled finished before `completed_before` and outside their
+-- unique_for dedup window, dead finished before `dead_before`. Active jobs are
+-- never touched. The caller picks candidates from the finished indexes.
+--
+-- KEYS[1] <prefix>unique
+-- ARGV[1] key prefix
+-- ARGV[2] now
+-- ARGV[3] completed_before
+-- ARGV[4] dead_before
+-- ARGV[5..] candidate ids
+-- Returns how many jobs were deleted.
+
+local now = tonumber(ARGV[2])
+local completed_before, dead_before = tonumber(ARGV[3]), tonumber(ARGV[4])
+local deleted = 0
+for a = 5, #ARGV do
+  local id = ARGV[a]
+  local f = load(id)
+  if f and f.finished_at then
+    local finished_at = tonumber(f.finished_at)
+    local gone
+    if f.state == 'completed' or f.state == 'cancelled' then
+      gone = finished_at < completed_before
+        and (f.unique_for == nil or finished_at + tonumber(f.unique_for) < now)
+    else
+      gone = f.state == 'dead' and finished_at < dead_before
+    end
+    if gone then
+      delete_job(id, f)
+      deleted = deleted + 1
+    end
+  end
+end
+return deleted

@@ -1,0 +1,33 @@
+"""Fixtures of the Redis backend's own tests: a random key prefix on the shared
+test server (deleted afterwards), and private redis-server processes for the
+tests that kill and restart one."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from backends_under_test import drop_redis_prefix, redis_url as isolated_redis_url
+from redis_helpers import RedisServer, redis_server_binary
+
+
+@pytest.fixture
+async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
+    url = await isolated_redis_url(tmp_path)
+    yield url
+    await drop_redis_prefix(url)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of our own (AOF, fsync always) in a temp dir, on a free port."""
+    if redis_server_binary() is None:
+        from backends_under_test import service_missing
+
+        service_missing("redis-server is not on PATH")
+    server = RedisServer(tmp_path / "redis", appendfsync="always")
+    server.start()
+    yield server
+    server.stop()

@@ -1,0 +1,331 @@
+"""Redis-specific behaviour beyond the shared conformance suite: URL options,
+isolation by prefix, the key layout's invariants, retention by count, wake-ups,
+stale tokens and outages."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.crc import key_slot
+
+from conveyor import Conveyor
+from conveyor.backends import backend_from_url
+from conveyor.backends.base import JobFilter, Lease, Settlement
+from conveyor.backends.redis.backend import RedisBackend
+from conveyor.backends.redis.keys import id_from_rank
+from conveyor.errors import BackendUnavailable, ConfigurationError
+from conveyor.job import JobState, NewJob
+from conveyor.timeutil import ManualClock
+from redis_helpers import RedisServer, free_port
+
+
+def job(n: int, queue: str = "default", **fields: object) -> NewJob:
+    return NewJob(id=f"job-{n}", task="t", queue=queue, payload='{"args":[],"kwargs":{}}',
+                  **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def backend(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisBackend]:
+    b = RedisBackend(redis_url, clock=clock)
+    await b.open()
+    await b.migrate()
+    yield b
+    await b.close()
+
+
+def with_options(url: str, **options: object) -> str:
+    return url + "".join(f"&{k}={v}" for k, v in options.items())
+
+
+# --- URL ----------------------------------------------------------------------------
+def test_unknown_url_option_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown Redis URL option\(s\) \['sockettimeout'\]"):
+        backend_from_url("redis://localhost:6379/0?sockettimeout=3")
+
+
+@pytest.mark.parametrize("bad", ["prefix=", "prefix=a{b}", "prefix=a*", "max_completed=-1",
+                                 "max_dead=many"])
+def test_bad_option_values_are_refused(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        RedisBackend(f"redis://localhost:6379/0?{bad}")
+
+
+def test_password_never_appears_in_errors() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        RedisBackend("redis://:s3cret@localhost:6379/0?nope=1")
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)
+    assert "s3cret" not in repr(RedisBackend("redis://:s3cret@localhost:6379/0"))
+
+
+def test_rediss_scheme_maps_to_the_redis_backend() -> None:
+    assert isinstance(backend_from_url("rediss://localhost:6380/0?prefix=x"), RedisBackend)
+
+
+async def test_enqueue_during_an_outage_raises_backend_unavailable() -> None:
+    url = f"redis://:pw-secret@127.0.0.1:{free_port()}/0?prefix=nobody"
+    b = RedisBackend(url)
+    await b.open()
+    try:
+        with pytest.raises(BackendUnavailable, match="unreachable") as info:
+            await b.enqueue_jobs([job(1)])
+        assert "pw-secret" not in str(info.value)
+    finally:
+        await b.close()
+
+
+# --- isolation and layout ------------------------------------------------------------
+async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock) -> None:
+    other_url = redis_url.replace("prefix=", "prefix=other-")
+    a, b = RedisBackend(redis_url, clock=clock), RedisBackend(other_url, clock=clock)
+    await a.open(), await b.open()
+    try:
+        await a.enqueue_jobs([job(1)])
+        assert await b.get_job("job-1") is None
+        assert await b.fetch_jobs(["default"], 10, "w", 30) == []
+        assert await b.delete_all_keys() == 0  # nothing of b's; a's keys untouched
+        assert await a.get_job("job-1") is not None
+        assert await a.delete_all_keys() > 0
+        assert await a.get_job("job-1") is None
+    finally:
+        await a.close(), await b.close()
+
+
+async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(1, "a"), job(2, "b", run_at=backend.clock() + 60)])
+    claimed = await backend.fetch_jobs(["a"], 1, "w", 30)
+    await backend.settle_jobs([Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED)])
+    keys = [k async for k in backend.client.scan_iter(match=backend.keys.pattern())]
+    assert keys and all(k.startswith("{" + backend.keys.prefix + "}:") for k in keys)
+    assert len({key_slot(k.encode()) for k in keys}) == 1  # one Redis Cluster slot
+
+
+async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job(i) for i in range(6)] + [job(9, run_at=clock() + 5)])
+    claimed = await backend.fetch_jobs(["default"], 4, "w", 30)
+    await backend.settle_jobs([
+        Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
+        Settlement(claimed[1].id, claimed[1].lease_token, JobState.RETRYABLE, run_at=clock() + 1),
+        Settlement(claimed[2].id, claimed[2].lease_token, JobState.DEAD),
+        Settlement(claimed[3].id, claimed[3].lease_token, JobState.SCHEDULED, run_at=clock() + 9,
+                   refund_attempt=True),
+    ])
+    await backend.cancel_job("job-4")
+    for n in list(range(6)) + [9]:
+        stored = await backend.get_job(f"job-{n}")
+        assert stored is not None
+        found = []
+        for state in JobState:
+            key = backend.keys.state("default", state)
+            members = await backend.client.zrange(key, 0, -1)
+            if state is JobState.AVAILABLE:
+                members = [id_from_rank(m) for m in members]
+            if stored.id in members:
+                found.append(state)
+        assert found == [stored.state], (stored.id, found)
+    due = set(await backend.client.zrange(backend.keys.due, 0, -1))
+    assert due == {"job-9", claimed[1].id, claimed[3].id}
+    assert set(await backend.client.zrange(backend.keys.jobs, 0, -1)) == \
+        {f"job-{n}" for n in list(range(6)) + [9]}
+
+
+# --- fencing -------------------------------------------------------------------------
+async def test_stale_token_changes_nothing_and_is_reported(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(1)])
+    first = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    before = await backend.client.hgetall(backend.keys.job("job-1"))
+    stale = await backend.settle_jobs([
+        Settlement("job-1", first.lease_token + 1, JobState.COMPLETED, result="1"),
+        Settlement("job-1", first.lease_token - 1, JobState.DEAD),
+    ])
+    assert stale == ["job-1", "job-1"]
+    assert await backend.client.hgetall(backend.keys.job("job-1")) == before
+    reply = await backend.heartbeat_jobs([Lease("job-1", first.lease_token + 5)], 30)
+    assert reply.lost == {"job-1"}
+    assert not await backend.checkpoint_job(Lease("job-1", 0), '{"x":1}', None)
+    assert await backend.client.hgetall(backend.keys.job("job-1")) == before
+
+
+# --- retention ---------------------------------------------------------------------
+async def test_completed_and_dead_are_bounded_by_count(redis_url: str, clock: ManualClock) -> None:
+    b = RedisBackend(with_options(redis_url, max_completed=3, max_dead=2), clock=clock)
+    await b.open()
+    try:
+        await b.enqueue_jobs([job(i, unique_key=f"u{i}") for i in range(10)])
+        for n in range(10):
+            clock.advance(1)
+            claimed = (await b.fetch_jobs(["default"], 1, "w", 30))[0]
+            state = JobState.COMPLETED if n < 6 else JobState.DEAD
+            assert await b.settle_jobs([Settlement(claimed.id, claimed.lease_token, state)]) == []
+        completed = await b.list_jobs(JobFilter(states=(JobState.COMPLETED,)))
+        dead = await b.list_jobs(JobFilter(states=(JobState.DEAD,)))
+        assert [j.id for j in completed] == ["job-5", "job-4", "job-3"]  # newest kept
+        assert [j.id for j in dead] == ["job-9", "job-8"]
+        assert await b.get_job("job-0") is None
+        # The dropped jobs' unique keys are gone too: nothing points at a missing job.
+        assert sorted(await b.client.hkeys(b.keys.unique)) == ["u3", "u4", "u5", "u8", "u9"]
+        assert sorted(await b.client.zrange(b.keys.jobs, 0, -1)) == \
+            ["job-3", "job-4", "job-5", "job-8", "job-9"]
+    finally:
+        await b.delete_all_keys()
+        await b.close()
+
+
+async def test_prune_by_age_keeps_jobs_inside_their_dedup_window(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs([job(1), job(2, unique_key="k", unique_for=100.0), job(3)])
+    for _ in range(3):
+        c = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+        state = JobState.DEAD if c.id == "job-3" else JobState.COMPLETED
+        await backend.settle_jobs([Settlement(c.id, c.lease_token, state)])
+    clock.advance(50)
+    assert await backend.prune_jobs(completed_before=clock(), dead_before=clock() - 60) == 1
+    assert await backend.get_job("job-1") is None
+    assert await backend.get_job("job-2") is not None  # inside its unique_for window
+    assert await backend.get_job("job-3") is not None  # dead retention is longer
+    clock.advance(60)
+    assert await backend.prune_jobs(completed_before=clock(), dead_before=clock()) == 2
+    assert await backend.count_jobs(JobFilter()) == 0
+    assert await backend.client.hlen(backend.keys.unique) == 0
+    assert await backend.client.zcard(backend.keys.jobs) == 0
+
+
+# --- wake-ups --------------------------------------------------------------------------
+async def test_wait_for_jobs_returns_on_enqueue_not_on_timeout(backend: RedisBackend) -> None:
+    waiter = asyncio.create_task(backend.wait_for_jobs(["default"], 10.0))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    started = time.monotonic()
+    await backend.enqueue_jobs([job(1)])
+    await asyncio.wait_for(waiter, 2.0)
+    assert time.monotonic() - started < 0.5
+
+
+async def test_a_claim_that_leaves_work_behind_wakes_the_next_worker(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(i) for i in range(5)])
+    await backend.client.delete(backend.keys.wake("default"))  # the enqueue's own token
+    await backend.fetch_jobs(["default"], 2, "w1", 30)
+    assert await backend.client.llen(backend.keys.wake("default")) == 1
+    await backend.client.delete(backend.keys.wake("default"))
+    await backend.fetch_jobs(["default"], 10, "w2", 30)  # takes the rest
+    assert await backend.client.llen(backend.keys.wake("default")) == 0
+
+
+async def test_wait_for_jobs_with_redis_down_behaves_like_a_poll() -> None:
+    b = RedisBackend(f"redis://127.0.0.1:{free_port()}/0")
+    await b.open()
+    try:
+        started = time.monotonic()
+        await b.wait_for_jobs(["default"], 0.2)
+        assert 0.15 < time.monotonic() - started < 2.0
+    finally:
+        await b.close()
+
+
+async def test_app_level_round_trip(redis_url: str) -> None:
+    app = Conveyor(redis_url)
+    try:
+        @app.task(name="add")
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        handle = await add.enqueue_async(1, 2)
+        assert (await app.admin.get(handle.id)).state is JobState.AVAILABLE  # type: ignore[union-attr]
+    finally:
+        await app.aclose()
+
+
+async def test_text_survives_the_trip_through_lua_exactly(backend: RedisBackend, clock: ManualClock) -> None:
+    payload = '{"args":["é 😀 \\u0000 \\n \\"q\\" \\\\"],"kwargs":{}}'
+    odd = NewJob(id="ïd 😀\x01", task="täsk", queue="qüeue", payload=payload, priority=-7,
+                 run_at=clock() + 0.123456789, unique_key="ü\x00k", unique_for=1.5e-7,
+                 timeout=3.25, meta={"emoji": "😀", "n": 1})
+    [made] = await backend.enqueue_jobs([odd])
+    stored = await backend.get_job(odd.id)
+    assert stored == made
+    assert (stored.payload, stored.task, stored.queue, stored.unique_key) == \
+        (payload, "täsk", "qüeue", "ü\x00k")
+    assert (stored.run_at, stored.unique_for, stored.timeout) == (clock() + 0.123456789, 1.5e-7, 3.25)
+    assert stored.meta == {"emoji": "😀", "n": 1} and stored.priority == -7
+    [again] = await backend.enqueue_jobs([odd])  # dedup by the same odd id
+    assert again == made
+
+
+async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job(1, unique_key="k", max_attempts=1)])
+    first = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.DEAD)])
+    # The key is free while job-1 is dead: job-2 takes it and completes.
+    await backend.enqueue_jobs([job(2, unique_key="k")])
+    second = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    await backend.settle_jobs([Settlement(second.id, second.lease_token, JobState.COMPLETED)])
+    await backend.redrive_jobs(JobFilter(ids=("job-1",)), 10, False)
+    [dup] = await backend.enqueue_jobs([job(3, unique_key="k")])
+    assert dup.id == "job-1" and dup.state is JobState.AVAILABLE
+
+
+async def test_oldest_available_age_looks_at_every_priority(backend: RedisBackend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job(1, priority=5)])
+    clock.advance(10)
+    await backend.enqueue_jobs([job(2, priority=-3, run_at=clock() - 30), job(3, priority=9)])
+    clock.advance(1)
+    [stats] = await backend.queue_stats()
+    assert stats.oldest_available_age == 31.0  # job-2: lowest priority, earliest run_at
+
+
+async def test_scripts_come_back_after_the_server_forgets_them(private_redis: RedisServer) -> None:
+    # A restarted (or SCRIPT FLUSHed) server knows no scripts: single calls and
+    # pipelined ones load them again by themselves. A private server, so that the
+    # flush touches nobody else's scripts.
+    clock = ManualClock()
+    b = RedisBackend(private_redis.url + "?prefix=flush", clock=clock)
+    await b.open()
+    try:
+        await b.client.script_flush()
+        made = await b.enqueue_jobs([job(i) for i in range(1500)])  # two chunks: a pipeline
+        assert len(made) == 1500
+        await b.client.script_flush()
+        claimed = await b.fetch_jobs(["default"], 2, "w", 30)
+        await b.client.script_flush()
+        assert await b.settle_jobs([  # complete + fail: two scripts in one pipeline
+            Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
+            Settlement(claimed[1].id, claimed[1].lease_token, JobState.DEAD),
+        ]) == []
+        assert await b.count_jobs(JobFilter(states=(JobState.COMPLETED, JobState.DEAD))) == 2
+    finally:
+        await b.close()
+
+
+async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3000)])
+    claimed = await backend.fetch_jobs(["a"], 700, "w", 30)
+    await backend.settle_jobs([Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed])
+    for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(tasks=("t",)),
+                  JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b"))):
+        everything = await backend._select(where, oldest_finished_first=False)
+        assert await backend._newest(where, 1234) == everything[:1234]
+        page = await backend.list_jobs(where, limit=25, offset=2000)
+        assert [j.id for j in page] == everything[2000:2025]
+    newest = await backend.list_jobs(JobFilter(), limit=2)
+    assert [j.id for j in newest] == ["job-2999", "job-2998"]
+    assert await backend.client.zcard(backend.keys.jobs) == 3000
+
+
+async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:
+    url = redis_url.replace("redis://", "redis://:not-the-password@", 1)
+    b = RedisBackend(url)
+    await b.open()
+    try:
+        with pytest.raises(ConfigurationError, match="refused the credentials") as info:
+            await b.enqueue_jobs([job(1)])
+        assert "not-the-password" not in str(info.value)
+    finally:
+        await b.close()
