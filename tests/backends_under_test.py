@@ -20,6 +20,8 @@ IsolatedUrl = Callable[[Path], Awaitable[str]]
 Cleanup = Callable[[str], Awaitable[None]]
 
 REDIS_URL = os.environ.get("CONVEYOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("CONVEYOR_TEST_POSTGRES_URL",
+                              "postgresql://postgres@127.0.0.1:5432/test")
 
 
 async def sqlite_url(tmp_path: Path) -> str:
@@ -39,6 +41,31 @@ def service_missing(reason: str) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.service_missing(reason)
+
+
+async def postgres_url(tmp_path: Path) -> str:
+    """A fresh schema on the test PostgreSQL; skips (fails in CI) when it is down."""
+    import psycopg
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(POSTGRES_URL, connect_timeout=3)
+        await conn.close()
+    except psycopg.OperationalError as exc:
+        service_missing(f"PostgreSQL not reachable at {POSTGRES_URL} ({exc})")
+    schema = f"conveyor_test_{uuid.uuid4().hex[:12]}"
+    return f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}schema={schema}"
+
+
+async def drop_postgres_schema(url: str) -> None:
+    """Drop the test's schema (and everything in it)."""
+    import psycopg
+
+    from conveyor.backends.postgres.config import parse_postgres_url
+
+    schema = parse_postgres_url(url).schema  # validated: lower-case letters, digits, _
+    async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
+        await conn.execute("SET lock_timeout = '10s'")  # a leftover session must not hang us
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 async def redis_url(tmp_path: Path) -> str:
@@ -73,9 +100,11 @@ async def drop_redis_prefix(url: str) -> None:
 
 BACKENDS: dict[str, IsolatedUrl] = {
     "sqlite": sqlite_url,
+    "postgres": postgres_url,
     "redis": redis_url,
 }
 
 CLEANUPS: dict[str, Cleanup] = {
+    "postgres": drop_postgres_schema,
     "redis": drop_redis_prefix,
 }

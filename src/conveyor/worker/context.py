@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 from ..backends.base import Backend, Lease
-from ..errors import StaleLease
+from ..errors import ConfigurationError, StaleLease
 from ..job import Job
 
 _CURRENT: ContextVar[JobContext] = ContextVar("conveyor_job")
@@ -35,6 +37,9 @@ class JobContext:
         self.cancel_requested = job.cancel_requested  # set by heartbeats: stop when you can
         self.lease_lost = False  # set by heartbeats: another attempt owns the job now
         self.last_checkpoint: Any = job.checkpoint_value
+        # Set when the job was marked completed inside the handler's own transaction:
+        # the worker then writes no outcome for this attempt.
+        self.completed_in_transaction = False
 
     @property
     def id(self) -> str:
@@ -77,3 +82,49 @@ class JobContext:
             coro.close()
             raise RuntimeError("in an async handler, await ctx.checkpoint_async(...) instead")
         asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # --- complete in transaction ---------------------------------------------------
+    @asynccontextmanager
+    async def transaction(self, result: Any = None) -> AsyncIterator[Any]:
+        """A database transaction that also marks this job completed, fenced by its
+        lease: both commit together, or (lease lost, error) neither does.
+
+        >>> async with current_job().transaction() as conn:
+        ...     await conn.execute("UPDATE accounts SET paid = true WHERE id = %s", (7,))
+
+        `result` is stored as the job's result (what the handler returns afterwards
+        is not). Backends that cannot do this raise ConfigurationError.
+        """
+        opener = self._transactional("complete_in_transaction")
+        try:
+            async with opener(self.lease, json.dumps(result, allow_nan=False)) as conn:
+                yield conn
+        except StaleLease:
+            self.lease_lost = True
+            raise
+        self.completed_in_transaction = True
+
+    @contextmanager
+    def transaction_sync(self, result: Any = None) -> Iterator[Any]:
+        """Sync form of `transaction`, for handlers running in the worker's thread pool.
+
+        >>> with current_job().transaction_sync() as conn:
+        ...     conn.execute("INSERT INTO receipts (order_id) VALUES (%s)", (7,))
+        """
+        opener = self._transactional("complete_in_transaction_sync")
+        try:
+            with opener(self.lease, json.dumps(result, allow_nan=False)) as conn:
+                yield conn
+        except StaleLease:
+            self.lease_lost = True
+            raise
+        self.completed_in_transaction = True
+
+    def _transactional(self, verb: str) -> Any:
+        opener = getattr(self.backend, verb, None)
+        if opener is None:
+            raise ConfigurationError(
+                f"{type(self.backend).__name__} cannot complete a job inside a transaction "
+                "(PostgreSQL can)"
+            )
+        return opener

@@ -239,6 +239,9 @@ class Worker:
         settlement: Settlement | None
         try:
             settlement = await self._executor.run(job, ctx)
+            if ctx.completed_in_transaction:  # already written, with the handler's own work
+                settlement = None
+                self.counts[JobState.COMPLETED.value] += 1
         except asyncio.CancelledError:
             if ctx.lease_lost:
                 settlement = None  # another attempt owns it now: write nothing
@@ -292,6 +295,8 @@ class Worker:
                 # that crossed that write sees the lease gone. A lease that really was
                 # lost shows up as a stale outcome, logged in _on_settled.
                 continue
+            if running.ctx.completed_in_transaction:
+                continue  # not lost: completed in the handler's transaction, still returning
             log.warning("job %s: lease lost (another attempt owns it); stopping it", job_id)
             running.ctx.lease_lost = True
             running.task.cancel()

@@ -1,0 +1,209 @@
+"""Batch insert with dedup, on a pooled connection or on a caller's own.
+
+Fast path (no job of the batch has a unique_key, the common case): one INSERT
+... ON CONFLICT (id) DO NOTHING statement that also notifies, so one round trip
+and, in autocommit, no BEGIN/COMMIT: as cheap as a bare INSERT can be. Jobs
+whose id is already taken (a retry of the same enqueue, a deterministic id)
+then take the full path: in autocommit, a batch mixing new and taken ids
+commits in two steps, each safe to repeat.
+
+Full path: lock keys, drop finished jobs being replaced, insert with dedup,
+notify - four statements in a pipeline inside one transaction (a savepoint when
+the caller already has one open): one round trip, all or nothing.
+
+On a caller's connection every statement joins the caller's transaction.
+
+Race safety: ids are unique in the table, so two enqueues of one id cannot both
+insert (ON CONFLICT DO NOTHING, and the loser reads the winner's row back).
+Unique keys have no such index - a completed job holds its key only for
+`unique_for` - so enqueues of one key serialise on a transaction-scoped advisory
+lock taken in a statement of its own, before the insert's snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from ...job import Job, NewJob
+from ...lifecycle import initial_state
+from .rows import job_from_row, jsonb, opt_float
+
+if TYPE_CHECKING:
+    from .backend import PostgresBackend
+
+
+def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
+    """The jobs to send, and for each input the position of the sent job that answers
+    it: a later job of the batch with the id or unique_key of an earlier one gets the
+    earlier one's answer, as if the batch were enqueued one by one."""
+    unique: list[NewJob] = []
+    answer: list[int] = []
+    by_id: dict[str, int] = {}
+    by_key: dict[str, int] = {}
+    for job in jobs:
+        pos = by_id.get(job.id)
+        if pos is None and job.unique_key is not None:
+            pos = by_key.get(job.unique_key)
+        if pos is None:
+            pos = len(unique)
+            unique.append(job)
+            by_id[job.id] = pos
+            if job.unique_key is not None:
+                by_key.setdefault(job.unique_key, pos)
+        answer.append(pos)
+    return unique, answer
+
+
+def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
+    run_ats = [now if j.run_at is None else float(j.run_at) for j in jobs]
+    return {
+        "schema": backend.schema,
+        "channel": backend.config.channel,
+        "now": now,
+        "ids": [j.id for j in jobs],
+        "queues": [j.queue for j in jobs],
+        "tasks": [j.task for j in jobs],
+        "payloads": [j.payload for j in jobs],
+        "states": [initial_state(r, now).value for r in run_ats],
+        "priorities": [j.priority for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "run_ats": run_ats,
+        "keys": [j.unique_key for j in jobs],
+        "unique_fors": [opt_float(j.unique_for) for j in jobs],
+        "timeouts": [opt_float(j.timeout) for j in jobs],
+        "metas": [jsonb(j.meta) for j in jobs],
+    }
+
+
+def fast_path(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
+    """The fast insert for jobs without unique keys: scalar parameters for one job
+    (cheaper to bind and plan: enqueue one by one is the common call), arrays for more."""
+    if len(jobs) > 1:
+        return backend.q["insert_new_jobs"], params(backend, jobs, now)
+    job = jobs[0]
+    run_at = now if job.run_at is None else float(job.run_at)
+    return backend.q["insert_new_job"], {
+        "channel": backend.config.channel, "now": now, "id": job.id, "queue": job.queue,
+        "task": job.task, "payload": job.payload, "state": initial_state(run_at, now).value,
+        "priority": job.priority, "max_attempts": job.max_attempts, "run_at": run_at,
+        "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
+        "meta": jsonb(job.meta),
+    }
+
+
+def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, Job]:
+    """The Job rows the fast path just wrote, built here rather than read back."""
+    out = {}
+    for new in jobs:
+        if new.id not in ids:
+            continue
+        run_at = now if new.run_at is None else float(new.run_at)
+        out[new.id] = Job(
+            id=new.id, task=new.task, queue=new.queue, payload=new.payload,
+            state=initial_state(run_at, now), priority=new.priority,
+            max_attempts=new.max_attempts, run_at=run_at, created_at=now,
+            unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
+            meta=dict(new.meta),
+        )
+    return out
+
+
+def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+    """The transaction to enqueue in. A non-autocommit connection with nothing open
+    is left to begin one implicitly and keep it open: `conn.transaction()` would
+    commit at the end of the block, behind the caller's back. Otherwise a
+    transaction block: a real one in autocommit mode (the pool's connections), a
+    savepoint inside the caller's open transaction."""
+    if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        return None
+    return conn.transaction()
+
+
+def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job]) -> list[Job]:
+    by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
+    return [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
+
+
+def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
+    # Lost an id race to a concurrent enqueue: its row is read back after commit.
+    got = {row[0] - 1 for row in rows}
+    return [job.id for i, job in enumerate(unique) if i not in got]
+
+
+async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+                        jobs: Sequence[NewJob], now: float) -> list[Job]:
+    if not jobs:
+        return []
+    unique, answer = plan(jobs, now)
+    if any(job.unique_key is not None for job in unique):
+        answers = await _full_async(backend, conn, unique, now)
+        return [answers[pos] for pos in answer]
+    cur = await conn.execute(*fast_path(backend, unique, now), binary=True)
+    inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
+    taken = [job for job in unique if job.id not in inserted]
+    if taken:
+        inserted.update((j.id, j) for j in await _full_async(backend, conn, taken, now))
+    return [inserted[unique[pos].id] for pos in answer]
+
+
+def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+                 jobs: Sequence[NewJob], now: float) -> list[Job]:
+    """The same on a sync connection (a caller's own, for transactional enqueue)."""
+    if not jobs:
+        return []
+    unique, answer = plan(jobs, now)
+    if any(job.unique_key is not None for job in unique):
+        answers = _full_sync(backend, conn, unique, now)
+        return [answers[pos] for pos in answer]
+    cur = conn.execute(*fast_path(backend, unique, now), binary=True)
+    inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
+    taken = [job for job in unique if job.id not in inserted]
+    if taken:
+        inserted.update((j.id, j) for j in _full_sync(backend, conn, taken, now))
+    return [inserted[unique[pos].id] for pos in answer]
+
+
+async def _full_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+                      unique: Sequence[NewJob], now: float) -> list[Job]:
+    """The full dedup path for jobs unique by id and unique_key; one answer per job."""
+    q = backend.q
+    p = params(backend, unique, now)
+    scope = _scope(conn)
+    async with conn.pipeline():
+        async with scope if scope is not None else nullcontext():
+            if any(k is not None for k in p["keys"]):
+                await conn.execute(q["lock_enqueue_keys"], p)
+            await conn.execute(q["delete_replaced_jobs"], p)
+            cur = await conn.execute(q["insert_jobs"], p)
+            await conn.execute(q["notify_queues"], p)
+        rows = await cur.fetchall()
+    late: dict[str, Job] = {}
+    if missing := _missing(unique, rows):
+        cur = await conn.execute(q["get_jobs"], {"ids": missing})
+        late = {job.id: job for job in map(job_from_row, await cur.fetchall())}
+    return _answers(unique, rows, late)
+
+
+def _full_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+               unique: Sequence[NewJob], now: float) -> list[Job]:
+    q = backend.q
+    p = params(backend, unique, now)
+    scope = _scope(conn)
+    with conn.pipeline():
+        with scope if scope is not None else nullcontext():
+            if any(k is not None for k in p["keys"]):
+                conn.execute(q["lock_enqueue_keys"], p)
+            conn.execute(q["delete_replaced_jobs"], p)
+            cur = conn.execute(q["insert_jobs"], p)
+            conn.execute(q["notify_queues"], p)
+        rows = cur.fetchall()
+    late: dict[str, Job] = {}
+    if missing := _missing(unique, rows):
+        cur = conn.execute(q["get_jobs"], {"ids": missing})
+        late = {job.id: job for job in map(job_from_row, cur.fetchall())}
+    return _answers(unique, rows, late)

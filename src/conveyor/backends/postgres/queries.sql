@@ -1,0 +1,366 @@
+-- Queries of the PostgreSQL backend. psycopg named parameters; times are UTC
+-- epoch seconds from the application clock. `{schema}` is replaced once, at load,
+-- by the quoted schema name: names are qualified so the same text also runs on a
+-- caller's own connection (transactional enqueue) whatever its search_path.
+-- Every write about a running job is guarded by its lease token (fencing).
+
+-- name: bootstrap_schema
+CREATE SCHEMA IF NOT EXISTS {schema}
+
+-- name: bootstrap_migrations
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at double precision NOT NULL
+)
+
+-- name: lock_migrations
+-- Transaction-scoped: concurrent migrators queue here, and a crashed one never holds it.
+SELECT pg_advisory_xact_lock(hashtextextended('conveyor:migrate:' || %(schema)s, 0))
+
+-- name: applied_migrations
+SELECT version FROM {schema}.migrations
+
+-- name: schema_exists
+SELECT to_regclass(%(table)s) IS NOT NULL
+
+-- name: use_schema
+SELECT set_config('search_path', %(schema)s, true)
+
+-- name: record_migration
+INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
+
+-- name: job_columns
+-- Not run alone: documents the column order that rows.job_from_row reads.
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM {schema}.jobs
+
+-- name: insert_new_job
+-- `insert_new_jobs` for a batch of one (enqueue one by one is the common call):
+-- plain parameters instead of arrays, a cheaper statement to bind and to plan.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                               created_at, unique_for, timeout, meta)
+    VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
+            %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, queue
+)
+SELECT i.id, pg_notify(%(channel)s, i.queue) FROM inserted AS i
+
+-- name: insert_new_jobs
+-- The fast path of enqueue, for jobs without a unique_key: one statement (so one
+-- round trip and, in autocommit, no BEGIN/COMMIT) that inserts and wakes workers.
+-- A job whose id is taken is skipped here; the caller sends it down the full
+-- dedup path below. The wake-up runs only when something was inserted. Arrays go as
+-- binary parameters (text array quoting was a third of the Python time), and only ids
+-- come back: the caller knows the rest (reading 25 columns back cost more than the insert).
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                               created_at, unique_key, unique_for, timeout, meta)
+    SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
+           %(now)s, NULL, n.unique_for, n.timeout, n.meta
+    FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
+                %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
+                %(run_ats)b::float8[], %(unique_fors)b::float8[], %(timeouts)b::float8[],
+                %(metas)b::jsonb[])
+         WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
+                              unique_for, timeout, meta, pos)
+    ORDER BY n.pos
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q)) AS n FROM (SELECT DISTINCT queue AS q FROM inserted) AS u
+)
+SELECT i.id, (SELECT n FROM woken) FROM inserted AS i
+
+-- name: lock_enqueue_keys
+-- Dedup by unique_key has no unique index to lean on (a completed job keeps its key
+-- only for `unique_for`, which no index predicate can express), so concurrent
+-- enqueues of one key serialise on an advisory lock held until commit. Sorted, so
+-- two batches sharing keys cannot deadlock. Runs as its own statement before the
+-- insert: under READ COMMITTED the insert then takes a snapshot that sees the
+-- winner's committed row.
+SELECT count(pg_advisory_xact_lock(hashtextextended('conveyor:key:' || %(schema)s || ':' || k, 0)))
+FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS u(k) WHERE k IS NOT NULL ORDER BY k) AS sorted
+
+-- name: delete_replaced_jobs
+-- A deterministic id names one job at a time: once a finished job's dedup window is
+-- over (and no active job holds the new job's unique_key), it makes way for the new one.
+DELETE FROM {schema}.jobs AS j
+USING unnest(%(ids)b::text[], %(keys)b::text[]) AS n(id, unique_key)
+WHERE j.id = n.id
+  AND j.state IN ('completed', 'cancelled', 'dead')
+  AND NOT coalesce(j.state = 'completed' AND j.finished_at + j.unique_for > %(now)s, false)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.jobs AS d
+      WHERE n.unique_key IS NOT NULL AND d.unique_key = n.unique_key
+        AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+             OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s)))
+
+-- name: insert_jobs
+-- Insert the jobs that have no live duplicate (same id, else same unique_key);
+-- return, per input position, the inserted row or the duplicate in its place.
+WITH new AS (
+    SELECT *
+    FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
+                %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
+                %(run_ats)b::float8[], %(keys)b::text[], %(unique_fors)b::float8[],
+                %(timeouts)b::float8[], %(metas)b::jsonb[])
+         WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
+                              unique_key, unique_for, timeout, meta, pos)
+), dup AS (
+    SELECT n.pos,
+           coalesce(
+               (SELECT d.seq FROM {schema}.jobs AS d
+                WHERE d.id = n.id
+                  AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+                       OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s))),
+               (SELECT d.seq FROM {schema}.jobs AS d
+                WHERE n.unique_key IS NOT NULL AND d.unique_key = n.unique_key
+                  AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+                       OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s))
+                ORDER BY d.seq DESC LIMIT 1)) AS seq
+    FROM new AS n
+), inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                               created_at, unique_key, unique_for, timeout, meta)
+    SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
+           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta
+    FROM new AS n JOIN dup USING (pos)
+    WHERE dup.seq IS NULL
+    ORDER BY n.pos
+    -- A concurrent enqueue of the same id won: this row is skipped and read back after.
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *
+)
+SELECT dup.pos, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
+       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
+       j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors,
+       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta
+FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
+UNION ALL
+SELECT n.pos, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
+       i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
+       i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors,
+       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta
+FROM inserted AS i JOIN new AS n ON n.id = i.id
+
+-- name: notify_queues
+-- A wake-up hint per queue; inside a transaction it is delivered at commit (or never).
+SELECT count(pg_notify(%(channel)s, q)) FROM (SELECT DISTINCT unnest(%(queues)s::text[]) AS q) AS u
+
+-- name: stage_due_jobs
+-- SKIP LOCKED: many workers stage at once without queueing on each other's rows.
+-- `seq = ANY (ARRAY(...))`, here and below: the chosen rows are then fetched by
+-- primary key whatever the table's size; with `IN (...)` or a join the planner
+-- may hash-join against a sequential scan of the whole table (seen at 10,000 rows).
+UPDATE {schema}.jobs SET state = 'available'
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= %(now)s
+    ORDER BY run_at LIMIT 5000
+    FOR UPDATE SKIP LOCKED))
+
+-- name: claim_jobs
+-- One statement per queue: pick the first `limit` claimable rows in claim order that
+-- no other worker has locked, lease them, return them. A paused queue claims nothing.
+UPDATE {schema}.jobs AS j
+SET state = 'running', attempt = j.attempt + 1, lease_token = j.lease_token + 1,
+    lease_expires_at = %(lease_expires_at)s, worker_id = %(worker_id)s, started_at = %(now)s
+WHERE j.seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state = 'available' AND queue = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority DESC, run_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+-- errors and meta as text: nearly always '[]' and '{}', which rows.job_from_row
+-- recognises without a JSON parse (two parses per claimed job showed in profiles).
+RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
+          j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
+          j.progress, j.cancel_requested, j.timeout, j.meta::text
+
+-- name: settle_jobs
+-- A batch of attempt outcomes in one statement. Completed: store the result.
+-- Refunded (snooze, release): back to waiting without using the attempt. Otherwise
+-- (retry, dead, cancelled): append the attempt's error. Returns the rows applied;
+-- the caller reports the rest as stale.
+-- Rows are locked first, in id order: a worker heartbeats finished jobs until their
+-- outcome is written, so its heartbeat and outcome writes (two connections) touch
+-- the same rows; one lock order makes them queue instead of deadlocking.
+WITH s AS (
+    SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[], %(states)b::text[],
+                         %(results)b::text[], %(errors)b::jsonb[], %(run_ats)b::float8[],
+                         %(refunds)b::bool[]) AS s(id, token, state, result, error, run_at, refund)
+), locked AS (
+    -- By id (the unique index): cost follows the batch, not the number of running jobs.
+    SELECT seq FROM {schema}.jobs
+    WHERE id = ANY (%(ids)b::text[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE {schema}.jobs AS j
+SET state = s.state,
+    run_at = coalesce(s.run_at, j.run_at),
+    lease_expires_at = NULL,
+    result = CASE WHEN s.state = 'completed' THEN s.result ELSE j.result END,
+    finished_at = CASE WHEN s.state IN ('completed', 'dead', 'cancelled') THEN %(now)s
+                       WHEN s.refund THEN j.finished_at END,
+    attempt = CASE WHEN s.refund THEN j.attempt - 1 ELSE j.attempt END,
+    errors = CASE WHEN s.error IS NULL OR s.refund OR s.state = 'completed' THEN j.errors
+                  ELSE j.errors || jsonb_build_array(s.error) END
+FROM s
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
+  AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: heartbeat_jobs
+-- Locks in id order, as settle_jobs does (see there).
+WITH l AS (
+    SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[]) AS l(id, token)
+), locked AS (
+    SELECT seq FROM {schema}.jobs
+    WHERE id = ANY (%(ids)b::text[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE {schema}.jobs AS j SET lease_expires_at = %(lease_expires_at)s
+FROM l
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
+  AND j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
+RETURNING j.id, j.cancel_requested
+
+-- name: checkpoint_job
+UPDATE {schema}.jobs
+SET checkpoint = coalesce(%(checkpoint)s, checkpoint), progress = coalesce(%(progress)s, progress)
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+
+-- name: check_lease
+SELECT 1 FROM {schema}.jobs WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+
+-- name: complete_job
+UPDATE {schema}.jobs
+SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+
+-- name: rescue_expired_jobs
+-- A crash counts as an attempt: a job that kills its worker every time ends dead.
+UPDATE {schema}.jobs
+SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN %(now)s END,
+    lease_expires_at = NULL,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'at', %(now)s::float8, 'type', 'LeaseExpired',
+        'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
+        'traceback', '', 'worker_id', coalesce(worker_id, ''),
+        -- worker ids are host:pid:nonce
+        'host', CASE WHEN strpos(worker_id, ':') > 0 THEN split_part(worker_id, ':', 1) ELSE '' END,
+        'version', %(version)s::text))
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE state = 'running' AND lease_expires_at < %(now)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING id
+
+-- name: prune_jobs
+DELETE FROM {schema}.jobs
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE finished_at IS NOT NULL
+      AND ((state IN ('completed', 'cancelled') AND finished_at < %(completed_before)s
+            AND (unique_for IS NULL OR finished_at + unique_for < %(now)s))
+           OR (state = 'dead' AND finished_at < %(dead_before)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+
+-- name: get_job
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: get_jobs
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
+
+-- name: cancel_waiting_job
+UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
+WHERE id = %(id)s AND state IN ('scheduled', 'available', 'retryable')
+
+-- name: request_cancel_running_job
+UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
+
+-- name: redrive_jobs
+UPDATE {schema}.jobs
+SET state = 'available', attempt = 0, run_at = %(now)s, finished_at = NULL, cancel_requested = false
+WHERE id = ANY(%(ids)s::text[]) AND state IN ('dead', 'cancelled')
+
+-- name: delete_jobs
+DELETE FROM {schema}.jobs
+WHERE id = ANY(%(ids)s::text[]) AND state IN ('completed', 'cancelled', 'dead')
+RETURNING id
+
+-- name: count_by_queue_and_state
+SELECT queue, state, count(*) FROM {schema}.jobs GROUP BY queue, state
+
+-- name: oldest_available_by_queue
+SELECT queue, min(run_at) FROM {schema}.jobs WHERE state = 'available' GROUP BY queue
+
+-- name: all_queue_flags
+SELECT name, paused FROM {schema}.queues
+
+-- name: set_queue_paused
+INSERT INTO {schema}.queues (name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+
+-- name: force_state
+-- Test hook for the conformance suite: proves the storage guard rejects illegal transitions.
+UPDATE {schema}.jobs SET state = %(state)s WHERE id = %(id)s
+
+-- name: filter_jobs
+-- One static query for every admin filter: an absent filter is a NULL parameter.
+SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+FROM {schema}.jobs
+WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+ORDER BY CASE WHEN %(oldest_finished_first)s::bool THEN coalesce(finished_at, 0) END, seq DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: count_filtered_jobs
+SELECT count(*) FROM {schema}.jobs
+WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+
+-- name: listen
+LISTEN {channel}
+
+-- name: put_meta
+-- Expired records are swept on write (workers write every heartbeat), reads filter them.
+WITH swept AS (
+    DELETE FROM {schema}.meta WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+)
+INSERT INTO {schema}.meta (namespace, key, value, expires_at)
+VALUES (%(namespace)s, %(key)s, %(value)s, %(expires_at)s)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+
+-- name: get_meta
+SELECT key, value FROM {schema}.meta
+WHERE namespace = %(namespace)s AND (expires_at IS NULL OR expires_at > %(now)s)
+ORDER BY key
+
+-- name: delete_meta
+DELETE FROM {schema}.meta WHERE namespace = %(namespace)s AND key = %(key)s

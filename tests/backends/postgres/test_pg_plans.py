@@ -1,0 +1,105 @@
+"""The hot statements reach jobs through indexes whatever the table's size: no
+sequential scan of the jobs table, so their cost does not grow with the number of
+waiting, finished or dead jobs. (At 10,000 rows the planner once chose a hash join
+over a full scan for the claim.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from conveyor.backends.postgres.backend import PostgresBackend
+
+FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
+ created_at, finished_at, lease_expires_at, attempt)
+SELECT 'j' || g, 'q', 't', '{{}}',
+       CASE WHEN g <= 200 THEN 'available' WHEN g <= 300 THEN 'running'
+            WHEN g %% 10 = 1 THEN 'dead' WHEN g %% 10 = 2 THEN 'scheduled' ELSE 'completed' END,
+       20, 1e9, 0, CASE WHEN g > 300 AND g %% 10 <> 2 THEN 1 END,
+       CASE WHEN g > 200 AND g <= 300 THEN 1e9 END, 1
+FROM generate_series(1, %(total)s) AS g"""
+
+
+def scans(plan: dict[str, Any]) -> list[str]:
+    found = [f"{plan['Node Type']} {plan.get('Relation Name', '')}".strip()]
+    for child in plan.get("Plans", []):
+        found += scans(child)
+    return found
+
+
+@pytest.mark.parametrize("total", [2_000, 20_000])
+async def test_hot_statements_never_scan_the_jobs_table(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection, total: int
+) -> None:
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(FILL.format(schema=schema), {"total": total})
+        admin_conn.execute(f'ANALYZE "{schema}".jobs')
+        running = [f"j{i}" for i in range(201, 251)]
+        statements = {
+            "stage_due_jobs": {"now": 1e9},
+            "claim_jobs": {"queue": "q", "limit": 100, "now": 1e9, "worker_id": "w",
+                           "lease_expires_at": 2e9},
+            "rescue_expired_jobs": {"now": 1.5, "version": "x"},
+            "heartbeat_jobs": {"ids": running, "tokens": [0] * 50, "lease_expires_at": 2e9},
+            "settle_jobs": {"now": 1e9, "ids": running, "tokens": [0] * 50,
+                            "states": ["completed"] * 50, "results": [None] * 50,
+                            "errors": [None] * 50, "run_ats": [None] * 50,
+                            "refunds": [False] * 50},
+            "prune_jobs": {"completed_before": 0.5, "dead_before": 0.5, "now": 1e9, "limit": 1000},
+        }
+        for name, params in statements.items():
+            with admin_conn.transaction(force_rollback=True):
+                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
+                                         params).fetchone()
+            assert row is not None
+            plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+            nodes = scans(plan[0]["Plan"])
+            assert "Seq Scan jobs" not in nodes, f"{name} at {total} rows: {nodes}"
+    finally:
+        await backend.close()
+
+
+def indexes(plan: dict[str, Any]) -> set[str]:
+    found = {plan["Index Name"]} if "Index Name" in plan else set()
+    for child in plan.get("Plans", []):
+        found |= indexes(child)
+    return found
+
+
+async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_jobs(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
+    """With 20,000 jobs running (many workers), a batch of 50 finds its rows by id."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
+                created_at, lease_expires_at, attempt)
+                SELECT 'j' || g, 'q', 't', '{{}}', 'running', 20, 0, 0, 1e9, 1
+                FROM generate_series(1, 20000) AS g""")
+        admin_conn.execute(f'ANALYZE "{schema}".jobs')
+        ids = [f"j{i}" for i in range(100, 150)]
+        statements = {
+            "heartbeat_jobs": {"ids": ids, "tokens": [0] * 50, "lease_expires_at": 2e9},
+            "settle_jobs": {"now": 1e9, "ids": ids, "tokens": [0] * 50,
+                            "states": ["completed"] * 50, "results": [None] * 50,
+                            "errors": [None] * 50, "run_ats": [None] * 50,
+                            "refunds": [False] * 50},
+        }
+        for name, params in statements.items():
+            with admin_conn.transaction(force_rollback=True):
+                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
+                                         params).fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
+            assert "Seq Scan jobs" not in scans(plan), name
+            assert "jobs_lease" not in indexes(plan) and "jobs_id_key" in indexes(plan), (
+                name, indexes(plan))
+    finally:
+        await backend.close()
