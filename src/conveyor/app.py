@@ -96,6 +96,8 @@ class Conveyor:
         priority: int = 0,
         max_attempts: int = 20,
         timeout: Duration | None = None,
+        soft_time_limit: Duration | None = None,
+        hard_time_limit: Duration | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
@@ -108,6 +110,12 @@ class Conveyor:
         `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
         By default TypeError, ValueError, LookupError and argument errors go dead at
         once and everything else retries with exponential backoff and full jitter.
+
+        Time limits: past `soft_time_limit=` (`timeout=` is the same option, kept
+        for compatibility) `SoftTimeLimitExceeded` is raised inside the handler so it
+        can clean up; past `hard_time_limit=` the handler is stopped and the attempt
+        fails with `HardTimeLimitExceeded` (see `docs/pool.md` for how sync handlers
+        are stopped). Both retry or dead-letter by the task's policy.
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -124,6 +132,8 @@ class Conveyor:
         priority: int = 0,
         max_attempts: int = 20,
         timeout: Duration | None = None,
+        soft_time_limit: Duration | None = None,
+        hard_time_limit: Duration | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
@@ -135,13 +145,26 @@ class Conveyor:
         task_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if max_attempts < 1:
             raise ConfigurationError(f"task {task_name}: max_attempts must be at least 1")
+        if timeout is not None and soft_time_limit is not None:
+            raise ConfigurationError(f"task {task_name}: timeout= is soft_time_limit=; pass one")
+        soft = soft_time_limit if soft_time_limit is not None else timeout
+        soft_s = None if soft is None else to_seconds(soft)
+        hard_s = None if hard_time_limit is None else to_seconds(hard_time_limit)
+        for label, limit in (("soft_time_limit", soft_s), ("hard_time_limit", hard_s)):
+            if limit is not None and limit <= 0:
+                raise ConfigurationError(f"task {task_name}: {label} must be positive")
+        if soft_s is not None and hard_s is not None and hard_s <= soft_s:
+            raise ConfigurationError(
+                f"task {task_name}: hard_time_limit ({hard_s:g}s) must be longer than "
+                f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up")
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
             priority=priority,
             max_attempts=max_attempts,
-            timeout=None if timeout is None else to_seconds(timeout),
+            timeout=soft_s,
+            hard_time_limit=hard_s,
             retry=RetryPolicy(
                 base=to_seconds(backoff_base),
                 cap=to_seconds(backoff_cap),

@@ -43,7 +43,28 @@ class JobFailed(ConveyorError):
 
 
 class JobTimeout(ConveyorError):
-    """The handler ran longer than the task's timeout. Transient: it retries."""
+    """The handler ran longer than one of its time limits. Transient: it retries."""
+
+
+class SoftTimeLimitExceeded(JobTimeout):
+    """Raised inside a handler that ran past its soft time limit, so it can clean up.
+
+    Sync handlers see it at their next Python bytecode (a blocking C call sees it when
+    it returns); async handlers are cancelled (`asyncio.CancelledError` inside, as with
+    `asyncio.timeout`). Recorded in the job's history under this name.
+    """
+
+
+class HardTimeLimitExceeded(JobTimeout):
+    """The handler was still running at its hard time limit and was stopped: a
+    coroutine is cancelled and abandoned; sync code in a pool child (`-p`) is stopped
+    by replacing the child process."""
+
+
+class WorkerLost(ConveyorError):
+    """Recorded when the pool child process running a job died (crash, OOM kill,
+    SIGKILL); the pool supervisor returned the job at once, and the crash counts as
+    an attempt so a job that kills its process every time ends dead."""
 
 
 class LeaseExpired(ConveyorError):

@@ -98,7 +98,8 @@ class TaskDefaults:
     queue: str = "default"
     priority: int = 0
     max_attempts: int = 20
-    timeout: float | None = None
+    timeout: float | None = None  # the soft time limit (seconds); a job may override it
+    hard_time_limit: float | None = None
     retry: RetryPolicy = RetryPolicy()
 
 

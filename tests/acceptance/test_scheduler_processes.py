@@ -10,21 +10,15 @@ import subprocess
 import sys
 from collections import Counter
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
-from backends_under_test import BACKENDS
-from conftest import HERE, Runs, WorkerProcess
+from acceptance_support import HERE, Runs, WorkerProcess
 from conveyor import Conveyor
 from conveyor.backends.base import JobFilter
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(params=sorted(BACKENDS))
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return asyncio.run(BACKENDS[request.param](tmp_path))
 
 
 def test_four_schedulers_in_real_processes_fire_each_second_once(

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from backends_under_test import BACKENDS, CLEANUPS
-from conftest import Runs, WorkerProcess
+from acceptance_support import Runs, WorkerProcess
 from conveyor import Conveyor
 from conveyor.backends.base import JobFilter
 from conveyor.job import JobState
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(params=sorted(BACKENDS))
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    made = asyncio.run(BACKENDS[request.param](tmp_path))
-    yield made
-    cleanup = CLEANUPS.get(request.param)
-    if cleanup is not None:
-        asyncio.run(cleanup(made))
 
 
 def enqueue(url: str, *seconds: float) -> list[str]:

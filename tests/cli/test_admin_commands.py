@@ -8,7 +8,6 @@ from cli_harness import Cli, wait_until
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.backends.sqlfiles import load_migrations
-from conveyor.job import JobState
 
 
 def rows(table: str) -> list[list[str]]:

@@ -14,6 +14,7 @@ from typing import NoReturn
 from ..app import Conveyor
 from ..errors import ConveyorError
 from ..worker import ExitStatus, Worker, WorkerConfig
+from ..worker.pool import PoolConfig, parse_size, run_pool
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
@@ -49,6 +50,18 @@ def register(commands: Commands) -> None:
     worker.add_argument("--no-scheduler", action="store_true",
                         help="do not enqueue the app's periodic jobs from this worker (by "
                              "default every worker does; each tick is still enqueued once)")
+    pool = worker.add_argument_group(
+        "process pool", "-p N runs a supervisor and N child processes of -c slots each: for "
+                        "CPU-bound work, sync code that must stop at its hard time limit, and "
+                        "leaky code (docs/pool.md)")
+    pool.add_argument("--processes", "-p", type=positive_int, metavar="N",
+                      help="child processes; a dead child's jobs come back at once and it is "
+                           "replaced (default: no pool, one process)")
+    pool.add_argument("--max-tasks-per-child", type=positive_int, metavar="N",
+                      help="replace a child after it has run N jobs (it drains first)")
+    pool.add_argument("--max-memory-per-child", type=_size, metavar="SIZE",
+                      help="replace a child whose resident memory passes SIZE, e.g. 512MiB, "
+                           "2GB (it drains first)")
     worker.add_argument("--log-level", choices=LEVELS, default="info")
     worker.add_argument("--log-format", choices=FORMATS, default="text",
                         help="json: one object per line, with job_id, task, queue, attempt and "
@@ -59,6 +72,13 @@ def register(commands: Commands) -> None:
     worker.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
                         help="address for --metrics-port (default 127.0.0.1)")
     worker.set_defaults(runner=worker_command)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def default_queues(app: Conveyor) -> tuple[str, ...]:
@@ -79,6 +99,15 @@ def worker_command(args: argparse.Namespace) -> int:
                               scheduler=not args.no_scheduler)
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
+    if args.processes:
+        pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
+                          max_memory_per_child=args.max_memory_per_child,
+                          log_level=args.log_level.upper())
+        return int(run_pool(app, args.app, config, pool))
+    for option in ("max_tasks_per_child", "max_memory_per_child"):
+        if getattr(args, option) is not None:
+            raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
+                           "add -p/--processes N", USAGE)
     status = asyncio.run(_serve(app, config))
     mark_process_dead_if_metrics(args)
     # Python joins the worker's job threads at exit, and a thread cannot be interrupted:

@@ -23,6 +23,12 @@ class WorkerConfig:
     dead_retention: float = 14 * 24 * 3600.0
     thread_pool_size: int | None = None  # sync tasks; None: concurrency
     stats_interval: float = 5.0  # per-minute throughput records (conveyor.minute_stats)
+    # Claim at most this many jobs, then drain and return (pool children recycle so).
+    max_jobs: int | None = None
+    # A sync handler past its hard time limit cannot be stopped inside its process:
+    # with this set the worker returns its other jobs and stops (cold), so that the
+    # process can exit and be replaced. Pool children set it.
+    stop_on_runaway: bool = False
     # Enqueue the app's periodic schedules from this worker too. Safe on every
     # replica (each tick is enqueued once); off for workers that should only run jobs.
     scheduler: bool = True
@@ -34,6 +40,8 @@ class WorkerConfig:
             raise ValueError("a worker needs at least one queue")
         if self.lease <= 0:
             raise ValueError("lease must be positive")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("max_jobs must be at least 1")
 
     @property
     def heartbeat_every(self) -> float:

@@ -9,17 +9,19 @@ import json
 import logging
 import socket
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Settlement
-from ..errors import ArgumentValidationError, CorruptPayload, JobTimeout, UnknownTask
+from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
 from ..job import AttemptError, Job, JobState
 from ..middleware import ExecuteContext, MiddlewareContext, run_chain
 from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..version import __version__
 from .context import _CURRENT, JobContext
+from .limits import run_async_limited, run_sync_limited
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -49,6 +51,9 @@ class JobExecutor:
         self.app = app
         self.worker_id = worker_id
         self.thread_pool = thread_pool
+        # Told when a sync handler outlives its hard limit: its thread cannot be
+        # stopped, only its process (the pool child replaces itself).
+        self.on_runaway: Callable[[Job], None] = lambda job: None
 
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
         middleware = self.app.middleware
@@ -84,24 +89,22 @@ class JobExecutor:
                 task.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise ArgumentValidationError(f"{task.name}{task.signature}: {exc}") from None
-            timeout = job.timeout if job.timeout is not None else task.defaults.timeout
+            soft = job.timeout if job.timeout is not None else task.defaults.timeout
+            hard = task.defaults.hard_time_limit
             token = _CURRENT.set(ctx)
             try:
                 if task.is_async:
-                    result = await asyncio.wait_for(task.fn(*args, **kwargs), timeout)
+                    result = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
+                                                     on_runaway=lambda: self.on_runaway(job))
                 else:
                     call = contextvars.copy_context().run
-                    future = asyncio.get_running_loop().run_in_executor(
-                        self.thread_pool, lambda: call(task.fn, *args, **kwargs)
-                    )
-                    # A sync handler past its timeout keeps its thread until it returns;
-                    # process pools (which can kill) are the answer for such code.
-                    result = await asyncio.wait_for(future, timeout)
+                    result = await run_sync_limited(
+                        self.thread_pool, lambda: call(task.fn, *args, **kwargs), soft, hard,
+                        on_runaway=lambda: self.on_runaway(job))
             finally:
                 _CURRENT.reset(token)
-        except TimeoutError:
-            error = JobTimeout(f"ran longer than its timeout of {timeout}s")
-            return self._failed(job, error, policy, tb="")
+        except HardTimeLimitExceeded as exc:
+            return self._failed(job, exc, policy, tb="")
         except Snooze as snooze:
             run_at = self.app.clock() + snooze.delay
             state = JobState.SCHEDULED if snooze.delay > 0 else JobState.AVAILABLE

@@ -61,10 +61,18 @@ class Worker:
     >>> status = await Worker(app, WorkerConfig(queues=("default",), concurrency=20)).run()
     """
 
-    def __init__(self, app: Conveyor, config: WorkerConfig = WorkerConfig()) -> None:
+    def __init__(self, app: Conveyor, config: WorkerConfig = WorkerConfig(),
+                 worker_id: str | None = None,
+                 retire_when: Callable[[], str | None] | None = None) -> None:
         self.app = app
         self.config = config
-        self.id = new_worker_id()
+        # A pool supervisor names its children, so that it can find a dead child's jobs.
+        self.id = worker_id or new_worker_id()
+        self.claimed = 0
+        # Asked before every claim; a reason (say, memory over a limit) makes the worker
+        # stop claiming and drain, as a pool child does to be replaced.
+        self.retire_when = retire_when
+        self.retired_because: str | None = None
         self.counts: Counter[str] = Counter()  # outcome state -> jobs, for summaries
         self._running: dict[str, _Running] = {}
         self._unsettled: dict[str, Lease] = {}  # claimed and not yet written back
@@ -80,6 +88,7 @@ class Worker:
         self._completer: Completer | None = None
         self._executor = JobExecutor(app, self.id, self._thread_pool)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
+        self._executor.on_runaway = self._on_runaway
 
     # --- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -96,6 +105,24 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._running)
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker stopped claiming (asked to, or its job budget is spent)."""
+        return self._stop_claiming.is_set()
+
+    def _on_runaway(self, job: Job) -> None:
+        self.counts["runaway"] += 1
+        if self.config.stop_on_runaway:
+            log.error("job %s (%s): handler ignored its hard time limit; returning the "
+                      "other jobs and stopping so that this process can be replaced",
+                      job.id, job.task)
+            self.stop()
+            self.stop()
+        else:
+            log.error("job %s (%s): handler ignored its hard time limit; it keeps running "
+                      "until it returns (run with -p to have it stopped)",
+                      job.id, job.task)
 
     # --- main --------------------------------------------------------------------------
     async def run(self) -> ExitStatus:
@@ -169,7 +196,18 @@ class Worker:
                     await asyncio.wait([stop, asyncio.create_task(self._slot_freed.wait())],
                                        return_when=asyncio.FIRST_COMPLETED)
                     continue
+                # Never before the first job: a limit below a fresh process's own size
+                # would otherwise replace children that never ran anything, forever.
+                reason = (self.retire_when() if self.retire_when is not None and self.claimed
+                          else None)
+                if reason is not None:
+                    log.info("%s: draining", reason)
+                    self.retired_because = reason
+                    self._stop_claiming.set()
+                    break
                 want = min(free, self.config.fetch_batch)
+                if self.config.max_jobs is not None:
+                    want = min(want, self.config.max_jobs - self.claimed)
                 try:
                     jobs = await self._backend.fetch_jobs(
                         self.config.queues, want, self.id, self.config.lease)
@@ -182,6 +220,12 @@ class Worker:
                     continue
                 for job in jobs:
                     self._start(job)
+                self.claimed += len(jobs)
+                if self.config.max_jobs is not None and self.claimed >= self.config.max_jobs:
+                    log.info("claimed %d jobs (max_jobs): draining", self.claimed)
+                    self.retired_because = "max tasks"
+                    self._stop_claiming.set()
+                    break
                 if len(jobs) < want:
                     waiter = asyncio.create_task(
                         self._backend.wait_for_jobs(self.config.queues, self.config.poll_interval))

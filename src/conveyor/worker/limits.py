@@ -1,0 +1,155 @@
+"""Soft and hard time limits around one handler call.
+
+Soft limit: the handler gets a chance to clean up.
+  * async: its task is cancelled (`asyncio.CancelledError` inside, as with
+    `asyncio.timeout`); the attempt records `SoftTimeLimitExceeded`.
+  * sync (thread pool): `SoftTimeLimitExceeded` is raised in the handler's own
+    thread with `PyThreadState_SetAsyncExc`, at its next bytecode. A thread blocked
+    in a C call (`time.sleep`, a socket read) sees it when that call returns. Signals
+    cannot do this: CPython runs signal handlers in the main thread only, and the
+    main thread runs the event loop.
+Hard limit: the handler is stopped for good and the attempt records
+  `HardTimeLimitExceeded`.
+  * async: cancelled again; one that swallows that cancel too is reported to
+    `on_runaway` like a sync one.
+  * sync: a thread cannot be killed. The call is abandoned and `on_runaway` is
+    told; a pool child (`-p`) then returns its other jobs and exits, and the
+    supervisor starts a fresh one, which is what actually stops the code. A single
+    worker process (no `-p`) can only log it: its thread runs until it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from typing import Any, Generic, TypeVar
+
+from ..errors import HardTimeLimitExceeded, SoftTimeLimitExceeded
+
+T = TypeVar("T")
+
+
+class _ThreadCall(Generic[T]):
+    """One sync call on a pool thread that can receive the soft-limit exception.
+
+    The exception is injected only while the call runs: `interrupt` and the end of
+    the call hold the same lock, and the end also clears a pending injection, so it
+    can never surface in the thread pool's own code after the handler returned.
+    """
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self._lock = threading.Lock()
+        self._thread_id: int | None = None
+        self._finished = False
+        self._injected = False
+
+    def __call__(self) -> T:
+        with self._lock:
+            self._thread_id = threading.get_ident()
+        try:
+            return self.fn()
+        finally:
+            with self._lock:
+                self._finished = True
+                if self._injected and self._thread_id is not None:
+                    _set_async_exc(self._thread_id, None)  # drop it if not raised yet
+
+    def interrupt(self) -> bool:
+        with self._lock:
+            if self._finished or self._thread_id is None or self._injected:
+                return False
+            self._injected = _set_async_exc(self._thread_id, SoftTimeLimitExceeded)
+            return self._injected
+
+
+def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
+    obj = ctypes.py_object(exc) if exc is not None else None
+    return bool(ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj) == 1)
+
+
+def _soft_message(limit: float) -> str:
+    return f"ran past its soft time limit of {limit:g}s"
+
+
+def _hard_message(limit: float) -> str:
+    return f"still running at its hard time limit of {limit:g}s; stopped"
+
+
+async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
+                            hard: float | None, on_runaway: Callable[[], None]) -> T:
+    """Await `coro` under the limits (seconds from now; None: no limit)."""
+    if soft is not None and hard is not None and soft >= hard:
+        soft = None  # the hard limit comes first
+    if soft is None and hard is None:
+        return await coro
+    inner: asyncio.Task[T] = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        if soft is not None:
+            await asyncio.wait([inner], timeout=soft)
+            if not inner.done():
+                inner.cancel("soft time limit")
+                remaining = None if hard is None else hard - (loop.time() - started)
+                await asyncio.wait([inner], timeout=remaining)
+                if not inner.done():
+                    await _stop_coroutine(inner, on_runaway)
+                    raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
+                if inner.cancelled():
+                    raise SoftTimeLimitExceeded(_soft_message(soft))
+            return inner.result()  # the handler may have caught the cancel and returned
+        await asyncio.wait([inner], timeout=hard)
+        if not inner.done():
+            await _stop_coroutine(inner, on_runaway)
+            raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
+        return inner.result()
+    except asyncio.CancelledError:
+        inner.cancel()  # a cold stop or a lost lease: pass it on to the handler
+        raise
+
+
+async def _stop_coroutine(inner: asyncio.Task[Any], on_runaway: Callable[[], None]) -> None:
+    """Cancel at the hard limit; a coroutine that swallows even this cancel and is still
+    running a second later is a runaway like a sync one (its process must go)."""
+    inner.cancel("hard time limit")
+    await asyncio.wait([inner], timeout=1.0)
+    if not inner.done():
+        on_runaway()
+
+
+async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | None,
+                           hard: float | None, on_runaway: Callable[[], None]) -> T:
+    """Run `fn` on `pool` under the limits; see the module docstring."""
+    if soft is not None and hard is not None and soft >= hard:
+        soft = None
+    call = _ThreadCall(fn)
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(pool, call)
+    started = loop.time()
+    if soft is None and hard is None:
+        return await future
+    try:
+        if soft is not None:
+            done, _ = await asyncio.wait([future], timeout=soft)
+            if not done:
+                call.interrupt()
+                if hard is None:
+                    return await future  # SoftTimeLimitExceeded, unless the handler caught it
+                remaining = hard - (loop.time() - started)
+                done, _ = await asyncio.wait([future], timeout=max(remaining, 0.0))
+            if done:
+                return future.result()
+        else:
+            done, _ = await asyncio.wait([future], timeout=hard)
+            if done:
+                return future.result()
+    except asyncio.CancelledError:
+        future.cancel()  # a cold stop or a lost lease: the thread's result is dropped
+        raise
+    future.cancel()  # its result, whenever it comes, is dropped
+    on_runaway()
+    raise HardTimeLimitExceeded(_hard_message(hard or 0.0))

@@ -1,0 +1,550 @@
+"""A pool of worker processes: `conveyor worker APP -p 4 -c 10`.
+
+The supervisor (this process) runs no jobs. It starts N children, each running the
+ordinary asyncio `Worker` with `-c` slots, and:
+
+* restarts a child that dies, and returns the dead child's running jobs at once
+  instead of waiting for their leases to run out (see `_release_orphans`);
+* replaces a child that retires after `max_tasks_per_child` jobs or past
+  `max_memory_per_child` of resident memory: the child stops claiming, finishes its
+  jobs, writes their outcomes and exits; its replacement starts as soon as it says
+  it is retiring, so capacity does not dip;
+* replaces a child whose sync handler ignored its hard time limit (the child
+  returns its other jobs and exits, which is what stops that code);
+* on SIGTERM/SIGINT tells every child to drain; a second signal, or the grace
+  period running out, is a cold stop (running jobs go back without using an
+  attempt); a third kills the children and returns their jobs itself.
+
+Children are started with the "spawn" context: a fresh interpreter that imports the
+app by its `module:attr` path. Nothing is inherited: not the supervisor's backend
+connection (which it keeps to return orphaned jobs), not its threads or locks (a
+fork while the SQLite backend's thread or the sync facade's portal thread holds a
+lock deadlocks the child), not a half-written socket buffer. "forkserver" would
+start children faster, but only by importing the app into a long-lived server
+process ahead of time, and an app that opens connections at import would then share
+them; a pool starts children rarely, so spawn's cost (one interpreter start and app
+import, a fraction of a second) is paid where it does not matter.
+
+Children ignore SIGTERM and SIGINT: a terminal's Ctrl-C or `kill -TERM -PGID` reaches
+the whole process group, and a child that acted on it as well as on its supervisor's
+command would count two requests and stop cold. They take orders from the
+supervisor over a pipe instead, and stop cold on their own when that pipe closes (the
+supervisor died).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import JobFilter, Settlement
+from ..errors import ConfigurationError, WorkerLost
+from ..job import AttemptError, JobState
+from ..version import __version__
+from .config import WorkerConfig
+from .worker import ExitStatus, Worker
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.pool")
+
+# Supervisor -> child commands and child -> supervisor reports, over the child's pipe.
+DRAIN, COLD = "drain", "cold"
+RETIRING = "retiring"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    processes: int = 2
+    max_tasks_per_child: int | None = None  # jobs a child claims before it is replaced
+    max_memory_per_child: int | None = None  # resident bytes past which it is replaced
+    # After the grace period the children stop cold by themselves; one that has not
+    # exited this much later (a handler holding the GIL) is killed, its jobs returned.
+    cold_stop_timeout: float = 10.0
+    # A child that dies this soon after it started is restarted with a growing delay,
+    # so an app that crashes at import does not spin the CPU.
+    crash_loop_window: float = 5.0
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ValueError("a pool needs at least one process")
+        if self.max_tasks_per_child is not None and self.max_tasks_per_child < 1:
+            raise ValueError("max_tasks_per_child must be at least 1")
+        if self.max_memory_per_child is not None and self.max_memory_per_child < 1:
+            raise ValueError("max_memory_per_child must be positive")
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
+               "mb": 1000**2, "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """`512MiB`, `2GB`, `1.5g`, `300000000` -> bytes (k/m/g alone are binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a size: use bytes or a unit, e.g. 512MiB or 2GB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process now (Linux: /proc/self/statm), else its peak."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def import_app(path: str) -> Conveyor:
+    """`package.module:attr` -> the Conveyor app it names."""
+    from ..app import Conveyor
+
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path:
+        raise ConfigurationError(f"app path {path!r} must look like package.module:app")
+    app: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        app = getattr(app, attr, None)
+    if not isinstance(app, Conveyor):
+        raise ConfigurationError(f"{path} is not a Conveyor app ({type(app).__name__})")
+    return app
+
+
+# --- the child ------------------------------------------------------------------------
+def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
+                max_memory: int | None, log_level: str) -> None:
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by the supervisor
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)-7s [child %(process)d] %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime  # UTC, as the supervisor's own lines
+    handler.setFormatter(formatter)
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(log_level)
+    try:
+        app = import_app(app_path)
+        status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
+    except BaseException:  # noqa: BLE001 - report, then exit with the error status
+        log.exception("pool child %s failed", worker_id)
+        status = ExitStatus.ERROR
+    handler.flush()
+    # os._exit: a sync handler abandoned at its hard limit is still running in a
+    # thread, and a normal exit would wait for it. Its job is settled already.
+    os._exit(int(status))
+
+
+async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
+                 max_memory: int | None) -> ExitStatus:
+    def over_memory() -> str | None:
+        if max_memory is None:
+            return None
+        rss = rss_bytes()
+        if rss <= max_memory:
+            return None
+        return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
+
+    if max_memory is not None and rss_bytes() > max_memory:
+        log.warning("this child already uses %d MiB at start, over --max-memory-per-child "
+                    "(%d MiB): each child will run one batch of jobs before it is replaced",
+                    rss_bytes() >> 20, max_memory >> 20)
+    worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
+    loop = asyncio.get_running_loop()
+    commanded = False  # the supervisor asked us to stop: no retirement report
+
+    def cold() -> None:
+        if not worker.stopping:
+            worker.stop()
+        worker.stop()
+
+    def on_command() -> None:
+        nonlocal commanded
+        try:
+            command = conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            log.error("pool supervisor is gone: returning running jobs and stopping")
+            commanded = True
+            cold()
+            return
+        commanded = True
+        if command == DRAIN and not worker.stopping:
+            worker.stop()
+        elif command == COLD:
+            cold()
+
+    async def watch() -> None:
+        reported = False
+        while True:
+            if not worker.stopping and max_memory is not None and worker.claimed:
+                reason = over_memory()  # also while every slot is busy with long jobs
+                if reason is not None:
+                    log.info("%s: draining", reason)
+                    worker.retired_because = reason
+                    worker.stop()
+            if worker.stopping and not commanded and not reported:
+                reason = ("hard time limit" if worker.counts["runaway"] else
+                          worker.retired_because or "stopped")
+                try:
+                    conn.send((RETIRING, reason))
+                except OSError:
+                    pass
+                reported = True
+            await asyncio.sleep(0.2)
+
+    loop.add_reader(conn.fileno(), on_command)
+    watcher = asyncio.create_task(watch())
+    try:
+        return await worker.run()
+    finally:
+        watcher.cancel()
+        try:
+            loop.remove_reader(conn.fileno())
+        except (ValueError, OSError):
+            pass
+        await app.aclose()
+
+
+# --- the supervisor -----------------------------------------------------------------------
+@dataclass(eq=False)
+class _Child:
+    slot: int
+    worker_id: str
+    process: BaseProcess
+    conn: Connection
+    started_at: float
+    retiring: str | None = None  # why it is being replaced, once it said so
+    killed: bool = False  # by us: its jobs are returned without using an attempt
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid or 0
+
+
+class Supervisor:
+    """Run `pool.processes` worker children until stopped; see the module docstring.
+
+    >>> status = await Supervisor(app, "myapp.tasks:app", WorkerConfig(), PoolConfig(4)).run()
+    """
+
+    def __init__(self, app: Conveyor, app_path: str, config: WorkerConfig,
+                 pool: PoolConfig) -> None:
+        self.app = app
+        self.app_path = app_path
+        self.config = config
+        self.pool = pool
+        self.child_config = replace(config, max_jobs=pool.max_tasks_per_child, stop_on_runaway=True)
+        self._mp = multiprocessing.get_context("spawn")
+        self._children: dict[int, _Child] = {}  # by pid, while running
+        self._slots: dict[int, _Child] = {}  # slot -> its current (not retiring) child
+        self._generation = 0
+        self._stopping = 0  # 0 running, 1 draining, 2 cold, 3 killing
+        self._stop_statuses: list[int] = []  # exit codes of children that exited in the stop
+        self._all_exited = asyncio.Event()
+        self._crashes: dict[int, int] = {}  # slot -> recent quick deaths
+        self._background: set[asyncio.Task[Any]] = set()  # orphan returns in flight
+        self._timers: set[asyncio.Task[Any]] = set()
+        self.restarts = 0
+        self.orphans_returned = 0
+
+    # --- control ------------------------------------------------------------------------
+    def stop(self) -> None:
+        """First call: children drain. Second: cold stop. Third: kill them."""
+        self._stopping = min(self._stopping + 1, 3)
+        if not self._children:
+            self._all_exited.set()  # between a death and its delayed restart
+        if self._stopping == 1:
+            log.info("stopping the pool: %d children drain (grace %.0fs)", len(self._children),
+                     self.config.grace_period)
+            self._command_all(DRAIN)
+            self._spawn(self._grace_timer(), self._timers)
+        elif self._stopping == 2:
+            log.warning("cold stop: children return their running jobs")
+            self._command_all(COLD)
+            self._spawn(self._cold_timer(), self._timers)
+        else:
+            log.error("stop requested a third time: killing the children")
+            self._kill_all()
+
+    async def run(self) -> ExitStatus:
+        backend = await self.app.backend()  # for returning orphans; opened before any child
+        del backend
+        loop = asyncio.get_running_loop()
+        for slot in range(self.pool.processes):
+            self._start_child(slot, loop)
+        log.info("pool started: %d processes x %d slots, queues=%s", self.pool.processes,
+                 self.config.concurrency, ",".join(self.config.queues))
+        await self._all_exited.wait()
+        for timer in self._timers:
+            timer.cancel()
+        # Orphan returns still in flight (a child died during the stop) finish first.
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        status = self._status()
+        log.info("pool stopped (%s): %d restarts, %d orphaned jobs returned", status.name.lower(),
+                 self.restarts, self.orphans_returned)
+        return status
+
+    def _status(self) -> ExitStatus:
+        """Drained only if every child drained; a crash during the stop is an error."""
+        if any(code not in (ExitStatus.DRAINED, ExitStatus.COLD) for code in self._stop_statuses):
+            return ExitStatus.ERROR
+        if self._stopping >= 2 or ExitStatus.COLD in self._stop_statuses:
+            return ExitStatus.COLD
+        return ExitStatus.DRAINED
+
+    # --- children -------------------------------------------------------------------------
+    def _start_child(self, slot: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._generation += 1
+        worker_id = (f"{socket.gethostname()}:{os.getpid()}:p{slot}.{self._generation}"
+                     f":{uuid.uuid4().hex[:6]}")
+        ours, theirs = self._mp.Pipe(duplex=True)
+        process = self._mp.Process(
+            target=_child_main, name=f"conveyor-child-{slot}",
+            # One child runs the periodic schedules (ticks are enqueued once either way;
+            # N schedulers per pool would only add load).
+            args=(self.app_path, replace(self.child_config, scheduler=self.config.scheduler
+                                         and slot == 0), worker_id, theirs,
+                  self.pool.max_memory_per_child, self.pool.log_level),
+        )
+        # The child inherits a mask that blocks SIGTERM/SIGINT until it has set them to
+        # ignored: a group-wide signal during its start must neither kill it nor count
+        # twice. Here they stay pending for the moment of the start, not lost.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        theirs.close()  # the child holds the only other end: EOF tells it we are gone
+        child = _Child(slot, worker_id, process, ours, time.monotonic())
+        self._children[child.pid] = child
+        self._slots[slot] = child
+        loop.add_reader(process.sentinel, self._on_exit, child)
+        loop.add_reader(ours.fileno(), self._on_report, child)
+        log.info("child %d started (pid %d, %s)", slot, child.pid, worker_id)
+        if self._stopping:  # started during a stop (a replacement in flight): stop it too
+            self._command(child, DRAIN if self._stopping == 1 else COLD)
+
+    def _on_report(self, child: _Child) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            kind, detail = child.conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(child.conn.fileno())
+            return
+        if kind == RETIRING and child.retiring is None:
+            child.retiring = str(detail)
+            log.info("child %d (pid %d) retiring (%s): starting its replacement", child.slot,
+                     child.pid, detail)
+            if not self._stopping and self._slots.get(child.slot) is child:
+                self.restarts += 1
+                self._start_child(child.slot, loop)
+
+    def _on_exit(self, child: _Child) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(child.process.sentinel)
+        try:
+            loop.remove_reader(child.conn.fileno())
+        except (ValueError, OSError):
+            pass
+        # The sentinel fires as the process ends; reaping it may take a moment more.
+        child.process.join(10)
+        code = child.process.exitcode
+        child.conn.close()
+        self._children.pop(child.pid, None)
+        crashed = code is None or code < 0 or code not in (ExitStatus.DRAINED, ExitStatus.COLD)
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exit status {code}")
+        if self._stopping:
+            self._stop_statuses.append(ExitStatus.COLD if child.killed else
+                                       code if code is not None and code >= 0 else ExitStatus.ERROR)
+        if crashed and not child.killed:
+            log.error("child %d (pid %d) died (%s)", child.slot, child.pid, how)
+        else:
+            log.info("child %d (pid %d) exited (%s)", child.slot, child.pid, how)
+        # A child that exited by itself (0 drained, 3 cold) wrote every outcome before it
+        # did (the worker waits for its completer); one that crashed or was killed may
+        # have left running jobs behind.
+        if crashed or child.killed:
+            self._spawn(self._release_orphans(child, charge=not child.killed, how=how))
+        if self._slots.get(child.slot) is child:
+            del self._slots[child.slot]
+            if not self._stopping:
+                self.restarts += 1
+                delay = self._restart_delay(child, crashed)
+                if delay:
+                    log.warning("child %d keeps dying at start; restarting in %.1fs",
+                                child.slot, delay)
+                    loop.call_later(delay, self._restart_if_running, child.slot)
+                else:
+                    self._start_child(child.slot, loop)
+        if not self._children and self._stopping:
+            self._all_exited.set()
+
+    def _restart_if_running(self, slot: int) -> None:
+        if not self._stopping and slot not in self._slots:
+            self._start_child(slot, asyncio.get_running_loop())
+
+    def _restart_delay(self, child: _Child, crashed: bool) -> float:
+        if crashed and time.monotonic() - child.started_at < self.pool.crash_loop_window:
+            crashes = self._crashes[child.slot] = self._crashes.get(child.slot, 0) + 1
+            return 0.0 if crashes == 1 else float(min(0.5 * 2 ** (crashes - 2), 30.0))
+        self._crashes.pop(child.slot, None)
+        return 0.0
+
+    def _command(self, child: _Child, command: str) -> None:
+        try:
+            child.conn.send(command)
+        except OSError:
+            pass  # it is exiting; its sentinel will tell
+
+    def _command_all(self, command: str) -> None:
+        for child in list(self._children.values()):
+            self._command(child, command)
+
+    def _kill_all(self) -> None:
+        for child in list(self._children.values()):
+            child.killed = True
+            try:
+                os.kill(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    async def _grace_timer(self) -> None:
+        await asyncio.sleep(self.config.grace_period)
+        if self._children and self._stopping == 1:
+            # The children go cold by themselves now; this is the backstop for one
+            # whose loop cannot run.
+            self._stopping = 2
+            self._spawn(self._cold_timer(), self._timers)
+
+    async def _cold_timer(self) -> None:
+        await asyncio.sleep(self.pool.cold_stop_timeout)
+        if self._children:
+            log.error("%d children did not stop %.0fs into a cold stop: killing them",
+                      len(self._children), self.pool.cold_stop_timeout)
+            self._stopping = 3
+            self._kill_all()
+
+    def _spawn(self, coro: Any, into: set[asyncio.Task[Any]] | None = None) -> None:
+        tasks = self._background if into is None else into
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    # --- orphans --------------------------------------------------------------------------
+    async def _release_orphans(self, child: _Child, *, charge: bool, how: str) -> None:
+        """Return the jobs a dead child still held.
+
+        Safe against a child that is only slow: this runs only after the child's
+        process has exited (its sentinel fired and it was reaped), so it can write
+        nothing any more. The jobs are found in the backend by the worker id the
+        supervisor gave the child, so there is no window (as there would be with
+        jobs the child reported after claiming) in which a claimed job is unknown.
+        Every release is fenced by the job's lease token: a job that the child
+        settled just before dying, or that was rescued and claimed again meanwhile,
+        is not running under that token and is left alone.
+
+        A crash uses the attempt (WorkerLost, like a lease expiry), so a job that
+        kills its process every time ends dead instead of looping; children stopped
+        by the supervisor itself (a forced shutdown) do not.
+        """
+        deadline = time.monotonic() + 60.0
+        failures = 0
+        while True:
+            try:
+                released = await self._release_once(child, charge, how)
+                break
+            except Exception as exc:  # noqa: BLE001 - the backend may be briefly away
+                failures += 1
+                if time.monotonic() > deadline:
+                    log.error("could not return the jobs of dead child %s (%s); their leases "
+                              "will expire and the rescuer returns them", child.worker_id, exc)
+                    return
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+        if released:
+            self.orphans_returned += len(released)
+            log.warning("returned %d job(s) of child %d (pid %d, %s)%s: %s", len(released),
+                        child.slot, child.pid, how, "" if charge else " without using an attempt",
+                        released[:10])
+
+    async def _release_once(self, child: _Child, charge: bool, how: str) -> list[str]:
+        backend = await self.app.backend()
+        orphans, offset, page = [], 0, 500
+        while True:
+            jobs = await backend.list_jobs(JobFilter(states=(JobState.RUNNING,)), page, offset)
+            orphans += [j for j in jobs if j.worker_id == child.worker_id]
+            if len(jobs) < page:
+                break
+            offset += page
+        if not orphans:
+            return []
+        now = self.app.clock()
+        settlements = []
+        for job in orphans:
+            if not charge:
+                settlements.append(Settlement(job.id, job.lease_token, JobState.AVAILABLE,
+                                              refund_attempt=True))
+                continue
+            error = AttemptError(
+                attempt=job.attempt, at=now, type=WorkerLost.__name__,
+                message=f"pool child {child.pid} running this job died ({how})",
+                worker_id=child.worker_id, host=socket.gethostname(), version=__version__)
+            state = JobState.RETRYABLE if job.attempt < job.max_attempts else JobState.DEAD
+            # Due at once, and at its old place in line (its own run_at), not behind
+            # everything enqueued since.
+            settlements.append(Settlement(job.id, job.lease_token, state, error=error,
+                                          run_at=job.run_at if state is JobState.RETRYABLE else None))
+        stale = set(await backend.settle_jobs(settlements))
+        return [s.job_id for s in settlements if s.job_id not in stale]
+
+
+def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig) -> ExitStatus:
+    """Run a pool until SIGTERM/SIGINT; the process's exit status follows the return."""
+
+    async def serve() -> ExitStatus:
+        supervisor = Supervisor(app, app_path, config, pool)
+        loop = asyncio.get_running_loop()
+        handled = (signal.SIGTERM, signal.SIGINT)
+        received = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal received
+            received += 1
+            step = ("draining; send again to stop at once", "cold stop; send again to kill "
+                    "the children", "killing the children")[min(received, 3) - 1]
+            log.info("%s received (%s)", signal.Signals(signum).name, step)
+            supervisor.stop()
+
+        for signum in handled:
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            return await supervisor.run()
+        finally:
+            for signum in handled:
+                loop.remove_signal_handler(signum)
+            await app.aclose()
+
+    return asyncio.run(serve())

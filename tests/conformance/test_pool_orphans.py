@@ -1,0 +1,69 @@
+"""What a pool supervisor writes for the running jobs of a child that died, on every
+backend: found by the child's worker id, fenced by each job's lease token."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from conveyor import Conveyor
+from conveyor.backends.base import Backend
+from conveyor.job import JobState
+from conveyor.worker import WorkerConfig
+from conveyor.worker.pool import PoolConfig, Supervisor, _Child
+from helpers import claim_one, complete, new_job
+
+
+def dead_child(worker_id: str) -> Any:
+    process = SimpleNamespace(pid=4242)
+    return _Child(slot=0, worker_id=worker_id, process=process, conn=None,  # type: ignore[arg-type]
+                  started_at=0.0)
+
+
+async def test_a_crashed_childs_jobs_come_back_using_the_attempt(app: Conveyor, backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", max_attempts=1), new_job(id="c"),
+                                new_job(id="d")])
+    a = await claim_one(backend, worker="child-1")
+    b = await claim_one(backend, worker="child-1")
+    c = await claim_one(backend, worker="child-1")
+    other = await claim_one(backend, worker="child-2")  # a live sibling's job
+    assert (a.id, b.id, c.id, other.id) == ("a", "b", "c", "d")
+    await backend.settle_jobs([complete(c)])  # settled just before the crash
+    supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
+    released = await supervisor._release_once(dead_child("child-1"), charge=True, how="killed by SIGKILL")
+    assert sorted(released) == ["a", "b"]
+    job_a, job_b = await backend.get_job("a"), await backend.get_job("b")
+    assert job_a is not None and job_b is not None
+    assert job_a.state is JobState.RETRYABLE and job_a.run_at == a.run_at  # its old place in line
+    assert [(e.attempt, e.type) for e in job_a.errors] == [(1, "WorkerLost")]
+    assert "killed by SIGKILL" in job_a.errors[0].message
+    assert job_b.state is JobState.DEAD  # out of attempts: a job that kills its process ends
+    assert (await backend.get_job("c")).state is JobState.COMPLETED  # type: ignore[union-attr]
+    assert (await backend.get_job("d")).state is JobState.RUNNING  # type: ignore[union-attr]
+    # Due at once: the next claim gets it back, as attempt 2.
+    again = await claim_one(backend, worker="child-3")
+    assert again.id == "a" and again.attempt == 2
+
+
+async def test_jobs_of_a_child_the_supervisor_killed_come_back_without_using_the_attempt(
+    app: Conveyor, backend: Backend
+) -> None:
+    await backend.enqueue_jobs([new_job(id="a")])
+    await claim_one(backend, worker="child-1")
+    supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
+    assert await supervisor._release_once(dead_child("child-1"), charge=False, how="x") == ["a"]
+    job = await backend.get_job("a")
+    assert job is not None and job.state is JobState.AVAILABLE and job.attempt == 0 and not job.errors
+
+
+async def test_a_job_claimed_again_meanwhile_is_left_alone(app: Conveyor, backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a")])
+    first = await claim_one(backend, worker="child-1", lease=0.001)
+    app.clock.advance(1)  # type: ignore[attr-defined]
+    assert await backend.rescue_expired_jobs() == ["a"]
+    second = await claim_one(backend, worker="child-2")
+    assert second.lease_token != first.lease_token
+    supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
+    assert await supervisor._release_once(dead_child("child-1"), charge=True, how="x") == []
+    job = await backend.get_job("a")
+    assert job is not None and job.state is JobState.RUNNING and job.worker_id == "child-2"

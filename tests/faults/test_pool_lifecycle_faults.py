@@ -1,0 +1,131 @@
+"""Pool children recycled by task count and by memory, replaced after a runaway
+handler, and a long training job resumed from its checkpoint after SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor
+from conveyor.job import JobState
+from harness import Row, Runs, WorkerGroup, enqueue, jobs_of, poll, recorded_twice, report, wait_finished
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path / "runs.log")
+
+
+def start(groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str,
+          **kwargs: object) -> WorkerGroup:
+    group = WorkerGroup(url, runs.path, tmp_path / f"worker-{len(groups)}.log", *args, **kwargs)  # type: ignore[arg-type]
+    groups.append(group)
+    return group
+
+
+def test_children_are_replaced_after_max_tasks_without_losing_or_repeating_a_job(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    ids = enqueue(url, lambda app: [app.work.message(0.02) for _ in range(60)])
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3", "--max-tasks-per-child", "7")
+    jobs = wait_finished(url, ids)
+    pool.signal(signal.SIGTERM)
+    assert pool.wait(30) == 0
+    per_child = Counter(e.pid for e in runs.events() if e.kind == "start")
+    assert all(j.state is JobState.COMPLETED and j.attempt == 1 for j in jobs.values())
+    assert runs.per_job("start") == Counter({job_id: 1 for job_id in ids})
+    assert max(per_child.values()) <= 7  # a child never claims past its budget
+    assert len(per_child) >= 60 // 7  # so at least this many children ran jobs
+    report(backend, Row("recycle: --max-tasks-per-child 7", 60, 0, len(recorded_twice(jobs)), 0,
+                        f"{len(per_child)} children"))
+
+
+def test_children_are_replaced_past_max_memory(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    ids = enqueue(url, lambda app: [app.leak.message(32) for _ in range(12)])
+    limit = 100 << 20  # a child starts at 20-50 MiB and keeps 32 MiB per job
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1",
+                 "--max-memory-per-child", str(limit))
+    jobs = wait_finished(url, ids)
+    pool.signal(signal.SIGTERM)
+    assert pool.wait(30) == 0
+    per_child = Counter(e.pid for e in runs.events() if e.kind == "start")
+    assert all(j.state is JobState.COMPLETED and j.attempt == 1 for j in jobs.values())
+    assert runs.per_job("start") == Counter({job_id: 1 for job_id in ids})
+    assert len(per_child) > 2 and "resident memory" in pool.output()
+    report(backend, Row("recycle: --max-memory-per-child", 12, 0, len(recorded_twice(jobs)), 0,
+                        f"{len(per_child)} children"))
+
+
+def test_sync_handler_past_its_hard_limit_is_stopped_by_replacing_its_child(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    [runaway] = enqueue(url, lambda app: [app.runaway.message()])
+    others = enqueue(url, lambda app: [app.work.message(0.05) for _ in range(20)])
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "2")
+    jobs = wait_finished(url, [runaway, *others])
+    job = jobs[runaway]
+    assert job.state is JobState.DEAD
+    assert [(e.attempt, e.type) for e in job.errors] == [(1, "HardTimeLimitExceeded"),
+                                                         (2, "HardTimeLimitExceeded")]
+    ran_it = {e.pid for e in runs.events() if e.job_id == runaway and e.kind == "start"}
+    assert runs.count("soft") >= 2  # it was asked to stop first, and ignored it
+    poll(lambda: not (ran_it & set(pool.pids())), 30, "the runaway's processes to be gone")
+    assert all(jobs[j].state is JobState.COMPLETED for j in others)
+    pool.signal(signal.SIGTERM)
+    assert pool.wait(30) == 0
+    report(backend, Row("sync handler ignores hard limit", 21, 0, len(recorded_twice(jobs)), 0,
+                        f"{len(ran_it)} children replaced"))
+
+
+def test_training_resumes_from_its_last_checkpoint_after_sigkill(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import train_model
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    app = Conveyor(url)
+    try:
+        handle = app.enqueue_many([train_model.train_model.message(epochs=12, epoch_seconds=0.4)])[0]
+
+        def checkpointed_epoch() -> int:
+            job = app.jobs.get(handle.id)
+            return 0 if job is None or job.checkpoint_value is None else int(job.checkpoint_value["epoch"])
+
+        pool = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "2",
+                     app="train_model:app", cwd=EXAMPLES)
+        poll(lambda: checkpointed_epoch() >= 4, 60, "epoch 4 to be checkpointed")
+        pool.kill()  # SIGKILL the whole group mid-training
+        killed_at_epoch = checkpointed_epoch()
+        assert killed_at_epoch < 12
+        start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "2",
+              app="train_model:app", cwd=EXAMPLES)
+        job = wait_finished(url, [handle.id], timeout=120)[handle.id]
+    finally:
+        app.close()
+    result = job.result_value
+    assert job.state is JobState.COMPLETED and job.attempt == 2
+    assert [e.type for e in job.errors] == ["LeaseExpired"]
+    assert result["resumed_from"] == killed_at_epoch and result["epoch"] == 12
+    # Resuming changed nothing: the weights are those of an uninterrupted run.
+    straight = train_model.train(12)
+    assert (result["weights"], result["bias"]) == (straight["weights"], straight["bias"])
+    assert job.progress is not None and "epoch 12/12" in job.progress
+    shown = subprocess.run([sys.executable, "-m", "conveyor", "jobs", "show", handle.id, "--url", url],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "100%  epoch 12/12, loss" in shown.stdout  # `conveyor jobs show` has the progress
+    report(backend, Row("SIGKILL mid-training (example)", 1, 0, 0, 0,
+                        f"resumed at epoch {killed_at_epoch}/12, not 0"))
