@@ -106,3 +106,35 @@ def test_worker_metrics_port_in_use_is_a_usage_error(cli: Cli) -> None:
         busy.listen()
         result = cli("worker", "example_app:app", "--metrics-port", str(busy.getsockname()[1]))
     assert result.code == 2 and "cannot serve metrics on 127.0.0.1:" in result.err
+
+
+def test_a_pool_serves_its_childrens_metrics_on_one_port_and_logs_json(
+    cli: Cli, inspector: Conveyor, tmp_path: object
+) -> None:
+    adds = [cli.enqueue("add", str(n), "1") for n in range(6)]
+    poison = cli.enqueue("parse_total", "twelve")
+    port = free_port()
+    worker = cli.start_worker("-p", "2", "-c", "2", "--poll", "0.1", "--log-format", "json",
+                              "--metrics-port", str(port))
+    wait_until(lambda: all(inspector.jobs.get(j).state is JobState.COMPLETED for j in adds)
+               and inspector.jobs.get(poison).state is JobState.DEAD,
+               "6 jobs completed and 1 dead by the pool")
+
+    def completed() -> float:
+        status, body = get(f"http://127.0.0.1:{port}/metrics")
+        for line in body.splitlines() if status == 200 else []:
+            if line.startswith('conveyor_jobs_completed_total{queue="default",task="add"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    # Summed over both children (each counts in its own file of the shared folder).
+    wait_until(lambda: completed() == 6.0, "6 completions on the pool's one metrics port")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    # Supervisor and children alike write JSON lines; the child's line about the dead
+    # job names it.
+    records = [json.loads(line) for line in worker.log().splitlines() if line.strip()]
+    [failed] = [r for r in records if r.get("job_id") == poison]
+    assert failed["task"] == "parse_total" and failed["attempt"] == 1
+    assert failed["logger"] == "conveyor.worker" and failed["level"] == "warning"
+    assert any(r["logger"] == "conveyor.pool" for r in records)

@@ -91,6 +91,8 @@ def default_queues(app: Conveyor) -> tuple[str, ...]:
 def worker_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     app = load_app(args.app)
+    if args.processes and args.metrics_port:
+        share_metrics_between_processes()
     observe(app, args)
     queues = tuple(q for group in args.queues for q in group) if args.queues else default_queues(app)
     try:
@@ -102,7 +104,8 @@ def worker_command(args: argparse.Namespace) -> int:
     if args.processes:
         pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
                           max_memory_per_child=args.max_memory_per_child,
-                          log_level=args.log_level.upper())
+                          log_level=args.log_level.upper(), log_format=args.log_format,
+                          metrics=bool(args.metrics_port))
         return int(run_pool(app, args.app, config, pool))
     for option in ("max_tasks_per_child", "max_memory_per_child"):
         if getattr(args, option) is not None:
@@ -178,6 +181,21 @@ def observe(app: Conveyor, args: argparse.Namespace) -> None:
             raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                            f"{exc.strerror or exc}", USAGE) from None
         log.info("metrics on http://%s:%d/metrics", args.metrics_host, server.port)
+
+
+def share_metrics_between_processes() -> None:
+    """A pool serves its children's metrics on one port: prometheus_client's
+    multiprocess mode, in $PROMETHEUS_MULTIPROC_DIR or else a fresh temporary folder
+    (removed at exit). Set before the children start: they inherit it."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="conveyor-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, True)
 
 
 def mark_process_dead_if_metrics(args: argparse.Namespace) -> None:

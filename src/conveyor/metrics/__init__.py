@@ -13,12 +13,12 @@ Two sources, so nothing is counted twice:
 
 Labels are queue, task and (for failures) error type; never a job id.
 
-Several worker processes: each serves its own port (`--metrics-port 9100`,
-`9101`, ...) and is its own scrape target, which keeps `up` per process and
-needs no shared state. When a process manager forks many processes behind one
-port, set PROMETHEUS_MULTIPROC_DIR: `serve_metrics` then aggregates the
-processes' files (prometheus_client multiprocess mode; in-flight is summed over
-live processes).
+Several worker processes: separate `conveyor worker` processes each serve their
+own port (`--metrics-port 9100`, `9101`, ...) and are their own scrape targets,
+which keeps `up` per process and needs no shared state. A pool (`-p N`), whose
+children are recycled and restarted, serves them all on one port from its
+supervisor in prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR:
+counters add up; in-flight sums the children not yet marked dead).
 """
 
 from __future__ import annotations

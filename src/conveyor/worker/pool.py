@@ -80,6 +80,10 @@ class PoolConfig:
     # so an app that crashes at import does not spin the CPU.
     crash_loop_window: float = 5.0
     log_level: str = "INFO"
+    log_format: str = "text"  # or "json" (conveyor.logs), as the supervisor's own
+    # Children count metrics into $PROMETHEUS_MULTIPROC_DIR (set by the supervisor, which
+    # serves them on one port); the supervisor marks each exited child dead there.
+    metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.processes < 1:
@@ -132,7 +136,8 @@ def import_app(path: str) -> Conveyor:
 
 # --- the child ------------------------------------------------------------------------
 def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
-                max_memory: int | None, log_level: str) -> None:
+                max_memory: int | None, log_level: str, log_format: str = "text",
+                metrics: bool = False) -> None:
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by the supervisor
@@ -142,10 +147,18 @@ def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Conne
         datefmt="%Y-%m-%dT%H:%M:%S")
     formatter.converter = time.gmtime  # UTC, as the supervisor's own lines
     handler.setFormatter(formatter)
+    from ..logs import JobLogFilter, JsonFormatter
+
+    handler.addFilter(JobLogFilter())  # lines about a job name it (conveyor.logs)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(log_level)
     try:
         app = import_app(app_path)
+        from ..middleware import instrument
+
+        instrument(app, metrics=metrics, tracing=None)
         status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
     except BaseException:  # noqa: BLE001 - report, then exit with the error status
         log.exception("pool child %s failed", worker_id)
@@ -327,7 +340,8 @@ class Supervisor:
             # N schedulers per pool would only add load).
             args=(self.app_path, replace(self.child_config, scheduler=self.config.scheduler
                                          and slot == 0), worker_id, theirs,
-                  self.pool.max_memory_per_child, self.pool.log_level),
+                  self.pool.max_memory_per_child, self.pool.log_level, self.pool.log_format,
+                  self.pool.metrics),
         )
         # The child inherits a mask that blocks SIGTERM/SIGINT until it has set them to
         # ignored: a group-wide signal during its start must neither kill it nor count
@@ -374,6 +388,10 @@ class Supervisor:
         code = child.process.exitcode
         child.conn.close()
         self._children.pop(child.pid, None)
+        if self.pool.metrics:  # its in-flight gauge no longer counts
+            from ..metrics import mark_process_dead
+
+            mark_process_dead(child.pid)
         crashed = code is None or code < 0 or code not in (ExitStatus.DRAINED, ExitStatus.COLD)
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exit status {code}")
