@@ -244,7 +244,7 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     assert Counter(e.attempt for e in runs.events() if e.kind == "finish") == {1: 1, 2: 1}
     for group in (stalled, rescuer):
         group.signal(signal.SIGTERM)
-        assert group.wait(30) == 0
+        assert group.wait(30) == 0, group.output()[-3000:]
     report(backend, Row("heartbeats off, lease 1s, 8s job", 1, 0, len(recorded_twice({job_id: after})),
                         1, "2nd run after lease; late ack fenced"))
 
@@ -278,7 +278,7 @@ def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fe
     assert finishes == {n: 1 for n in range(1, after.attempt + 1)}
     for group in (hogged, rescuer):
         group.signal(signal.SIGTERM)
-        assert group.wait(30) == 0
+        assert group.wait(30) == 0, group.output()[-3000:]
     report(backend, Row("GIL held 8s in C, lease 1s", 1, 0, len(recorded_twice({job_id: after})),
                         after.attempt - 1, f"{after.attempt} runs; late acks fenced"))
 
