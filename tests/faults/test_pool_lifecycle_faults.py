@@ -129,3 +129,16 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     assert "100%  epoch 12/12, loss" in shown.stdout  # `conveyor jobs show` has the progress
     report(backend, Row("SIGKILL mid-training (example)", 1, 0, 0, 0,
                         f"resumed at epoch {killed_at_epoch}/12, not 0"))
+
+
+def test_sigterm_to_the_group_while_children_start_drains_cleanly(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    # The children are still booting Python when "child 1 started" is logged: a
+    # group-wide SIGTERM now reaches them before any of their code runs. They must
+    # ignore it (the supervisor tells them to drain over their pipe), not die of it.
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1")
+    poll(lambda: "child 1 started" in pool.output(), 30, "both children to be started")
+    pool.signal(signal.SIGTERM)
+    assert pool.wait(30) == 0, pool.output()[-3000:]
+    assert "killed by SIGTERM" not in pool.output()

@@ -343,13 +343,19 @@ class Supervisor:
                   self.pool.max_memory_per_child, self.pool.log_level, self.pool.log_format,
                   self.pool.metrics),
         )
-        # The child inherits a mask that blocks SIGTERM/SIGINT until it has set them to
-        # ignored: a group-wide signal during its start must neither kill it nor count
-        # twice. Here they stay pending for the moment of the start, not lost.
+        # A group-wide SIGTERM/SIGINT during a child's start must neither kill it nor
+        # count twice. The spawn start resets the child's signal mask but keeps ignored
+        # dispositions across exec, so the child starts with both ignored (it takes
+        # orders over its pipe). Here they are blocked meanwhile: on Linux a blocked
+        # signal stays pending even while ignored, so the supervisor's own handler
+        # still gets it once restored, not lost.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
         try:
             process.start()
         finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()  # the child holds the only other end: EOF tells it we are gone
         child = _Child(slot, worker_id, process, ours, time.monotonic())
