@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
-import uuid
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -25,11 +26,8 @@ R = TypeVar("R")
 
 def new_job_id() -> str:
     """Random, roughly time-ordered ids (UUIDv7-like) keep indexes append-mostly."""
-    import time
-
-    millis = int(time.time() * 1000)
-    rand = uuid.uuid4().int & ((1 << 80) - 1)
-    return f"{(millis << 80 | rand):032x}"
+    millis = time.time_ns() // 1_000_000
+    return f"{millis << 80 | int.from_bytes(os.urandom(10), 'big'):032x}"
 
 
 def encode_payload(task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
