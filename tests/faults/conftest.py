@@ -8,7 +8,7 @@ import pytest
 
 import backends_under_test
 from backends_under_test import BACKENDS
-from harness import TABLE, WorkerGroup, render_table
+from harness import TABLE, Runs, WorkerGroup, render_table
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -23,6 +23,11 @@ def url(backend: str, tmp_path: Path) -> Iterator[str]:
     cleanup = getattr(backends_under_test, "CLEANUPS", {}).get(backend)
     if cleanup is not None:  # a backend whose isolation leaves something behind
         asyncio.run(cleanup(isolated))
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path / "runs.log")
 
 
 @pytest.fixture

@@ -388,3 +388,11 @@ def render_table() -> list[str]:
                      "and the ack, or a stalled worker whose lease expired; the stored "
                      "completion is still one.")
     return lines
+
+
+def start(groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str,
+          **kwargs: object) -> WorkerGroup:
+    """Start a worker group logging to its own file and remember it for clean-up."""
+    group = WorkerGroup(url, runs.path, tmp_path / f"worker-{len(groups)}.log", *args, **kwargs)  # type: ignore[arg-type]
+    groups.append(group)
+    return group

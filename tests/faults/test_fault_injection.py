@@ -28,23 +28,13 @@ from harness import (
     poll,
     recorded_twice,
     report,
+    start,
     wait_finished,
 )
 from conveyor.job import JobState
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def runs(tmp_path: Path) -> Runs:
-    return Runs(tmp_path / "runs.log")
-
-
-def start(groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str,
-          **kwargs: object) -> WorkerGroup:
-    group = WorkerGroup(url, runs.path, tmp_path / f"worker-{len(groups)}.log", *args, **kwargs)  # type: ignore[arg-type]
-    groups.append(group)
-    return group
 
 
 def ran_twice_explained(runs: Runs, killed_pids: set[int]) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,22 +13,21 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.job import JobState
-from harness import Row, Runs, WorkerGroup, enqueue, jobs_of, poll, recorded_twice, report, wait_finished
+from harness import (
+    Row,
+    Runs,
+    WorkerGroup,
+    enqueue,
+    poll,
+    recorded_twice,
+    report,
+    start,
+    wait_finished,
+)
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-
-@pytest.fixture
-def runs(tmp_path: Path) -> Runs:
-    return Runs(tmp_path / "runs.log")
-
-
-def start(groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str,
-          **kwargs: object) -> WorkerGroup:
-    group = WorkerGroup(url, runs.path, tmp_path / f"worker-{len(groups)}.log", *args, **kwargs)  # type: ignore[arg-type]
-    groups.append(group)
-    return group
 
 
 def test_children_are_replaced_after_max_tasks_without_losing_or_repeating_a_job(

@@ -17,7 +17,7 @@ Every backend (SQLite, PostgreSQL, Redis) implements `Backend` and passes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from ..job import AttemptError, Job, JobState, NewJob
@@ -65,6 +65,15 @@ class JobFilter:
     # A case-sensitive substring of the stored arguments' JSON text, as the producer
     # wrote it (compact separators): '"user_id":42' or 'alice@example.org'.
     args_contains: str | None = None
+
+
+def redrive_scope(where: JobFilter) -> JobFilter:
+    """The filter a redrive acts on: dead jobs by default; only dead or cancelled ones
+    may be redriven. Every backend calls this, so they refuse the same inputs."""
+    states = where.states or (JobState.DEAD,)
+    if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
+        raise ValueError("only dead or cancelled jobs can be redriven")
+    return replace(where, states=states)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
 from ...version import __version__
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
 from ..sqlfiles import load_migrations
 from . import enqueue
 from .config import parse_postgres_url
@@ -404,12 +404,7 @@ class PostgresBackend:
         return await self.get_job(job_id)
 
     async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        states = where.states or (JobState.DEAD,)
-        if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
-            raise ValueError("only dead or cancelled jobs can be redriven")
-        scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids,
-                           args_contains=where.args_contains)
+        scoped = redrive_scope(where)
         chosen = await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)
         if dry_run or not chosen:
             return chosen

@@ -42,7 +42,7 @@ from ...lifecycle import IllegalTransition, initial_state
 from ...timeutil import Clock, system_clock
 from ...version import __version__
 from .. import redact_url
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
 from .keys import Keys, id_from_rank, micros_from_rank
 from .lua import SCRIPT_NAMES, script_source
 
@@ -576,12 +576,7 @@ class RedisBackend:
 
     @_translated
     async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        states = where.states or (JobState.DEAD,)
-        if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
-            raise ValueError("only dead or cancelled jobs can be redriven")
-        scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids,
-                           args_contains=where.args_contains)
+        scoped = redrive_scope(where)
         ids = (await self._select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
             return await self._load(ids)

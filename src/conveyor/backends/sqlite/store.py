@@ -19,7 +19,7 @@ from ...version import __version__
 from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
 from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
 from ..sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -309,12 +309,7 @@ class SqliteStore:
             return self._get(db, job_id)
 
     def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        states = where.states or (JobState.DEAD,)
-        if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
-            raise ValueError("only dead or cancelled jobs can be redriven")
-        scoped = JobFilter(states=states, queues=where.queues, tasks=where.tasks,
-                           error_type=where.error_type, ids=where.ids,
-                           args_contains=where.args_contains)
+        scoped = redrive_scope(where)
         with self.write() as db:
             params = {**_filter_params(scoped), "limit": limit, "offset": 0,
                       "oldest_finished_first": True}
