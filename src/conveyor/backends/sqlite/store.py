@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -82,9 +83,9 @@ class SqliteStore:
         try:
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
             self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
             self.conn.execute("PRAGMA busy_timeout=30000")
+            _use_wal(self.conn)
+            self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open SQLite database {path!r}: {exc}") from exc
 
@@ -375,6 +376,27 @@ class SqliteStore:
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
+
+
+def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Put the file in WAL mode (a persistent setting of the file).
+
+    Switching a new file to WAL takes a lock that SQLite does not wait for with its
+    busy handler: processes opening a fresh database at the same moment get "database
+    is locked" at once (seen with two producers racing on a new file). Once the file
+    is in WAL mode nothing needs switching, so retry briefly until one of them has."""
+    deadline = time.monotonic() + patience
+    delay = 0.001
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)  # back off while the other opener finishes the switch
+            delay = min(delay * 2, 0.05)
 
 
 def _split_statements(script: str) -> list[str]:
