@@ -138,5 +138,9 @@ def test_sigterm_to_the_group_while_children_start_drains_cleanly(
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1")
     poll(lambda: "child 1 started" in pool.output(), 30, "both children to be started")
     pool.signal(signal.SIGTERM)
-    assert pool.wait(30) == 0, pool.output()[-3000:]
+    try:
+        status = pool.wait(30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the pool did not stop:\n" + pool.output()[-6000:]) from None
+    assert status == 0, pool.output()[-3000:]
     assert "killed by SIGTERM" not in pool.output()
