@@ -58,6 +58,9 @@ class JobOptions:
     connection: Any = None  # a caller's own DB connection, for transactional enqueue
 
 
+_NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
+
+
 def make_options(
     *,
     queue: str | None = None,
@@ -141,13 +144,13 @@ class Task(Generic[P, R]):
 
     def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """The job this call would enqueue, for `app.enqueue_many`."""
-        return BoundTask(self, JobOptions()).message(*args, **kwargs)
+        return BoundTask(self, _NO_OPTIONS).message(*args, **kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        return BoundTask(self, JobOptions()).enqueue(*args, **kwargs)
+        return self.app.enqueue_many([self.message(*args, **kwargs)])[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        return await BoundTask(self, JobOptions()).enqueue_async(*args, **kwargs)
+        return (await self.app.enqueue_many_async([self.message(*args, **kwargs)]))[0]
 
 
 class BoundTask(Generic[P, R]):

@@ -341,3 +341,47 @@ async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_u
         assert "not-the-password" not in str(info.value)
     finally:
         await b.close()
+
+
+# --- the enqueue lane (one held connection beside the pool) ---------------------------
+async def test_enqueue_survives_the_server_closing_the_lane_connection(
+        backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(1)])
+    killed = await backend.client.client_kill_filter(_type="normal", skipme=True)
+    assert killed >= 1  # the lane's connection (and any idle pooled one)
+    [made] = await backend.enqueue_jobs([job(2)])  # one retry on a fresh connection
+    assert made.id == "job-2" and (await backend.get_job("job-2")) is not None
+
+
+async def test_cancelled_enqueues_never_leave_a_reply_for_the_next_caller(
+        backend: RedisBackend) -> None:
+    # A caller cancelled between sending and reading must not leave its reply in the
+    # lane's socket: the next caller would read it as its own. The cancelled ones
+    # enqueue duplicates, so a stray reply (the existing job) differs from a fresh 0.
+    await backend.enqueue_jobs([job(100 + n) for n in range(40)])
+    for n in range(40):
+        task = asyncio.ensure_future(backend.enqueue_jobs([job(100 + n)]))
+        for _ in range(n % 4):
+            await asyncio.sleep(0)  # cancel at different points of the call
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        [made] = await backend.enqueue_jobs([job(1000 + n)])
+        assert made.id == f"job-{1000 + n}"
+    assert await backend.count_jobs(JobFilter()) == 80
+
+
+async def test_concurrent_enqueues_each_get_their_own_reply(backend: RedisBackend) -> None:
+    # One caller holds the lane; the others go through the pool at the same time.
+    made = await asyncio.gather(*(backend.enqueue_jobs([job(n)]) for n in range(200)))
+    assert [m[0].id for m in made] == [f"job-{n}" for n in range(200)]
+    assert await backend.count_jobs(JobFilter(states=(JobState.AVAILABLE,))) == 200
+
+
+async def test_the_lane_packs_commands_without_hiredis_too(
+        backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conveyor.backends.redis import lane
+
+    monkeypatch.setattr(lane, "_hiredis_pack", None)  # hiredis is an optional extra
+    [made] = await backend.enqueue_jobs([job(1, unique_key="")])  # an empty key is a key
+    [again] = await backend.enqueue_jobs([job(2, unique_key="")])
+    assert (made.id, again.id) == ("job-1", "job-1")

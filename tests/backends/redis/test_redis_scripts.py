@@ -49,3 +49,27 @@ def test_no_lua_in_python_modules() -> None:
     for module in PACKAGE.glob("*.py"):
         text = module.read_text()
         assert "redis.call(" not in text and ".eval(" not in text, module.name
+
+
+def test_lib_cuts_into_every_top_level_definition_once() -> None:
+    lib = (SCRIPTS / "_lib.lua").read_text()
+    names = [name for name, _ in lua.lib_definitions()]
+    assert names == re.findall(r"^local (?:function )?(\w+)", lib, re.M)
+    # Nothing is lost between the pieces: every code line of the file is in one of them.
+    pieces = "\n".join(text for _, text in lua.lib_definitions()).splitlines()
+    code = [line for line in lib.splitlines() if line.strip() and not line.startswith("--")]
+    assert [line for line in pieces if line.strip() and not line.startswith("--")] == code
+
+
+@pytest.mark.parametrize("name", lua.SCRIPT_NAMES)
+def test_each_script_is_sent_with_exactly_the_helpers_it_names(name: str) -> None:
+    source = lua.script_source(name)
+    defined = set(re.findall(r"^local (?:function )?(\w+)", source, re.M))
+    words = set(re.findall(r"\b\w+\b", source))
+    helpers = {helper for helper, _ in lua.lib_definitions()}
+    # Every helper the sent text names is defined in it (a missing one would only fail
+    # at run time, on the path that calls it) ...
+    assert helpers & words <= defined
+    # ... and a helper nothing names is left out (that is the point of the cut).
+    if name == "enqueue":
+        assert "local ALLOWED" not in source and "local function append_error" not in source

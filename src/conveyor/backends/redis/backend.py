@@ -44,6 +44,7 @@ from ...version import __version__
 from .. import redact_url
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
 from .keys import Keys, id_from_rank, micros_from_rank
+from .lane import Lane
 from .lua import SCRIPT_NAMES, script_source
 
 log = logging.getLogger("conveyor.redis")
@@ -104,9 +105,6 @@ def _num(value: float) -> str:
 def _opt(value: str | None) -> str:
     """Optional script argument: '' for None, '~' + text otherwise."""
     return "" if value is None else "~" + value
-
-
-_pack = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
@@ -192,6 +190,7 @@ class RedisBackend:
         self.max_dead = int(options.get("max_dead", 100_000))
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        self._lane: Lane | None = None
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
@@ -228,9 +227,13 @@ class RedisBackend:
         self._scripts = {
             name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
+        self._lane = Lane(self._client.connection_pool.make_connection)
 
     async def close(self) -> None:
         client, self._client = self._client, None
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            await lane.close()
         if client is not None:
             await client.aclose()
 
@@ -273,14 +276,17 @@ class RedisBackend:
         return replies
 
     async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
-                       args: Sequence[str | int]) -> Any:
-        # EVALSHA directly (the hot path of one-by-one enqueues); SCRIPT LOAD only
-        # when the server does not know the script, e.g. after a restart.
+                       args: Sequence[str | int], *, idempotent: bool = False) -> Any:
+        # EVALSHA directly; SCRIPT LOAD only when the server does not know the script,
+        # e.g. after a restart. An idempotent call takes the lane when it is free.
+        lane = self._lane
+        call = (lane.call if idempotent and lane is not None and not lane.busy
+                else self.client.execute_command)
         try:
-            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
+            return await call("EVALSHA", script.sha, len(keys), *keys, self.keys.base, *args)
         except NoScriptError:
             script.sha = await self.client.script_load(script.script)
-            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
+            return await call("EVALSHA", script.sha, len(keys), *keys, self.keys.base, *args)
 
     # --- producer -----------------------------------------------------------------
     @_translated
@@ -298,13 +304,14 @@ class RedisBackend:
             for new in chunk:
                 run_at = now if new.run_at is None else new.run_at
                 state = initial_state(run_at, now)
-                args.append(_pack([
+                args += (
                     new.id, new.queue, new.task, new.payload, state.value, str(new.priority),
-                    str(new.max_attempts), _num(run_at), _opt(new.unique_key),
-                    _opt(None if new.unique_for is None else _num(new.unique_for)),
-                    _opt(None if new.timeout is None else _num(new.timeout)),
-                    json.dumps(new.meta) if new.meta else "{}",
-                ]))
+                    str(new.max_attempts), _num(run_at), f"{max(0, int(run_at * 1e6)):017d}",
+                    _opt(new.unique_key),
+                    "" if new.unique_for is None else _num(new.unique_for),
+                    "" if new.timeout is None else _num(new.timeout),
+                    json.dumps(new.meta) if new.meta else "",
+                )
                 made.append(Job(
                     id=new.id, task=new.task, queue=new.queue, payload=new.payload,
                     state=state, priority=new.priority, max_attempts=new.max_attempts,
@@ -312,8 +319,9 @@ class RedisBackend:
                     unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
                 ))
             calls.append(args)
-        if len(calls) == 1:
-            replies = await self._script("enqueue", keys, calls[0])
+        if len(calls) == 1:  # retried on a dead connection: the job id deduplicates
+            replies = await self._evalsha(self._scripts["enqueue"], keys, calls[0],
+                                          idempotent=True)
         else:  # still one round trip
             chunks = await self._scripts_in_one_trip([("enqueue", keys, args) for args in calls])
             replies = [reply for chunk in chunks for reply in chunk]

@@ -7,12 +7,12 @@
 -- KEYS[5] <prefix>jobs    every job id by seq (newest-first listing)
 -- ARGV[1] key prefix, e.g. "{conveyor}:"
 -- ARGV[2] now (epoch seconds; also created_at)
--- ARGV[3..] one argument per job: a JSON array of 12 strings (one argument instead
---         of twelve halves the client's packing cost; all strings, so no number
---         goes through Lua's 14-digit formatting):
---         id, queue, task, payload, state (scheduled|available, decided by the caller
---         from run_at and now), priority, max_attempts, run_at, unique_key?,
---         unique_for?, timeout?, meta   (? = optional: '' or '~' .. value)
+-- ARGV[3..] 13 arguments per job, all strings (no number goes through Lua's 14-digit
+--         formatting): id, queue, task, payload, state (scheduled|available, decided
+--         by the caller from run_at and now), priority, max_attempts, run_at,
+--         run_at in whole microseconds (17 digits, for the claim rank), unique_key
+--         ('' when absent, else '~' .. key: an empty key is a key), unique_for?,
+--         timeout?, meta?   (? = optional: '' when absent)
 -- Returns one entry per job: 0 when inserted, or the existing job (HGETALL) that
 -- this one duplicates (same id, or same unique_key; active, or completed within
 -- its unique_for window). A finished job whose window is over makes way for the new one.
@@ -20,10 +20,9 @@
 local now_text = ARGV[2]
 local now = tonumber(now_text)
 local out = {}
-for j = 3, #ARGV do
-  local f = cjson.decode(ARGV[j])
-  local id, queue, state = f[1], f[2], f[5]
-  local unique_key = optional(f[9])
+for j = 3, #ARGV, 13 do
+  local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
+  local unique_key = optional(ARGV[j + 9])
   local key = job_key(id)
   -- Cheap liveness check first; the full record is read only to replace it.
   local v = redis.call('HMGET', key, 'state', 'finished_at', 'unique_for')
@@ -45,27 +44,31 @@ for j = 3, #ARGV do
   else
     if existing then delete_job(id, load(id)) end  -- finished, window over: replace it
     local seq = redis.call('INCR', SEQ)
-    local priority, run_at = f[6], f[8]
-    local fields = { 'id', id, 'queue', queue, 'task', f[3], 'payload', f[4],
-      'state', state, 'priority', priority, 'max_attempts', f[7], 'run_at', run_at,
-      'created_at', now_text, 'seq', seq, 'attempt', 0, 'lease_token', 0, 'meta', f[12] }
-    local unique_for, timeout = optional(f[10]), optional(f[11])
+    -- attempt and lease_token start at 0 and meta at {}: absent fields read as those
+    -- (job_from_hash; HINCRBY counts from 0), and every field less is time saved here.
+    local fields = { 'id', id, 'queue', queue, 'task', ARGV[j + 2], 'payload', ARGV[j + 3],
+      'state', state, 'priority', ARGV[j + 5], 'max_attempts', ARGV[j + 6],
+      'run_at', ARGV[j + 7], 'created_at', now_text, 'seq', seq }
+    local n = #fields
     if unique_key then
-      fields[#fields + 1] = 'unique_key'; fields[#fields + 1] = unique_key
+      fields[n + 1] = 'unique_key'; fields[n + 2] = unique_key; n = n + 2
       redis.call('HSET', UNIQUE, unique_key, id)
     end
-    if unique_for then fields[#fields + 1] = 'unique_for'; fields[#fields + 1] = unique_for end
-    if timeout then fields[#fields + 1] = 'timeout'; fields[#fields + 1] = timeout end
+    local unique_for, timeout, meta = ARGV[j + 10], ARGV[j + 11], ARGV[j + 12]
+    if unique_for ~= '' then fields[n + 1] = 'unique_for'; fields[n + 2] = unique_for; n = n + 2 end
+    if timeout ~= '' then fields[n + 1] = 'timeout'; fields[n + 2] = timeout; n = n + 2 end
+    if meta ~= '' then fields[n + 1] = 'meta'; fields[n + 2] = meta; n = n + 2 end
     if state == 'available' then
       -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
-      local r = rank(run_at, seq, id)
-      fields[#fields + 1] = 'rank'; fields[#fields + 1] = r
+      local digits = tostring(seq)
+      local r = ARGV[j + 8] .. string.rep('0', 12 - #digits) .. digits .. id
+      fields[n + 1] = 'rank'; fields[n + 2] = r
       redis.call('HSET', key, unpack(fields))
-      redis.call('ZADD', state_key(queue, 'available'), -tonumber(priority), r)
+      redis.call('ZADD', state_key(queue, 'available'), -tonumber(ARGV[j + 5]), r)
       wake(queue)
     else
       redis.call('HSET', key, unpack(fields))
-      index_job(id, queue, state, { run_at = run_at })
+      index_job(id, queue, state, { run_at = ARGV[j + 7] })
     end
     redis.call('SADD', QUEUES, queue)
     redis.call('ZADD', JOBS, seq, id)
