@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 
 from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
-from .backends.base import Backend
+from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
 from .errors import ConfigurationError, UnknownTask
 from .handle import JobHandle, handles
 from .job import Job, NewJob
@@ -78,6 +78,7 @@ class Conveyor:
         )
         self._lock = threading.Lock()
         self._sync_backend: Backend | None = None
+        self._sync_blocking: BlockingEnqueue | None = None  # its capability, looked up once
 
     def __repr__(self) -> str:
         return f"<Conveyor {redact_url(self.url)} tasks={len(self.tasks)}>"
@@ -266,7 +267,7 @@ class Conveyor:
         """Close the sync facade's backend and thread."""
         if self.portal.loop is not None:
             self.portal.call(self.aclose())
-        self._sync_backend = None
+        self._sync_backend = self._sync_blocking = None
         self.portal.stop()
 
     # --- producer -------------------------------------------------------------------
@@ -280,15 +281,15 @@ class Conveyor:
         backend = await self.backend()
         enqueue: Callable[[Sequence[NewJob]], Awaitable[list[Job]]] = backend.enqueue_jobs
         if connection is not None:
-            enqueue_in = getattr(backend, "enqueue_jobs_in", None)
-            if enqueue_in is None:
+            if not isinstance(backend, TransactionalEnqueue):
                 raise ConfigurationError(
                     f"{type(backend).__name__} does not support transactional enqueue (connection=)"
                 )
 
+            transactional = backend
+
             async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
-                stored: list[Job] = await enqueue_in(connection, jobs)
-                return stored
+                return await transactional.enqueue_jobs_in(connection, jobs)
 
         if not self.middleware:
             return handles(self, await enqueue(batch))
@@ -308,12 +309,14 @@ class Conveyor:
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if connection is None and batch and not self.middleware:
             # A backend that can enqueue from the caller's thread skips the portal hop.
-            blocking = getattr(self._portal_backend(), "enqueue_jobs_blocking", None)
-            if blocking is not None:
-                return handles(self, blocking(batch))
+            self._portal_backend()
+            if self._sync_blocking is not None:
+                return handles(self, self._sync_blocking.enqueue_jobs_blocking(batch))
         return self.portal.call(self.enqueue_many_async(batch, connection=connection))
 
     def _portal_backend(self) -> Backend:
         if self._sync_backend is None:
             self._sync_backend = self.portal.call(self.backend())
+            backend = self._sync_backend
+            self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend

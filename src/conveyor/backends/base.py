@@ -12,13 +12,19 @@ Every backend (SQLite, PostgreSQL, Redis) implements `Backend` and passes
   `checkpoint_job`) carries the lease token; a stale token changes nothing and is
   reported back, never raised.
 * Transitions follow `conveyor.lifecycle.TRANSITIONS`; storage rejects others.
+
+Beyond the contract, a backend may have optional capabilities, each a protocol
+below (`TransactionalEnqueue`, `CompleteInTransaction`, `BlockingEnqueue`); the
+core asks with `isinstance(backend, Protocol)` and says clearly when a backend
+lacks it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..job import AttemptError, Job, JobState, NewJob
 from ..timeutil import Clock
@@ -173,8 +179,33 @@ class Backend(Protocol):
         ...
 
 
-class BackendCapabilities:
-    """What the conformance suite may skip by name for a backend that lacks it."""
+# --- optional capabilities ---------------------------------------------------------
+@runtime_checkable
+class TransactionalEnqueue(Protocol):
+    """Enqueue on the caller's own database connection, inside the caller's
+    transaction: the jobs commit or roll back with the business data (PostgreSQL)."""
 
-    transactional_enqueue: bool = False
-    cross_process: bool = True
+    async def enqueue_jobs_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]: ...
+
+
+@runtime_checkable
+class CompleteInTransaction(Protocol):
+    """A transaction that also completes the job, fenced by its lease: commits only
+    while the lease is current, so a database side effect happens once (PostgreSQL)."""
+
+    def complete_in_transaction(
+        self, lease: Lease, result: str | None = None
+    ) -> AbstractAsyncContextManager[Any]: ...
+
+    def complete_in_transaction_sync(
+        self, lease: Lease, result: str | None = None
+    ) -> AbstractContextManager[Any]: ...
+
+
+@runtime_checkable
+class BlockingEnqueue(Protocol):
+    """Enqueue from the caller's own thread without an event loop: the sync facade
+    (Django, Flask, scripts) then skips two thread hops (SQLite, PostgreSQL)."""
+
+    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]: ...
+

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ..backends.base import Backend, Lease
+from ..backends.base import Backend, CompleteInTransaction, Lease
 from ..errors import ConfigurationError, StaleLease
 from ..job import Job
 
@@ -95,9 +95,8 @@ class JobContext:
         `result` is stored as the job's result (what the handler returns afterwards
         is not). Backends that cannot do this raise ConfigurationError.
         """
-        opener = self._transactional("complete_in_transaction")
         try:
-            async with opener(self.lease, json.dumps(result, allow_nan=False)) as conn:
+            async with self._transactional().complete_in_transaction(self.lease, json.dumps(result, allow_nan=False)) as conn:
                 yield conn
         except StaleLease:
             self.lease_lost = True
@@ -111,20 +110,19 @@ class JobContext:
         >>> with current_job().transaction_sync() as conn:
         ...     conn.execute("INSERT INTO receipts (order_id) VALUES (%s)", (7,))
         """
-        opener = self._transactional("complete_in_transaction_sync")
         try:
-            with opener(self.lease, json.dumps(result, allow_nan=False)) as conn:
+            with self._transactional().complete_in_transaction_sync(self.lease, json.dumps(result, allow_nan=False)) as conn:
                 yield conn
         except StaleLease:
             self.lease_lost = True
             raise
         self.completed_in_transaction = True
 
-    def _transactional(self, verb: str) -> Any:
-        opener = getattr(self.backend, verb, None)
-        if opener is None:
+    def _transactional(self) -> CompleteInTransaction:
+        backend = self.backend
+        if not isinstance(backend, CompleteInTransaction):
             raise ConfigurationError(
                 f"{type(self.backend).__name__} cannot complete a job inside a transaction "
                 "(PostgreSQL can)"
             )
-        return opener
+        return backend

@@ -1,0 +1,27 @@
+"""Optional backend capabilities are declared protocols, and each backend has the
+ones its documentation promises (and no others)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor.backends import backend_from_url
+from conveyor.backends.base import (
+    Backend,
+    BlockingEnqueue,
+    CompleteInTransaction,
+    TransactionalEnqueue,
+)
+
+CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("sqlite:///unused.db", {BlockingEnqueue}),
+    ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue}),
+    ("redis://localhost:6379/0", set()),
+])
+def test_each_backend_declares_what_it_can_do(url: str, expected: set[type]) -> None:
+    backend = backend_from_url(url)  # nothing connects before open()
+    assert isinstance(backend, Backend)
+    assert {c for c in CAPABILITIES if isinstance(backend, c)} == expected
