@@ -19,7 +19,7 @@ CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue)
 @pytest.mark.parametrize(("url", "expected"), [
     ("sqlite:///unused.db", {BlockingEnqueue}),
     ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue}),
-    ("redis://localhost:6379/0", set()),
+    ("redis://localhost:6379/0", {BlockingEnqueue}),
 ])
 def test_each_backend_declares_what_it_can_do(url: str, expected: set[type]) -> None:
     backend = backend_from_url(url)  # nothing connects before open()

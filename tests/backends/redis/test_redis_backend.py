@@ -385,3 +385,49 @@ async def test_the_lane_packs_commands_without_hiredis_too(
     [made] = await backend.enqueue_jobs([job(1, unique_key="")])  # an empty key is a key
     [again] = await backend.enqueue_jobs([job(2, unique_key="")])
     assert (made.id, again.id) == ("job-1", "job-1")
+
+
+async def test_blocking_enqueue_from_threads_stores_each_job_once(backend: RedisBackend) -> None:
+    # The sync facade's path: each thread its own connection, no event loop involved.
+    def produce(t: int) -> list[str]:
+        return [made.id for n in range(25)
+                for made in backend.enqueue_jobs_blocking([job(t * 100 + n)])]
+
+    ids = await asyncio.gather(*(asyncio.to_thread(produce, t) for t in range(4)))
+    assert sorted(i for chunk in ids for i in chunk) == sorted(
+        f"job-{t * 100 + n}" for t in range(4) for n in range(25))
+    [again] = backend.enqueue_jobs_blocking([job(3)])  # a duplicate: the stored job back
+    assert again.id == "job-3" and again.created_at == (await backend.get_job("job-3")).created_at  # type: ignore[union-attr]
+    assert await backend.count_jobs(JobFilter()) == 100
+
+
+async def test_blocking_and_lane_enqueues_reload_scripts_after_a_flush(
+        backend: RedisBackend) -> None:
+    await backend.enqueue_jobs([job(1)])
+    backend.enqueue_jobs_blocking([job(2)])
+    await backend.client.script_flush()  # as after a server restart
+    [a] = await backend.enqueue_jobs([job(3)])
+    await backend.client.script_flush()
+    [b] = await asyncio.to_thread(backend.enqueue_jobs_blocking, [job(4)])
+    assert (a.id, b.id) == ("job-3", "job-4")
+    assert await backend.count_jobs(JobFilter()) == 4
+
+
+def test_blocking_enqueue_during_an_outage_raises_backend_unavailable() -> None:
+    url = f"redis://:pw-secret@127.0.0.1:{free_port()}/0?prefix=nobody"
+    b = RedisBackend(url)
+    asyncio.run(b.open())
+    try:
+        with pytest.raises(BackendUnavailable, match="unreachable") as info:
+            b.enqueue_jobs_blocking([job(1)])
+        assert "pw-secret" not in str(info.value)
+    finally:
+        asyncio.run(b.close())
+
+
+async def test_a_batch_larger_than_one_script_call_is_one_write(backend: RedisBackend) -> None:
+    made = await backend.enqueue_jobs([job(n) for n in range(2500)])
+    assert [m.id for m in made] == [f"job-{n}" for n in range(2500)]
+    made = backend.enqueue_jobs_blocking([job(n) for n in range(2400, 2600)])
+    assert [m.id for m in made] == [f"job-{n}" for n in range(2400, 2600)]
+    assert await backend.count_jobs(JobFilter()) == 2600

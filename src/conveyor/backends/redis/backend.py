@@ -24,13 +24,15 @@ import logging
 import socket
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import AuthenticationError, AuthenticationWrongNumberOfArgsError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
@@ -44,7 +46,7 @@ from ...version import __version__
 from .. import redact_url
 from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
 from .keys import Keys, id_from_rank, micros_from_rank
-from .lane import Lane
+from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import SCRIPT_NAMES, script_source
 
 log = logging.getLogger("conveyor.redis")
@@ -146,6 +148,23 @@ def job_from_hash(fields: Mapping[str, str]) -> Job:
     )
 
 
+def _translate(backend: RedisBackend, exc: Exception) -> Exception | None:
+    """The Conveyor error for a driver error, or None to let it through."""
+    if isinstance(exc, (AuthenticationError, AuthenticationWrongNumberOfArgsError)):
+        # redis-py makes these ConnectionErrors, but retrying will not help.
+        return ConfigurationError(
+            f"Redis at {redact_url(backend.url)} refused the credentials ({exc}); check the "
+            "user and password in the URL")
+    if isinstance(exc, _UNAVAILABLE):
+        return BackendUnavailable(
+            f"Redis at {redact_url(backend.url)} is unreachable ({type(exc).__name__}: {exc}). "
+            "Retry later; re-enqueueing the same job id is safe (it deduplicates).")
+    if isinstance(exc, ResponseError) and _ILLEGAL in str(exc):
+        old, _, new = str(exc).split(_ILLEGAL, 1)[1].strip().partition(">")
+        return IllegalTransition(JobState(old), JobState(new))
+    return None
+
+
 def _translated(
     method: Callable[P, Coroutine[Any, Any, T]],
 ) -> Callable[P, Coroutine[Any, Any, T]]:
@@ -155,25 +174,13 @@ def _translated(
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
-        except (AuthenticationError, AuthenticationWrongNumberOfArgsError) as exc:
-            # redis-py makes these ConnectionErrors, but retrying will not help.
-            raise ConfigurationError(
-                f"Redis at {redact_url(args[0].url)} refused the credentials "  # type: ignore[attr-defined]
-                f"({exc}); check the user and password in the URL"
-            ) from exc
-        except _UNAVAILABLE as exc:
+        except Exception as exc:
             backend = args[0]
             assert isinstance(backend, RedisBackend)
-            raise BackendUnavailable(
-                f"Redis at {redact_url(backend.url)} is unreachable ({type(exc).__name__}: {exc}). "
-                "Retry later; re-enqueueing the same job id is safe (it deduplicates)."
-            ) from exc
-        except ResponseError as exc:
-            text = str(exc)
-            if _ILLEGAL in text:
-                old, _, new = text.split(_ILLEGAL, 1)[1].strip().partition(">")
-                raise IllegalTransition(JobState(old), JobState(new)) from exc
-            raise
+            translated = _translate(backend, exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     return wrapper
 
@@ -191,6 +198,7 @@ class RedisBackend:
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         self._lane: Lane | None = None
+        self._thread_lanes: ThreadLanes | None = None
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
@@ -210,8 +218,7 @@ class RedisBackend:
         # One quick retry takes a fresh connection when a pooled one died with a
         # server restart; longer outages surface as BackendUnavailable and the
         # worker's own backoff takes over.
-        self._client = aioredis.Redis.from_url(
-            self._driver_url,
+        options: dict[str, Any] = dict(
             decode_responses=True,
             socket_connect_timeout=5.0,
             # A server that stops answering (a partition without a reset) must not
@@ -221,19 +228,25 @@ class RedisBackend:
             socket_keepalive=True,
             socket_keepalive_options=_KEEPALIVE,
             health_check_interval=30,
-            retry=Retry(NoBackoff(), 1),
             client_name="conveyor",
         )
+        self._client = aioredis.Redis.from_url(self._driver_url, retry=Retry(NoBackoff(), 1),
+                                               **options)
         self._scripts = {
             name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
         self._lane = Lane(self._client.connection_pool.make_connection)
+        sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
+        self._thread_lanes = ThreadLanes(
+            cast(Callable[[], SyncConnection], sync_pool.make_connection))
 
     async def close(self) -> None:
         client, self._client = self._client, None
         lane, self._lane = self._lane, None
         if lane is not None:
             await lane.close()
+        if self._thread_lanes is not None:
+            self._thread_lanes.close()
         if client is not None:
             await client.aclose()
 
@@ -276,35 +289,76 @@ class RedisBackend:
         return replies
 
     async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
-                       args: Sequence[str | int], *, idempotent: bool = False) -> Any:
+                       args: Sequence[str | int]) -> Any:
         # EVALSHA directly; SCRIPT LOAD only when the server does not know the script,
-        # e.g. after a restart. An idempotent call takes the lane when it is free.
-        lane = self._lane
-        call = (lane.call if idempotent and lane is not None and not lane.busy
-                else self.client.execute_command)
+        # e.g. after a restart.
         try:
-            return await call("EVALSHA", script.sha, len(keys), *keys, self.keys.base, *args)
+            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
         except NoScriptError:
             script.sha = await self.client.script_load(script.script)
-            return await call("EVALSHA", script.sha, len(keys), *keys, self.keys.base, *args)
+            return await self.client.evalsha(script.sha, len(keys), *keys, self.keys.base, *args)
 
     # --- producer -----------------------------------------------------------------
+    # One EVALSHA per 1,000 jobs, all sent in one write: a batch is one round trip.
+    # Enqueues go through a lane when one is free (see lane.py): they are idempotent,
+    # as the job id deduplicates a resend.
     @_translated
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         if not jobs:
             return []
+        made, commands = self._enqueue_commands(jobs)
+        lane = self._lane
+        send = self._pipelined if lane is None or lane.busy else lane.call_many
+        replies = await send(commands)
+        if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
+            await self.client.script_load(script_source("enqueue"))
+            replies = await send(commands)
+        return self._enqueued(made, first_error(replies))
+
+    async def _pipelined(self, commands: Sequence[Command]) -> list[Any]:
+        """The commands through the pool in one round trip; errors as values."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
+
+    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Enqueue from the caller's thread on a connection of its own (BlockingEnqueue):
+        the sync facade then skips the two thread hops through the portal loop."""
+        if not jobs:
+            return []
+        lanes = self._thread_lanes
+        if lanes is None:
+            raise RuntimeError("RedisBackend used before open() or after close()")
+        made, commands = self._enqueue_commands(jobs)
+        try:
+            replies = lanes.call_many(commands)
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                lanes.call_many([("SCRIPT", "LOAD", script_source("enqueue"))])
+                replies = lanes.call_many(commands)
+            return self._enqueued(made, first_error(replies))
+        except Exception as exc:
+            translated = _translate(self, exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def _enqueue_commands(self, jobs: Sequence[NewJob]) -> tuple[list[Job], list[Command]]:
+        """The jobs as stored when new, and the EVALSHA commands that store them."""
         now = self.clock()
         now_text = _num(now)
-        keys = [self.keys.seq, self.keys.due, self.keys.unique, self.keys.queues, self.keys.jobs]
+        head: list[str | int] = [
+            "EVALSHA", self._scripts["enqueue"].sha, 5, self.keys.seq, self.keys.due,
+            self.keys.unique, self.keys.queues, self.keys.jobs, self.keys.base, now_text]
         made: list[Job] = []
-        calls: list[list[str | int]] = []
+        commands: list[Command] = []
         for start in range(0, len(jobs), _ENQUEUE_CHUNK):
-            chunk = jobs[start:start + _ENQUEUE_CHUNK]
-            args: list[str | int] = [now_text]
-            for new in chunk:
+            command = list(head)
+            for new in jobs[start:start + _ENQUEUE_CHUNK]:
                 run_at = now if new.run_at is None else new.run_at
                 state = initial_state(run_at, now)
-                args += (
+                command += (
                     new.id, new.queue, new.task, new.payload, state.value, str(new.priority),
                     str(new.max_attempts), _num(run_at), f"{max(0, int(run_at * 1e6)):017d}",
                     _opt(new.unique_key),
@@ -318,15 +372,15 @@ class RedisBackend:
                     run_at=run_at, created_at=now, unique_key=new.unique_key,
                     unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
                 ))
-            calls.append(args)
-        if len(calls) == 1:  # retried on a dead connection: the job id deduplicates
-            replies = await self._evalsha(self._scripts["enqueue"], keys, calls[0],
-                                          idempotent=True)
-        else:  # still one round trip
-            chunks = await self._scripts_in_one_trip([("enqueue", keys, args) for args in calls])
-            replies = [reply for chunk in chunks for reply in chunk]
+            commands.append(command)
+        return made, commands
+
+    @staticmethod
+    def _enqueued(made: list[Job], replies: list[Any]) -> list[Job]:
+        """Each job as stored: the new one (reply 0) or the one it duplicates."""
+        flat = [reply for chunk in replies for reply in chunk]
         return [job if reply == 0 else job_from_hash(_pairs(reply))
-                for job, reply in zip(made, replies, strict=True)]
+                for job, reply in zip(made, flat, strict=True)]
 
     # --- worker -------------------------------------------------------------------
     @_translated
