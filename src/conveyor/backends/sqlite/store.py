@@ -277,7 +277,7 @@ class SqliteStore:
 
     # --- admin ---------------------------------------------------------------------
     def _get(self, db: sqlite3.Connection, job_id: str) -> Job | None:
-        row = db.execute(Q["select_job_columns"] + " WHERE id = ?", (job_id,)).fetchone()
+        row = db.execute(Q["get_job"], {"id": job_id}).fetchone()
         return None if row is None else job_from_row(row)
 
     def get_job(self, job_id: str) -> Job | None:
