@@ -15,6 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+# Worker processes the tests start import shared test helpers (runs_log) from here too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def service_missing(reason: str) -> None:
@@ -22,3 +25,4 @@ def service_missing(reason: str) -> None:
     if os.environ.get("CONVEYOR_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
