@@ -26,13 +26,13 @@ from harness import (
     WorkerGroup,
     enqueue,
     jobs_of,
-    poll,
     recorded_twice,
     report,
     start,
     wait_finished,
 )
 from conveyor.job import Job, JobState
+from polling import poll
 
 pytestmark = pytest.mark.slow
 
