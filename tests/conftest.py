@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.timeutil import ManualClock
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 # Worker processes the tests start import shared test helpers (runs_log) from here too.
@@ -26,3 +28,8 @@ def service_missing(reason: str) -> None:
         pytest.fail(f"required service unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
 
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The clock a test advances by hand; pass it to the app or backend under test."""
+    return ManualClock()
