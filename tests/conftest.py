@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.timeutil import ManualClock
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+# Worker processes the tests start import shared test helpers (runs_log) from here too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def service_missing(reason: str) -> None:
@@ -22,3 +27,9 @@ def service_missing(reason: str) -> None:
     if os.environ.get("CONVEYOR_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The clock a test advances by hand; pass it to the app or backend under test."""
+    return ManualClock()

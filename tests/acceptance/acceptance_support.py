@@ -66,7 +66,7 @@ class Runs:
             return []
         out = []
         for line in self.path.read_text().splitlines():
-            event, job_id, attempt, pid = line.split()
+            event, job_id, attempt, pid, _at = line.split()
             out.append((event, job_id, int(attempt), int(pid)))
         return out
 

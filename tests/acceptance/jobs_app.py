@@ -1,9 +1,5 @@
-"""The app the acceptance tests run in real worker processes.
-
-Each handler appends one line per event to $RUNS_LOG (O_APPEND writes of one
-line are atomic), so the test can count starts and finishes per job even for a
-process killed with SIGKILL.
-"""
+"""The app the acceptance tests run in real worker processes. Each handler
+appends its events to the runs log (see tests/runs_log.py)."""
 
 from __future__ import annotations
 
@@ -11,18 +7,9 @@ import os
 import time
 
 from conveyor import Conveyor, current_job
+from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///acceptance.db"))
-
-
-def record(event: str) -> None:
-    ctx = current_job()
-    line = f"{event} {ctx.id} {ctx.attempt} {os.getpid()}\n".encode()
-    fd = os.open(os.environ["RUNS_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 @app.task(name="work", max_attempts=5)

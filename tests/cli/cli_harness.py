@@ -7,26 +7,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from polling import poll
 
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
 
 
 def wait_until(check: Callable[[], T], what: str, timeout: float = 20.0) -> T:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    """`poll` with a default timeout that covers a worker process starting up."""
+    return poll(check, timeout, what, interval=0.05)
 
 
 @dataclass

@@ -26,11 +26,6 @@ async def backend_url(backend_name: str, tmp_path: Path) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 async def app(backend_url: str, clock: ManualClock) -> AsyncIterator[Conveyor]:
     app = Conveyor(backend_url, clock=clock)
     yield app

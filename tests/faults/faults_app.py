@@ -1,9 +1,5 @@
-"""The app the fault tests run in real worker processes.
-
-Every handler appends one line per event to $RUNS_LOG: `event job_id attempt pid
-time` (O_APPEND writes of one short line are atomic), so a test can count starts
-and finishes per job and per process, also for a process killed with SIGKILL.
-"""
+"""The app the fault tests run in real worker processes. Every handler appends
+its events to the runs log (see tests/runs_log.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +8,9 @@ import time
 
 from conveyor import Conveyor, current_job
 from conveyor.errors import SoftTimeLimitExceeded
+from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))
-
-
-def record(event: str) -> None:
-    ctx = current_job()
-    line = f"{event} {ctx.id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
-    fd = os.open(os.environ["RUNS_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 @app.task(name="work", max_attempts=5, backoff_base=0.01, backoff_cap=0.1)

@@ -18,20 +18,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from conveyor import Conveyor
 from conveyor.job import Job
+from polling import poll as poll  # re-exported: the fault tests import it from here
 
 HERE = Path(__file__).resolve().parent
-
-
-def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Return check()'s first truthy value; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -189,7 +178,7 @@ def wait_finished(url: str, ids: list[str], timeout: float = 120.0) -> dict[str,
         return jobs if all(j.is_finished for j in jobs.values()) else None
 
     try:
-        return poll(done, timeout, "every job to finish", interval=0.1)  # type: ignore[no-any-return]
+        return poll(done, timeout, "every job to finish", interval=0.1)
     except AssertionError:
         states = Counter(j.state.value for j in jobs_of(url, ids).values())
         raise AssertionError(f"jobs not finished after {timeout}s: {dict(states)}") from None

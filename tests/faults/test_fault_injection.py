@@ -20,21 +20,21 @@ from backends_under_test import BACKENDS
 from harness import (
     DROP_CONNECTIONS,
     PRIVATE_SERVERS,
+    Event,
     Row,
     Runs,
     WorkerGroup,
     enqueue,
     jobs_of,
-    poll,
     recorded_twice,
     report,
     start,
     wait_finished,
 )
-from conveyor.job import JobState
+from conveyor.job import Job, JobState
+from polling import poll
 
 pytestmark = pytest.mark.slow
-
 
 
 def ran_twice_explained(runs: Runs, killed_pids: set[int]) -> int:
@@ -48,6 +48,42 @@ def ran_twice_explained(runs: Runs, killed_pids: set[int]) -> int:
     for job_id, pids in twice.items():
         assert set(pids[:-1]) <= killed_pids, f"job {job_id} finished in {pids}, none killed"
     return len(twice)
+
+
+def seconds_until_restarted(runs: Runs, orphans: set[str], killed_at: float, timeout: float,
+                            what: str) -> float:
+    """Waits until every job a kill cut short has started again; the recovery time is
+    from the kill to the last of those restarts."""
+    def restarts() -> list[Event]:
+        return [e for e in runs.events()
+                if e.kind == "start" and e.job_id in orphans and e.at > killed_at]
+
+    poll(lambda: orphans <= {e.job_id for e in restarts()}, timeout, what)
+    return max(e.at for e in restarts()) - killed_at
+
+
+def finish_and_count_after_kills(
+    url: str, ids: list[str], pool: WorkerGroup, runs: Runs, killed: set[int],
+) -> tuple[dict[str, Job], list[Job], list[str], int]:
+    """Lets the last pool finish every job and stop cleanly, then counts what the kills
+    cost: the jobs, those lost, those recorded twice, and handlers that finished twice."""
+    jobs = wait_finished(url, ids)
+    pool.signal(signal.SIGTERM)
+    assert pool.wait(60) == 0
+    lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
+    return jobs, lost, recorded_twice(jobs), ran_twice_explained(runs, killed)
+
+
+def seconds_until_claimed_and_settled(url: str, ids: list[str], since: float, what: str) -> float:
+    """Waits until a job was both claimed and settled after `since`: the backend took
+    a claim and an outcome write again. The recovery time is to the first such outcome."""
+    def settled_since() -> list[float]:
+        return [j.finished_at for j in jobs_of(url, ids).values()
+                if j.started_at is not None and j.started_at > since
+                and j.finished_at is not None]
+
+    settled: list[float] = poll(settled_since, 60, what, interval=0.05)
+    return min(settled) - since
 
 
 def test_sigkill_pool_children_twice_while_200_jobs_run(
@@ -70,18 +106,9 @@ def test_sigkill_pool_children_twice_while_200_jobs_run(
         orphans = runs.cut_short([victim])
         assert orphans, "the kill must land while the child runs jobs"
         # The lease is 30 s: anything faster than that is the supervisor returning them.
-        poll(lambda: orphans <= {e.job_id for e in runs.events()
-                                 if e.kind == "start" and e.at > killed_at}, 25,
-             "the killed child's jobs to start again")
-        restarted = [e.at for e in runs.events() if e.kind == "start" and e.job_id in orphans
-                     and e.at > killed_at]
-        recoveries.append(max(restarted) - killed_at)
-    jobs = wait_finished(url, ids)
-    pool.signal(signal.SIGTERM)
-    assert pool.wait(60) == 0
-    lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
-    twice = recorded_twice(jobs)
-    ran_twice = ran_twice_explained(runs, killed)
+        recoveries.append(seconds_until_restarted(runs, orphans, killed_at, 25,
+                                                  "the killed child's jobs to start again"))
+    jobs, lost, twice, ran_twice = finish_and_count_after_kills(url, ids, pool, runs, killed)
     report(backend, Row("SIGKILL a pool child x2, 200 jobs", 200, len(lost), len(twice), ran_twice,
                         " / ".join(f"{r:.2f}s" for r in recoveries) + " (lease 30s)"))
     assert not lost and not twice
@@ -108,18 +135,9 @@ def test_sigkill_whole_pool_twice_while_200_jobs_run(
         assert orphans, "the kill must land while jobs run"
         # The next pool gets them back when their leases expire (lease + rescue interval).
         pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3", "--lease", "2")
-        poll(lambda: orphans <= {e.job_id for e in runs.events()
-                                 if e.kind == "start" and e.at > killed_at}, 60,
-             "the killed pool's jobs to start again")
-        restarted = [e.at for e in runs.events() if e.kind == "start" and e.job_id in orphans
-                     and e.at > killed_at]
-        recoveries.append(max(restarted) - killed_at)
-    jobs = wait_finished(url, ids)
-    pool.signal(signal.SIGTERM)
-    assert pool.wait(60) == 0
-    lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
-    twice = recorded_twice(jobs)
-    ran_twice = ran_twice_explained(runs, killed)
+        recoveries.append(seconds_until_restarted(runs, orphans, killed_at, 60,
+                                                  "the killed pool's jobs to start again"))
+    jobs, lost, twice, ran_twice = finish_and_count_after_kills(url, ids, pool, runs, killed)
     report(backend, Row("SIGKILL the whole pool x2, 200 jobs", 200, len(lost), len(twice),
                         ran_twice, " / ".join(f"{r:.2f}s" for r in recoveries)
                         + " (lease 2s + rescue 5s)"))
@@ -331,16 +349,8 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
         runs.wait_for("finish", threshold)
         descriptions.append(drop(url, pool.pids()))
         dropped_at = time.time()
-
-        def claimed_and_settled_since() -> list[float]:
-            # Both a claim and an outcome write went through after the drop.
-            return [j.finished_at for j in jobs_of(url, ids).values()
-                    if j.started_at is not None and j.started_at > dropped_at
-                    and j.finished_at is not None]
-
-        settled = poll(claimed_and_settled_since, 60, "a job claimed and settled after the drop",
-                       interval=0.05)
-        recoveries.append(min(settled) - dropped_at)
+        recoveries.append(seconds_until_claimed_and_settled(
+            url, ids, dropped_at, "a job claimed and settled after the drop"))
     jobs = wait_finished(url, ids)
     lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
     twice = recorded_twice(jobs)
@@ -366,14 +376,8 @@ def test_backend_server_crash_and_restart(
         time.sleep(2.0)  # the outage itself, not synchronisation
         server.start()
         up_at = time.time()
-
-        def claimed_and_settled_since() -> list[float]:
-            return [j.finished_at for j in jobs_of(url, ids).values()
-                    if j.started_at is not None and j.started_at > up_at
-                    and j.finished_at is not None]
-
-        settled = poll(claimed_and_settled_since, 60, "a job claimed and settled after the restart",
-                       interval=0.05)
+        recovery = seconds_until_claimed_and_settled(
+            url, ids, up_at, "a job claimed and settled after the restart")
         jobs = wait_finished(url, ids)
         lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
         twice = recorded_twice(jobs)
@@ -381,6 +385,6 @@ def test_backend_server_crash_and_restart(
         pool.signal(signal.SIGTERM)
         assert pool.wait(60) == 0
     report(server_backend, Row("server SIGKILLed, down 2s, restarted", len(ids), len(lost),
-                               len(twice), 0, f"{min(settled) - up_at:.2f}s after restart "
+                               len(twice), 0, f"{recovery:.2f}s after restart "
                                f"({up_at - down_at:.1f}s down)"))
     assert not lost and not twice

@@ -21,7 +21,7 @@ lacks it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -92,6 +92,31 @@ class QueueStats:
     @property
     def in_flight(self) -> int:
         return self.counts.get(JobState.RUNNING, 0)
+
+
+def queue_stats_from_rows(
+    now: float,
+    counts_by_queue_and_state: Iterable[Sequence[Any]],
+    oldest_available_by_queue: Iterable[Sequence[Any]],
+    queue_flags: Iterable[Sequence[Any]],
+) -> list[QueueStats]:
+    """Stats from the rows of the SQL backends' queries of the same names:
+    (queue, state, count), (queue, earliest available run_at), (queue, paused).
+    Shared so both list the same queues: those with jobs or a pause flag, by name."""
+    counts: dict[str, dict[JobState, int]] = {}
+    for queue, state, n in counts_by_queue_and_state:
+        counts.setdefault(queue, {})[JobState(state)] = n
+    oldest = {queue: run_at for queue, run_at in oldest_available_by_queue}
+    paused = {queue: bool(flag) for queue, flag in queue_flags}
+    return [
+        QueueStats(
+            queue=name,
+            counts=counts.get(name, {}),
+            oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
+            paused=paused.get(name, False),
+        )
+        for name in sorted(set(counts) | set(paused))
+    ]
 
 
 @runtime_checkable

@@ -1,7 +1,10 @@
 """Load SQL kept in `.sql` files: named queries and numbered migrations.
 
 A queries file holds blocks headed `-- name: some_query`; the text up to the
-next header is that query. Migrations are files named `NNNN_description.sql`.
+next header is that query. A block headed `-- fragment: some_part` is not a query
+but a piece several queries share (a filter, a column list): each query writes it
+as `{some_part}` and gets the text spliced in at load, so the piece is written once
+and the queries cannot drift apart. Migrations are files named `NNNN_description.sql`.
 """
 
 from __future__ import annotations
@@ -10,18 +13,34 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.MULTILINE)
+_COMMENT_LINE = re.compile(r"^\s*--.*\n?", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
 def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
+    where = f"{package}/{filename}"
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
     parts = _HEADER.split(text)
-    queries = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"{package}/{filename}: query {name!r} defined twice")
-        queries[name] = body.strip().rstrip(";")
+    queries: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in queries or name in fragments:
+            raise ValueError(f"{where}: {name!r} defined twice")
+        if kind == "fragment":
+            # Its comments describe the fragment; spliced mid-line, a trailing one
+            # would comment out the rest of the query.
+            fragments[name] = _COMMENT_LINE.sub("", body).strip()
+        else:
+            queries[name] = body.strip().rstrip(";")
+    for name, fragment in fragments.items():
+        placeholder = "{" + name + "}"
+        users = [query for query, sql in queries.items() if placeholder in sql]
+        if not users:
+            raise ValueError(f"{where}: fragment {name!r} is not used by any query "
+                             f"(write it as {placeholder})")
+        for query in users:
+            queries[query] = queries[query].replace(placeholder, fragment)
     return queries
 
 

@@ -102,10 +102,16 @@ async def test_enqueue_refuses_foreign_connections(pg_app: Conveyor) -> None:
 
 
 # --- complete in transaction ----------------------------------------------------------
-async def _claimed_context(app: Conveyor) -> JobContext:
+async def _claimed_pay_job(app: Conveyor) -> tuple[str, JobContext]:
+    """One job of a no-op task `pay`, claimed by worker w1 on a 10 s lease: its id, and
+    the context its handler would run in."""
+    @app.task(name="pay")
+    def pay() -> None: ...
+
+    handle = await pay.enqueue_async()
     backend = await app.backend()
     [job] = await backend.fetch_jobs(["default"], 1, "w1", 10.0)
-    return JobContext(job, backend, asyncio.get_running_loop(), "w1")
+    return handle.id, JobContext(job, backend, asyncio.get_running_loop(), "w1")
 
 
 async def test_lease_lost_inside_transaction_rolls_back_business_write(
@@ -113,24 +119,19 @@ async def test_lease_lost_inside_transaction_rolls_back_business_write(
 ) -> None:
     app, clock = manual_app
     orders = business_table(admin_conn, schema)
-
-    @app.task(name="pay")
-    def pay() -> None: ...
-
-    handle = await pay.enqueue_async()
-    ctx = await _claimed_context(app)
+    job_id, ctx = await _claimed_pay_job(app)
     backend = await app.backend()
     with pytest.raises(StaleLease, match="rolled back"):
         async with ctx.transaction(result="paid") as conn:
             await conn.execute(f"INSERT INTO {orders} VALUES (1, 'paid')")
             # The worker stalls past its lease: rescued, and claimed by another worker.
             clock.advance(11)
-            assert await backend.rescue_expired_jobs() == [handle.id]
+            assert await backend.rescue_expired_jobs() == [job_id]
             [again] = await backend.fetch_jobs(["default"], 1, "w2", 10.0)
             assert again.lease_token == ctx.lease.token + 1
     assert ctx.lease_lost and not ctx.completed_in_transaction
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
-    job = await backend.get_job(handle.id)
+    job = await backend.get_job(job_id)
     assert job is not None and (job.state, job.worker_id, job.attempt) == (JobState.RUNNING, "w2", 2)
 
 
@@ -139,12 +140,7 @@ async def test_lease_lost_before_transaction_writes_nothing(
 ) -> None:
     app, clock = manual_app
     orders = business_table(admin_conn, schema)
-
-    @app.task(name="pay")
-    def pay() -> None: ...
-
-    await pay.enqueue_async()
-    ctx = await _claimed_context(app)
+    _, ctx = await _claimed_pay_job(app)
     clock.advance(11)
     await (await app.backend()).rescue_expired_jobs()
     entered = False
@@ -160,19 +156,14 @@ async def test_error_inside_transaction_rolls_back_and_keeps_job_running(
 ) -> None:
     app, _ = manual_app
     orders = business_table(admin_conn, schema)
-
-    @app.task(name="pay")
-    def pay() -> None: ...
-
-    handle = await pay.enqueue_async()
-    ctx = await _claimed_context(app)
+    job_id, ctx = await _claimed_pay_job(app)
     with pytest.raises(RuntimeError):
         async with ctx.transaction() as conn:
             await conn.execute(f"INSERT INTO {orders} VALUES (1, 'paid')")
             raise RuntimeError("card declined")
     assert not ctx.completed_in_transaction
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
-    assert (await (await app.backend()).get_job(handle.id)).state is JobState.RUNNING  # type: ignore[union-attr]
+    assert (await (await app.backend()).get_job(job_id)).state is JobState.RUNNING  # type: ignore[union-attr]
 
 
 async def test_worker_completes_jobs_in_handler_transactions(
@@ -216,12 +207,7 @@ async def test_sync_transaction_rolls_back_on_lease_loss(
 ) -> None:
     app, clock = manual_app
     orders = business_table(admin_conn, schema)
-
-    @app.task(name="pay")
-    def pay() -> None: ...
-
-    handle = await pay.enqueue_async()
-    ctx = await _claimed_context(app)
+    job_id, ctx = await _claimed_pay_job(app)
     backend = await app.backend()
     loop = asyncio.get_running_loop()
 
@@ -239,7 +225,7 @@ async def test_sync_transaction_rolls_back_on_lease_loss(
         await asyncio.to_thread(handler)
     assert ctx.lease_lost and not ctx.completed_in_transaction
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
-    job = await backend.get_job(handle.id)
+    job = await backend.get_job(job_id)
     assert job is not None and (job.state, job.worker_id) == (JobState.RUNNING, "w2")
 
 

@@ -28,11 +28,6 @@ def job(n: int, queue: str = "default", **fields: object) -> NewJob:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 async def backend(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisBackend]:
     b = RedisBackend(redis_url, clock=clock)
     await b.open()

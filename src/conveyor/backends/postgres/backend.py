@@ -23,7 +23,8 @@ from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
 from ...version import __version__
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
+from ..base import (HeartbeatReply, JobFilter, Lease, QueueStats, Settlement,
+                    queue_stats_from_rows, redrive_scope)
 from ..sqlfiles import load_migrations
 from . import enqueue
 from .config import parse_postgres_url
@@ -431,21 +432,12 @@ class PostgresBackend:
         return [i for i in ids if i in deleted]
 
     async def queue_stats(self) -> list[QueueStats]:
-        now = self.clock()
-        counts: dict[str, dict[JobState, int]] = {}
-        for queue, state, n in await self._fetch("count_by_queue_and_state", {}):
-            counts.setdefault(queue, {})[JobState(state)] = n
-        oldest = {q: t for q, t in await self._fetch("oldest_available_by_queue", {})}
-        paused = {name: bool(p) for name, p in await self._fetch("all_queue_flags", {})}
-        return [
-            QueueStats(
-                queue=name,
-                counts=counts.get(name, {}),
-                oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
-                paused=paused.get(name, False),
-            )
-            for name in sorted(set(counts) | set(paused))
-        ]
+        return queue_stats_from_rows(
+            self.clock(),
+            await self._fetch("count_by_queue_and_state", {}),
+            await self._fetch("oldest_available_by_queue", {}),
+            await self._fetch("all_queue_flags", {}),
+        )
 
     async def pause_queue(self, queue: str, paused: bool) -> None:
         async def op(conn: AsyncConn) -> None:

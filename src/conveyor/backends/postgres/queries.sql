@@ -30,12 +30,22 @@ SELECT set_config('search_path', %(schema)s, true)
 -- name: record_migration
 INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
--- name: job_columns
--- Not run alone: documents the column order that rows.job_from_row reads.
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
-FROM {schema}.jobs
+-- fragment: job_columns
+-- Every query that returns jobs selects these, in the order rows.job_from_row reads
+-- (rows._COLUMNS). The claim's RETURNING lists them itself, with text casts.
+seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+result, errors, checkpoint, progress, cancel_requested, timeout, meta
+
+-- fragment: job_filter
+-- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
+-- filter is a NULL parameter, so one static statement serves every combination.
+(%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 
 -- name: insert_new_job
 -- `insert_new_jobs` for a batch of one (enqueue one by one is the common call):
@@ -278,15 +288,11 @@ WHERE seq = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED))
 
 -- name: get_job
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_jobs
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 
 -- name: cancel_waiting_job
@@ -324,33 +330,18 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 UPDATE {schema}.jobs SET state = %(state)s WHERE id = %(id)s
 
 -- name: filter_jobs
--- One static query for every admin filter: an absent filter is a NULL parameter.
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM {schema}.jobs
-WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
-  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
+WHERE {job_filter}
 ORDER BY CASE WHEN %(oldest_finished_first)s::bool THEN coalesce(finished_at, 0) END, seq DESC
 LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: list_jobs_newest_first
 -- The admin listing: a plain ORDER BY seq DESC lets PostgreSQL walk an index backwards and
 -- stop after :limit rows; the keyset cursor is a plain range on seq.
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM {schema}.jobs
-WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
-  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
+WHERE {job_filter}
   AND seq < coalesce(%(before_seq)s::bigint, 9223372036854775807)
 ORDER BY seq DESC
 LIMIT %(limit)s OFFSET %(offset)s
@@ -359,13 +350,7 @@ LIMIT %(limit)s OFFSET %(offset)s
 SELECT seq FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: count_filtered_jobs
-SELECT count(*) FROM {schema}.jobs
-WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-  AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-  AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
-  AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
+SELECT count(*) FROM {schema}.jobs WHERE {job_filter}
 
 -- name: listen
 LISTEN {channel}

@@ -1,11 +1,24 @@
 -- Queries of the SQLite backend. Named parameters; times are UTC epoch seconds.
 -- Every write about a running job is guarded by its lease token (fencing).
 
--- name: select_job_columns
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
-FROM conveyor_jobs
+-- fragment: job_columns
+-- Every query that returns jobs selects these: all that store.job_from_row reads.
+seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
+result, errors, checkpoint, progress, cancel_requested, timeout, meta
+
+-- fragment: job_filter
+-- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
+-- filter is a NULL parameter, so one static statement serves every combination.
+(:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+
+-- name: get_job
+SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 
 -- name: insert_job
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
@@ -139,17 +152,9 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 UPDATE conveyor_jobs SET state = :state WHERE id = :id
 
 -- name: filter_jobs
--- One static query for every admin filter: an absent filter is a NULL parameter.
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM conveyor_jobs
-WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
-  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+WHERE {job_filter}
 ORDER BY CASE WHEN :oldest_finished_first THEN coalesce(finished_at, 0) END, seq DESC
 LIMIT :limit OFFSET :offset
 
@@ -158,28 +163,15 @@ LIMIT :limit OFFSET :offset
 -- sorts every matching row: here SQLite walks the rowid backwards and stops after
 -- :limit matches. The keyset cursor is a plain range on the rowid (no "IS NULL OR"),
 -- so a deep page starts its walk at the cursor instead of skipping rows to it.
-SELECT seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-       result, errors, checkpoint, progress, cancel_requested, timeout, meta
+SELECT {job_columns}
 FROM conveyor_jobs
-WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
-  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+WHERE {job_filter}
   AND seq < coalesce(:before_seq, 9223372036854775807)
 ORDER BY seq DESC
 LIMIT :limit OFFSET :offset
 
 -- name: count_filtered_jobs
-SELECT count(*) FROM conveyor_jobs
-WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
-  AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
+SELECT count(*) FROM conveyor_jobs WHERE {job_filter}
 
 -- name: seq_of_job
 -- Where a keyset cursor (a job id) sits in the listing order.

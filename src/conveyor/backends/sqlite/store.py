@@ -20,7 +20,8 @@ from ...version import __version__
 from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
 from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
+from ..base import (HeartbeatReply, JobFilter, Lease, QueueStats, Settlement,
+                    queue_stats_from_rows, redrive_scope)
 from ..sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -277,7 +278,7 @@ class SqliteStore:
 
     # --- admin ---------------------------------------------------------------------
     def _get(self, db: sqlite3.Connection, job_id: str) -> Job | None:
-        row = db.execute(Q["select_job_columns"] + " WHERE id = ?", (job_id,)).fetchone()
+        row = db.execute(Q["get_job"], {"id": job_id}).fetchone()
         return None if row is None else job_from_row(row)
 
     def get_job(self, job_id: str) -> Job | None:
@@ -337,22 +338,12 @@ class SqliteStore:
             return ids
 
     def queue_stats(self) -> list[QueueStats]:
-        now = self.clock()
-        counts: dict[str, dict[JobState, int]] = {}
-        for queue, state, n in self.conn.execute(Q["count_by_queue_and_state"]):
-            counts.setdefault(queue, {})[JobState(state)] = n
-        oldest = {q: t for q, t in self.conn.execute(Q["oldest_available_by_queue"])}
-        paused = {name: bool(p) for name, p in self.conn.execute(Q["all_queue_flags"])}
-        names = sorted(set(counts) | set(paused))
-        return [
-            QueueStats(
-                queue=name,
-                counts=counts.get(name, {}),
-                oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
-                paused=paused.get(name, False),
-            )
-            for name in names
-        ]
+        return queue_stats_from_rows(
+            self.clock(),
+            self.conn.execute(Q["count_by_queue_and_state"]).fetchall(),
+            self.conn.execute(Q["oldest_available_by_queue"]).fetchall(),
+            self.conn.execute(Q["all_queue_flags"]).fetchall(),
+        )
 
     def pause_queue(self, queue: str, paused: bool) -> None:
         with self.write() as db:
