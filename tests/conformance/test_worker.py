@@ -9,7 +9,7 @@ from collections import Counter
 from conveyor import Cancel, Conveyor, Retry, Snooze, current_job
 from conveyor.backends.base import JobFilter
 from conveyor.job import JobState
-from conveyor.worker import ExitStatus, WorkerConfig
+from conveyor.worker import ExitStatus, Worker, WorkerConfig
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
@@ -325,6 +325,29 @@ async def test_grace_period_end_is_a_cold_stop(live_app: Conveyor) -> None:
     assert status is ExitStatus.COLD
     assert await _state_is(live_app, handle.id, JobState.AVAILABLE)
     assert await live_app.admin.count(JobFilter(states=(JobState.RUNNING,))) == 0
+
+
+async def test_stop_does_not_wait_on_a_maintenance_pass_that_lost_its_cancel(
+        live_app: Conveyor) -> None:
+    # On Python 3.11, asyncio.wait_for (psycopg_pool's getconn waits with it) returns
+    # its result instead of raising when a cancel lands just as what it awaits
+    # completes: the cancel is lost. A pool child told to drain while it was starting
+    # had its rescue pass cancelled exactly then, and never exited.
+    entered = asyncio.Event()
+
+    async def rescue_losing_its_cancel() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            pass  # what the lost cancel looks like from here: the call just returns
+
+    worker = Worker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, rescue_interval=60))
+    setattr(worker, "_rescue", rescue_losing_its_cancel)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(entered.wait(), 10)
+    worker.stop()
+    assert await asyncio.wait_for(run, 5) is ExitStatus.DRAINED
 
 
 async def test_live_workers_announce_themselves(live_app: Conveyor) -> None:

@@ -78,6 +78,7 @@ class Worker:
         self._unsettled: dict[str, Lease] = {}  # claimed and not yet written back
         self._stop_claiming = asyncio.Event()
         self._cold = asyncio.Event()
+        self._closing = asyncio.Event()  # run() is ending: the maintenance loops stop
         self._slot_freed = asyncio.Event()
         self._thread_pool = ThreadPoolExecutor(
             max_workers=config.thread_pool_size or config.concurrency,
@@ -152,6 +153,8 @@ class Worker:
             self._completer.close()
             await services[0]
         finally:
+            # Set before the cancels, which can be lost (see _every): the loops end anyway.
+            self._closing.set()
             for service in [producer, *services]:
                 service.cancel()
             await asyncio.gather(producer, *services, return_exceptions=True)
@@ -285,13 +288,32 @@ class Worker:
     # --- maintenance services ---------------------------------------------------------
     async def _every(self, interval: float, action: Callable[[], Awaitable[None]],
                      first: float | None = None) -> None:
-        await asyncio.sleep(interval if first is None else first)
-        while True:
+        """Run `action` every `interval` seconds until the worker closes.
+
+        The loop ends when `_closing` is set, not only when cancelled, because a cancel
+        can be lost: on Python 3.11, asyncio.wait_for returns its result instead of
+        raising when the cancel lands just as what it awaits completes, and
+        psycopg_pool's getconn waits with it. A pool child told to drain while it was
+        still starting had its first rescue pass cancelled right as the pool handed
+        over its first connection; the pass returned normally, the loop slept and ran
+        again, and run() waited on it forever (the pool never exited).
+        """
+        delay = interval if first is None else first
+        while not await self._closed_within(delay):
             try:
                 await action()
             except Exception as exc:  # noqa: BLE001 - maintenance must outlive a bad moment
                 log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
-            await asyncio.sleep(interval)
+            delay = interval
+
+    async def _closed_within(self, seconds: float) -> bool:
+        """Wait up to `seconds`, less if the worker closes; True once it has."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._closing.wait()
+        except TimeoutError:
+            pass
+        return self._closing.is_set()
 
     async def _heartbeat(self) -> None:
         if not self.config.heartbeats or not self._unsettled or self._backend is None:
