@@ -111,3 +111,39 @@ def test_unopenable_sqlite_file_is_backend_unavailable(tmp_path: Path) -> None:
             app.jobs.count()
     finally:
         app.close()
+
+
+def _signatures() -> list[object]:
+    def positional_only(a, b=2, /, c=3): ...  # type: ignore[no-untyped-def]
+    def keyword_only(user_id: int, *, template: str = "welcome") -> str: ...
+    def star(a, *args, d, **kwargs): ...  # type: ignore[no-untyped-def]
+    def nothing() -> None: ...
+    return [positional_only, keyword_only, star, nothing, lambda x, y=2: 0]
+
+
+CALLS = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3, 4), {}), ((), {"a": 1}),
+         ((1,), {"d": 4}), ((1,), {"template": "x"}), ((), {"user_id": 1}), ((1,), {"zzz": 1}),
+         ((1,), {"c": 3, "b": 2}), ((), {"x": 1, "y": 2})]
+
+
+@pytest.mark.parametrize("fn", _signatures())
+def test_the_argument_checker_accepts_exactly_what_signature_bind_accepts(fn: object) -> None:
+    import inspect
+
+    from conveyor.task import argument_checker
+
+    signature = inspect.signature(fn)  # type: ignore[arg-type]
+    check = argument_checker(signature)
+    assert check is not None
+    for args, kwargs in CALLS:
+        try:
+            signature.bind(*args, **kwargs)
+            expected = True
+        except TypeError:
+            expected = False
+        try:
+            check(*args, **kwargs)
+            got = True
+        except TypeError:
+            got = False
+        assert got == expected, (args, kwargs)
