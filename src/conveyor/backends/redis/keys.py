@@ -9,7 +9,7 @@ own prefix (one `Conveyor` app each).
 
 | key                          | type   | holds                                             |
 |------------------------------|--------|---------------------------------------------------|
-| `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None), plus `seq` and, while available, `rank` |
+| `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None; `attempt` and `lease_token` absent = 0, `meta` absent = {}), plus `seq` and, while available, `rank` |
 | `{p}:seq`                    | string | insertion counter (FIFO within a priority and run_at) |
 | `{p}:queues`                 | set    | every queue name enqueued to                      |
 | `{p}:jobs`                   | zset   | every job id by seq (newest-first listing)        |
