@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from conveyor import current_job
 
@@ -23,3 +25,24 @@ def record(event: str) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    job_id: str
+    attempt: int
+    pid: int
+    at: float
+
+
+def read(path: Path) -> list[Event]:
+    """Every event logged so far. Only whole lines count: a writer may be halfway
+    through its line as we read (seen in CI as a line of two fields)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().split("\n")[:-1]:
+        kind, job_id, attempt, pid, at = line.split()
+        out.append(Event(kind, job_id, int(attempt), int(pid), float(at)))
+    return out

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from runs_log import read as read_runs
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -62,13 +64,7 @@ class Runs:
         self.path = path
 
     def events(self) -> list[tuple[str, str, int, int]]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            event, job_id, attempt, pid, _at = line.split()
-            out.append((event, job_id, int(attempt), int(pid)))
-        return out
+        return [(e.kind, e.job_id, e.attempt, e.pid) for e in read_runs(self.path)]
 
     def count(self, event: str) -> int:
         return sum(1 for e in self.events() if e[0] == event)

@@ -19,6 +19,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from conveyor import Conveyor
 from conveyor.job import Job
 from polling import poll as poll  # re-exported: the fault tests import it from here
+from runs_log import Event as Event  # re-exported, as poll
+from runs_log import read as read_runs
 
 HERE = Path(__file__).resolve().parent
 
@@ -95,27 +97,12 @@ class WorkerGroup:
 
 
 # --- the runs log ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Event:
-    kind: str
-    job_id: str
-    attempt: int
-    pid: int
-    at: float
-
-
 class Runs:
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def events(self) -> list[Event]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            kind, job_id, attempt, pid, at = line.split()
-            out.append(Event(kind, job_id, int(attempt), int(pid), float(at)))
-        return out
+        return read_runs(self.path)
 
     def count(self, kind: str) -> int:
         return sum(1 for e in self.events() if e.kind == kind)

@@ -101,6 +101,10 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
 
+    def freeze(self, frozen: bool = True) -> None:
+        """SIGSTOP (or SIGCONT): a frozen worker keeps its leases and changes nothing."""
+        self.process.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+
     def wait(self, timeout: float = 30.0) -> int:
         try:
             return self.process.wait(timeout)

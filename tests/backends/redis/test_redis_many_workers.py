@@ -3,6 +3,8 @@ SIGKILLed worker loses nothing (its leased jobs are rescued and run elsewhere)."
 
 from __future__ import annotations
 
+import asyncio
+
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,14 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
                          what="victim running jobs")
         others = [WorkerProcess(redis_url, tmp_path / f"worker{i}.log", *common) for i in range(3)]
         try:
+            # Killed while it surely holds leases: frozen, checked, then killed (a
+            # snapshot between its settling a batch and claiming the next can be 0).
+            for _ in range(100):
+                victim.freeze()
+                if await count(app, JobState.RUNNING) > 0:
+                    break
+                victim.freeze(False)
+                await asyncio.sleep(0.01)  # pacing the retries, not synchronisation
             assert await count(app, JobState.RUNNING) > 0
             victim.kill()
             assert victim.wait() == -9
