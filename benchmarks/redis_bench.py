@@ -265,7 +265,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs per drain run")
-    parser.add_argument("--one-by-one", type=int, default=5_000)
+    parser.add_argument("--one-by-one", type=int, default=15_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--memory-jobs", type=int, default=200_000)

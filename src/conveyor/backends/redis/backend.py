@@ -356,11 +356,14 @@ class RedisBackend:
         for start in range(0, len(jobs), _ENQUEUE_CHUNK):
             command = list(head)
             for new in jobs[start:start + _ENQUEUE_CHUNK]:
-                run_at = now if new.run_at is None else new.run_at
-                state = initial_state(run_at, now)
+                if new.run_at is None:  # the common case: due now, text already made
+                    run_at, run_at_text, state = now, now_text, JobState.AVAILABLE
+                else:
+                    run_at, run_at_text = new.run_at, _num(new.run_at)
+                    state = initial_state(run_at, now)
                 command += (
-                    new.id, new.queue, new.task, new.payload, state.value, str(new.priority),
-                    str(new.max_attempts), _num(run_at), f"{max(0, int(run_at * 1e6)):017d}",
+                    new.id, new.queue, new.task, new.payload, state.value, new.priority,
+                    new.max_attempts, run_at_text, f"{max(0, int(run_at * 1e6)):017d}",
                     _opt(new.unique_key),
                     "" if new.unique_for is None else _num(new.unique_for),
                     "" if new.timeout is None else _num(new.timeout),
