@@ -426,3 +426,30 @@ async def test_a_batch_larger_than_one_script_call_is_one_write(backend: RedisBa
     made = backend.enqueue_jobs_blocking([job(n) for n in range(2400, 2600)])
     assert [m.id for m in made] == [f"job-{n}" for n in range(2400, 2600)]
     assert await backend.count_jobs(JobFilter()) == 2600
+
+
+async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply(
+        backend: RedisBackend) -> None:
+    # Every caller meets NOSCRIPT, loads the script and sends again: the resend must
+    # not take the lane while another caller holds it (replies would cross).
+    await backend.enqueue_jobs([job(n, unique_key=f"k{n}") for n in range(50)])
+    for round_ in range(5):
+        await backend.client.script_flush()
+        made = await asyncio.gather(*(backend.enqueue_jobs([job(1000 * (round_ + 1) + n)])
+                                      for n in range(50)))
+        assert [m[0].id for m in made] == [f"job-{1000 * (round_ + 1) + n}" for n in range(50)]
+    assert await backend.count_jobs(JobFilter()) == 50 + 250
+
+
+async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
+        backend: RedisBackend) -> None:
+    lane = backend._lane
+    assert lane is not None
+    lane.busy = True  # as while another caller's round trip is in flight
+    try:
+        with pytest.raises(RuntimeError, match="in use"):
+            await lane.call_many([("PING",)])
+        [made] = await backend.enqueue_jobs([job(1)])  # the busy lane sends it to the pool
+        assert made.id == "job-1"
+    finally:
+        lane.busy = False

@@ -307,13 +307,18 @@ class RedisBackend:
         if not jobs:
             return []
         made, commands = self._enqueue_commands(jobs)
-        lane = self._lane
-        send = self._pipelined if lane is None or lane.busy else lane.call_many
-        replies = await send(commands)
+        replies = await self._send_idempotent(commands)
         if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
             await self.client.script_load(script_source("enqueue"))
-            replies = await send(commands)
+            replies = await self._send_idempotent(commands)  # the lane may be taken now
         return self._enqueued(made, first_error(replies))
+
+    def _send_idempotent(self, commands: Sequence[Command]) -> Awaitable[list[Any]]:
+        """Through the lane when it is free, else through the pool."""
+        lane = self._lane
+        if lane is None or lane.busy:
+            return self._pipelined(commands)
+        return lane.call_many(commands)
 
     async def _pipelined(self, commands: Sequence[Command]) -> list[Any]:
         """The commands through the pool in one round trip; errors as values."""

@@ -63,6 +63,8 @@ class Lane:
 
     async def call_many(self, commands: Sequence[Command]) -> list[Any]:
         """Send the commands in one write; their replies in order, errors as values."""
+        if self.busy:  # two callers on one connection would read each other's replies
+            raise RuntimeError("the lane is in use: check `busy` before calling")
         if self._connection is None:
             self._connection = self._make_connection()
         connection = self._connection
