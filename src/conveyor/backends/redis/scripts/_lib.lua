@@ -43,6 +43,12 @@ local function allowed(old, new)
   return ALLOWED[old .. '>' .. new] == true
 end
 
+-- The fence: a write about a running job counts only from the holder of its current
+-- lease (f as loaded by load(); token as the worker sent it).
+local function holds_lease(f, token)
+  return f ~= nil and f.state == 'running' and f.lease_token == token
+end
+
 -- Claim order inside one priority: run_at, then insertion order. Members of the
 -- available index are "<run_at in microseconds, 17 digits><seq, 12 digits><id>",
 -- all scored -priority, so ZPOPMIN pops the highest priority, then the lowest member.

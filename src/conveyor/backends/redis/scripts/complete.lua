@@ -13,7 +13,7 @@ local rejected = {}
 for a = 4, #ARGV, 3 do
   local id = ARGV[a]
   local f = load(id)
-  if not f or f.state ~= 'running' or f.lease_token ~= ARGV[a + 1] then
+  if not holds_lease(f, ARGV[a + 1]) then
     rejected[#rejected + 1] = { id, E_STALE }
   elseif not allowed(f.state, 'completed') then
     rejected[#rejected + 1] = { id, E_ILLEGAL }

@@ -17,7 +17,7 @@ local rejected = {}
 for a = 5, #ARGV, 5 do
   local id, new_state = ARGV[a], ARGV[a + 2]
   local f = load(id)
-  if not f or f.state ~= 'running' or f.lease_token ~= ARGV[a + 1] then
+  if not holds_lease(f, ARGV[a + 1]) then
     rejected[#rejected + 1] = { id, E_STALE }
   elseif new_state == 'completed' or not allowed(f.state, new_state) then
     rejected[#rejected + 1] = { id, E_ILLEGAL }
