@@ -65,6 +65,7 @@ async def test_four_workers_run_each_job_exactly_once(redis_url: str, tmp_path: 
 
 async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Path) -> None:
     app = build_app(redis_url)
+    victim: WorkerProcess | None = None
     try:
         await enqueue_records(app, JOBS)
         common = ("--concurrency", "20", "--lease", "2", "--rescue", "0.5", "--sleep", "0.005")
@@ -72,17 +73,18 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         # The victim starts alone so it surely holds leases when it dies.
         await eventually(lambda: _at_least(count(app, JobState.COMPLETED), 200), timeout=30,
                          what="victim running jobs")
+        # Frozen, checked, then killed, so it surely holds leases when it dies (a
+        # snapshot between its settling a batch and claiming the next can be 0). The
+        # others start only after the check: every running job counted is the victim's.
+        for _ in range(100):
+            victim.freeze()
+            if await count(app, JobState.RUNNING) > 0:
+                break
+            victim.freeze(False)
+            await asyncio.sleep(0.01)  # pacing the retries, not synchronisation
+        assert await count(app, JobState.RUNNING) > 0
         others = [WorkerProcess(redis_url, tmp_path / f"worker{i}.log", *common) for i in range(3)]
         try:
-            # Killed while it surely holds leases: frozen, checked, then killed (a
-            # snapshot between its settling a batch and claiming the next can be 0).
-            for _ in range(100):
-                victim.freeze()
-                if await count(app, JobState.RUNNING) > 0:
-                    break
-                victim.freeze(False)
-                await asyncio.sleep(0.01)  # pacing the retries, not synchronisation
-            assert await count(app, JobState.RUNNING) > 0
             victim.kill()
             assert victim.wait() == -9
             await eventually(lambda: _equals(count(app, JobState.COMPLETED), JOBS), timeout=90,
@@ -108,6 +110,8 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         for job in rescued:
             assert job.state is JobState.COMPLETED and job.attempt == 2
     finally:
+        if victim is not None:
+            victim.kill()  # a no-op once it is dead; never leave it frozen behind
         await app.aclose()
 
 
