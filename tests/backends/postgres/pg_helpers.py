@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from conveyor import Conveyor
+from conveyor.errors import BackendUnavailable
 from conveyor.job import Job
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
@@ -30,7 +31,12 @@ async def wait_finished(app: Conveyor, ids: list[str], timeout: float = 20.0) ->
         for job_id in ids:
             if job_id in found:
                 continue
-            job = await app.admin.get(job_id)
+            try:
+                job = await app.admin.get(job_id)
+            except BackendUnavailable:
+                # Right after a server restart the pool may still be in its reconnect
+                # backoff while enqueues (held connection) already work: not yet.
+                return False
             if job is None or not job.is_finished:
                 return False
             found[job_id] = job
