@@ -69,7 +69,11 @@ async def test_restart_loses_no_acknowledged_job(appendfsync: str, tmp_path: Pat
         await producer
 
         async def all_completed() -> bool:
-            return await app.admin.count(JobFilter(states=(JobState.COMPLETED,))) == len(acknowledged)
+            # Counted among the acknowledged ids: an enqueue refused to the producer may
+            # still have been stored (its reply lost with the server), and that job's
+            # completion must not stand in for an acknowledged one still running.
+            done = JobFilter(ids=tuple(acknowledged), states=(JobState.COMPLETED,))
+            return await app.admin.count(done) == len(acknowledged)
 
         await eventually(all_completed, timeout=60, what="every acknowledged job completed")
         worker.terminate()
