@@ -305,8 +305,8 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
     await backend.settle_jobs([Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed])
     for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(tasks=("t",)),
                   JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b"))):
-        everything = await backend._select(where, oldest_finished_first=False)
-        assert await backend._newest(where, 1234) == everything[:1234]
+        everything = await backend.queries.select(where, oldest_finished_first=False)
+        assert await backend.queries.newest(where, 1234) == everything[:1234]
         page = await backend.list_jobs(where, limit=25, offset=2000)
         assert [j.id for j in page] == everything[2000:2025]
     newest = await backend.list_jobs(JobFilter(), limit=2)
@@ -317,13 +317,13 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
 async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3300)])
     for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(args_contains="[")):
-        everything = await backend._select(where, oldest_finished_first=False)
+        everything = await backend.queries.select(where, oldest_finished_first=False)
         assert len(everything) > 2000  # so list_jobs walks the seq index
         cursor = everything[1499]
         page = await backend.list_jobs(where, limit=25, after=cursor)
         assert [j.id for j in page] == everything[1500:1525]
         seq = int(await backend.client.zscore(backend.keys.jobs, cursor))
-        assert await backend._newest(where, 25, before_seq=seq) == everything[1500:1525]
+        assert await backend.queries.newest(where, 25, before_seq=seq) == everything[1500:1525]
 
 
 async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:

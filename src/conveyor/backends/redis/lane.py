@@ -7,7 +7,7 @@ connection of the pool's own kind (same URL, TLS, credentials, keepalive) and ta
 to it directly: pack (with hiredis when installed), send, read, done.
 
 `Lane` serves the event loop, one call at a time: a caller that finds it busy uses
-the pool instead (see `RedisBackend._evalsha`), so concurrent callers still overlap
+the pool instead (see `RedisBackend._send_idempotent`), so concurrent callers still overlap
 their round trips. `ThreadLanes` serves the sync facade (Django, Flask, scripts):
 one connection per calling thread, so no loop and no thread hop is involved.
 

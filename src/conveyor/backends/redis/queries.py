@@ -1,0 +1,190 @@
+"""Listing, counting and selecting jobs, and queue statistics, in Python over the
+indexes (see keys.py): Redis has no query language, so a filter reads the state
+indexes it names, fetches the few fields it tests, and sorts in Python.
+
+Reads only: every change to a job is a Lua script (backend.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ...errors import JobNotFound
+from ...job import Job, JobState
+from ..base import JobFilter, QueueStats
+from .codec import job_from_hash
+from .keys import Keys, id_from_rank, micros_from_rank
+
+# The fields of a row a filter tests, in this order (5 and 6: see _rows).
+_LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
+_WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
+
+
+class JobQueries:
+    """The read-only queries of one backend's client and key prefix."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def list_jobs(self, where: JobFilter, limit: int, offset: int,
+                        after: str | None) -> list[Job]:
+        want = offset + limit
+        before_seq = None
+        if after is not None:
+            seq = await self.client.zscore(self.keys.jobs, after)
+            if seq is None:
+                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                                  "start again from the first page")
+            before_seq = int(seq)
+        # Few candidates: read and sort them all. Many: walk the seq index until the
+        # page is full (matches are then dense enough for that to be short).
+        if where.ids or await self._indexed_count(where) <= max(_WALK_ABOVE, 4 * want):
+            ids = await self.select(where, oldest_finished_first=False, before_seq=before_seq)
+        else:
+            ids = await self.newest(where, want, before_seq)
+        return await self.load(ids[offset:want])
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        if where.ids or where.tasks or where.error_type is not None or where.args_contains:
+            return len(await self.select(where, oldest_finished_first=False))
+        return await self._indexed_count(where)
+
+    async def select(self, where: JobFilter, oldest_finished_first: bool,
+                     before_seq: int | None = None) -> list[str]:
+        """Ids matching `where`, in listing order (newest first, or oldest finished first),
+        only those enqueued before `before_seq` if given (the keyset cursor)."""
+        candidates = await self._candidates(where)
+        chosen: list[tuple[float, int, str]] = []
+        for job_id, row in zip(candidates, await self._rows(candidates, where), strict=True):
+            if before_seq is not None and int(row[3] or 0) >= before_seq:
+                continue
+            if _matches(where, row):
+                finished_at = row[4]
+                order = float(finished_at or 0.0) if oldest_finished_first else 0.0
+                chosen.append((order, -int(row[3] or 0), job_id))
+        chosen.sort()
+        return [job_id for _, _, job_id in chosen]
+
+    async def newest(self, where: JobFilter, want: int, before_seq: int | None = None) -> list[str]:
+        """The first `want` ids matching `where`, newest first, read from the seq
+        index page by page: a listing costs what it shows, not the whole store. With
+        `before_seq` the walk starts below the cursor, so a deep page costs the same."""
+        found: list[str] = []
+        page_size = max(500, 2 * want)
+        start = 0
+        top = "+inf" if before_seq is None else f"({before_seq}"
+        while len(found) < want:
+            ids = await self.client.zrevrangebyscore(self.keys.jobs, top, "-inf", start=start,
+                                                     num=page_size)
+            if not ids:
+                break
+            found += [job_id for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
+                      if _matches(where, row)]
+            start += page_size
+        return found[:want]
+
+    async def load(self, ids: Iterable[str]) -> list[Job]:
+        """The jobs of `ids` that still exist, in that order."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hgetall(self.keys.job(job_id))
+            rows = await pipe.execute()
+        return [job_from_hash(row) for row in rows if row]
+
+    async def queue_stats(self, now: float) -> list[QueueStats]:
+        client = self.client
+        flags = await client.hgetall(self.keys.paused)
+        names = sorted(set(await client.smembers(self.keys.queues)) | set(flags))
+        states = tuple(JobState)
+        async with client.pipeline(transaction=False) as pipe:
+            for name in names:
+                for state in states:
+                    pipe.zcard(self.keys.state(name, state))
+            sizes = await pipe.execute()
+        out: list[QueueStats] = []
+        for i, name in enumerate(names):
+            counts = {s: n for s, n in zip(states, sizes[i * len(states):(i + 1) * len(states)],
+                                           strict=True) if n}
+            if not counts and name not in flags:
+                continue
+            oldest_age = None
+            if counts.get(JobState.AVAILABLE):
+                first = await self._oldest_available(name)
+                run_at = None if first is None else await client.hget(
+                    self.keys.job(id_from_rank(first)), "run_at")
+                if run_at is not None:
+                    oldest_age = max(0.0, now - float(run_at))
+            out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
+                                  paused=flags.get(name) == "1"))
+        return out
+
+    async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:
+        # errors and payload (maybe large) only when a filter reads them: fields 5 and 6
+        fields = (*_LIST_FIELDS, "errors" if where.error_type is not None else "state",
+                  "payload" if where.args_contains is not None else "state")
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(self.keys.job(job_id), fields)
+            rows: list[list[str | None]] = await pipe.execute()
+        return rows
+
+    async def _candidates(self, where: JobFilter) -> list[str]:
+        """Every id that may match `where`, from the state indexes it names."""
+        if where.ids:
+            return list(dict.fromkeys(where.ids))
+        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        states = where.states or tuple(JobState)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for state in states:
+                    pipe.zrange(self.keys.state(queue, state), 0, -1)
+            pages = await pipe.execute()
+        candidates: list[str] = []
+        for (_, state), page in zip(((q, s) for q in queues for s in states), pages, strict=True):
+            candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
+        return candidates
+
+    async def _indexed_count(self, where: JobFilter) -> int:
+        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for state in where.states or tuple(JobState):
+                    pipe.zcard(self.keys.state(queue, state))
+            return sum(await pipe.execute())
+
+    async def _oldest_available(self, queue: str) -> str | None:
+        """The available-index member with the earliest run_at. Within one priority
+        (one score) members sort by run_at, so the first member of each priority is
+        a candidate: one O(log n) step per distinct priority, not a full scan."""
+        key = self.keys.state(queue, JobState.AVAILABLE)
+        best: str | None = None
+        floor = "-inf"
+        while True:
+            page = await self.client.zrangebyscore(key, floor, "+inf", start=0, num=1,
+                                                   withscores=True)
+            if not page:
+                return best
+            member, score = page[0]
+            if best is None or micros_from_rank(member) < micros_from_rank(best):
+                best = member
+            floor = f"({score!r}"
+
+
+def _matches(where: JobFilter, row: Sequence[str | None]) -> bool:
+    state, queue, task = row[0], row[1], row[2]
+    if state is None:
+        return False  # gone since the index was read
+    if where.states and state not in {s.value for s in where.states}:
+        return False
+    if (where.queues and queue not in where.queues) or (where.tasks and task not in where.tasks):
+        return False
+    if where.error_type is not None:
+        errors = json.loads(row[5] or "[]")
+        if not errors or errors[-1].get("type") != where.error_type:
+            return False
+    if where.args_contains is not None and where.args_contains not in (row[6] or ""):
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""The argument lists of the two batch scripts, enqueue and the settle scripts
+(complete, fail, release), and what their replies mean.
+
+Built from Python values alone, without a client: the thread lanes send the
+enqueue commands as well as the asyncio client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ...job import Job, JobState, NewJob
+from ...lifecycle import IllegalTransition, initial_state
+from ..base import Settlement
+from .codec import float_arg, job_from_reply, optional_arg
+from .keys import Keys
+from .lane import Command
+from .script_calls import ScriptCall
+
+ENQUEUE_CHUNK = 1000  # jobs per script call; several calls still go in one round trip
+
+
+def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
+                     keys: Keys) -> tuple[list[Job], list[Command]]:
+    """The jobs as stored when new, and the EVALSHA commands (of the enqueue script,
+    `sha`) that store them."""
+    now_text = float_arg(now)
+    head: list[str | int] = [
+        "EVALSHA", sha, 5, keys.seq, keys.due, keys.unique, keys.queues, keys.jobs, keys.base,
+        now_text]
+    made: list[Job] = []
+    commands: list[Command] = []
+    for start in range(0, len(jobs), ENQUEUE_CHUNK):
+        command = list(head)
+        for new in jobs[start:start + ENQUEUE_CHUNK]:
+            if new.run_at is None:  # the common case: due now, text already made
+                run_at, run_at_text, state = now, now_text, JobState.AVAILABLE
+            else:
+                run_at, run_at_text = new.run_at, float_arg(new.run_at)
+                state = initial_state(run_at, now)
+            command += (
+                new.id, new.queue, new.task, new.payload, state.value, new.priority,
+                new.max_attempts, run_at_text, f"{max(0, int(run_at * 1e6)):017d}",
+                optional_arg(new.unique_key),
+                "" if new.unique_for is None else float_arg(new.unique_for),
+                "" if new.timeout is None else float_arg(new.timeout),
+                json.dumps(new.meta) if new.meta else "",
+            )
+            made.append(Job(
+                id=new.id, task=new.task, queue=new.queue, payload=new.payload,
+                state=state, priority=new.priority, max_attempts=new.max_attempts,
+                run_at=run_at, created_at=now, unique_key=new.unique_key,
+                unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
+            ))
+        commands.append(command)
+    return made, commands
+
+
+def enqueued_jobs(made: list[Job], replies: list[Any]) -> list[Job]:
+    """Each job as stored: the new one (reply 0) or the one it duplicates."""
+    flat = [reply for chunk in replies for reply in chunk]
+    return [job if reply == 0 else job_from_reply(reply)
+            for job, reply in zip(made, flat, strict=True)]
+
+
+def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
+                 max_completed: int, max_dead: int) -> list[ScriptCall]:
+    """One call per settle script that has work: complete, fail, release."""
+    now_text = float_arg(now)
+    complete: list[str | int] = [now_text, max_completed]
+    fail: list[str | int] = [now_text, max_completed, max_dead]
+    release: list[str | int] = []
+    for s in settlements:
+        if s.state is JobState.COMPLETED:
+            complete += [s.job_id, s.token, optional_arg(s.result)]
+            continue
+        run_at = optional_arg(None if s.run_at is None else float_arg(s.run_at))
+        if s.refund_attempt:
+            release += [s.job_id, s.token, s.state.value, run_at]
+        else:
+            error = None if s.error is None else json.dumps(s.error.to_dict())
+            fail += [s.job_id, s.token, s.state.value, run_at, optional_arg(error)]
+    calls: list[ScriptCall] = []
+    if len(complete) > 2:
+        calls.append(("complete", [keys.unique], complete))
+    if len(fail) > 3:
+        calls.append(("fail", [keys.due, keys.unique], fail))
+    if release:
+        calls.append(("release", [keys.due], release))
+    return calls
+
+
+def stale_settlements(settlements: Sequence[Settlement], replies: Sequence[Any]) -> list[str]:
+    """The ids the settle scripts rejected as stale (the lease moved on); a rejection
+    for an illegal transition raises IllegalTransition."""
+    stale: list[str] = []
+    illegal: str | None = None
+    for rejected in replies:
+        for job_id, code in rejected:
+            if code == "stale":
+                stale.append(job_id)
+            else:
+                illegal = job_id
+    if illegal is not None:
+        target = next(s.state for s in settlements if s.job_id == illegal)
+        raise IllegalTransition(JobState.RUNNING, target)
+    return stale
