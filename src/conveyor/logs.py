@@ -139,10 +139,17 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """The plain format, with the job in brackets: `[job=.. task=.. attempt=..]`."""
+    """The plain format, with the job in brackets: `[job=.. task=.. attempt=..]`.
+    With `process_label`, each line names its process: `[child 4242]` (pool children)."""
+
+    def __init__(self, process_label: str | None = None) -> None:
+        super().__init__()
+        self.process_label = process_label
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_utc(record.created)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        process = "" if self.process_label is None else f"[{self.process_label} {record.process}] "
+        line = (f"{_utc(record.created)} {record.levelname:<7} {process}{record.name}: "
+                f"{record.getMessage()}")
         job_id = getattr(record, "job_id", None)
         if job_id is not None:
             line += (f" [job={job_id} task={getattr(record, 'task', None)} "
@@ -154,14 +161,30 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "info", log_format: str = "text") -> logging.Handler:
-    """Send every logger to stderr in `log_format` ("text" or "json"), with job fields."""
+def configure_logging(level: str = "info", log_format: str = "text", *,
+                      process_label: str | None = None) -> logging.Handler:
+    """Send every logger (Conveyor's and the tasks' own) to stderr in `log_format`
+    ("text" or "json"), timestamped in UTC. Lines logged while a job runs carry its id,
+    task, queue, attempt and correlation id: as a `[job=...]` suffix in text, as fields
+    in JSON. `process_label` names the process in text lines (see TextFormatter)."""
     if log_format not in FORMATS:
         raise ValueError(f"log format {log_format!r}: expected one of {', '.join(FORMATS)}")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(JobLogFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if log_format == "json"
+                         else TextFormatter(process_label))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     return handler
+
+
+def flush_all() -> None:
+    """Flush log handlers and stdio; call before `os._exit`, which skips both."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing more to save
+            pass
