@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -138,3 +139,16 @@ def test_a_pool_serves_its_childrens_metrics_on_one_port_and_logs_json(
     assert failed["task"] == "parse_total" and failed["attempt"] == 1
     assert failed["logger"] == "conveyor.worker" and failed["level"] == "warning"
     assert any(r["logger"] == "conveyor.pool" for r in records)
+
+
+def test_a_pool_childs_text_lines_name_the_child_and_the_job(cli: Cli, inspector: Conveyor) -> None:
+    poison = cli.enqueue("parse_total", "twelve")
+    worker = cli.start_worker("-p", "1", "-c", "1", "--poll", "0.1")
+    wait_until(lambda: inspector.jobs.get(poison).state is JobState.DEAD, "the pool to run the job")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    # The pool's children log as a single worker does (the same set-up), plus their pid.
+    [failed] = [line for line in worker.log().splitlines() if f"[job={poison} " in line]
+    assert re.search(r" WARNING \[child \d+\] conveyor\.worker: .*ValueError", failed), failed
+    assert failed.endswith(f"[job={poison} task=parse_total queue=default attempt=1 "
+                           f"correlation={poison}]"), failed

@@ -10,7 +10,8 @@ from conveyor import Conveyor
 from conveyor.backends.base import Backend
 from conveyor.job import JobState
 from conveyor.worker import WorkerConfig
-from conveyor.worker.pool import PoolConfig, Supervisor, _Child
+from conveyor.worker.pool import Supervisor, _Child
+from conveyor.worker.pool_config import PoolConfig
 from helpers import claim_one, complete, new_job
 
 

@@ -16,7 +16,9 @@ import signal
 import sys
 
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
-from conveyor.worker.pool import PoolConfig, import_app, run_pool
+from conveyor.loading import load_app
+from conveyor.worker.pool import run_pool
+from conveyor.worker.pool_config import PoolConfig
 
 
 async def serve(worker: Worker) -> ExitStatus:
@@ -48,7 +50,7 @@ def main() -> int:
         queues=tuple(args.queues.split(",")), concurrency=args.concurrency, lease=args.lease,
         grace_period=args.grace, rescue_interval=args.rescue, poll_interval=0.2,
         heartbeats=os.environ.get("CONVEYOR_TEST_HEARTBEATS", "1") != "0")
-    app = import_app(args.app)
+    app = load_app(args.app)
     if args.processes:
         pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
                           max_memory_per_child=args.max_memory_per_child)

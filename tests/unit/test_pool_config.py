@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.worker.pool import PoolConfig, parse_size, rss_bytes
+from conveyor.worker.pool_config import PoolConfig, parse_size, rss_bytes
 
 
 @pytest.mark.parametrize(("text", "size"), [

@@ -14,7 +14,8 @@ from typing import NoReturn
 from ..app import Conveyor
 from ..errors import ConveyorError
 from ..worker import ExitStatus, Worker, WorkerConfig
-from ..worker.pool import PoolConfig, parse_size, run_pool
+from ..worker.pool import run_pool
+from ..worker.pool_config import PoolConfig, parse_size
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all

@@ -25,24 +25,18 @@ process ahead of time, and an app that opens connections at import would then sh
 them; a pool starts children rarely, so spawn's cost (one interpreter start and app
 import, a fraction of a second) is paid where it does not matter.
 
-Children ignore SIGTERM and SIGINT: a terminal's Ctrl-C or `kill -TERM -PGID` reaches
-the whole process group, and a child that acted on it as well as on its supervisor's
-command would count two requests and stop cold. They take orders from the
-supervisor over a pipe instead, and stop cold on their own when that pipe closes (the
-supervisor died).
+The child's side (its signals, its commands and reports over the pipe) is in
+`pool_child.py`; the settings in `pool_config.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import multiprocessing
 import os
-import re
 import signal
 import socket
-import sys
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -51,196 +45,19 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import JobFilter, Settlement
-from ..errors import ConfigurationError, WorkerLost
+from ..errors import WorkerLost
 from ..job import AttemptError, JobState
 from ..version import __version__
 from .config import WorkerConfig
-from .worker import ExitStatus, Worker
+from .pool_child import COLD, DRAIN, RETIRING, STOP_SIGNALS, child_main
+from .pool_config import PoolConfig
+from .worker import ExitStatus
 
 if TYPE_CHECKING:
     from ..app import Conveyor
 
 log = logging.getLogger("conveyor.pool")
 
-# Supervisor -> child commands and child -> supervisor reports, over the child's pipe.
-DRAIN, COLD = "drain", "cold"
-RETIRING = "retiring"
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolConfig:
-    processes: int = 2
-    max_tasks_per_child: int | None = None  # jobs a child claims before it is replaced
-    max_memory_per_child: int | None = None  # resident bytes past which it is replaced
-    # After the grace period the children stop cold by themselves; one that has not
-    # exited this much later (a handler holding the GIL) is killed, its jobs returned.
-    cold_stop_timeout: float = 10.0
-    # A child that dies this soon after it started is restarted with a growing delay,
-    # so an app that crashes at import does not spin the CPU.
-    crash_loop_window: float = 5.0
-    log_level: str = "INFO"
-    log_format: str = "text"  # or "json" (conveyor.logs), as the supervisor's own
-    # Children count metrics into $PROMETHEUS_MULTIPROC_DIR (set by the supervisor, which
-    # serves them on one port); the supervisor marks each exited child dead there.
-    metrics: bool = False
-
-    def __post_init__(self) -> None:
-        if self.processes < 1:
-            raise ValueError("a pool needs at least one process")
-        if self.max_tasks_per_child is not None and self.max_tasks_per_child < 1:
-            raise ValueError("max_tasks_per_child must be at least 1")
-        if self.max_memory_per_child is not None and self.max_memory_per_child < 1:
-            raise ValueError("max_memory_per_child must be positive")
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
-               "mb": 1000**2, "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """`512MiB`, `2GB`, `1.5g`, `300000000` -> bytes (k/m/g alone are binary units)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _SIZE_UNITS or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a size: use bytes or a unit, e.g. 512MiB or 2GB")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process now (Linux: /proc/self/statm), else its peak."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
-
-
-def import_app(path: str) -> Conveyor:
-    """`package.module:attr` -> the Conveyor app it names."""
-    from ..app import Conveyor
-
-    module_name, _, attr_path = path.partition(":")
-    if not module_name or not attr_path:
-        raise ConfigurationError(f"app path {path!r} must look like package.module:app")
-    app: Any = importlib.import_module(module_name)
-    for attr in attr_path.split("."):
-        app = getattr(app, attr, None)
-    if not isinstance(app, Conveyor):
-        raise ConfigurationError(f"{path} is not a Conveyor app ({type(app).__name__})")
-    return app
-
-
-# --- the child ------------------------------------------------------------------------
-def _child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
-                max_memory: int | None, log_level: str, log_format: str = "text",
-                metrics: bool = False) -> None:
-    for signum in _STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by the supervisor
-    handler = logging.StreamHandler(sys.stderr)
-    formatter = logging.Formatter(
-        "%(asctime)s.%(msecs)03dZ %(levelname)-7s [child %(process)d] %(name)s: %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S")
-    formatter.converter = time.gmtime  # UTC, as the supervisor's own lines
-    handler.setFormatter(formatter)
-    from ..logs import JobLogFilter, JsonFormatter
-
-    handler.addFilter(JobLogFilter())  # lines about a job name it (conveyor.logs)
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    logging.getLogger().handlers[:] = [handler]
-    logging.getLogger().setLevel(log_level)
-    try:
-        app = import_app(app_path)
-        from ..middleware import instrument
-
-        instrument(app, metrics=metrics, tracing=None)
-        status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
-    except BaseException:  # noqa: BLE001 - report, then exit with the error status
-        log.exception("pool child %s failed", worker_id)
-        status = ExitStatus.ERROR
-    handler.flush()
-    # os._exit: a sync handler abandoned at its hard limit is still running in a
-    # thread, and a normal exit would wait for it. Its job is settled already.
-    os._exit(int(status))
-
-
-async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
-                 max_memory: int | None) -> ExitStatus:
-    def over_memory() -> str | None:
-        if max_memory is None:
-            return None
-        rss = rss_bytes()
-        if rss <= max_memory:
-            return None
-        return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
-
-    if max_memory is not None and rss_bytes() > max_memory:
-        log.warning("this child already uses %d MiB at start, over --max-memory-per-child "
-                    "(%d MiB): each child will run one batch of jobs before it is replaced",
-                    rss_bytes() >> 20, max_memory >> 20)
-    worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
-    loop = asyncio.get_running_loop()
-    commanded = False  # the supervisor asked us to stop: no retirement report
-
-    def cold() -> None:
-        if not worker.stopping:
-            worker.stop()
-        worker.stop()
-
-    def on_command() -> None:
-        nonlocal commanded
-        try:
-            command = conn.recv()
-        except (EOFError, OSError):
-            loop.remove_reader(conn.fileno())
-            log.error("pool supervisor is gone: returning running jobs and stopping")
-            commanded = True
-            cold()
-            return
-        commanded = True
-        if command == DRAIN and not worker.stopping:
-            worker.stop()
-        elif command == COLD:
-            cold()
-
-    async def watch() -> None:
-        reported = False
-        while True:
-            if not worker.stopping and max_memory is not None and worker.claimed:
-                reason = over_memory()  # also while every slot is busy with long jobs
-                if reason is not None:
-                    log.info("%s: draining", reason)
-                    worker.retired_because = reason
-                    worker.stop()
-            if worker.stopping and not commanded and not reported:
-                reason = ("hard time limit" if worker.counts["runaway"] else
-                          worker.retired_because or "stopped")
-                try:
-                    conn.send((RETIRING, reason))
-                except OSError:
-                    pass
-                reported = True
-            await asyncio.sleep(0.2)
-
-    loop.add_reader(conn.fileno(), on_command)
-    watcher = asyncio.create_task(watch())
-    try:
-        return await worker.run()
-    finally:
-        watcher.cancel()
-        try:
-            loop.remove_reader(conn.fileno())
-        except (ValueError, OSError):
-            pass
-        await app.aclose()
-
-
-# --- the supervisor -----------------------------------------------------------------------
 @dataclass(eq=False)
 class _Child:
     slot: int
@@ -335,7 +152,7 @@ class Supervisor:
                      f":{uuid.uuid4().hex[:6]}")
         ours, theirs = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
-            target=_child_main, name=f"conveyor-child-{slot}",
+            target=child_main, name=f"conveyor-child-{slot}",
             # One child runs the periodic schedules (ticks are enqueued once either way;
             # N schedulers per pool would only add load).
             args=(self.app_path, replace(self.child_config, scheduler=self.config.scheduler
@@ -349,8 +166,8 @@ class Supervisor:
         # orders over its pipe). Here they are blocked meanwhile: on Linux a blocked
         # signal stays pending even while ignored, so the supervisor's own handler
         # still gets it once restored, not lost.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
         try:
             process.start()
         finally:

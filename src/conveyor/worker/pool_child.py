@@ -1,0 +1,129 @@
+"""A pool child: a fresh interpreter (spawn) running the ordinary asyncio `Worker`.
+
+Children ignore SIGTERM and SIGINT: a terminal's Ctrl-C or `kill -TERM -PGID` reaches
+the whole process group, and a child that acted on it as well as on its supervisor's
+command would count two requests and stop cold. They take orders from the
+supervisor over a pipe instead, and stop cold on their own when that pipe closes (the
+supervisor died). A child that retires by itself (too many jobs, too much memory, a
+sync handler past its hard time limit) says so first, so that its replacement starts
+while it drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+from ..loading import load_app
+from ..logs import configure_logging, flush_all
+from .config import WorkerConfig
+from .pool_config import rss_bytes
+from .worker import ExitStatus, Worker
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.pool")
+
+# Supervisor -> child commands and child -> supervisor reports, over the child's pipe.
+DRAIN, COLD = "drain", "cold"
+RETIRING = "retiring"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
+               max_memory: int | None, log_level: str, log_format: str = "text",
+                metrics: bool = False) -> None:
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor
+    # The supervisor's own format, each line naming the child's pid.
+    configure_logging(log_level, log_format, process_label="child")
+    try:
+        app = load_app(app_path)
+        from ..middleware import instrument
+
+        instrument(app, metrics=metrics, tracing=None)
+        status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
+    except BaseException:  # noqa: BLE001 - report, then exit with the error status
+        log.exception("pool child %s failed", worker_id)
+        status = ExitStatus.ERROR
+    flush_all()
+    # os._exit: a sync handler abandoned at its hard limit is still running in a
+    # thread, and a normal exit would wait for it. Its job is settled already.
+    os._exit(int(status))
+
+
+async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
+                 max_memory: int | None) -> ExitStatus:
+    def over_memory() -> str | None:
+        if max_memory is None:
+            return None
+        rss = rss_bytes()
+        if rss <= max_memory:
+            return None
+        return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
+
+    if max_memory is not None and rss_bytes() > max_memory:
+        log.warning("this child already uses %d MiB at start, over --max-memory-per-child "
+                    "(%d MiB): each child will run one batch of jobs before it is replaced",
+                    rss_bytes() >> 20, max_memory >> 20)
+    worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
+    loop = asyncio.get_running_loop()
+    commanded = False  # the supervisor asked us to stop: no retirement report
+
+    def cold() -> None:
+        if not worker.stopping:
+            worker.stop()
+        worker.stop()
+
+    def on_command() -> None:
+        nonlocal commanded
+        try:
+            command = conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            log.error("pool supervisor is gone: returning running jobs and stopping")
+            commanded = True
+            cold()
+            return
+        commanded = True
+        if command == DRAIN and not worker.stopping:
+            worker.stop()
+        elif command == COLD:
+            cold()
+
+    async def watch() -> None:
+        reported = False
+        while True:
+            if not worker.stopping and max_memory is not None and worker.claimed:
+                reason = over_memory()  # also while every slot is busy with long jobs
+                if reason is not None:
+                    log.info("%s: draining", reason)
+                    worker.retired_because = reason
+                    worker.stop()
+            if worker.stopping and not commanded and not reported:
+                reason = ("hard time limit" if worker.counts["runaway"] else
+                          worker.retired_because or "stopped")
+                try:
+                    conn.send((RETIRING, reason))
+                except OSError:
+                    pass
+                reported = True
+            await asyncio.sleep(0.2)
+
+    loop.add_reader(conn.fileno(), on_command)
+    watcher = asyncio.create_task(watch())
+    try:
+        return await worker.run()
+    finally:
+        watcher.cancel()
+        try:
+            loop.remove_reader(conn.fileno())
+        except (ValueError, OSError):
+            pass
+        await app.aclose()
