@@ -30,6 +30,7 @@ from conveyor import Conveyor
 from conveyor.backends.base import JobFilter
 from conveyor.job import JobState
 from conveyor.worker import Worker, WorkerConfig
+from conveyor.claiming import strict_claim
 
 QUEUE = "bench"
 # Bare baseline: the same row, the same table, one INSERT, no dedup, no wake-up.
@@ -211,7 +212,7 @@ async def claim_rate(app: Conveyor, conn: psycopg.AsyncConnection[Any], schema: 
     claimed = 0
     started = time.perf_counter()
     while claimed < available:
-        claimed += len(await backend.fetch_jobs([QUEUE], 100, "bench", 60))
+        claimed += len(await backend.fetch_jobs(strict_claim([QUEUE], 100, "bench", 60)))
     return claimed / (time.perf_counter() - started), plan
 
 

@@ -115,7 +115,7 @@ class Admin:
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         """Live workers (each announces itself with a short TTL), by host and pid."""
-        records = await (await self.app.backend()).get_meta(WORKERS_NAMESPACE)
+        records = await (await self.app.backend()).list_records(WORKERS_NAMESPACE)
         found = []
         for key, text in records.items():
             try:
@@ -130,7 +130,7 @@ class Admin:
         any finished job are present and empty."""
         now_minute = minute_of(self.app.clock())
         since = now_minute - 60 * (minutes - 1)
-        records = await (await self.app.backend()).get_meta(STATS_NAMESPACE)
+        records = await (await self.app.backend()).list_records(STATS_NAMESPACE)
         merged = merge_records(records.values(), since)
         return [merged.get(start, Minute(start)) for start in range(since, now_minute + 1, 60)]
 

@@ -3,7 +3,7 @@
 Each worker counts the attempts it finishes per minute and queue (completed,
 failed, retried, dead, cancelled), with wait latency (due -> started) and run
 latency (started -> finished) as sums, counts and a small histogram, and writes
-one record per worker per minute with `put_meta("stats", ...)` and a TTL of a
+one record per worker per minute with `put_record("stats", ...)` and a TTL of a
 bit over an hour. Readers (the dashboard, the CLI, /metrics) merge the records
 of every worker. That works on every backend without a new verb, and costs one
 small write per worker every few seconds.

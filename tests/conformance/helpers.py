@@ -10,6 +10,7 @@ from typing import Any
 
 from conveyor.backends.base import Backend, Settlement
 from conveyor.job import AttemptError, Job, JobState, NewJob
+from conveyor.claiming import strict_claim
 
 _ids = itertools.count(1)
 
@@ -27,7 +28,7 @@ def error(attempt: int, type_: str = "ConnectionError", message: str = "boom") -
 
 async def claim_one(backend: Backend, queue: str = "default", lease: float = 30.0,
                     worker: str = "w1") -> Job:
-    jobs = await backend.fetch_jobs([queue], 1, worker, lease)
+    jobs = await backend.fetch_jobs(strict_claim([queue], 1, worker, lease))
     assert len(jobs) == 1, f"expected one claimable job in {queue}, got {len(jobs)}"
     return jobs[0]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
+from conveyor.backends.base import Backend, ClaimRequest, JobFilter, QueueQuota
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
 from helpers import new_job
 
 
@@ -18,20 +19,20 @@ async def test_claim_orders_by_priority_then_fifo(backend: Backend, clock: Manua
     clock.advance(1)
     await backend.enqueue_jobs([new_job(id="mid", priority=2), new_job(id="low3")])
     order = []
-    while jobs := await backend.fetch_jobs(["default"], 1, "w1", 30):
+    while jobs := await backend.fetch_jobs(strict_claim(["default"], 1, "w1", 30)):
         order.append(jobs[0].id)
     assert order == ["high", "mid", "low1", "low2", "low3"]
 
 
 async def test_batch_claim_returns_claim_order(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id=f"j{i}", priority=i % 3) for i in range(9)])
-    jobs = await backend.fetch_jobs(["default"], 9, "w1", 30)
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 9, "w1", 30))
     assert [j.priority for j in jobs] == [2, 2, 2, 1, 1, 1, 0, 0, 0]
 
 
 async def test_claim_respects_limit_and_leases(backend: Backend, clock: ManualClock) -> None:
     await backend.enqueue_jobs([new_job() for _ in range(5)])
-    jobs = await backend.fetch_jobs(["default"], 3, "worker-a", 12.5)
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 3, "worker-a", 12.5))
     assert len(jobs) == 3
     for job in jobs:
         assert job.state is JobState.RUNNING and job.attempt == 1
@@ -44,9 +45,9 @@ async def test_claim_respects_limit_and_leases(backend: Backend, clock: ManualCl
 async def test_claim_only_named_queues_in_order(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="d", queue="default"), new_job(id="c", queue="critical"),
                                 new_job(id="o", queue="other")])
-    jobs = await backend.fetch_jobs(["critical", "default"], 10, "w1", 30)
+    jobs = await backend.fetch_jobs(strict_claim(["critical", "default"], 10, "w1", 30))
     assert [j.id for j in jobs] == ["c", "d"]
-    assert await backend.fetch_jobs(["critical", "default"], 10, "w1", 30) == []
+    assert await backend.fetch_jobs(strict_claim(["critical", "default"], 10, "w1", 30)) == []
 
 
 async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
@@ -55,7 +56,7 @@ async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="f")])
     tokens = []
     for _ in range(3):
-        [job] = await backend.fetch_jobs(["default"], 1, "w1", 30)
+        [job] = await backend.fetch_jobs(strict_claim(["default"], 1, "w1", 30))
         tokens.append(job.lease_token)
         # Release (cold shutdown): back to available without using the attempt.
         assert await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.AVAILABLE,
@@ -73,7 +74,7 @@ async def test_one_job_goes_to_exactly_one_worker(backend_url: str, clock: Manua
 
         async def drain(b: Backend, name: str) -> list[str]:
             got: list[str] = []
-            while batch := await b.fetch_jobs(["default"], 7, name, 30):
+            while batch := await b.fetch_jobs(strict_claim(["default"], 7, name, 30)):
                 got.extend(j.id for j in batch)
             return got
 
@@ -89,11 +90,11 @@ async def test_one_job_goes_to_exactly_one_worker(backend_url: str, clock: Manua
 async def test_paused_queue_is_not_claimed(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="p", queue="reports")])
     await backend.pause_queue("reports", True)
-    assert await backend.fetch_jobs(["reports"], 10, "w1", 30) == []
+    assert await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30)) == []
     stats = {s.queue: s for s in await backend.queue_stats()}
     assert stats["reports"].paused is True
     await backend.pause_queue("reports", False)
-    [job] = await backend.fetch_jobs(["reports"], 10, "w1", 30)
+    [job] = await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30))
     assert job.id == "p"
 
 
@@ -112,8 +113,48 @@ async def test_wait_for_jobs_wakes_on_enqueue_from_another_client(
         await producing_backend.enqueue_jobs([new_job(id="wake")])
         await asyncio.wait_for(waiter, 5.0)
         assert loop.time() - started < 5.0
-        [job] = await waiting_backend.fetch_jobs(["default"], 1, "w1", 30)
+        [job] = await waiting_backend.fetch_jobs(strict_claim(["default"], 1, "w1", 30))
         assert job.id == "wake"
     finally:
         await consumer.aclose()
         await producer.aclose()
+
+
+def quotas(limit: int, **per_queue: int) -> ClaimRequest:
+    return ClaimRequest(queues=tuple(QueueQuota(q, n) for q, n in per_queue.items()), limit=limit,
+                        worker_id="w1", lease_seconds=30)
+
+
+async def fill(backend: Backend, queue: str, n: int) -> None:
+    await backend.enqueue_jobs([new_job(id=f"{queue}-{i}", queue=queue) for i in range(n)])
+
+
+async def test_first_pass_takes_each_queues_quota(backend: Backend) -> None:
+    for queue in ("a", "b", "c"):
+        await fill(backend, queue, 10)
+    jobs = await backend.fetch_jobs(quotas(6, a=3, b=2, c=1))
+    assert [j.queue for j in jobs] == ["a"] * 3 + ["b"] * 2 + ["c"]
+
+
+async def test_an_empty_or_short_queues_share_goes_to_the_others(backend: Backend) -> None:
+    await fill(backend, "b", 10)
+    await fill(backend, "c", 1)
+    jobs = await backend.fetch_jobs(quotas(6, a=3, b=2, c=1))
+    # a is empty and c had only its quota: b, which gave its whole quota, takes the rest.
+    assert sorted(j.queue for j in jobs) == ["b"] * 5 + ["c"]
+    jobs = await backend.fetch_jobs(quotas(6, a=3, b=2, c=1))
+    assert [j.queue for j in jobs] == ["b"] * 5  # c is empty now: nothing more from it
+
+
+async def test_a_paused_queues_share_goes_to_the_others(backend: Backend) -> None:
+    await fill(backend, "a", 5)
+    await fill(backend, "b", 5)
+    await backend.pause_queue("a", True)
+    jobs = await backend.fetch_jobs(quotas(4, a=3, b=1))
+    assert [j.queue for j in jobs] == ["b"] * 4
+
+
+async def test_a_queue_with_no_quota_this_time_still_takes_spare_capacity(backend: Backend) -> None:
+    await fill(backend, "b", 3)
+    jobs = await backend.fetch_jobs(quotas(1, a=1, b=0))
+    assert [j.queue for j in jobs] == ["b"]

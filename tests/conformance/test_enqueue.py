@@ -8,6 +8,7 @@ from conveyor import Conveyor
 from conveyor.backends.base import Backend, JobFilter
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
 from helpers import claim_one, complete, new_job
 
 
@@ -36,11 +37,11 @@ async def test_unknown_job_is_none(backend: Backend) -> None:
 async def test_delayed_job_waits_for_its_time(backend: Backend, clock: ManualClock) -> None:
     [job] = await backend.enqueue_jobs([new_job(id="later", run_at=clock.now + 60)])
     assert job.state is JobState.SCHEDULED
-    assert await backend.fetch_jobs(["default"], 10, "w1", 30) == []
+    assert await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30)) == []
     clock.advance(59.9)
-    assert await backend.fetch_jobs(["default"], 10, "w1", 30) == []
+    assert await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30)) == []
     clock.advance(0.2)
-    [claimed] = await backend.fetch_jobs(["default"], 10, "w1", 30)
+    [claimed] = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30))
     assert claimed.id == "later" and claimed.state is JobState.RUNNING
 
 

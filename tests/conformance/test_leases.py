@@ -5,6 +5,8 @@ from __future__ import annotations
 from conveyor.backends.base import Backend, Lease, Settlement
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
+from conveyor.worker.rescue import rescue_expired
 from helpers import claim_one, complete, new_job, state_of
 
 
@@ -15,7 +17,7 @@ async def test_heartbeat_extends_the_lease(backend: Backend, clock: ManualClock)
         clock.advance(8)
         reply = await backend.heartbeat_jobs([Lease(job.id, job.lease_token)], 10)
         assert reply.lost == frozenset() and reply.cancel_requested == frozenset()
-        assert await backend.rescue_expired_jobs() == []
+        assert await rescue_expired(backend, backend.clock()) == []
     stored = await backend.get_job("h")
     assert stored is not None and stored.lease_expires_at == clock.now + 10
     assert stored.state is JobState.RUNNING
@@ -27,9 +29,9 @@ async def test_expired_lease_is_rescued_and_the_old_owner_fenced(
     await backend.enqueue_jobs([new_job(id="e", max_attempts=5)])
     first = await claim_one(backend, lease=10, worker="host-a:123:abc")
     clock.advance(10)
-    assert await backend.rescue_expired_jobs() == []  # expires strictly after the lease
+    assert await rescue_expired(backend, backend.clock()) == []  # expires strictly after the lease
     clock.advance(0.5)
-    assert await backend.rescue_expired_jobs() == ["e"]
+    assert await rescue_expired(backend, backend.clock()) == ["e"]
     rescued = await backend.get_job("e")
     assert rescued is not None and rescued.state is JobState.AVAILABLE
     assert rescued.attempt == 1  # the crash counted as an attempt
@@ -53,11 +55,11 @@ async def test_job_that_kills_every_worker_ends_dead(backend: Backend, clock: Ma
         job = await claim_one(backend, lease=5)
         assert job.attempt == attempt
         clock.advance(6)
-        assert await backend.rescue_expired_jobs() == ["k"]
+        assert await rescue_expired(backend, backend.clock()) == ["k"]
     dead = await backend.get_job("k")
     assert dead is not None and dead.state is JobState.DEAD
     assert [e.type for e in dead.errors] == ["LeaseExpired"] * 3
-    assert await backend.fetch_jobs(["default"], 1, "w", 5) == []
+    assert await backend.fetch_jobs(strict_claim(["default"], 1, "w", 5)) == []
 
 
 async def test_cancel_waiting_job(backend: Backend, clock: ManualClock) -> None:
@@ -66,7 +68,7 @@ async def test_cancel_waiting_job(backend: Backend, clock: ManualClock) -> None:
         cancelled = await backend.cancel_job(job_id)
         assert cancelled is not None and cancelled.state is JobState.CANCELLED
     clock.advance(100)
-    assert await backend.fetch_jobs(["default"], 10, "w", 5) == []
+    assert await backend.fetch_jobs(strict_claim(["default"], 10, "w", 5)) == []
     assert await backend.cancel_job("unknown") is None
 
 

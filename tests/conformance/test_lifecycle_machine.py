@@ -19,6 +19,8 @@ from conveyor import Conveyor
 from conveyor.backends.base import Backend, JobFilter, Lease, Settlement
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
+from conveyor.worker.rescue import rescue_expired
 from helpers import error, new_job
 
 S = JobState
@@ -86,7 +88,7 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
             claimable = {k for k, m in self.jobs.items()
                          if m.state is S.AVAILABLE
                          or (m.state in (S.SCHEDULED, S.RETRYABLE) and m.run_at <= self.clock.now)}
-            got = self.run(self.backend.fetch_jobs(["default"], limit, "w", LEASE))
+            got = self.run(self.backend.fetch_jobs(strict_claim(["default"], limit, "w", LEASE)))
             assert len(got) == min(limit, len(claimable))
             for job_id in claimable:  # a claim stages every due job, claimed or not
                 self.jobs[job_id].state = S.AVAILABLE
@@ -139,7 +141,7 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
         def rescue(self) -> None:
             expired = {k for k, m in self.jobs.items()
                        if m.state is S.RUNNING and m.lease_until < self.clock.now}
-            rescued = set(self.run(self.backend.rescue_expired_jobs()))
+            rescued = set(self.run(rescue_expired(self.backend, self.backend.clock())))
             assert rescued == expired
             for job_id in rescued:
                 model = self.jobs[job_id]

@@ -12,6 +12,7 @@ from conveyor.job import JobState
 from conveyor.worker import WorkerConfig
 from conveyor.worker.pool import Supervisor, _Child
 from conveyor.worker.pool_config import PoolConfig
+from conveyor.worker.rescue import rescue_expired
 from helpers import claim_one, complete, new_job
 
 
@@ -61,7 +62,7 @@ async def test_a_job_claimed_again_meanwhile_is_left_alone(app: Conveyor, backen
     await backend.enqueue_jobs([new_job(id="a")])
     first = await claim_one(backend, worker="child-1", lease=0.001)
     app.clock.advance(1)  # type: ignore[attr-defined]
-    assert await backend.rescue_expired_jobs() == ["a"]
+    assert await rescue_expired(backend, backend.clock()) == ["a"]
     second = await claim_one(backend, worker="child-2")
     assert second.lease_token != first.lease_token
     supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))

@@ -24,6 +24,7 @@ from conveyor.maintenance.scheduler import Scheduler, schedule_reports
 from conveyor.maintenance.state import SCHEDULES_NAMESPACE
 from conveyor.timeutil import ManualClock
 from conveyor.worker import WorkerConfig
+from conveyor.claiming import strict_claim
 from helpers import RunningWorker, complete, eventually
 
 MINUTE = 60
@@ -56,7 +57,7 @@ async def replicas(backend_url: str, clock: ManualClock) -> AsyncIterator[Callab
 async def run_all(backend: Backend, executions: Counter[str]) -> list[Job]:
     """Claim and complete every available job, counting executions per job id."""
     done: list[Job] = []
-    while jobs := await backend.fetch_jobs(["default"], 100, "w1", 30):
+    while jobs := await backend.fetch_jobs(strict_claim(["default"], 100, "w1", 30)):
         for job in jobs:
             executions[job.id] += 1
         await backend.settle_jobs([complete(job) for job in jobs])
@@ -116,7 +117,7 @@ async def test_a_stalled_replica_does_not_refire_a_completed_tick(
     fast, slow = replicas(2, every=timedelta(minutes=5), misfire="all", overlap="allow")
     fast_scheduler, slow_scheduler = Scheduler(fast), Scheduler(slow)
     await fast_scheduler.tick()  # START is a tick: it fires
-    stale = await backend.get_meta(SCHEDULES_NAMESPACE)
+    stale = await backend.list_records(SCHEDULES_NAMESPACE)
     clock.advance(5 * MINUTE)
     [job] = await fast_scheduler.tick()
     executions: Counter[str] = Counter()
@@ -124,7 +125,7 @@ async def test_a_stalled_replica_does_not_refire_a_completed_tick(
     clock.advance(30 * MINUTE)
     # The slow replica read the state before that tick was fired, and acts on it only
     # now, long after the tick's job completed.
-    await backend.put_meta(SCHEDULES_NAMESPACE, "tests.tick", stale["tests.tick"])
+    await backend.put_record(SCHEDULES_NAMESPACE, "tests.tick", stale["tests.tick"])
     enqueued = await slow_scheduler.tick()
     assert [j.id for j in enqueued][0] == job.id  # it tried, and got the finished job back
     await run_all(backend, executions)
@@ -151,14 +152,14 @@ async def test_once_per_tick_survives_stale_state_restarts_and_random_interleavi
     for _ in range(100):
         clock.advance(rng.choice([1, 20, 59, 61, 120, 121, 300]))
         if snapshots and rng.random() < 0.2:
-            await backend.put_meta(SCHEDULES_NAMESPACE, "tests.tick", rng.choice(snapshots))
+            await backend.put_record(SCHEDULES_NAMESPACE, "tests.tick", rng.choice(snapshots))
         if rng.random() < 0.1:
             i = rng.randrange(3)
             schedulers[i] = Scheduler(apps[i])  # a restart: no memory but the backend
         chosen = rng.sample(schedulers, rng.randint(1, 3))
         first_pass = clock.now if first_pass is None else first_pass
         await asyncio.gather(*(s.tick() for s in chosen))
-        snapshots.append((await backend.get_meta(SCHEDULES_NAMESPACE))["tests.tick"])
+        snapshots.append((await backend.list_records(SCHEDULES_NAMESPACE))["tests.tick"])
         if rng.random() < 0.7:
             await run_all(backend, executions)
     await asyncio.gather(*(s.tick() for s in schedulers))
@@ -213,7 +214,7 @@ async def test_overlap_skip_skips_ticks_while_the_previous_run_waits_or_runs(
     await schedulers[1].tick()
     clock.advance(MINUTE)  # first still waiting
     assert [await s.tick() for s in schedulers] == [[], []]
-    [running] = await backend.fetch_jobs(["default"], 10, "w1", 600)
+    [running] = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 600))
     clock.advance(MINUTE)  # first running
     assert [await s.tick() for s in schedulers] == [[], []]
     await backend.settle_jobs([complete(running)])
@@ -244,7 +245,7 @@ async def test_overlap_queue_one_holds_one_run_behind_the_running_one(
     schedulers = [Scheduler(app) for app in apps]
     job_id = apps[0].schedules["tests.tick"].job_id
     await asyncio.gather(*(s.tick() for s in schedulers))
-    [running] = await backend.fetch_jobs(["default"], 10, "w1", 600)
+    [running] = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 600))
     assert running.id == job_id(START)
     for _ in range(3):  # three ticks while it runs: the first is held, the others dropped
         clock.advance(MINUTE)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import Backend, Settlement
+from conveyor.backends.base import Backend, Settlement, StateForcing
 from conveyor.job import JobState
 from conveyor.lifecycle import ALLOWED
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
 from helpers import claim_one, complete, error, new_job, state_of
 
 
@@ -43,7 +44,7 @@ async def test_stale_token_is_rejected_and_changes_nothing(backend: Backend) -> 
 
 async def test_batch_settle_reports_only_the_stale(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id=f"m{i}") for i in range(4)])
-    jobs = await backend.fetch_jobs(["default"], 4, "w1", 30)
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 4, "w1", 30))
     forged = Settlement(jobs[3].id, jobs[3].lease_token + 100, JobState.COMPLETED, result="1")
     stale = await backend.settle_jobs([complete(j) for j in jobs[:3]] + [forged])
     assert stale == [jobs[3].id]
@@ -56,7 +57,7 @@ async def test_retry_keeps_errors_and_runs_again_when_due(backend: Backend, cloc
     await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.RETRYABLE,
                                           error=error(1, message="first"), run_at=clock.now + 10)])
     assert await state_of(backend, "r") is JobState.RETRYABLE
-    assert await backend.fetch_jobs(["default"], 1, "w1", 30) == []
+    assert await backend.fetch_jobs(strict_claim(["default"], 1, "w1", 30)) == []
     clock.advance(10)
     again = await claim_one(backend)
     assert again.attempt == 2
@@ -131,5 +132,6 @@ async def test_storage_rejects_illegal_transitions(
     assert targets
     for target in targets:
         with pytest.raises(Exception, match="illegal"):
+            assert isinstance(backend, StateForcing)
             await backend.force_state("g", target)
         assert await state_of(backend, "g") is source

@@ -357,11 +357,11 @@ async def test_live_workers_announce_themselves(live_app: Conveyor) -> None:
     runner = RunningWorker(live_app, WorkerConfig(queues=("a", "b"), concurrency=7, poll_interval=0.05))
     async with runner as worker:
         await eventually(lambda: _has_worker(backend, worker.id))
-        record = json.loads((await backend.get_meta("workers"))[worker.id])
+        record = json.loads((await backend.list_records("workers"))[worker.id])
         assert record["queues"] == ["a", "b"] and record["concurrency"] == 7
         assert record["in_flight"] == 0 and record["host"]
-    assert worker.id not in await backend.get_meta("workers")
+    assert worker.id not in await backend.list_records("workers")
 
 
 async def _has_worker(backend: object, worker_id: str) -> bool:
-    return worker_id in await backend.get_meta("workers")  # type: ignore[attr-defined]
+    return worker_id in await backend.list_records("workers")  # type: ignore[attr-defined]

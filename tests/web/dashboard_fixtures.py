@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from conveyor import Conveyor
 from conveyor.backends.base import Settlement
 from conveyor.job import AttemptError, JobState
+from conveyor.claiming import strict_claim
 
 LOCAL = ("127.0.0.1", 50123)
 
@@ -31,7 +32,7 @@ def make_app(path: Path, url: str | None = None) -> Conveyor:
 async def kill(app: Conveyor, queue: str, error_type: str, message: str) -> list[str]:
     """Claim every available job of `queue` and dead-letter it with `error_type`."""
     backend = await app.backend()
-    jobs = await backend.fetch_jobs([queue], 1000, "test-worker", 30.0)
+    jobs = await backend.fetch_jobs(strict_claim([queue], 1000, "test-worker", 30.0))
     await backend.settle_jobs([
         Settlement(j.id, j.lease_token, JobState.DEAD,
                    error=AttemptError(j.attempt, app.clock(), error_type, message,

@@ -131,7 +131,7 @@ def seed_history(app: Conveyor) -> None:
                            "dead": 1 if failed else 0, "cancelled": 0},
                 "wait": latency(done + failed, 4 if 20 < i < 28 else 2),
                 "run": latency(done + failed, 5)}}}
-            await backend.put_meta(STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record),
+            await backend.put_record(STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record),
                                    ttl=3900)
         await app.aclose()
 

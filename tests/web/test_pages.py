@@ -100,7 +100,7 @@ def test_html_in_job_data_is_escaped(app: Conveyor, client: TestClient) -> None:
 def test_workers_page_lists_live_workers(app: Conveyor, client: TestClient) -> None:
     async def announce() -> None:
         backend = await app.backend()
-        await backend.put_meta("workers", "w-1", '{"id": "w-1", "host": "box", "pid": 4242, '
+        await backend.put_record("workers", "w-1", '{"id": "w-1", "host": "box", "pid": 4242, '
                                '"queues": ["mail"], "concurrency": 8, "in_flight": 3, '
                                '"started_at": 0, "last_heartbeat": 0, "version": "9.9", '
                                '"stopping": false}', ttl=60)

@@ -1,22 +1,29 @@
-"""The backend contract: about twenty verbs named after the job lifecycle.
+"""The backend contract: three roles, each a small set of verbs.
 
-Every backend (SQLite, PostgreSQL, Redis) implements `Backend` and passes
-`tests/conformance/` unchanged. Rules every implementation follows:
+* `JobLifecycle`: what producers and workers do to jobs (enqueue, claim, settle,
+  heartbeat, checkpoint, find held leases, prune).
+* `Inspector`: what operators do (list, count, cancel, redrive, delete, stats, pause).
+* `SharedRecords`: small records every worker shares (live workers, schedule state,
+  rate windows, breakers), with atomic verbs.
 
-* Times are UTC epoch seconds from `self.clock()` (injectable for tests).
-* `fetch_jobs` is atomic: one job goes to exactly one caller. It first stages
-  due `scheduled`/`retryable` jobs, then claims `available` ones ordered by
-  priority (higher first), then run_at, then insertion order, skipping paused
-  queues. Each claim increments `attempt` and `lease_token`.
+`Backend` is all three. Every backend (memory, SQLite, PostgreSQL, Redis)
+implements it and passes `tests/conformance/` unchanged. Rules every
+implementation follows:
+
+* Times are UTC epoch seconds from `self.clock()` (injectable for tests); record
+  TTLs follow that clock too, never the server's.
+* `fetch_jobs` is atomic: one job goes to exactly one caller. It first stages due
+  `scheduled`/`retryable` jobs, then claims `available` ones as `ClaimRequest`
+  says, skipping paused queues. Each claim increments `attempt` and `lease_token`.
 * Every write about a running job (`settle_jobs`, `heartbeat_jobs`,
   `checkpoint_job`) carries the lease token; a stale token changes nothing and is
   reported back, never raised.
 * Transitions follow `conveyor.lifecycle.TRANSITIONS`; storage rejects others.
 
-Beyond the contract, a backend may have optional capabilities, each a protocol
-below (`TransactionalEnqueue`, `CompleteInTransaction`, `BlockingEnqueue`); the
-core asks with `isinstance(backend, Protocol)` and says clearly when a backend
-lacks it.
+A verb that may grow takes one frozen params object (`ClaimRequest`,
+`LeaseQuery`), so new fields do not break callers. Beyond the contract a backend
+may have optional capabilities, each a protocol below; the core asks with
+`isinstance(backend, Protocol)` and says clearly when a backend lacks it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,33 @@ from ..job import AttemptError, Job, JobState, NewJob
 from ..timeutil import Clock
 
 
+# --- params and replies ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One queue of a claim and how many jobs its first pass may take from it."""
+
+    name: str
+    quota: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Claim up to `limit` jobs for `worker_id`, each leased for `lease_seconds`.
+
+    Backends claim in two passes over `queues`, in order: first each queue up to its
+    quota, then, while short of `limit`, each queue that gave its whole quota takes
+    more (an empty queue's share goes to the others). Within a queue: priority
+    (higher first), then run_at, then insertion order. Build requests with
+    `conveyor.claiming.QueuePlan`, the one place that turns a worker's queue list
+    (strict order or weights) into quotas.
+    """
+
+    queues: tuple[QueueQuota, ...]
+    limit: int
+    worker_id: str
+    lease_seconds: float
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     job_id: str
@@ -37,11 +71,34 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A running job as a rescuer sees it: enough to end its attempt, fenced."""
+
+    job_id: str
+    token: int
+    worker_id: str | None
+    attempt: int
+    max_attempts: int
+    lease_expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseQuery:
+    """Running jobs whose lease expired before `expired_before`, or held by one of
+    `worker_ids` (a worker known to be dead). At most `limit`, in no set order."""
+
+    expired_before: float | None = None
+    worker_ids: tuple[str, ...] = ()
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class Settlement:
-    """The end of one attempt, written by the worker's batched completer.
+    """The end of one attempt, written by the worker's batched completer (or a rescuer).
 
     `state` is where the job goes: completed, retryable (with `run_at`), dead,
-    scheduled/available (snooze or release, `refund_attempt=True`), cancelled.
+    available (a lost worker's job, due at once), scheduled/available (snooze or
+    release, `refund_attempt=True`), cancelled.
     """
 
     job_id: str
@@ -100,9 +157,9 @@ def queue_stats_from_rows(
     oldest_available_by_queue: Iterable[Sequence[Any]],
     queue_flags: Iterable[Sequence[Any]],
 ) -> list[QueueStats]:
-    """Stats from the rows of the SQL backends' queries of the same names:
-    (queue, state, count), (queue, earliest available run_at), (queue, paused).
-    Shared so both list the same queues: those with jobs or a pause flag, by name."""
+    """Stats from rows: (queue, state, count), (queue, earliest available run_at),
+    (queue, paused). Shared so every backend lists the same queues: those with jobs
+    or a pause flag, by name."""
     counts: dict[str, dict[JobState, int]] = {}
     for queue, state, n in counts_by_queue_and_state:
         counts.setdefault(queue, {})[JobState(state)] = n
@@ -119,51 +176,55 @@ def queue_stats_from_rows(
     ]
 
 
+# --- the three roles -----------------------------------------------------------------
 @runtime_checkable
-class Backend(Protocol):
+class JobLifecycle(Protocol):
     clock: Clock
 
-    # --- life of the connection -------------------------------------------
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied."""
         ...
 
-    # --- producer -------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         """Insert jobs in one round trip. A job whose `id` or `unique_key` names a job
         that is still active (or completed within its `unique_for` window) is not
         inserted: the existing job is returned in its place."""
         ...
 
-    # --- worker ---------------------------------------------------------------
-    async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
-    ) -> list[Job]: ...
+    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+        """Stage due jobs, then claim as `request` says, in claim order."""
+        ...
+
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         """Apply attempt outcomes; return the ids whose token was stale (not applied)."""
         ...
-    async def heartbeat_jobs(
-        self, leases: Sequence[Lease], lease_seconds: float
-    ) -> HeartbeatReply: ...
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply: ...
+
+    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
         """Store JSON progress fenced by the lease; False if the lease was lost."""
         ...
+
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         """Return when new work may be there (a hint) or after `timeout`."""
         ...
 
-    # --- maintenance ----------------------------------------------------------
-    async def rescue_expired_jobs(self) -> list[str]:
-        """Expired leases go back to available (or dead when out of attempts)."""
+    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        """Running jobs whose lease expired or whose worker is gone. The rescuer
+        (conveyor.worker.rescue) ends their attempts with `settle_jobs`, fenced."""
         ...
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int: ...
 
-    # --- admin ----------------------------------------------------------------
+    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+        """Delete finished jobs past retention, never inside a live `unique_for` window."""
+        ...
+
     async def get_job(self, job_id: str) -> Job | None: ...
+
+
+@runtime_checkable
+class Inspector(Protocol):
     async def list_jobs(
         self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
     ) -> list[Job]:
@@ -172,36 +233,80 @@ class Backend(Protocol):
         so a deep page costs what the first one does (`offset` has to skip rows).
         Raises JobNotFound if the `after` job no longer exists."""
         ...
+
     async def count_jobs(self, where: JobFilter) -> int: ...
+
     async def cancel_job(self, job_id: str) -> Job | None:
         """Cancel a waiting job; flag a running one (cooperative). None if unknown."""
         ...
+
     async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
         """Send dead (or cancelled) jobs matching `where` back to available with
         fresh attempts, oldest failure first, at most `limit`."""
         ...
+
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         """Delete finished jobs (never active ones) matching `where`."""
         ...
+
     async def queue_stats(self) -> list[QueueStats]: ...
     async def pause_queue(self, queue: str, paused: bool) -> None: ...
 
-    # --- small shared records: live workers, schedule state -------------------
-    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
-        """Store JSON text `value` under (namespace, key), replacing any previous one;
-        with `ttl` (seconds) it disappears after that long unless written again."""
-        ...
-    async def get_meta(self, namespace: str) -> dict[str, str]:
-        """Every live (key -> JSON text) of a namespace."""
-        ...
-    async def delete_meta(self, namespace: str, key: str) -> None: ...
 
-    # --- test hook --------------------------------------------------------------
-    async def force_state(self, job_id: str, state: JobState) -> None:
-        """Write `state` with no other change, through the storage guard: raises an
-        error whose message contains "illegal" for a transition not in the table.
-        Only the conformance suite calls this."""
+@runtime_checkable
+class SharedRecords(Protocol):
+    """Text values under (namespace, key), shared by every worker. Each verb is one
+    atomic statement or script. `ttl` (seconds, by the backend's clock) makes a
+    record disappear that long after it was written; an expired record is absent
+    to every verb."""
+
+    async def get_record(self, namespace: str, key: str) -> str | None: ...
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        """Every live (key -> value) of a namespace."""
         ...
+
+    async def put_record(self, namespace: str, key: str, value: str,
+                         ttl: float | None = None) -> None:
+        """Store `value`, replacing any previous one (and its TTL)."""
+        ...
+
+    async def put_record_if_absent(self, namespace: str, key: str, value: str,
+                                   ttl: float | None = None) -> bool:
+        """Store `value` only if no live record has that key; True if stored."""
+        ...
+
+    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
+                                     value: str, ttl: float | None = None) -> bool:
+        """Replace the record with `value` only if it is now `expected` (None:
+        absent); True if replaced."""
+        ...
+
+    async def incr_record(self, namespace: str, key: str, amount: int = 1,
+                          ttl: float | None = None) -> int:
+        """Add `amount` to an integer record (absent counts as 0) and return the new
+        value. `ttl` applies when the record is created; later increments keep its
+        expiry (a fixed window)."""
+        ...
+
+    async def delete_record(self, namespace: str, key: str) -> bool:
+        """Delete the record; True if a live one was there."""
+        ...
+
+
+@runtime_checkable
+class Backend(JobLifecycle, Inspector, SharedRecords, Protocol):
+    """Everything a backend does: the lifecycle, the inspector and the records."""
+
+
+# --- for the conformance suite only ---------------------------------------------------
+@runtime_checkable
+class StateForcing(Protocol):
+    """Test hook: write `state` with no other change, through the storage guard,
+    raising an error whose message contains "illegal" for a transition not in the
+    table. Only the conformance suite uses it, to show storage enforces the machine."""
+
+    async def force_state(self, job_id: str, state: JobState) -> None: ...
 
 
 # --- optional capabilities ---------------------------------------------------------
@@ -230,7 +335,6 @@ class CompleteInTransaction(Protocol):
 @runtime_checkable
 class BlockingEnqueue(Protocol):
     """Enqueue from the caller's own thread without an event loop: the sync facade
-    (Django, Flask, scripts) then skips two thread hops (SQLite, PostgreSQL)."""
+    (Django, Flask, scripts) then skips two thread hops (SQLite, PostgreSQL, Redis)."""
 
     def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]: ...
-

@@ -60,7 +60,7 @@ class Scheduler:
         replica was first). Safe to call from any number of processes at once."""
         backend = await self.app.backend()
         now = self.app.clock()
-        stored = await backend.get_meta(SCHEDULES_NAMESPACE)
+        stored = await backend.list_records(SCHEDULES_NAMESPACE)
         jobs: list[Job] = []
         failed: Exception | None = None
         for schedule in self.schedules:
@@ -129,9 +129,9 @@ class Scheduler:
     async def _save(self, backend: Backend, name: str, state: ScheduleState) -> ScheduleState:
         # Re-read just before writing and write the merge: another replica may have
         # written since our read, and its progress must not be undone.
-        latest = (await backend.get_meta(SCHEDULES_NAMESPACE)).get(name)
+        latest = await backend.get_record(SCHEDULES_NAMESPACE, name)
         merged = state.merge(None if latest is None else ScheduleState.from_json(latest))
-        await backend.put_meta(SCHEDULES_NAMESPACE, name, merged.to_json())
+        await backend.put_record(SCHEDULES_NAMESPACE, name, merged.to_json())
         return merged
 
     async def _busy(self, backend: Backend, state: ScheduleState) -> bool:
@@ -228,7 +228,7 @@ async def schedule_reports(app: Conveyor, upcoming: int = 3) -> list[ScheduleRep
     from zoneinfo import ZoneInfo
 
     backend = await app.backend()
-    stored = await backend.get_meta(SCHEDULES_NAMESPACE)
+    stored = await backend.list_records(SCHEDULES_NAMESPACE)
     now = app.clock()
     reports: list[ScheduleReport] = []
     for schedule in app.schedules.values():

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
+    # None: serve `queues` in strict order. Else one weight per queue: each claim is
+    # shared out by weight (conveyor.claiming).
+    queue_weights: tuple[float, ...] | None = None
     concurrency: int = 10
     # A lease lasts `lease` seconds and is renewed every `heartbeat_interval`.
     # Recovery of a dead worker's job takes at most lease + rescue_interval.
@@ -38,6 +41,8 @@ class WorkerConfig:
             raise ValueError("concurrency must be at least 1")
         if not self.queues:
             raise ValueError("a worker needs at least one queue")
+        if self.queue_weights is not None and len(self.queue_weights) != len(self.queues):
+            raise ValueError("give one weight per queue, or none")
         if self.lease <= 0:
             raise ValueError("lease must be positive")
         if self.max_jobs is not None and self.max_jobs < 1:

@@ -21,6 +21,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, Lease, Settlement
+from ..claiming import QueuePlan
 from ..job import Job, JobState
 from ..logs import bind_job
 from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
@@ -30,6 +31,7 @@ from .config import WorkerConfig
 from .context import JobContext
 from .completer import Completer
 from .executor import JobExecutor
+from .rescue import rescue_expired
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -90,6 +92,7 @@ class Worker:
         self._executor = JobExecutor(app, self.id, self._thread_pool)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
         self._executor.on_runaway = self._on_runaway
+        self._queue_plan = QueuePlan(config.queues, config.queue_weights)
 
     # --- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -161,7 +164,7 @@ class Worker:
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
             try:
                 await self._write_stats()
-                await backend.delete_meta(WORKERS_NAMESPACE, self.id)
+                await backend.delete_record(WORKERS_NAMESPACE, self.id)
             except Exception:  # noqa: BLE001 - the record expires by itself
                 pass
         log.info("worker %s stopped (%s): %s", self.id, status.name.lower(), dict(self.counts))
@@ -213,7 +216,7 @@ class Worker:
                     want = min(want, self.config.max_jobs - self.claimed)
                 try:
                     jobs = await self._backend.fetch_jobs(
-                        self.config.queues, want, self.id, self.config.lease)
+                        self._queue_plan.request(want, self.id, self.config.lease))
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -347,7 +350,7 @@ class Worker:
             "last_heartbeat": self.app.clock(), "version": __version__,
             "stopping": self._stop_claiming.is_set(),
         }
-        await self._backend.put_meta(WORKERS_NAMESPACE, self.id, json.dumps(record),
+        await self._backend.put_record(WORKERS_NAMESPACE, self.id, json.dumps(record),
                                      ttl=self.config.heartbeat_every * 3)
 
     async def _write_stats(self) -> None:
@@ -355,14 +358,14 @@ class Worker:
         records = self.minute_stats.take_dirty(self.app.clock())
         try:
             for key, value in records:
-                await self._backend.put_meta(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
+                await self._backend.put_record(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
         except BaseException:
             self.minute_stats.restore_dirty(records)
             raise
 
     async def _rescue(self) -> None:
         assert self._backend is not None
-        rescued = await self._backend.rescue_expired_jobs()
+        rescued = await rescue_expired(self._backend, self.app.clock())
         if rescued:
             log.warning("rescued %d jobs whose lease expired: %s", len(rescued), rescued[:10])
 

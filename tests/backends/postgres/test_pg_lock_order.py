@@ -10,6 +10,7 @@ import random
 from conveyor.backends.base import JobFilter, Lease, Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.job import JobState, NewJob
+from conveyor.claiming import strict_claim
 
 
 async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg_url: str) -> None:
@@ -18,7 +19,7 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
         await backends[0].migrate()
         await backends[0].enqueue_jobs([NewJob(id=f"j{i:04d}", task="t", queue="q",
                                                payload="{}") for i in range(600)])
-        jobs = await backends[0].fetch_jobs(["q"], 600, "w", 60)
+        jobs = await backends[0].fetch_jobs(strict_claim(["q"], 600, "w", 60))
         assert len(jobs) == 600
         leases = [Lease(j.id, j.lease_token) for j in jobs]
         rng = random.Random(7)

@@ -44,7 +44,7 @@ async def test_hot_statements_never_scan_the_jobs_table(
             "stage_due_jobs": {"now": 1e9},
             "claim_jobs": {"queue": "q", "limit": 100, "now": 1e9, "worker_id": "w",
                            "lease_expires_at": 2e9},
-            "rescue_expired_jobs": {"now": 1.5, "version": "x"},
+            "find_leases": {"expired_before": 1.5, "worker_ids": ["w"], "limit": 1000},
             "heartbeat_jobs": {"ids": running, "tokens": [0] * 50, "lease_expires_at": 2e9},
             "settle_jobs": {"now": 1e9, "ids": running, "tokens": [0] * 50,
                             "states": ["completed"] * 50, "results": [None] * 50,

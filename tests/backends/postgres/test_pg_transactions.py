@@ -15,6 +15,8 @@ from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
 from conveyor.worker import WorkerConfig
 from conveyor.worker.context import JobContext
+from conveyor.claiming import strict_claim
+from conveyor.worker.rescue import rescue_expired
 
 
 
@@ -59,9 +61,9 @@ async def test_enqueue_is_invisible_until_commit(pg_app: Conveyor, pg_url: str) 
     try:
         handle = await ship.options(connection=conn).enqueue_async(1)  # opens a transaction
         assert await backend.get_job(handle.id) is None
-        assert await backend.fetch_jobs(["default"], 10, "w", 30) == []
+        assert await backend.fetch_jobs(strict_claim(["default"], 10, "w", 30)) == []
         await conn.commit()
-        assert [j.id for j in await backend.fetch_jobs(["default"], 10, "w", 30)] == [handle.id]
+        assert [j.id for j in await backend.fetch_jobs(strict_claim(["default"], 10, "w", 30))] == [handle.id]
     finally:
         await conn.close()
 
@@ -110,7 +112,7 @@ async def _claimed_pay_job(app: Conveyor) -> tuple[str, JobContext]:
 
     handle = await pay.enqueue_async()
     backend = await app.backend()
-    [job] = await backend.fetch_jobs(["default"], 1, "w1", 10.0)
+    [job] = await backend.fetch_jobs(strict_claim(["default"], 1, "w1", 10.0))
     return handle.id, JobContext(job, backend, asyncio.get_running_loop(), "w1")
 
 
@@ -126,8 +128,8 @@ async def test_lease_lost_inside_transaction_rolls_back_business_write(
             await conn.execute(f"INSERT INTO {orders} VALUES (1, 'paid')")
             # The worker stalls past its lease: rescued, and claimed by another worker.
             clock.advance(11)
-            assert await backend.rescue_expired_jobs() == [job_id]
-            [again] = await backend.fetch_jobs(["default"], 1, "w2", 10.0)
+            assert await rescue_expired(backend, backend.clock()) == [job_id]
+            [again] = await backend.fetch_jobs(strict_claim(["default"], 1, "w2", 10.0))
             assert again.lease_token == ctx.lease.token + 1
     assert ctx.lease_lost and not ctx.completed_in_transaction
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
@@ -142,7 +144,8 @@ async def test_lease_lost_before_transaction_writes_nothing(
     orders = business_table(admin_conn, schema)
     _, ctx = await _claimed_pay_job(app)
     clock.advance(11)
-    await (await app.backend()).rescue_expired_jobs()
+    backend = await app.backend()
+    await rescue_expired(backend, backend.clock())
     entered = False
     with pytest.raises(StaleLease, match="nothing written"):
         async with ctx.transaction():
@@ -213,8 +216,8 @@ async def test_sync_transaction_rolls_back_on_lease_loss(
 
     def lose_lease() -> None:  # what another host does while this one stalls
         clock.advance(11)
-        asyncio.run_coroutine_threadsafe(backend.rescue_expired_jobs(), loop).result()
-        asyncio.run_coroutine_threadsafe(backend.fetch_jobs(["default"], 1, "w2", 10.0), loop).result()
+        asyncio.run_coroutine_threadsafe(rescue_expired(backend, backend.clock()), loop).result()
+        asyncio.run_coroutine_threadsafe(backend.fetch_jobs(strict_claim(["default"], 1, "w2", 10.0)), loop).result()
 
     def handler() -> None:  # runs in a thread, as sync handlers do
         with ctx.transaction_sync(result="paid") as conn:

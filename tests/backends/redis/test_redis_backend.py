@@ -19,6 +19,7 @@ from conveyor.backends.redis.keys import id_from_rank
 from conveyor.errors import BackendUnavailable, ConfigurationError
 from conveyor.job import JobState, NewJob
 from conveyor.timeutil import ManualClock
+from conveyor.claiming import strict_claim
 from redis_helpers import RedisServer, free_port
 
 
@@ -84,7 +85,7 @@ async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock
     try:
         await a.enqueue_jobs([job(1)])
         assert await b.get_job("job-1") is None
-        assert await b.fetch_jobs(["default"], 10, "w", 30) == []
+        assert await b.fetch_jobs(strict_claim(["default"], 10, "w", 30)) == []
         assert await b.delete_all_keys() == 0  # nothing of b's; a's keys untouched
         assert await a.get_job("job-1") is not None
         assert await a.delete_all_keys() > 0
@@ -95,7 +96,7 @@ async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock
 
 async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(1, "a"), job(2, "b", run_at=backend.clock() + 60)])
-    claimed = await backend.fetch_jobs(["a"], 1, "w", 30)
+    claimed = await backend.fetch_jobs(strict_claim(["a"], 1, "w", 30))
     await backend.settle_jobs([Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED)])
     keys = [k async for k in backend.client.scan_iter(match=backend.keys.pattern())]
     assert keys and all(k.startswith("{" + backend.keys.prefix + "}:") for k in keys)
@@ -104,7 +105,7 @@ async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> No
 
 async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock: ManualClock) -> None:
     await backend.enqueue_jobs([job(i) for i in range(6)] + [job(9, run_at=clock() + 5)])
-    claimed = await backend.fetch_jobs(["default"], 4, "w", 30)
+    claimed = await backend.fetch_jobs(strict_claim(["default"], 4, "w", 30))
     await backend.settle_jobs([
         Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
         Settlement(claimed[1].id, claimed[1].lease_token, JobState.RETRYABLE, run_at=clock() + 1),
@@ -134,7 +135,7 @@ async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock:
 # --- fencing -------------------------------------------------------------------------
 async def test_stale_token_changes_nothing_and_is_reported(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(1)])
-    first = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    first = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     before = await backend.client.hgetall(backend.keys.job("job-1"))
     stale = await backend.settle_jobs([
         Settlement("job-1", first.lease_token + 1, JobState.COMPLETED, result="1"),
@@ -156,7 +157,7 @@ async def test_completed_and_dead_are_bounded_by_count(redis_url: str, clock: Ma
         await b.enqueue_jobs([job(i, unique_key=f"u{i}") for i in range(10)])
         for n in range(10):
             clock.advance(1)
-            claimed = (await b.fetch_jobs(["default"], 1, "w", 30))[0]
+            claimed = (await b.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
             state = JobState.COMPLETED if n < 6 else JobState.DEAD
             assert await b.settle_jobs([Settlement(claimed.id, claimed.lease_token, state)]) == []
         completed = await b.list_jobs(JobFilter(states=(JobState.COMPLETED,)))
@@ -178,7 +179,7 @@ async def test_prune_by_age_keeps_jobs_inside_their_dedup_window(
 ) -> None:
     await backend.enqueue_jobs([job(1), job(2, unique_key="k", unique_for=100.0), job(3)])
     for _ in range(3):
-        c = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+        c = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
         state = JobState.DEAD if c.id == "job-3" else JobState.COMPLETED
         await backend.settle_jobs([Settlement(c.id, c.lease_token, state)])
     clock.advance(50)
@@ -207,10 +208,10 @@ async def test_wait_for_jobs_returns_on_enqueue_not_on_timeout(backend: RedisBac
 async def test_a_claim_that_leaves_work_behind_wakes_the_next_worker(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i) for i in range(5)])
     await backend.client.delete(backend.keys.wake("default"))  # the enqueue's own token
-    await backend.fetch_jobs(["default"], 2, "w1", 30)
+    await backend.fetch_jobs(strict_claim(["default"], 2, "w1", 30))
     assert await backend.client.llen(backend.keys.wake("default")) == 1
     await backend.client.delete(backend.keys.wake("default"))
-    await backend.fetch_jobs(["default"], 10, "w2", 30)  # takes the rest
+    await backend.fetch_jobs(strict_claim(["default"], 10, "w2", 30))  # takes the rest
     assert await backend.client.llen(backend.keys.wake("default")) == 0
 
 
@@ -256,11 +257,11 @@ async def test_text_survives_the_trip_through_lua_exactly(backend: RedisBackend,
 
 async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, clock: ManualClock) -> None:
     await backend.enqueue_jobs([job(1, unique_key="k", max_attempts=1)])
-    first = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    first = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.DEAD)])
     # The key is free while job-1 is dead: job-2 takes it and completes.
     await backend.enqueue_jobs([job(2, unique_key="k")])
-    second = (await backend.fetch_jobs(["default"], 1, "w", 30))[0]
+    second = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     await backend.settle_jobs([Settlement(second.id, second.lease_token, JobState.COMPLETED)])
     await backend.redrive_jobs(JobFilter(ids=("job-1",)), 10, False)
     [dup] = await backend.enqueue_jobs([job(3, unique_key="k")])
@@ -288,7 +289,7 @@ async def test_scripts_come_back_after_the_server_forgets_them(private_redis: Re
         made = await b.enqueue_jobs([job(i) for i in range(1500)])  # two chunks: a pipeline
         assert len(made) == 1500
         await b.client.script_flush()
-        claimed = await b.fetch_jobs(["default"], 2, "w", 30)
+        claimed = await b.fetch_jobs(strict_claim(["default"], 2, "w", 30))
         await b.client.script_flush()
         assert await b.settle_jobs([  # complete + fail: two scripts in one pipeline
             Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
@@ -301,7 +302,7 @@ async def test_scripts_come_back_after_the_server_forgets_them(private_redis: Re
 
 async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3000)])
-    claimed = await backend.fetch_jobs(["a"], 700, "w", 30)
+    claimed = await backend.fetch_jobs(strict_claim(["a"], 700, "w", 30))
     await backend.settle_jobs([Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed])
     for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(tasks=("t",)),
                   JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b"))):

@@ -22,14 +22,15 @@ from ...errors import BackendUnavailable, ConfigurationError, JobNotFound, Stale
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
-from ...version import __version__
-from ..base import (HeartbeatReply, JobFilter, Lease, QueueStats, Settlement,
-                    queue_stats_from_rows, redrive_scope)
+from ...claiming import claim_in_passes_async
+from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope)
 from ..sqlfiles import load_migrations
 from . import enqueue
 from .config import parse_postgres_url
 from .lane import Busy, Lane
 from .listener import Listener
+from .records import PostgresRecords
 from .rows import claim_order, filter_params, job_from_row, jsonb, load_schema_queries
 
 log = logging.getLogger("conveyor.postgres")
@@ -37,7 +38,7 @@ T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresRecords):
     """Every Backend verb over one async connection pool (autocommit connections:
     a statement is its own transaction unless a verb opens one)."""
 
@@ -204,28 +205,24 @@ class PostgresBackend:
         )
 
     # --- worker -------------------------------------------------------------------------
-    async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
+    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+        if request.limit <= 0 or not request.queues:
             return []
         now = self.clock()
-
-        def claim(queue: str, n: int) -> dict[str, Any]:
-            return {"queue": queue, "limit": n, "now": now, "worker_id": worker_id,
-                    "lease_expires_at": now + lease_seconds}
+        params = {"now": now, "worker_id": request.worker_id,
+                  "lease_expires_at": now + request.lease_seconds}
 
         async def op(conn: AsyncConn) -> list[Job]:
             # Two statements, not one pipeline: measured no faster here (psycopg's
             # pipeline bookkeeping costs what the saved round trip gains on a LAN).
             await conn.execute(self.q["stage_due_jobs"], {"now": now})
-            rows: list[Any] = []
-            for queue in queues:  # in the order given: earlier queues first
-                if len(rows) >= limit:
-                    break
-                cur = await conn.execute(self.q["claim_jobs"], claim(queue, limit - len(rows)))
-                rows.extend(sorted(await cur.fetchall(), key=claim_order))
-            return [job_from_row(r) for r in rows]
+
+            async def take(queue: str, n: int) -> list[Any]:
+                cur = await conn.execute(self.q["claim_jobs"], {**params, "queue": queue,
+                                                                "limit": n})
+                return sorted(await cur.fetchall(), key=claim_order)
+
+            return [job_from_row(r) for r in await claim_in_passes_async(request, take)]
 
         return await self._run(op)
 
@@ -344,16 +341,13 @@ class PostgresBackend:
             return self._sync_pool
 
     # --- maintenance ----------------------------------------------------------------
-    async def rescue_expired_jobs(self) -> list[str]:
-        params = {"now": self.clock(), "version": __version__}
+    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        params = {"expired_before": query.expired_before, "worker_ids": list(query.worker_ids),
+                  "limit": query.limit}
 
-        async def op(conn: AsyncConn) -> list[str]:
-            async with conn.pipeline():
-                cur = await conn.execute(self.q["rescue_expired_jobs"], params)
-                rescued = [row[0] for row in await cur.fetchall()]
-                if rescued:
-                    await self._notify(conn)
-            return rescued
+        async def op(conn: AsyncConn) -> list[HeldLease]:
+            cur = await conn.execute(self.q["find_leases"], params)
+            return [HeldLease(*row) for row in await cur.fetchall()]
 
         return await self._run(op)
 
@@ -454,27 +448,6 @@ class PostgresBackend:
             await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})
             if not paused:
                 await self._notify(conn, [queue])
-
-        await self._run(op)
-
-    # --- small shared records ---------------------------------------------------------
-    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
-        now = self.clock()
-        params = {"namespace": namespace, "key": key, "value": value, "now": now,
-                  "expires_at": None if ttl is None else now + ttl}
-
-        async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["put_meta"], params)
-
-        await self._run(op)
-
-    async def get_meta(self, namespace: str) -> dict[str, str]:
-        rows = await self._fetch("get_meta", {"namespace": namespace, "now": self.clock()})
-        return {str(key): str(value) for key, value in rows}
-
-    async def delete_meta(self, namespace: str, key: str) -> None:
-        async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["delete_meta"], {"namespace": namespace, "key": key})
 
         await self._run(op)
 

@@ -257,24 +257,15 @@ UPDATE {schema}.jobs
 SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 
--- name: rescue_expired_jobs
--- A crash counts as an attempt: a job that kills its worker every time ends dead.
-UPDATE {schema}.jobs
-SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN %(now)s END,
-    lease_expires_at = NULL,
-    errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempt, 'at', %(now)s::float8, 'type', 'LeaseExpired',
-        'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
-        'traceback', '', 'worker_id', coalesce(worker_id, ''),
-        -- worker ids are host:pid:nonce
-        'host', CASE WHEN strpos(worker_id, ':') > 0 THEN split_part(worker_id, ':', 1) ELSE '' END,
-        'version', %(version)s::text))
-WHERE seq = ANY (ARRAY(
-    SELECT seq FROM {schema}.jobs
-    WHERE state = 'running' AND lease_expires_at < %(now)s
-    FOR UPDATE SKIP LOCKED))
-RETURNING id
+-- name: find_leases
+-- Running jobs whose lease expired, or held by workers known to be dead; the
+-- rescuer settles them, fenced by their tokens. Walks the running jobs only
+-- (jobs_lease is a partial index on them).
+SELECT id, lease_token, worker_id, attempt, max_attempts, lease_expires_at
+FROM {schema}.jobs
+WHERE state = 'running'
+  AND (lease_expires_at < %(expired_before)s::float8 OR worker_id = ANY (%(worker_ids)s::text[]))
+LIMIT %(limit)s
 
 -- name: prune_jobs
 DELETE FROM {schema}.jobs
@@ -355,7 +346,20 @@ SELECT count(*) FROM {schema}.jobs WHERE {job_filter}
 -- name: listen
 LISTEN {channel}
 
--- name: put_meta
+-- fragment: live_record
+-- A record counts only until its expiry (by the application clock).
+(expires_at IS NULL OR expires_at > %(now)s)
+
+-- name: get_record
+SELECT value FROM {schema}.meta
+WHERE namespace = %(namespace)s AND key = %(key)s AND {live_record}
+
+-- name: list_records
+SELECT key, value FROM {schema}.meta
+WHERE namespace = %(namespace)s AND {live_record}
+ORDER BY key
+
+-- name: put_record
 -- Expired records are swept on write (workers write every heartbeat), reads filter them.
 WITH swept AS (
     DELETE FROM {schema}.meta WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
@@ -364,10 +368,32 @@ INSERT INTO {schema}.meta (namespace, key, value, expires_at)
 VALUES (%(namespace)s, %(key)s, %(value)s, %(expires_at)s)
 ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 
--- name: get_meta
-SELECT key, value FROM {schema}.meta
-WHERE namespace = %(namespace)s AND (expires_at IS NULL OR expires_at > %(now)s)
-ORDER BY key
+-- name: put_record_if_absent
+-- Takes the key when no record holds it or the one there expired.
+INSERT INTO {schema}.meta AS m (namespace, key, value, expires_at)
+VALUES (%(namespace)s, %(key)s, %(value)s, %(expires_at)s)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+    WHERE m.expires_at IS NOT NULL AND m.expires_at <= %(now)s
+RETURNING 1
 
--- name: delete_meta
+-- name: compare_and_set_record
+UPDATE {schema}.meta SET value = %(value)s, expires_at = %(expires_at)s
+WHERE namespace = %(namespace)s AND key = %(key)s AND value = %(expected)s AND {live_record}
+RETURNING 1
+
+-- name: incr_record
+-- A live record is incremented and keeps its expiry; an absent or expired one
+-- starts at `amount` with the new expiry. A value that is not an integer raises
+-- (invalid_text_representation), reported as a ValueError.
+INSERT INTO {schema}.meta AS m (namespace, key, value, expires_at)
+VALUES (%(namespace)s, %(key)s, %(amount)s::bigint::text, %(expires_at)s)
+ON CONFLICT (namespace, key) DO UPDATE SET
+    value = CASE WHEN m.expires_at IS NULL OR m.expires_at > %(now)s
+                 THEN (m.value::bigint + %(amount)s::bigint)::text ELSE excluded.value END,
+    expires_at = CASE WHEN m.expires_at IS NULL OR m.expires_at > %(now)s
+                      THEN m.expires_at ELSE excluded.expires_at END
+RETURNING value
+
+-- name: delete_record
 DELETE FROM {schema}.meta WHERE namespace = %(namespace)s AND key = %(key)s
+RETURNING {live_record}

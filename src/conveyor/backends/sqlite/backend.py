@@ -21,7 +21,9 @@ from ...errors import ConfigurationError
 from .. import redact_url
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement
+from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+                    QueueStats, Settlement)
+from . import records
 from .store import SqliteStore
 from .wakeup import WakeupListener, WakeupSender
 
@@ -131,10 +133,8 @@ class SqliteBackend:
         return result
 
     # --- worker -----------------------------------------------------------------------
-    async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
-    ) -> list[Job]:
-        return await self._on_thread(lambda s: s.fetch_jobs(queues, limit, worker_id, lease_seconds))
+    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+        return await self._on_thread(lambda s: s.fetch_jobs(request))
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         stale = await self._on_thread(lambda s: s.settle_jobs(settlements))
@@ -156,11 +156,8 @@ class SqliteBackend:
         await self._listener.wait(timeout)
 
     # --- maintenance ----------------------------------------------------------------
-    async def rescue_expired_jobs(self) -> list[str]:
-        rescued = await self._on_thread(lambda s: s.rescue_expired_jobs())
-        if rescued and self._sender is not None:
-            self._sender.notify()
-        return rescued
+    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        return await self._on_thread(lambda s: s.find_leases(query))
 
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
@@ -194,14 +191,32 @@ class SqliteBackend:
     async def pause_queue(self, queue: str, paused: bool) -> None:
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 
-    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
-        await self._on_thread(lambda s: s.put_meta(namespace, key, value, ttl))
+    # --- shared records -------------------------------------------------------------
+    async def get_record(self, namespace: str, key: str) -> str | None:
+        return await self._on_thread(lambda s: records.get(s, namespace, key))
 
-    async def get_meta(self, namespace: str) -> dict[str, str]:
-        return await self._on_thread(lambda s: s.get_meta(namespace))
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return await self._on_thread(lambda s: records.list_all(s, namespace))
 
-    async def delete_meta(self, namespace: str, key: str) -> None:
-        await self._on_thread(lambda s: s.delete_meta(namespace, key))
+    async def put_record(self, namespace: str, key: str, value: str,
+                         ttl: float | None = None) -> None:
+        await self._on_thread(lambda s: records.put(s, namespace, key, value, ttl))
+
+    async def put_record_if_absent(self, namespace: str, key: str, value: str,
+                                   ttl: float | None = None) -> bool:
+        return await self._on_thread(lambda s: records.put_if_absent(s, namespace, key, value, ttl))
+
+    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
+                                     value: str, ttl: float | None = None) -> bool:
+        return await self._on_thread(
+            lambda s: records.compare_and_set(s, namespace, key, expected, value, ttl))
+
+    async def incr_record(self, namespace: str, key: str, amount: int = 1,
+                          ttl: float | None = None) -> int:
+        return await self._on_thread(lambda s: records.incr(s, namespace, key, amount, ttl))
+
+    async def delete_record(self, namespace: str, key: str) -> bool:
+        return await self._on_thread(lambda s: records.delete(s, namespace, key))
 
     async def force_state(self, job_id: str, state: JobState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""

@@ -93,22 +93,15 @@ UPDATE conveyor_jobs
 SET checkpoint = coalesce(:checkpoint, checkpoint), progress = coalesce(:progress, progress)
 WHERE id = :id AND lease_token = :token AND state = 'running'
 
--- name: rescue_expired_jobs
--- A crash counts as an attempt: a job that kills its worker every time ends dead.
-UPDATE conveyor_jobs
-SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'available' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN :now END,
-    lease_expires_at = NULL,
-    errors = json_insert(errors, '$[#]', json_object(
-        'attempt', attempt, 'at', :now, 'type', 'LeaseExpired',
-        'message', 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating',
-        'traceback', '', 'worker_id', coalesce(worker_id, ''),
-        -- worker ids are host:pid:nonce
-        'host', CASE WHEN instr(worker_id, ':') > 0 THEN substr(worker_id, 1, instr(worker_id, ':') - 1)
-                     ELSE '' END,
-        'version', :version))
-WHERE state = 'running' AND lease_expires_at < :now
-RETURNING id
+-- name: find_leases
+-- Running jobs whose lease expired, or held by workers known to be dead (a JSON
+-- array of ids); the rescuer settles them, fenced by their tokens.
+SELECT id, lease_token, worker_id, attempt, max_attempts, lease_expires_at
+FROM conveyor_jobs
+WHERE state = 'running'
+  AND ((:expired_before IS NOT NULL AND lease_expires_at < :expired_before)
+       OR worker_id IN (SELECT value FROM json_each(:worker_ids)))
+LIMIT :limit
 
 -- name: prune_jobs
 DELETE FROM conveyor_jobs
@@ -177,18 +170,26 @@ SELECT count(*) FROM conveyor_jobs WHERE {job_filter}
 -- Where a keyset cursor (a job id) sits in the listing order.
 SELECT seq FROM conveyor_jobs WHERE id = :id
 
--- name: put_meta
+-- name: get_record
+SELECT value FROM conveyor_meta
+WHERE namespace = :namespace AND key = :key AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: get_record_and_expiry
+SELECT value, expires_at FROM conveyor_meta
+WHERE namespace = :namespace AND key = :key AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: put_record
 INSERT INTO conveyor_meta (namespace, key, value, expires_at)
 VALUES (:namespace, :key, :value, :expires_at)
 ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 
--- name: get_meta
+-- name: list_records
 SELECT key, value FROM conveyor_meta
 WHERE namespace = :namespace AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY key
 
--- name: delete_meta
+-- name: delete_record
 DELETE FROM conveyor_meta WHERE namespace = :namespace AND key = :key
 
--- name: delete_expired_meta
+-- name: delete_expired_records
 DELETE FROM conveyor_meta WHERE expires_at IS NOT NULL AND expires_at <= :now

@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from ...version import __version__
 from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
 from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
-from ..base import (HeartbeatReply, JobFilter, Lease, QueueStats, Settlement,
-                    queue_stats_from_rows, redrive_scope)
+from ...claiming import claim_in_passes
+from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope)
 from ..sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -180,33 +180,23 @@ class SqliteStore:
         return None if hit is None else self._get(db, hit[0])
 
     # --- worker -------------------------------------------------------------------
-    def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
-    ) -> list[Job]:
+    def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
         now = self.clock()
-        claimed: list[Job] = []
+        params = {"now": now, "lease_expires_at": now + request.lease_seconds,
+                  "worker_id": request.worker_id}
         with self.write() as db:
             db.execute(Q["stage_due_jobs"], {"now": now})
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
-            for queue in queues:  # in the order given: earlier queues first
-                if len(claimed) >= limit:
-                    break
+
+            def take(queue: str, n: int) -> list[Job]:
                 if queue in paused:
-                    continue
-                rows = db.execute(
-                    Q["claim_jobs"],
-                    {
-                        "queue": queue,
-                        "limit": limit - len(claimed),
-                        "now": now,
-                        "lease_expires_at": now + lease_seconds,
-                        "worker_id": worker_id,
-                    },
-                ).fetchall()
+                    return []
+                rows = db.execute(Q["claim_jobs"], {**params, "queue": queue, "limit": n})
                 batch = [job_from_row(r) for r in rows]
-                batch.sort(key=lambda j: (-j.priority, j.run_at))
-                claimed.extend(batch)
-        return claimed
+                batch.sort(key=lambda j: (-j.priority, j.run_at))  # RETURNING has no order
+                return batch
+
+            return claim_in_passes(request, take)
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         now = self.clock()
@@ -256,12 +246,11 @@ class SqliteStore:
             return cursor.rowcount == 1
 
     # --- maintenance ----------------------------------------------------------------
-    def rescue_expired_jobs(self) -> list[str]:
-        with self.write() as db:
-            rows = db.execute(
-                Q["rescue_expired_jobs"], {"now": self.clock(), "version": __version__}
-            ).fetchall()
-        return [r[0] for r in rows]
+    def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        rows = self.conn.execute(Q["find_leases"], {
+            "expired_before": query.expired_before, "limit": query.limit,
+            "worker_ids": json.dumps(list(query.worker_ids))})
+        return [HeldLease(*row) for row in rows]
 
     def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         total = 0
@@ -348,21 +337,6 @@ class SqliteStore:
     def pause_queue(self, queue: str, paused: bool) -> None:
         with self.write() as db:
             db.execute(Q["set_queue_paused"], {"queue": queue, "paused": int(paused)})
-
-    def put_meta(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
-        now = self.clock()
-        with self.write() as db:
-            db.execute(Q["delete_expired_meta"], {"now": now})
-            db.execute(Q["put_meta"], {"namespace": namespace, "key": key, "value": value,
-                                       "expires_at": None if ttl is None else now + ttl})
-
-    def get_meta(self, namespace: str) -> dict[str, str]:
-        rows = self.conn.execute(Q["get_meta"], {"namespace": namespace, "now": self.clock()})
-        return {key: value for key, value in rows}
-
-    def delete_meta(self, namespace: str, key: str) -> None:
-        with self.write() as db:
-            db.execute(Q["delete_meta"], {"namespace": namespace, "key": key})
 
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:

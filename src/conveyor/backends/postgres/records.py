@@ -1,0 +1,89 @@
+"""The shared-record verbs on PostgreSQL: each one statement (queries.sql), so
+atomic under any number of concurrent writers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from ...timeutil import Clock
+from ..records import expiry
+
+T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+class PostgresRecords:
+    """Mixed into PostgresBackend, whose connection plumbing it uses."""
+
+    q: dict[str, str]
+    clock: Clock
+
+    async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        raise NotImplementedError
+
+    async def _one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        async def op(conn: AsyncConn) -> tuple[Any, ...] | None:
+            return await (await conn.execute(self.q[query], params)).fetchone()
+
+        return await self._run(op)
+
+    def _params(self, namespace: str, key: str, **more: Any) -> dict[str, Any]:
+        return {"namespace": namespace, "key": key, "now": self.clock(), **more}
+
+    async def get_record(self, namespace: str, key: str) -> str | None:
+        row = await self._one("get_record", self._params(namespace, key))
+        return None if row is None else str(row[0])
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        params = {"namespace": namespace, "now": self.clock()}
+
+        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(self.q["list_records"], params)).fetchall()
+
+        return {str(key): str(value) for key, value in await self._run(op)}
+
+    async def put_record(self, namespace: str, key: str, value: str,
+                         ttl: float | None = None) -> None:
+        now = self.clock()
+        params = self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl))
+
+        async def op(conn: AsyncConn) -> None:
+            await conn.execute(self.q["put_record"], params)
+
+        await self._run(op)
+
+    async def put_record_if_absent(self, namespace: str, key: str, value: str,
+                                   ttl: float | None = None) -> bool:
+        now = self.clock()
+        row = await self._one("put_record_if_absent", self._params(
+            namespace, key, value=value, now=now, expires_at=expiry(now, ttl)))
+        return row is not None
+
+    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
+                                     value: str, ttl: float | None = None) -> bool:
+        if expected is None:
+            return await self.put_record_if_absent(namespace, key, value, ttl)
+        now = self.clock()
+        row = await self._one("compare_and_set_record", self._params(
+            namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)))
+        return row is not None
+
+    async def incr_record(self, namespace: str, key: str, amount: int = 1,
+                          ttl: float | None = None) -> int:
+        now = self.clock()
+        params = self._params(namespace, key, amount=amount, now=now, expires_at=expiry(now, ttl))
+        try:
+            row = await self._one("incr_record", params)
+        except psycopg.errors.InvalidTextRepresentation:
+            current = await self.get_record(namespace, key)
+            raise ValueError(f"record {namespace}/{key} holds {str(current)[:40]!r}, not an "
+                             "integer; incr_record counts only what it created") from None
+        assert row is not None
+        return int(row[0])
+
+    async def delete_record(self, namespace: str, key: str) -> bool:
+        row = await self._one("delete_record", self._params(namespace, key))
+        return row is not None and bool(row[0])

@@ -1,0 +1,67 @@
+"""QueuePlan: the one place a worker's queue list becomes the quotas of its claims."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from conveyor.backends.base import ClaimRequest, QueueQuota
+from conveyor.claiming import QueuePlan, claim_in_passes, parse_queues
+
+
+def test_strict_order_gives_every_queue_the_whole_claim() -> None:
+    plan = parse_queues("critical,default,bulk")
+    assert plan.weights is None
+    assert plan.quotas(7) == (QueueQuota("critical", 7), QueueQuota("default", 7),
+                              QueueQuota("bulk", 7))
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 200])
+def test_weighted_quotas_follow_the_weights_exactly_over_many_claims(limit: int) -> None:
+    plan = parse_queues("critical=6,default=3,bulk=1")
+    granted: Counter[str] = Counter()
+    for _ in range(1000):
+        quotas = plan.quotas(limit)
+        assert sum(q.quota for q in quotas) == limit
+        granted.update({q.name: q.quota for q in quotas})
+    total = 1000 * limit
+    assert granted == {"critical": total * 6 // 10, "default": total * 3 // 10,
+                       "bulk": total // 10}
+
+
+def test_claims_of_one_rotate_smoothly() -> None:
+    plan = QueuePlan(["a", "b"], weights=[1, 1])
+    firsts = [next(q.name for q in plan.quotas(1) if q.quota) for _ in range(6)]
+    assert firsts == ["a", "b", "a", "b", "a", "b"]
+
+
+def test_the_two_passes() -> None:
+    stock = {"a": 0, "b": 10, "c": 1}
+    asked: list[tuple[str, int]] = []
+
+    def take(queue: str, n: int) -> list[str]:
+        asked.append((queue, n))
+        got = min(n, stock[queue])
+        stock[queue] -= got
+        return [queue] * got
+
+    request = ClaimRequest((QueueQuota("a", 3), QueueQuota("b", 2), QueueQuota("c", 1)), 6, "w", 1)
+    assert claim_in_passes(request, take) == ["b", "b", "c", "b", "b", "b"]
+    # a came up short, so it is not asked again; b and c gave their whole quotas, and b
+    # fills the claim in the second pass before c's turn comes.
+    assert asked == [("a", 3), ("b", 2), ("c", 1), ("b", 3)]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("", "no queue"),
+    ("a,a", "listed twice"),
+    ("a=1,b", "every queue a weight or none"),
+    ("a=x", "not a number"),
+    ("a=0", "positive"),
+    ("a=-1,b=2", "positive"),
+    ("a=inf", "positive"),
+])
+def test_bad_queue_specs_are_refused(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_queues(spec)
