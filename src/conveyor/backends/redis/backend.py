@@ -25,9 +25,9 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
-from ...version import __version__
 from .. import redact_url
-from ..base import HeartbeatReply, JobFilter, Lease, QueueStats, Settlement, redrive_scope
+from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+                    QueueStats, Settlement, redrive_scope)
 from .codec import float_arg, job_from_hash, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
@@ -35,6 +35,7 @@ from .keys import Keys
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
+from .records import RedisRecords
 from .script_args import enqueue_commands, enqueued_jobs, settle_calls, stale_settlements
 from .script_calls import Scripts
 
@@ -43,12 +44,11 @@ __all__ = ["RedisBackend", "job_from_hash", "parse_redis_url"]
 log = logging.getLogger("conveyor.redis")
 
 _STAGE_LIMIT = 1000  # due jobs staged per claim call
-_RESCUE_LIMIT = 1000
 _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend:
+class RedisBackend(RedisRecords):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
@@ -189,16 +189,17 @@ class RedisBackend:
 
     # --- worker -------------------------------------------------------------------
     @translated
-    async def fetch_jobs(
-        self, queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
+    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+        if request.limit <= 0 or not request.queues:
             return []
         now = self.clock()
+        quotas: list[str | int] = []
+        for entry in request.queues:
+            quotas += [entry.name, entry.quota]
         rows = await self.scripts.call(
             "claim", [self.keys.due, self.keys.paused],
-            [float_arg(now), float_arg(now + lease_seconds), worker_id, limit, _STAGE_LIMIT,
-             *queues],
+            [float_arg(now), float_arg(now + request.lease_seconds), request.worker_id,
+             request.limit, _STAGE_LIMIT, *quotas],
         )
         return [job_from_reply(row) for row in rows]
 
@@ -246,16 +247,14 @@ class RedisBackend:
 
     # --- maintenance ----------------------------------------------------------------
     @translated
-    async def rescue_expired_jobs(self) -> list[str]:
-        rescued: list[str] = []
-        while True:
-            batch = await self.scripts.call(
-                "rescue", [self.keys.queues],
-                [float_arg(self.clock()), __version__, _RESCUE_LIMIT, self.max_dead],
-            )
-            rescued += batch
-            if len(batch) < _RESCUE_LIMIT:
-                return rescued
+    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        expired_before = "" if query.expired_before is None else float_arg(query.expired_before)
+        flat = await self.scripts.call("find_leases", [self.keys.queues],
+                                       [expired_before, query.limit, *query.worker_ids])
+        return [HeldLease(job_id=flat[i], token=int(flat[i + 1]), worker_id=flat[i + 2] or None,
+                          attempt=int(flat[i + 3]), max_attempts=int(flat[i + 4]),
+                          lease_expires_at=float(flat[i + 5]) if flat[i + 5] else None)
+                for i in range(0, len(flat), 6)]
 
     @translated
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
@@ -336,32 +335,6 @@ class RedisBackend:
             if not paused:  # idle workers may have work waiting in it
                 pipe.rpush(self.keys.wake(queue), "1")
                 pipe.ltrim(self.keys.wake(queue), 0, 0)
-            await pipe.execute()
-
-    # --- small shared records ---------------------------------------------------------
-    # TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
-    # clock): each namespace is a hash of values plus a zset of expiry times.
-    @translated
-    async def put_meta(self, namespace: str, key: str, value: str, ttl: float | None = None) -> None:
-        now = self.clock()
-        await self.scripts.call(
-            "put_meta", [self.keys.meta(namespace), self.keys.meta_expiry(namespace)],
-            [float_arg(now), key, value, "" if ttl is None else float_arg(now + ttl)],
-        )
-
-    @translated
-    async def get_meta(self, namespace: str) -> dict[str, str]:
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.meta(namespace))
-            pipe.zrangebyscore(self.keys.meta_expiry(namespace), "-inf", float_arg(self.clock()))
-            values, expired = await pipe.execute()
-        return {k: values[k] for k in sorted(values) if k not in set(expired)}
-
-    @translated
-    async def delete_meta(self, namespace: str, key: str) -> None:
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hdel(self.keys.meta(namespace), key)
-            pipe.zrem(self.keys.meta_expiry(namespace), key)
             await pipe.execute()
 
     @translated

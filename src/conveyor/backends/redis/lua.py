@@ -17,7 +17,8 @@ from importlib import resources
 
 SCRIPT_NAMES = (
     "enqueue", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
-    "rescue", "prune", "cancel", "redrive", "delete", "force_state", "put_meta",
+    "find_leases", "prune", "cancel", "redrive", "delete", "force_state",
+    "put_record", "set_record_if", "incr_record", "delete_record",
 )
 
 

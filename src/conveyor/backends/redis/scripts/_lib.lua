@@ -161,4 +161,23 @@ local function optional(arg)
   return string.sub(arg, 2)
 end
 
+-- A shared record's value if it is live at `now` (by the expiry zset), else nil.
+local function live_record(values, expiries, key, now)
+  local value = redis.call('HGET', values, key)
+  if not value then return nil end
+  local expires_at = redis.call('ZSCORE', expiries, key)
+  if expires_at and tonumber(expires_at) <= tonumber(now) then return nil end
+  return value
+end
+
+-- Store a shared record with its expiry ('' for none), replacing any previous one.
+local function put_record(values, expiries, key, value, expires_at)
+  redis.call('HSET', values, key, value)
+  if expires_at == '' then
+    redis.call('ZREM', expiries, key)
+  else
+    redis.call('ZADD', expiries, expires_at, key)
+  end
+end
+
 -- -- end of _lib.lua --

@@ -1,6 +1,7 @@
 -- claim.lua: stage due jobs (scheduled|retryable -> available), then claim up to
--- `limit` available jobs (available -> running) from the given queues, in order,
--- skipping paused ones. Each claim adds 1 to attempt and to lease_token (the
+-- `limit` available jobs (available -> running) as a ClaimRequest says, skipping
+-- paused queues: first each queue up to its quota, in the order given; then, while
+-- short of the limit, each queue that gave its whole quota takes what is left. Each claim adds 1 to attempt and to lease_token (the
 -- fencing token) and records the lease, in the same atomic step as the pop: a job
 -- is never "popped but not started".
 --
@@ -12,7 +13,7 @@
 -- ARGV[4] worker id
 -- ARGV[5] limit: most jobs to claim
 -- ARGV[6] stage_limit: most due jobs to stage in this call
--- ARGV[7..] queue names, earlier first
+-- ARGV[7..] pairs: queue name, quota (most jobs from it in the first pass)
 -- Returns the claimed jobs, each as HGETALL, in claim order.
 
 local now_text, lease_expires_at, worker_id = ARGV[2], ARGV[3], ARGV[4]
@@ -33,31 +34,47 @@ for _, id in ipairs(due) do
 end
 
 local claimed = {}
-for q = 7, #ARGV do
-  local queue = ARGV[q]
-  local want = limit - #claimed
-  if want <= 0 then break end
-  if redis.call('HGET', PAUSED, queue) ~= '1' then
-    local popped = redis.call('ZPOPMIN', state_key(queue, 'available'), want)
-    for p = 1, #popped, 2 do
-      local id = string.sub(popped[p], RANK_LEN + 1)
-      local key = job_key(id)
-      if redis.call('HGET', key, 'state') == 'available' then
-        redis.call('HINCRBY', key, 'attempt', 1)
-        redis.call('HINCRBY', key, 'lease_token', 1)
-        redis.call('HSET', key, 'state', 'running', 'lease_expires_at', lease_expires_at,
-          'worker_id', worker_id, 'started_at', now_text)
-        redis.call('HDEL', key, 'rank')
-        redis.call('ZADD', state_key(queue, 'running'), lease_expires_at, id)
-        claimed[#claimed + 1] = redis.call('HGETALL', key)
-      end
-    end
-    woken[queue] = nil
-    -- Work left behind: wake the next idle worker (a chain of wake-ups, no herd).
-    if #claimed >= limit and redis.call('ZCARD', state_key(queue, 'available')) > 0 then
-      wake(queue)
+
+-- Claim up to `want` jobs from one queue; returns how many it got.
+local function take(queue, want)
+  if want <= 0 or redis.call('HGET', PAUSED, queue) == '1' then return 0 end
+  local got = 0
+  local popped = redis.call('ZPOPMIN', state_key(queue, 'available'), want)
+  for p = 1, #popped, 2 do
+    local id = string.sub(popped[p], RANK_LEN + 1)
+    local key = job_key(id)
+    if redis.call('HGET', key, 'state') == 'available' then
+      redis.call('HINCRBY', key, 'attempt', 1)
+      redis.call('HINCRBY', key, 'lease_token', 1)
+      redis.call('HSET', key, 'state', 'running', 'lease_expires_at', lease_expires_at,
+        'worker_id', worker_id, 'started_at', now_text)
+      redis.call('HDEL', key, 'rank')
+      redis.call('ZADD', state_key(queue, 'running'), lease_expires_at, id)
+      claimed[#claimed + 1] = redis.call('HGETALL', key)
+      got = got + 1
     end
   end
+  woken[queue] = nil
+  -- Work left behind: wake the next idle worker (a chain of wake-ups, no herd).
+  if #claimed >= limit and redis.call('ZCARD', state_key(queue, 'available')) > 0 then
+    wake(queue)
+  end
+  return got
+end
+
+local more = {}
+for q = 7, #ARGV, 2 do
+  local queue, quota = ARGV[q], tonumber(ARGV[q + 1])
+  local want = math.min(quota, limit - #claimed)
+  if want > 0 then
+    if take(queue, want) == want then more[#more + 1] = queue end
+  elseif quota <= 0 then
+    more[#more + 1] = queue  -- asked nothing yet: may take spare capacity
+  end
+end
+for _, queue in ipairs(more) do
+  if #claimed >= limit then break end
+  take(queue, limit - #claimed)
 end
 for queue in pairs(woken) do wake(queue) end
 return claimed

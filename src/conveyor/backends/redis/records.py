@@ -1,0 +1,102 @@
+"""The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
+atomic under any number of concurrent writers.
+
+TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
+clock): each namespace is a hash of values plus a zset of expiry times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from ...timeutil import Clock
+from ..records import expiry
+from .codec import float_arg, optional_arg
+from .errors import translated
+from .keys import Keys
+from .script_calls import Scripts
+
+NOT_AN_INTEGER = "CONVEYOR_NOT_AN_INTEGER"
+
+
+class RedisRecords:
+    """Mixed into RedisBackend, whose client and scripts it uses."""
+
+    url: str
+    clock: Clock
+    keys: Keys
+
+    @property
+    def client(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def scripts(self) -> Scripts:
+        raise NotImplementedError
+
+    def _record_keys(self, namespace: str) -> list[str]:
+        return [self.keys.meta(namespace), self.keys.meta_expiry(namespace)]
+
+    def _expires_at(self, ttl: float | None) -> str:
+        expires_at = expiry(self.clock(), ttl)
+        return "" if expires_at is None else float_arg(expires_at)
+
+    @translated
+    async def get_record(self, namespace: str, key: str) -> str | None:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hget(self.keys.meta(namespace), key)
+            pipe.zscore(self.keys.meta_expiry(namespace), key)
+            value, expires_at = await pipe.execute()
+        if value is None or (expires_at is not None and expires_at <= self.clock()):
+            return None
+        return str(value)
+
+    @translated
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.meta(namespace))
+            pipe.zrangebyscore(self.keys.meta_expiry(namespace), "-inf", float_arg(self.clock()))
+            values, expired = await pipe.execute()
+        gone = set(expired)
+        return {k: values[k] for k in sorted(values) if k not in gone}
+
+    @translated
+    async def put_record(self, namespace: str, key: str, value: str,
+                         ttl: float | None = None) -> None:
+        await self.scripts.call("put_record", self._record_keys(namespace),
+                                [float_arg(self.clock()), key, value, self._expires_at(ttl)])
+
+    async def put_record_if_absent(self, namespace: str, key: str, value: str,
+                                   ttl: float | None = None) -> bool:
+        return await self.compare_and_set_record(namespace, key, None, value, ttl)
+
+    @translated
+    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
+                                     value: str, ttl: float | None = None) -> bool:
+        stored = await self.scripts.call(
+            "set_record_if", self._record_keys(namespace),
+            [float_arg(self.clock()), key, optional_arg(expected), value, self._expires_at(ttl)])
+        return bool(stored)
+
+    @translated
+    async def incr_record(self, namespace: str, key: str, amount: int = 1,
+                          ttl: float | None = None) -> int:
+        try:
+            value = await self.scripts.call(
+                "incr_record", self._record_keys(namespace),
+                [float_arg(self.clock()), key, int(amount), self._expires_at(ttl)])
+        except ResponseError as exc:
+            if NOT_AN_INTEGER not in str(exc):
+                raise
+            held = str(exc).split(NOT_AN_INTEGER, 1)[1].strip()
+            raise ValueError(f"record {namespace}/{key} holds {held!r}, not an integer; "
+                             "incr_record counts only what it created") from None
+        return int(value)
+
+    @translated
+    async def delete_record(self, namespace: str, key: str) -> bool:
+        deleted = await self.scripts.call("delete_record", self._record_keys(namespace),
+                                          [float_arg(self.clock()), key])
+        return bool(deleted)
