@@ -3,11 +3,13 @@ backend: found by the child's worker id, fenced by each job's lease token."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend
+from conveyor.backends.base import Backend, JobFilter
+from conveyor.claiming import strict_claim
 from conveyor.job import JobState
 from conveyor.worker import WorkerConfig
 from conveyor.worker.pool import Supervisor, _Child
@@ -36,7 +38,7 @@ async def test_a_crashed_childs_jobs_come_back_using_the_attempt(app: Conveyor, 
     assert sorted(released) == ["a", "b"]
     job_a, job_b = await backend.get_job("a"), await backend.get_job("b")
     assert job_a is not None and job_b is not None
-    assert job_a.state is JobState.RETRYABLE and job_a.run_at == a.run_at  # its old place in line
+    assert job_a.state is JobState.AVAILABLE and job_a.run_at == a.run_at  # its old place in line
     assert [(e.attempt, e.type) for e in job_a.errors] == [(1, "WorkerLost")]
     assert "killed by SIGKILL" in job_a.errors[0].message
     assert job_b.state is JobState.DEAD  # out of attempts: a job that kills its process ends
@@ -69,3 +71,27 @@ async def test_a_job_claimed_again_meanwhile_is_left_alone(app: Conveyor, backen
     assert await supervisor._release_once(dead_child("child-1"), charge=True, how="x") == []
     job = await backend.get_job("a")
     assert job is not None and job.state is JobState.RUNNING and job.worker_id == "child-2"
+
+
+async def test_every_job_of_a_dead_child_comes_back_while_its_siblings_settle(
+    app: Conveyor, backend: Backend
+) -> None:
+    """Found by worker id, not paged by offset: siblings settling their own jobs at the
+    same time (which shifts every offset) cannot hide an orphan from the release."""
+    await backend.enqueue_jobs([new_job(id=f"j{i:04d}") for i in range(1500)])
+    orphans = await backend.fetch_jobs(strict_claim(["default"], 1000, "child-1", 60))
+    siblings = await backend.fetch_jobs(strict_claim(["default"], 500, "child-2", 60))
+    assert len(orphans) == 1000 and len(siblings) == 500
+    supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
+
+    async def sibling_settles() -> None:
+        for start in range(0, 500, 50):
+            await backend.settle_jobs([complete(j) for j in siblings[start:start + 50]])
+
+    released, _ = await asyncio.gather(
+        supervisor._release_once(dead_child("child-1"), charge=True, how="killed by SIGKILL"),
+        sibling_settles())
+    assert sorted(released) == sorted(j.id for j in orphans)
+    assert await backend.count_jobs(JobFilter(states=(JobState.AVAILABLE,))) == 1000
+    assert await backend.count_jobs(JobFilter(states=(JobState.COMPLETED,))) == 500
+    assert await backend.count_jobs(JobFilter(states=(JobState.RUNNING,))) == 0

@@ -44,13 +44,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import JobFilter, Settlement
-from ..errors import WorkerLost
-from ..job import AttemptError, JobState
-from ..version import __version__
 from .config import WorkerConfig
 from .pool_child import COLD, DRAIN, RETIRING, STOP_SIGNALS, child_main
 from .pool_config import PoolConfig
+from .rescue import release_worker_jobs
 from .worker import ExitStatus
 
 if TYPE_CHECKING:
@@ -332,34 +329,9 @@ class Supervisor:
                         released[:10])
 
     async def _release_once(self, child: _Child, charge: bool, how: str) -> list[str]:
-        backend = await self.app.backend()
-        orphans, offset, page = [], 0, 500
-        while True:
-            jobs = await backend.list_jobs(JobFilter(states=(JobState.RUNNING,)), page, offset)
-            orphans += [j for j in jobs if j.worker_id == child.worker_id]
-            if len(jobs) < page:
-                break
-            offset += page
-        if not orphans:
-            return []
-        now = self.app.clock()
-        settlements = []
-        for job in orphans:
-            if not charge:
-                settlements.append(Settlement(job.id, job.lease_token, JobState.AVAILABLE,
-                                              refund_attempt=True))
-                continue
-            error = AttemptError(
-                attempt=job.attempt, at=now, type=WorkerLost.__name__,
-                message=f"pool child {child.pid} running this job died ({how})",
-                worker_id=child.worker_id, host=socket.gethostname(), version=__version__)
-            state = JobState.RETRYABLE if job.attempt < job.max_attempts else JobState.DEAD
-            # Due at once, and at its old place in line (its own run_at), not behind
-            # everything enqueued since.
-            settlements.append(Settlement(job.id, job.lease_token, state, error=error,
-                                          run_at=job.run_at if state is JobState.RETRYABLE else None))
-        stale = set(await backend.settle_jobs(settlements))
-        return [s.job_id for s in settlements if s.job_id not in stale]
+        return await release_worker_jobs(
+            await self.app.backend(), child.worker_id, self.app.clock(), charge=charge,
+            message=f"pool child {child.pid} running this job died ({how})")
 
 
 def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig) -> ExitStatus:
