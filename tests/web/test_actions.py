@@ -213,6 +213,13 @@ def test_the_flash_message_says_what_happened(client: TestClient,
     assert "sent back" not in client.get(job_url(job_id)).text  # shown once
 
 
+def test_a_planted_flash_cookie_puts_no_words_on_the_page(client: TestClient) -> None:
+    client.cookies.set("conveyor_flash", "Session expired: log in again at evil.example")
+    page = client.get("/")
+    assert page.status_code == 200 and "evil.example" not in page.text
+    assert 'class="flash"' not in page.text
+
+
 # --- one job ---------------------------------------------------------------------------------
 def test_cancel_and_delete_one_job(app: Conveyor, client: TestClient,
                                    seeded: dict[str, list[str]]) -> None:

@@ -12,7 +12,9 @@
    token that goes with it. Requests without either header (curl, scripts) are held
    to this check alone.
 
-The secret is random per process unless given (`create_dashboard(secret=...)` or
+The same secret seals the notice shown after an action (the flash cookie), so a
+planted cookie cannot put words on a dashboard page either. The secret is random per
+process unless given (`create_dashboard(secret=...)` or
 `$CONVEYOR_DASHBOARD_SECRET`), so that several replicas accept each other's tokens.
 """
 
@@ -26,7 +28,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -95,9 +97,7 @@ class CsrfGuard:
         return secrets.token_urlsafe(32)
 
     def token_for(self, session: str, user: str) -> str:
-        message = b"conveyor-csrf\x00" + session.encode() + b"\x00" + user.encode()
-        digest = hmac.new(self.secret, message, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        return self._mac(b"conveyor-csrf", session, user)
 
     def token_ok(self, request: Request, form: FormData, user: str) -> bool:
         session = self.session_of(request)
@@ -108,6 +108,24 @@ class CsrfGuard:
         if session is None or not sent:
             return False
         return hmac.compare_digest(sent.encode(), self.token_for(session, user).encode())
+
+    # --- notices carried in a cookie (the flash after a redirect) ------------------------
+    def seal(self, text: str) -> str:
+        """`text` for a cookie, with a MAC: a planted cookie cannot put words on a page."""
+        quoted = quote(text, safe=" ")
+        return f"{quoted}.{self._mac(b'conveyor-flash', quoted)}"
+
+    def unseal(self, value: str | None) -> str | None:
+        quoted, _, mac = (value or "").rpartition(".")
+        if not quoted or not hmac.compare_digest(mac.encode(),
+                                                 self._mac(b"conveyor-flash", quoted).encode()):
+            return None
+        return unquote(quoted)
+
+    def _mac(self, purpose: bytes, *parts: str) -> str:
+        message = b"\x00".join([purpose, *(p.encode() for p in parts)])
+        digest = hmac.new(self.secret, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     # --- where the request comes from -----------------------------------------------------
     def own_origin(self, request: Request) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.datastructures import FormData
@@ -87,7 +87,7 @@ class Dashboard:
         ctx = {
             "request": request, "settings": self.settings, "version": __version__,
             "csrf_field": CSRF_FIELD, "csrf_token": token, "user": user,
-            "flash": None if flash is None else unquote(flash),
+            "flash": self.csrf.unseal(flash),
             "url": lambda route, query=None, **params: self.url(request, route, query, **params),
             "states": views.STATE_ORDER, "page": name.removesuffix(".html"),
             **context,
@@ -116,8 +116,7 @@ class Dashboard:
 
     def redirect(self, request: Request, to: str, notice: str) -> RedirectResponse:
         response = RedirectResponse(to, status_code=303)
-        # Quoted: a job id in the notice may hold any character, a cookie may not.
-        response.set_cookie(FLASH_COOKIE, quote(notice[:300], safe=" "), httponly=True,
+        response.set_cookie(FLASH_COOKIE, self.csrf.seal(notice[:300]), httponly=True,
                             samesite="strict", path=request.scope.get("root_path") or "/")
         return response
 
