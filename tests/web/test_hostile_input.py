@@ -158,6 +158,8 @@ HOSTILE = [
                             "confirmed": "yes", "expected": "all"}, 400, "expected"),
     ("POST", "/jobs/bulk", {"action": "explode", "scope": "filter"}, 400, "action"),
     ("POST", "/jobs/bulk", b"action=delete&scope=filter&queue=%ff", 400, "UTF-8"),
+    ("POST", "/jobs/bulk", {"action": "delete", "scope": "selected",
+                            "ids": [f"id{i}" for i in range(1500)]}, 400, "fields"),
     ("POST", "/redrive", {"batch": "-1"}, 400, "batch"),
     ("POST", "/redrive", {"q": "\x00"}, 400, "NUL"),
     ("POST", "/queues/pause?queue=mail%00", {}, 400, "NUL"),
