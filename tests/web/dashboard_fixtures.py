@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from starlette.testclient import TestClient
 
@@ -15,6 +17,14 @@ from conveyor.job import AttemptError, JobState
 from conveyor.claiming import strict_claim
 
 LOCAL = ("127.0.0.1", 50123)
+# What a browser on this machine sends as Host: a loopback name (the dashboard refuses
+# other names when it has no authentication, so a DNS-rebound page cannot use it).
+LOCAL_BASE_URL = "http://127.0.0.1:8080"
+
+
+def local_client(asgi: Any, client: tuple[str, int] = LOCAL) -> TestClient:
+    """A test client that comes from loopback and talks to the dashboard by a loopback name."""
+    return TestClient(asgi, client=client, base_url=LOCAL_BASE_URL)
 
 
 def make_app(path: Path, url: str | None = None) -> Conveyor:
@@ -58,11 +68,19 @@ def seed(app: Conveyor) -> dict[str, list[str]]:
     return asyncio.run(go())
 
 
-
 def csrf(client: TestClient) -> str:
-    """The CSRF token the pages put in their forms (also the cookie's value)."""
+    """The CSRF token the pages put in their forms (signed for the client's session cookie)."""
     page = client.get("/")
     match = re.search(r'name="csrf_token" value="([^"]+)"', page.text) or re.search(
         r'"X-CSRF-Token": "([^"]+)"', page.text)
     assert match, "no CSRF token on the overview page"
     return match.group(1)
+
+
+def job_url(job_id: str, action: str | None = None, root: str = "") -> str:
+    """A job's page, or the URL of an action on it (ids go in the query string)."""
+    return f"{root}/job{'/' + action if action else ''}?id={quote(job_id, safe='')}"
+
+
+def queue_url(queue: str, action: str) -> str:
+    return f"/queues/{action}?queue={quote(queue, safe='')}"

@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dashboard_fixtures import kill, make_app
 from conveyor import Conveyor
+from conveyor.admin import make_filter
 from conveyor.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
 from conveyor.web import create_dashboard
 from conveyor.worker import Worker, WorkerConfig
@@ -277,7 +279,7 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
 
         # --- one job: details, then retry it and watch the worker run it --------------------
         target = ids["key"][1]
-        find(By.CSS_SELECTOR, f'a[href="/jobs/{target}"]').click()
+        find(By.CSS_SELECTOR, f'a[href="/job?id={target}"]').click()
         deadline_poll(lambda: find(By.ID, "job-state").text == "dead", what="the job page")
         assert "user1@example.org" in find(By.ID, "job-args").text
         shot(driver, "job-detail")
@@ -329,4 +331,141 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
 
         deadline_poll(lambda: mail_completed() == "3", what="3 completed in mail", interval=0.3)
         assert find_all(By.CSS_SELECTOR, ".card .v")[3].text == "3"  # 6 dead - 3 retried
+    app.close()
+
+
+class Recorded:
+    """The dashboard, noting the status of every response it sends (method, path, status)."""
+
+    def __init__(self, asgi: Any) -> None:
+        self.asgi = asgi
+        self.responses: list[tuple[str, str, int]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def noting(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.responses.append((scope["method"], scope["path"], message["status"]))
+            await send(message)
+
+        await self.asgi(scope, receive, noting)
+
+
+ATTACK_PAGE = """<!doctype html>
+<html><body><h1>Nothing to see</h1>
+<form id="attack" method="post" action="{action}">
+  <input name="csrf_token" value="{token}">
+  <input name="action" value="delete"><input name="scope" value="filter">
+  <input name="state" value="dead"><input name="confirmed" value="yes">
+  <input name="expected" value="{expected}">
+</form>
+<script>
+  document.cookie = "{cookie}; path=/";
+  document.getElementById("attack").submit();
+</script>
+</body></html>"""
+
+
+class AttackerSite:
+    """Another web server on this host (another port), serving a page that plants a
+    cookie for the host and auto-submits a bulk delete to the dashboard."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        site = self
+        self.page = ""
+
+        class Page(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+                body = site.page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AttackerSite:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(15)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+
+def session_and_token(base: str) -> tuple[str, str]:
+    """What an attacker's own process on this host can get from a dashboard without
+    authentication: a session cookie and the token signed for it."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(base + "/", timeout=10) as response:
+        cookies = response.headers.get_all("Set-Cookie") or []
+        page = response.read().decode()
+    [session] = [c.split(";")[0].split("=", 1)[1] for c in cookies
+                 if c.startswith("conveyor_session=")]
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert match is not None
+    return session, match.group(1)
+
+
+def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: object) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = chrome
+    app = make_app(tmp_path)
+    send = app.tasks["emails.send"]
+
+    async def dead_letters() -> None:
+        await app.enqueue_many_async([send.message(f"user{i}@example.org") for i in range(65)])
+        await kill(app, "mail", "KeyError", "'template'")
+        await app.aclose()
+
+    asyncio.run(dead_letters())
+    dead = make_filter(states=["dead"])
+    assert app.jobs.count(dead) == 65
+    dashboard = Recorded(create_dashboard(app))
+    with ServerThread(dashboard) as server, AttackerSite() as attacker:
+        # A fresh browser: no cookie of the dashboard yet (an HttpOnly one would keep
+        # the page's script from overwriting it).
+        session, token = session_and_token(server.url)
+        attacks = [("conveyor_csrf=x1", "x1"),              # double-submit: plant, then send it
+                   (f"conveyor_session={session}", token)]  # a real pair, got by the attacker
+        for cookie, sent in attacks:
+            attacker.page = ATTACK_PAGE.format(action=server.url + "/jobs/bulk", token=sent,
+                                               expected=65, cookie=cookie)
+            before = len(dashboard.responses)
+            driver.get(attacker.url)  # type: ignore[attr-defined]
+            deadline_poll(lambda: any(r[:2] == ("POST", "/jobs/bulk")
+                                      for r in dashboard.responses[before:]),
+                          what="the attack page posted to the dashboard")
+            assert [r for r in dashboard.responses[before:] if r[0] == "POST"] == [
+                ("POST", "/jobs/bulk", 403)]
+            deadline_poll(lambda: "cross-origin" in driver.find_element(By.TAG_NAME, "body").text,  # type: ignore[attr-defined]
+                          what="the refusal shown")
+            name, value = cookie.split("=")
+            assert {"name": name, "value": value, "domain": "127.0.0.1"}.items() <= next(
+                c for c in driver.get_cookies() if c["name"] == name).items()  # type: ignore[attr-defined]
+            assert app.jobs.count(dead) == 65
+        # The operator's own page, in the same browser (cookie planted and all), still works.
+        driver.get(server.url + "/jobs?state=dead")  # type: ignore[attr-defined]
+        driver.find_element(By.CSS_SELECTOR, '.bulk-all button[value="delete"]').click()  # type: ignore[attr-defined]
+        deadline_poll(lambda: driver.find_element(By.ID, "confirm-question").text  # type: ignore[attr-defined]
+                      == "Delete 65 jobs (every job matching state=dead)?", what="the confirmation")
+        driver.find_element(By.ID, "confirm-button").click()  # type: ignore[attr-defined]
+        deadline_poll(lambda: "Deleted 65 of 65 job(s)." in
+                      driver.find_element(By.CSS_SELECTOR, ".flash").text,  # type: ignore[attr-defined]
+                      what="the operator's bulk delete")
+        assert app.jobs.count(dead) == 0
     app.close()

@@ -1,40 +1,21 @@
 """The dashboard only talks to app.admin, so it works on every backend: the main
-flows, against each backend of the conformance registry."""
+flows, against each backend of the conformance registry (the `any_app` fixture)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from starlette.testclient import TestClient
-
-from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.job import JobState
 from conveyor.web import create_dashboard
-from dashboard_fixtures import LOCAL, csrf, make_app, seed
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def any_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
-    name = str(request.param)
-    url = asyncio.run(BACKENDS[name](tmp_path))
-    app = make_app(tmp_path, url)
-    yield app
-    app.close()
-    cleanup = CLEANUPS.get(name)
-    if cleanup is not None:
-        asyncio.run(cleanup(url))
+from dashboard_fixtures import csrf, job_url, local_client, queue_url, seed
 
 
 def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:
     app = any_app
     ids = seed(app)
-    with TestClient(create_dashboard(app), client=LOCAL) as client:
+    with local_client(create_dashboard(app)) as client:
         overview = client.get("/").text
         assert 'href="/jobs?queue=mail"' in overview and 'href="/jobs?queue=reports"' in overview
         dead = client.get("/jobs", params={"state": "dead", "error_type": "KeyError",
@@ -45,13 +26,13 @@ def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:
         preview = client.get("/redrive", params={"queue": "mail", "batch": "2"}).text
         assert "<strong>3</strong> jobs match; the next batch moves <strong>2</strong>" in preview
         token = csrf(client)
-        client.post(f"/jobs/{ids['dead_key'][0]}/retry", data={"csrf_token": token})
+        client.post(job_url(ids["dead_key"][0], "retry"), data={"csrf_token": token})
         assert app.jobs.get(ids["dead_key"][0]).state is JobState.AVAILABLE  # type: ignore[union-attr]
         form = {"csrf_token": token, "action": "delete", "scope": "filter", "state": "dead"}
         assert "Delete <strong>2</strong> jobs" in client.post("/jobs/bulk", data=form).text
         client.post("/jobs/bulk", data={**form, "confirmed": "yes", "expected": "2"})
         assert app.jobs.count(make_filter(states=["dead"])) == 0
-        client.post("/queues/mail/pause", data={"csrf_token": token})
+        client.post(queue_url("mail", "pause"), data={"csrf_token": token})
         assert {s.queue: s.paused for s in app.jobs.stats()}["mail"] is True
         metrics = client.get("/metrics").text.splitlines()
         assert 'conveyor_queue_paused{queue="mail"} 1.0' in metrics

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from dashboard_fixtures import LOCAL
+from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, job_url
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.web import create_dashboard
@@ -78,14 +78,25 @@ def test_job_detail_shows_arguments_attempts_and_tracebacks(
     client: TestClient, seeded: dict[str, list[str]]
 ) -> None:
     job_id = seeded["dead_smtp"][0]
-    html = client.get(f"/jobs/{job_id}").text
+    html = client.get(job_url(job_id)).text
     assert '<span class="badge st-dead big" id="job-state">dead</span>' in html
     assert "&#34;bounce@example.org&#34;" in html  # escaped JSON arguments
     assert "attempt 1 failed: <strong>SMTPError: mailbox full</strong>" in html
     assert "SMTPError: mailbox full\n</pre>" in html  # the traceback
     assert 'id="action-retry"' in html and 'id="action-delete"' in html
     assert 'id="action-cancel"' not in html
-    assert client.get("/jobs/no-such-job").status_code == 404
+    assert client.get(job_url("no-such-job")).status_code == 404
+
+
+def test_links_from_before_ids_moved_to_the_query_string_still_work(
+    client: TestClient, seeded: dict[str, list[str]]
+) -> None:
+    job_id = seeded["dead_smtp"][0]
+    old = client.get(f"/jobs/{job_id}", follow_redirects=False)
+    assert old.status_code == 308 and old.headers["location"] == job_url(job_id)
+    assert 'id="job-state">dead</span>' in client.get(f"/jobs/{job_id}").text
+    missing = client.get(job_url("gone/../job"))
+    assert missing.status_code == 404 and '<span class="mono">gone/../job</span>' in missing.text
 
 
 def test_html_in_job_data_is_escaped(app: Conveyor, client: TestClient) -> None:
@@ -123,21 +134,22 @@ def test_metrics_endpoint_has_queue_state(client: TestClient, seeded: dict[str, 
 def test_mounted_under_a_prefix_every_link_keeps_it(app: Conveyor,
                                                     seeded: dict[str, list[str]]) -> None:
     parent = Starlette(routes=[Mount("/ops/jobs", create_dashboard(app))])
-    with TestClient(parent, client=LOCAL) as client:
+    with TestClient(parent, client=LOCAL, base_url=LOCAL_BASE_URL) as client:
         html = client.get("/ops/jobs/").text
         assert 'href="/ops/jobs/static/dashboard.css"' in html
         assert 'href="/ops/jobs/jobs?state=dead"' in html
         assert client.get("/ops/jobs/static/htmx.min.js").status_code == 200
         job_id = seeded["dead_key"][0]
-        detail = client.get(f"/ops/jobs/jobs/{job_id}").text
-        assert f'action="/ops/jobs/jobs/{job_id}/retry"' in detail
-        # The CSRF cookie is scoped to the prefix, and an action works under it.
+        detail = client.get(job_url(job_id, root="/ops/jobs")).text
+        assert f'action="{job_url(job_id, "retry", root="/ops/jobs")}"' in detail
+        # The session cookie is scoped to the prefix, and an action works under it.
         token = re.search(r'name="csrf_token" value="([^"]+)"', detail)
         assert token is not None
-        assert [c.path for c in client.cookies.jar if c.name == "conveyor_csrf"] == ["/ops/jobs"]
-        done = client.post(f"/ops/jobs/jobs/{job_id}/retry", data={"csrf_token": token.group(1)},
-                           follow_redirects=False)
-        assert done.status_code == 303 and done.headers["location"] == f"/ops/jobs/jobs/{job_id}"
+        assert [c.path for c in client.cookies.jar if c.name == "conveyor_session"] == ["/ops/jobs"]
+        done = client.post(job_url(job_id, "retry", root="/ops/jobs"),
+                           data={"csrf_token": token.group(1)}, follow_redirects=False)
+        assert done.status_code == 303
+        assert done.headers["location"] == job_url(job_id, root="/ops/jobs")
         assert app.jobs.get(job_id).state.value == "available"  # type: ignore[union-attr]
 
 

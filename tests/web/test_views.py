@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from conveyor.admin import WorkerInfo
 from conveyor.backends.base import QueueStats
 from conveyor.job import Job, JobState
 from conveyor.minute_stats import Minute, QueueMinute
 from conveyor.web.charts import Series, format_seconds, lines, nice_max, stacked_bars
-from conveyor.web.views import ListQuery, build_overview, format_duration, queue_health
+from conveyor.web.audit import printable
+from conveyor.web.params import BadRequest, ListQuery
+from conveyor.web.views import build_overview, format_duration, queue_health
 
 
 def test_nice_axis_maximum() -> None:
@@ -74,7 +78,8 @@ def test_list_query_round_trip_and_redacted_description() -> None:
     where = q.to_filter()
     assert where.states == (JobState.DEAD,) and where.args_contains == "alice@example.org"
     assert q.describe() == "state=dead, queue=mail, args contain=<17 chars>"
-    assert ListQuery.from_mapping({"state": "exploded"}).state == ""
+    with pytest.raises(BadRequest, match="state 'exploded' is not one of: scheduled, available, "):
+        ListQuery.from_mapping({"state": "exploded"})
 
 
 def test_durations() -> None:
@@ -88,3 +93,13 @@ def test_job_fields_used_by_templates_exist() -> None:
     from conveyor.web.views import args_preview
 
     assert args_preview(job) == '1, a="b"'
+
+
+def test_log_fields_cannot_end_a_line_or_hide_text() -> None:
+    assert printable("job-1 é 日本") == "job-1 é 日本"
+    assert printable("x\nalice delete job y") == "x\\nalice delete job y"
+    assert printable("a\r\x00\x1b[31m\x85\u2028b") == "a\\r\\x00\\x1b[31m\\x85\\u2028b"
+    assert printable("admin\u202etxt.exe") == "admin\\u202etxt.exe"  # a bidi override
+    # A backslash is escaped too, so an escape in the log always means a character.
+    assert printable("a\\nb") == "a\\\\nb"
+    assert printable(42) == "42"

@@ -1,12 +1,11 @@
-"""Who may use the dashboard, and proof that an action came from its own pages.
+"""Who may use the dashboard.
 
-* Authentication: HTTP basic auth, a bearer token, or an `auth` hook (when the
-  dashboard is mounted in an app that has its own login). Without any of them
-  only loopback clients are served, and `conveyor dashboard` refuses to listen
-  off localhost.
-* CSRF: double-submit token. Every page sets a random `conveyor_csrf` cookie
-  (SameSite=Strict); every POST must carry the same value in its form field
-  `csrf_token` or `X-CSRF-Token` header, compared in constant time.
+HTTP basic auth, a bearer token, or an `auth` hook (when the dashboard is mounted in
+an app that has its own login). Without any of them only loopback clients are served,
+and only when they ask for it by a loopback name (`Host: 127.0.0.1:8080`, not a DNS
+name that an attacker's page had rebound to 127.0.0.1); `conveyor dashboard` refuses
+to listen off localhost. Proof that an action came from the dashboard's own pages is
+in `csrf.py`.
 """
 
 from __future__ import annotations
@@ -15,15 +14,10 @@ import base64
 import hmac
 import inspect
 import ipaddress
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
-
-CSRF_COOKIE = "conveyor_csrf"
-CSRF_FIELD = "csrf_token"
-CSRF_HEADER = "x-csrf-token"
 
 # Given the request, return who is there (a name for the audit log), or None to refuse.
 AuthHook = Callable[[Request], "Awaitable[str | None] | str | None"]
@@ -104,25 +98,6 @@ async def authenticate(request: Request, auth: AuthSettings) -> str | None:
         return result if isinstance(result, str) and result else None
     if not auth.configured:
         host = request.client.host if request.client else None
-        return f"local:{host}" if is_loopback(host) else None
+        if is_loopback(host) and is_loopback(request.url.hostname):
+            return f"local:{host}"
     return None
-
-
-def new_csrf_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def csrf_token_of(request: Request) -> str | None:
-    return request.cookies.get(CSRF_COOKIE)
-
-
-async def csrf_ok(request: Request) -> bool:
-    cookie = csrf_token_of(request)
-    if not cookie:
-        return False
-    sent = request.headers.get(CSRF_HEADER)
-    if sent is None:
-        form = await request.form()
-        value = form.get(CSRF_FIELD)
-        sent = value if isinstance(value, str) else None
-    return sent is not None and hmac.compare_digest(sent.encode(), cookie.encode())

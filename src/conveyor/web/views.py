@@ -7,11 +7,10 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
-from ..admin import WorkerInfo, make_filter
-from ..backends.base import JobFilter, QueueStats
-from ..job import ACTIVE_STATES, Job, JobState
+from ..admin import WorkerInfo
+from ..backends.base import QueueStats
+from ..job import Job, JobState
 from ..minute_stats import Minute, QueueMinute
 from .charts import Series, lines, stacked_bars
 
@@ -116,62 +115,6 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
         failed_this_minute=now_total.counts["failed"],
         throughput_chart=throughput, wait_chart=wait, run_chart=run,
     )
-
-
-# --- filters from query strings and forms ------------------------------------------------
-FILTER_FIELDS = ("state", "queue", "task", "error_type", "q")
-
-
-@dataclass(frozen=True, slots=True)
-class ListQuery:
-    """The job list's filter, as it appears in the URL."""
-
-    state: str = ""
-    queue: str = ""
-    task: str = ""
-    error_type: str = ""
-    q: str = ""  # text in arguments
-
-    @classmethod
-    def from_mapping(cls, data: Any) -> ListQuery:
-        def get(name: str) -> str:
-            value = data.get(name)
-            return value.strip() if isinstance(value, str) else ""
-
-        state = get("state")
-        if state and state not in {s.value for s in JobState}:
-            state = ""
-        return cls(state=state, queue=get("queue"), task=get("task"),
-                   error_type=get("error_type"), q=get("q"))
-
-    def to_filter(self) -> JobFilter:
-        return make_filter(
-            states=[self.state] if self.state else [],
-            queues=[self.queue] if self.queue else [],
-            tasks=[self.task] if self.task else [],
-            error_type=self.error_type or None,
-            args_contains=self.q or None,
-        )
-
-    def params(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in FILTER_FIELDS if getattr(self, name)}
-
-    def describe(self, redact_args: bool = True) -> str:
-        """For the audit log and confirmations; the argument search is redacted by
-        default (it may hold an email address or a token)."""
-        parts = []
-        for name in FILTER_FIELDS:
-            value = getattr(self, name)
-            if not value:
-                continue
-            if name == "q" and redact_args:
-                value = f"<{len(value)} chars>"
-            parts.append(f"{'args contain' if name == 'q' else name.replace('_', ' ')}={value}")
-        return ", ".join(parts) or "all jobs"
-
-    @property
-    def is_active_state(self) -> bool:
-        return bool(self.state) and JobState(self.state) in ACTIVE_STATES
 
 
 # --- formatting for templates ------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""What an operator can do from the dashboard: retry, cancel, delete (one job or in
+bulk, after a confirmation that counts), redrive, pause and resume a queue. Each is
+allowed by `Dashboard.action_form` first, and audited after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from ..admin import make_filter
+from ..backends.base import JobFilter
+from ..job import ACTIVE_STATES, TERMINAL_STATES, JobState
+from .audit import record_action
+from .dashboard import RETRYABLE_BY_OPERATOR, Dashboard
+from .params import (
+    MAX_BATCH,
+    BadRequest,
+    ListQuery,
+    bounded_int,
+    ids_from_form,
+    job_id,
+    one_of,
+    single,
+)
+
+BULK_ACTIONS = ("retry", "cancel", "delete")
+
+
+class Actions:
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.d = dashboard
+
+    def audit(self, request: Request, action: str, target: str, result: str) -> None:
+        record_action(request.state.user, action, target, result)
+
+    async def job_action(self, request: Request) -> Response:
+        d = self.d
+        action = request.path_params["action"]
+        if action not in BULK_ACTIONS:
+            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
+        form = await d.action_form(request)
+        target = job_id(request.query_params)
+        fallback = d.url(request, "job", {"id": target})
+        admin = d.app.admin
+        deleted = False
+        if action == "retry":
+            moved = await admin.redrive(make_filter(ids=[target], states=RETRYABLE_BY_OPERATOR), 1)
+            result = "sent back to its queue" if moved else "not dead or cancelled: nothing to retry"
+        elif action == "cancel":
+            job = await admin.cancel(target)
+            result = ("not found" if job is None else
+                      "cancelled" if job.state is JobState.CANCELLED else
+                      "asked to stop (it is running)" if job.cancel_requested else
+                      f"already {job.state.value}")
+        else:
+            deleted = bool(await admin.delete(JobFilter(ids=(target,)), limit=1))
+            result = "deleted" if deleted else "not deleted (only finished jobs can be)"
+        self.audit(request, action, f"job {target}", result)
+        if deleted:  # its page is gone: back to the list
+            return d.redirect(request, d.url(request, "jobs"), f"Job {target}: {result}.")
+        return d.redirect(request, d.back(request, form, fallback), f"Job {target}: {result}.")
+
+    async def bulk(self, request: Request) -> Response:
+        d = self.d
+        form = await d.action_form(request)
+        action = single(form, "action") or ""
+        if action not in BULK_ACTIONS:
+            raise BadRequest(f"unknown action {action[:40]!r}: one of {', '.join(BULK_ACTIONS)}")
+        query = ListQuery.from_mapping(form)
+        ids = ids_from_form(form)
+        scope = one_of(form, "scope", ("selected", "filter"), "selected")
+        back = d.back(request, form, d.url(request, "jobs"))
+        if scope == "selected" and not ids:
+            return d.redirect(request, back, "Nothing selected.")
+        where = self._bulk_filter(action, query, ids if scope == "selected" else None)
+        count = 0 if where is None else await d.app.admin.count(where)
+        what = (f"{len(ids)} selected" if scope == "selected"
+                else f"every job matching {query.describe()}")
+        if single(form, "confirmed") != "yes":
+            return d.render(request, "confirm.html", {
+                "action": action, "count": count, "what": what, "query": query, "ids": ids,
+                "scope": scope, "next": back,
+            })
+        # Never more than the operator confirmed (the count may have grown since).
+        expected = bounded_int(form, "expected", 0, 10**12, count)
+        done = 0 if where is None else await self._apply(action, where, cap=min(expected, count))
+        verb = {"retry": "Retried", "cancel": "Cancelled", "delete": "Deleted"}[action]
+        result = f"{verb} {done:,} of {count:,} job(s)"
+        self.audit(request, f"bulk {action}", what, result)
+        return d.redirect(request, back, result + ".")
+
+    @staticmethod
+    def _bulk_filter(action: str, query: ListQuery, ids: list[str] | None) -> JobFilter | None:
+        """The jobs an action applies to: the selection or the filter, narrowed to the
+        states the action can change (so the count in the confirmation is honest)."""
+        base = make_filter(ids=ids) if ids is not None else query.to_filter()
+        allowed = {"retry": RETRYABLE_BY_OPERATOR, "cancel": tuple(ACTIVE_STATES),
+                   "delete": tuple(TERMINAL_STATES)}[action]
+        states = tuple(s for s in (base.states or allowed) if s in allowed)
+        return replace(base, states=states) if states else None
+
+    async def _apply(self, action: str, where: JobFilter, cap: int) -> int:
+        """Apply in batches, never to more than `cap` jobs (what the operator confirmed):
+        redriven jobs that die again at once are not redriven a second time."""
+        admin, batch, done = self.d.app.admin, self.d.settings.bulk_batch, 0
+        after: str | None = None
+        while done < cap:
+            size = min(batch, cap - done)
+            if action == "retry":
+                n = len(await admin.redrive(where, limit=size))
+            elif action == "delete":
+                n = len(await admin.delete(where, limit=size))
+            else:
+                # A running job stays running (cancel only asks it to stop), so walk
+                # the matches with the cursor rather than re-reading the first page.
+                jobs = await admin.list(where, limit=size, after=after)
+                for job in jobs:
+                    await admin.cancel(job.id)
+                n = len(jobs)
+                after = jobs[-1].id if jobs else after
+            done += n
+            if n < size:
+                break
+        return done
+
+    async def redrive(self, request: Request) -> Response:
+        d = self.d
+        form = await d.action_form(request)
+        query = ListQuery.from_mapping(form).for_redrive()
+        batch = bounded_int(form, "batch", 1, MAX_BATCH, d.settings.redrive_batch)
+        moved = await d.app.admin.redrive(query.to_filter(), limit=batch)
+        result = f"Redrove {len(moved):,} job(s) (batch of {batch:,})"
+        self.audit(request, "redrive", query.describe(), result)
+        return d.redirect(request, d.url(request, "redrive_page",
+                                         {**query.params(), "batch": str(batch)}),
+                          result + ".")
+
+    async def queue_action(self, request: Request) -> Response:
+        d = self.d
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
+        form = await d.action_form(request)
+        name = single(request.query_params, "queue")
+        if not name:
+            raise BadRequest("which queue? pass its name: /queues/pause?queue=<name>")
+        if action == "pause":
+            await d.app.admin.pause(name)
+        else:
+            await d.app.admin.resume(name)
+        self.audit(request, action, f"queue {name}", "done")
+        return d.redirect(request, d.back(request, form, d.url(request, "overview")),
+                          f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.")
