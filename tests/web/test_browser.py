@@ -1,8 +1,9 @@
 """The dashboard in a real headless Chromium (Selenium + the system chromedriver),
 served by uvicorn, with a real worker running the retried job.
 
-Saves screenshots of the main pages to docs/screenshots/ (or
-$CONVEYOR_SCREENSHOTS). Needs /usr/bin/chromium and /usr/bin/chromedriver
+Saves screenshots of the main pages to $CONVEYOR_SCREENSHOTS when it is set
+(`CONVEYOR_SCREENSHOTS=docs/screenshots` refreshes the committed ones), else to
+the test's temporary folder, so a test run never changes the checkout. Needs /usr/bin/chromium and /usr/bin/chromedriver
 (Debian: apt-get install chromium chromium-driver); skips locally without
 them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
 """
@@ -32,8 +33,7 @@ from conveyor.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = Path(os.environ.get("CONVEYOR_SCREENSHOTS", ROOT / "docs" / "screenshots"))
+SHOTS = Path(os.environ.get("CONVEYOR_SCREENSHOTS") or tempfile.mkdtemp(prefix="conveyor-shots-"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
