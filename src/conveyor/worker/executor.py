@@ -3,7 +3,6 @@ result is a `Settlement` that the completer writes in a batch."""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import json
 import logging
@@ -21,6 +20,14 @@ from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..version import __version__
 from .context import _CURRENT, JobContext
+from .handler_call import (
+    INTERRUPTS,
+    HandlerOutcome,
+    Returned,
+    cancel_requested,
+    formatted,
+    release_frames,
+)
 from .limits import run_async_limited, run_sync_limited
 
 if TYPE_CHECKING:
@@ -29,10 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.worker")
 HOST = socket.gethostname()
 _DEFAULT_POLICY = RetryPolicy()
-
-
-class ShutdownCancel(BaseException):
-    """Raised into a handler by a cold shutdown: release the job, refund the attempt."""
 
 
 def decode_payload(job: Job) -> tuple[list[Any], dict[str, Any]]:
@@ -67,63 +70,96 @@ class JobExecutor:
         call = ExecuteContext(job=job, worker_id=self.worker_id)
         try:
             await run_chain(middleware, call, innermost)
-        except (asyncio.CancelledError, ShutdownCancel):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a broken middleware must not strand the job
-            log.exception("middleware failed around job %s (%s)", job.id, job.task)
-            if call.settlement is not None:
-                return call.settlement
-            return self._failed(job, exc, _DEFAULT_POLICY, tb=traceback.format_exc())
+        except INTERRUPTS as exc:
+            if cancel_requested():
+                raise  # the worker is stopping this attempt: it decides (Worker._interrupted)
+            return self._middleware_failed(job, call, exc)
+        except BaseException as exc:  # noqa: BLE001 - a broken middleware must not strand the job
+            return self._middleware_failed(job, call, exc)
         if call.settlement is None:
             error = RuntimeError("a middleware returned without calling call_next")
             return self._failed(job, error, _DEFAULT_POLICY, tb="", force_retry=True)
         return call.settlement
 
+    def _middleware_failed(self, job: Job, call: ExecuteContext,
+                           error: BaseException) -> Settlement:
+        log.error("middleware failed around job %s (%s)", job.id, job.task, exc_info=error)
+        try:
+            if call.settlement is not None:
+                return call.settlement  # the handler's outcome stands
+            return self._failed(job, error, _DEFAULT_POLICY, tb=formatted(error))
+        finally:
+            release_frames(error)
+
     async def _run(self, job: Job, ctx: JobContext) -> Settlement:
-        policy = _DEFAULT_POLICY
         try:
             task = self.app.get_task(job.task)
-            policy = task.defaults.retry
+        except UnknownTask as exc:
+            # Often a deploy in progress: a newer producer than this worker. Retry.
+            return self._failed(job, exc, _DEFAULT_POLICY, tb="", force_retry=True)
+        policy = task.defaults.retry
+        try:
             args, kwargs = decode_payload(job)
             try:
                 task.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise ArgumentValidationError(f"{task.name}{task.signature}: {exc}") from None
-            soft = job.timeout if job.timeout is not None else task.defaults.timeout
-            hard = task.defaults.hard_time_limit
-            token = _CURRENT.set(ctx)
-            try:
-                if task.is_async:
-                    result = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
-                                                     on_runaway=lambda: self.on_runaway(job))
-                else:
-                    call = contextvars.copy_context().run
-                    result = await run_sync_limited(
-                        self.thread_pool, lambda: call(task.fn, *args, **kwargs), soft, hard,
-                        on_runaway=lambda: self.on_runaway(job))
-            finally:
-                _CURRENT.reset(token)
-        except HardTimeLimitExceeded as exc:
-            return self._failed(job, exc, policy, tb="")
-        except Snooze as snooze:
-            run_at = self.app.clock() + snooze.delay
-            state = JobState.SCHEDULED if snooze.delay > 0 else JobState.AVAILABLE
-            return Settlement(job.id, job.lease_token, state, run_at=run_at, refund_attempt=True)
-        except Retry as retry:
-            return self._failed(job, retry, policy, tb="", after=retry.after, force_retry=True)
-        except Cancel as cancel:
-            if ctx.cancel_requested:  # an operator asked; the handler agreed
-                err = self._error(job, cancel, "")
-                return Settlement(job.id, job.lease_token, JobState.CANCELLED, error=err)
-            return self._failed(job, cancel, policy, tb="")
-        except UnknownTask as exc:
-            # Often a deploy in progress: a newer producer than this worker. Retry.
-            return self._failed(job, exc, policy, tb="", force_retry=True)
-        except (asyncio.CancelledError, ShutdownCancel):
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a handler's error ends its job, never the worker
+        except (CorruptPayload, ArgumentValidationError) as exc:
             return self._failed(job, exc, policy, tb=traceback.format_exc())
-        return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=self._encode(job, result))
+        soft = job.timeout if job.timeout is not None else task.defaults.timeout
+        hard = task.defaults.hard_time_limit
+        token = _CURRENT.set(ctx)
+        try:
+            outcome: HandlerOutcome[Any]
+            if task.is_async:
+                outcome = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
+                                                  on_runaway=lambda: self.on_runaway(job))
+            else:
+                call = contextvars.copy_context().run
+                outcome = await run_sync_limited(
+                    self.thread_pool, lambda: call(task.fn, *args, **kwargs), soft, hard,
+                    on_runaway=lambda: self.on_runaway(job))
+        finally:
+            _CURRENT.reset(token)
+        if isinstance(outcome, Returned):
+            return Settlement(job.id, job.lease_token, JobState.COMPLETED,
+                              result=self._encode(job, outcome.value))
+        error = outcome.error
+        try:
+            return self._raised(job, ctx, error, policy)
+        finally:
+            release_frames(error)  # the handler's locals go with its attempt
+
+    def _raised(self, job: Job, ctx: JobContext, error: BaseException,
+                policy: RetryPolicy) -> Settlement:
+        """The settlement of an attempt whose handler raised `error` (of any type)."""
+        if isinstance(error, Snooze):
+            run_at = self.app.clock() + error.delay
+            state = JobState.SCHEDULED if error.delay > 0 else JobState.AVAILABLE
+            return Settlement(job.id, job.lease_token, state, run_at=run_at, refund_attempt=True)
+        if isinstance(error, Retry):
+            return self._failed(job, error, policy, tb="", after=error.after, force_retry=True)
+        if isinstance(error, Cancel):
+            if ctx.cancel_requested:  # an operator asked; the handler agreed
+                err = self._error(job, error, "")
+                return Settlement(job.id, job.lease_token, JobState.CANCELLED, error=err)
+            return self._failed(job, error, policy, tb="")
+        if isinstance(error, HardTimeLimitExceeded):
+            return self._failed(job, error, policy, tb="")
+        if isinstance(error, UnknownTask):  # a handler calling a task not deployed yet
+            return self._failed(job, error, policy, tb="", force_retry=True)
+        return self._failed(job, error, policy, tb=formatted(error))
+
+    def failed_outside_the_handler(self, job: Job, error: BaseException) -> Settlement:
+        """The settlement of an attempt ended by `error` around the handler rather than
+        in it: a cancel nobody here asked for, raised by a middleware or requested by
+        the handler of its own task. A failure of the attempt like any other."""
+        task = self.app.tasks.get(job.task)
+        policy = task.defaults.retry if task is not None else _DEFAULT_POLICY
+        try:
+            return self._failed(job, error, policy, tb=formatted(error))
+        finally:
+            release_frames(error)
 
     def _encode(self, job: Job, result: Any) -> str | None:
         try:

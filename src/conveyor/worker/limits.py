@@ -16,6 +16,9 @@ Hard limit: the handler is stopped for good and the attempt records
     told; a pool child (`-p`) then returns its other jobs and exits, and the
     supervisor starts a fresh one, which is what actually stops the code. A single
     worker process (no `-p`) can only log it: its thread runs until it returns.
+Both return how the call ended (`handler_call`): the handler's value, or what it
+raised, or the limit it ran into. Only a cancel of the caller's own task (a cold stop,
+a lost lease) is raised, and passed on to the handler.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
 from ..errors import HardTimeLimitExceeded, SoftTimeLimitExceeded
+from .handler_call import HandlerOutcome, Raised, await_capturing, call_capturing
 
 T = TypeVar("T")
 
@@ -38,6 +42,8 @@ class _ThreadCall(Generic[T]):
     The exception is injected only while the call runs: `interrupt` and the end of
     the call hold the same lock, and the end also clears a pending injection, so it
     can never surface in the thread pool's own code after the handler returned.
+    The handler's ending comes back as a value: its exception never goes through the
+    Future as-is (see handler_call).
     """
 
     def __init__(self, fn: Callable[[], T]) -> None:
@@ -47,11 +53,11 @@ class _ThreadCall(Generic[T]):
         self._finished = False
         self._injected = False
 
-    def __call__(self) -> T:
+    def __call__(self) -> HandlerOutcome[T]:
         with self._lock:
             self._thread_id = threading.get_ident()
         try:
-            return self.fn()
+            return call_capturing(self.fn)
         finally:
             with self._lock:
                 self._finished = True
@@ -80,13 +86,16 @@ def _hard_message(limit: float) -> str:
 
 
 async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
-                            hard: float | None, on_runaway: Callable[[], None]) -> T:
+                            hard: float | None, on_runaway: Callable[[], None]
+                            ) -> HandlerOutcome[T]:
     """Await `coro` under the limits (seconds from now; None: no limit)."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None  # the hard limit comes first
     if soft is None and hard is None:
-        return await coro
-    inner: asyncio.Task[T] = asyncio.ensure_future(coro)
+        return await await_capturing(coro)
+    # Its own task, so that a limit can cancel it; captured inside that task, so that
+    # not even KeyboardInterrupt or SystemExit escapes a task step into the loop.
+    inner: asyncio.Task[HandlerOutcome[T]] = asyncio.ensure_future(await_capturing(coro))
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -98,17 +107,21 @@ async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
                 await asyncio.wait([inner], timeout=remaining)
                 if not inner.done():
                     await _stop_coroutine(inner, on_runaway)
-                    raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
+                    return Raised(HardTimeLimitExceeded(_hard_message(hard or 0.0)))
                 if inner.cancelled():
-                    raise SoftTimeLimitExceeded(_soft_message(soft))
-            return inner.result()  # the handler may have caught the cancel and returned
+                    return Raised(SoftTimeLimitExceeded(_soft_message(soft)))
+            # The handler may have caught the cancel and returned. Only a cancel it
+            # asked of its own task leaves it cancelled here: that raises, and the
+            # worker, which did not ask for it, records it as the attempt's failure.
+            return inner.result()
         await asyncio.wait([inner], timeout=hard)
         if not inner.done():
             await _stop_coroutine(inner, on_runaway)
-            raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
+            return Raised(HardTimeLimitExceeded(_hard_message(hard or 0.0)))
         return inner.result()
     except asyncio.CancelledError:
-        inner.cancel()  # a cold stop or a lost lease: pass it on to the handler
+        if not inner.done():
+            inner.cancel()  # a cold stop or a lost lease: pass it on to the handler
         raise
 
 
@@ -122,7 +135,8 @@ async def _stop_coroutine(inner: asyncio.Task[Any], on_runaway: Callable[[], Non
 
 
 async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | None,
-                           hard: float | None, on_runaway: Callable[[], None]) -> T:
+                           hard: float | None, on_runaway: Callable[[], None]
+                           ) -> HandlerOutcome[T]:
     """Run `fn` on `pool` under the limits; see the module docstring."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None
@@ -130,26 +144,36 @@ async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | No
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(pool, call)
     started = loop.time()
-    if soft is None and hard is None:
-        return await future
     try:
+        if soft is None and hard is None:
+            return await _thread_outcome(future)
         if soft is not None:
             done, _ = await asyncio.wait([future], timeout=soft)
             if not done:
                 call.interrupt()
                 if hard is None:
-                    return await future  # SoftTimeLimitExceeded, unless the handler caught it
+                    # SoftTimeLimitExceeded, unless the handler caught it
+                    return await _thread_outcome(future)
                 remaining = hard - (loop.time() - started)
                 done, _ = await asyncio.wait([future], timeout=max(remaining, 0.0))
             if done:
-                return future.result()
+                return await _thread_outcome(future)
         else:
             done, _ = await asyncio.wait([future], timeout=hard)
             if done:
-                return future.result()
+                return await _thread_outcome(future)
     except asyncio.CancelledError:
         future.cancel()  # a cold stop or a lost lease: the thread's result is dropped
         raise
     future.cancel()  # its result, whenever it comes, is dropped
     on_runaway()
-    raise HardTimeLimitExceeded(_hard_message(hard or 0.0))
+    return Raised(HardTimeLimitExceeded(_hard_message(hard or 0.0)))
+
+
+async def _thread_outcome(future: asyncio.Future[HandlerOutcome[T]]) -> HandlerOutcome[T]:
+    try:
+        return await future  # a cancel of the caller's task (not an Exception) raises
+    except Exception as exc:  # noqa: BLE001 - see below
+        # The soft-limit exception landed in `_ThreadCall` itself, after the handler
+        # ended and before the injection was withdrawn: the handler did run past it.
+        return Raised(exc)

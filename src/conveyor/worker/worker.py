@@ -31,6 +31,7 @@ from .config import WorkerConfig
 from .context import JobContext
 from .completer import Completer
 from .executor import JobExecutor
+from .handler_call import INTERRUPTS
 from .rescue import rescue_expired
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class _Running:
     job: Job
     ctx: JobContext
     task: asyncio.Task[None]
+    # Set before the worker cancels the task to return the job (a cold stop): the
+    # one cancel that gives the attempt back. See _interrupted.
+    returning: bool = False
 
 
 class Worker:
@@ -183,6 +187,7 @@ class Worker:
                 status = ExitStatus.COLD
                 self._cold.set()
                 for running in list(self._running.values()):
+                    running.returning = True
                     running.task.cancel()
                 await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
         assert self._completer is not None
@@ -258,12 +263,8 @@ class Worker:
             if ctx.completed_in_transaction:  # already written, with the handler's own work
                 settlement = None
                 self.counts[JobState.COMPLETED.value] += 1
-        except asyncio.CancelledError:
-            if ctx.lease_lost:
-                settlement = None  # another attempt owns it now: write nothing
-            else:  # cold stop: give it back without using the attempt
-                settlement = Settlement(job.id, job.lease_token, JobState.AVAILABLE,
-                                        refund_attempt=True)
+        except INTERRUPTS as exc:
+            settlement = self._interrupted(job, ctx, exc)
         finally:
             self._running.pop(job.id, None)
             self._slot_freed.set()
@@ -276,6 +277,20 @@ class Worker:
                         settlement.error.message, settlement.state.value)
         assert self._completer is not None
         self._completer.add(settlement)
+
+    def _interrupted(self, job: Job, ctx: JobContext, exc: BaseException) -> Settlement | None:
+        """The settlement of an attempt stopped by a cancel (or ShutdownCancel) that
+        reached the worker. Only the worker's own reasons spare the attempt: it lost
+        the lease (write nothing: another attempt owns the job), or it is returning
+        the job (a cold stop: back to its queue, attempt refunded). Anything else,
+        say a handler that cancelled its own task, fails the attempt like any other
+        error; refunding it would claim the job again at once, forever."""
+        running = self._running.get(job.id)
+        if ctx.lease_lost:
+            return None
+        if running is not None and running.returning:
+            return Settlement(job.id, job.lease_token, JobState.AVAILABLE, refund_attempt=True)
+        return self._executor.failed_outside_the_handler(job, exc)
 
     def _on_settled(self, batch: list[Settlement], stale: list[str]) -> None:
         stale_ids = set(stale)
