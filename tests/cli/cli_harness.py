@@ -95,10 +95,10 @@ class Cli:
         out = self("enqueue", "--app", "example_app:app", *args).ok().out
         return out.strip()
 
-    def start_worker(self, *args: str) -> WorkerProcess:
+    def start_worker(self, *args: str, app: str = "example_app:app") -> WorkerProcess:
         log_path = self.tmp_path / f"worker-{len(self.workers)}.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*self.command(), "worker", "example_app:app", *args],
+            proc = subprocess.Popen([*self.command(), "worker", app, *args],
                                     cwd=HERE, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         worker = WorkerProcess(proc, log_path)
         self.workers.append(worker)

@@ -7,8 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import threading
-import time
 from typing import NoReturn
 
 from ..app import Conveyor
@@ -16,6 +14,7 @@ from ..errors import ConveyorError
 from ..worker import ExitStatus, Worker, WorkerConfig
 from ..worker.pool import run_pool
 from ..worker.pool_config import PoolConfig, parse_size
+from ..worker.process_exit import report_left_running, threads_left_running
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
@@ -114,16 +113,11 @@ def worker_command(args: argparse.Namespace) -> int:
                            "add -p/--processes N", USAGE)
     status = asyncio.run(_serve(app, config))
     mark_process_dead_if_metrics(args)
-    # Python joins the worker's job threads at exit, and a thread cannot be interrupted:
-    # a sync handler still running (its job returned by a cold stop, or past its
-    # timeout) would hold this process until it returns, however long that is. Its job
-    # is already back in the queue or settled, so leave without waiting for it.
-    if status is ExitStatus.COLD:
-        _exit_now(status)
-    busy = _busy_job_threads(deadline=time.monotonic() + 1.0)
-    if busy:
-        log.warning("%d job thread(s) still running past their timeout; exiting without "
-                    "waiting for them", len(busy))
+    # A thread still running (a busy sync handler, one a handler started) would hold
+    # the process at exit, however long it runs; every outcome is written: leave.
+    left = threads_left_running()
+    if left:
+        report_left_running(left)
         _exit_now(status)
     return int(status)
 
@@ -204,15 +198,6 @@ def mark_process_dead_if_metrics(args: argparse.Namespace) -> None:
         from ..metrics import mark_process_dead
 
         mark_process_dead()
-
-
-def _busy_job_threads(deadline: float) -> list[threading.Thread]:
-    """Job threads still alive by `deadline`. Idle pool threads exit within moments
-    of the pool's shutdown; one that stays is running a handler."""
-    threads = [t for t in threading.enumerate() if t.name.startswith("conveyor-job")]
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in threads if t.is_alive()]
 
 
 def _exit_now(status: ExitStatus) -> NoReturn:

@@ -22,6 +22,7 @@ from ..loading import load_app
 from ..logs import configure_logging, flush_all
 from .config import WorkerConfig
 from .pool_config import rss_bytes
+from .process_exit import report_left_running, threads_left_running
 from .worker import ExitStatus, Worker
 
 if TYPE_CHECKING:
@@ -52,9 +53,12 @@ def child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connec
     except BaseException:  # noqa: BLE001 - report, then exit with the error status
         log.exception("pool child %s failed", worker_id)
         status = ExitStatus.ERROR
+    # Always os._exit, as a thread left running (a sync handler abandoned at its hard
+    # limit, one a handler started) would hold a normal exit; see process_exit.
+    left = threads_left_running()
+    if left:
+        report_left_running(left)
     flush_all()
-    # os._exit: a sync handler abandoned at its hard limit is still running in a
-    # thread, and a normal exit would wait for it. Its job is settled already.
     os._exit(int(status))
 
 
