@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
 from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
-from .errors import ConfigurationError, UnknownTask
+from . import validation as valid
+from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .retry import RetryPolicy
-from .task import Task, TaskDefaults
+from .task import Task, TaskDefaults, make_options
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
@@ -59,8 +60,11 @@ class Conveyor:
         if not resolved:
             raise ConfigurationError("no backend URL: pass Conveyor(url) or set $CONVEYOR_URL")
         backend_from_url(resolved, clock)  # validate the URL now, not at the first enqueue
+        try:
+            self.default_queue = valid.name("default_queue", default_queue)
+        except InvalidJob as exc:
+            raise ConfigurationError(str(exc)) from None
         self.url = resolved
-        self.default_queue = default_queue
         self.clock = clock
         self.auto_migrate = auto_migrate
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -144,8 +148,13 @@ class Conveyor:
             raise ConfigurationError(
                 f"{fn.name} is already a task; put @app.periodic above @app.task, not below")
         task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        if max_attempts < 1:
-            raise ConfigurationError(f"task {task_name}: max_attempts must be at least 1")
+        try:
+            valid.name("name", task_name)
+            queue = None if queue is None else valid.name("queue", queue)
+            priority = valid.priority(priority)
+            max_attempts = valid.max_attempts(max_attempts)
+        except InvalidJob as exc:
+            raise ConfigurationError(f"task {task_name}: {exc}") from None
         if timeout is not None and soft_time_limit is not None:
             raise ConfigurationError(f"task {task_name}: timeout= is soft_time_limit=; pass one")
         soft = soft_time_limit if soft_time_limit is not None else timeout
@@ -225,6 +234,9 @@ class Conveyor:
                 misfire=misfire, max_catch_up=max_catch_up, overlap=overlap, jitter=jitter)
             try:
                 task.validate(schedule.args, schedule.kwargs)
+                # The ranges each of its enqueues will be held to, checked now.
+                make_options(queue=schedule.queue, priority=schedule.priority,
+                             job_id=schedule.job_id(int(valid.RUN_AT_MAX)))
             except Exception as exc:  # noqa: BLE001 - a bad declaration, reported as such
                 raise ConfigurationError(f"schedule {schedule_name!r}: {exc}") from None
             self.schedules[schedule_name] = schedule
@@ -274,8 +286,11 @@ class Conveyor:
     async def enqueue_many_async(
         self, jobs: Iterable[NewJob], *, connection: Any = None
     ) -> list[JobHandle[Any]]:
-        """Insert many jobs in one round trip. Build them with `task.message(...)`."""
-        batch: Sequence[NewJob] = list(jobs)
+        """Insert many jobs in one round trip. Build them with `task.message(...)`.
+
+        Every job is checked first (`conveyor.validation`): one out of range raises
+        InvalidJob and none of the batch is stored."""
+        batch = valid.check_jobs(jobs)
         if not batch:
             return []
         backend = await self.backend()
@@ -296,7 +311,8 @@ class Conveyor:
 
         async def innermost(ctx: MiddlewareContext) -> None:
             assert isinstance(ctx, EnqueueContext)
-            ctx.jobs_out = await enqueue(ctx.jobs_in)
+            # Again: middleware may have changed or added jobs.
+            ctx.jobs_out = await enqueue(valid.check_jobs(ctx.jobs_in))
 
         call = EnqueueContext(jobs_in=list(batch))
         await run_chain(self.middleware, call, innermost)
@@ -304,7 +320,7 @@ class Conveyor:
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
-        batch = list(jobs)
+        batch = valid.check_jobs(jobs)
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if connection is None and batch and not self.middleware:

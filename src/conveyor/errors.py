@@ -15,6 +15,18 @@ class BackendUnavailable(ConveyorError):
     """The backend could not be reached; nothing was written. Safe to retry."""
 
 
+class InvalidJob(ConveyorError, ValueError):
+    """An enqueue option or job field outside what every backend stores exactly
+    (see `conveyor.validation`); nothing of the batch was stored."""
+
+    def __init__(self, field: str, value: object, expected: str, where: str = "") -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{where + ': ' if where else ''}{field}={shown}: expected {expected}")
+        self.field, self.value, self.expected = field, value, expected
+
+
 class SerializationError(ConveyorError, TypeError):
     """Arguments or a result that JSON cannot carry."""
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .errors import ArgumentValidationError, SerializationError
+from . import validation as valid
+from .errors import ArgumentValidationError, InvalidJob, SerializationError
 from .job import NewJob
 from .retry import RetryPolicy
-from .timeutil import Duration, to_epoch, to_seconds
+from .timeutil import Duration
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -100,21 +101,20 @@ def make_options(
     meta: dict[str, Any] | None = None,
     connection: Any = None,
 ) -> JobOptions:
+    """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
-        raise ValueError("pass delay or run_at, not both")
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        raise InvalidJob("delay", delay, "either delay or run_at, not both")
     return JobOptions(
-        queue=queue,
-        priority=priority,
-        delay=None if delay is None else to_seconds(delay),
-        run_at=None if run_at is None else to_epoch(run_at),
-        job_id=job_id,
-        unique_key=unique_key,
-        unique_for=None if unique_for is None else to_seconds(unique_for),
-        max_attempts=max_attempts,
-        timeout=None if timeout is None else to_seconds(timeout),
-        meta=dict(meta or {}),
+        queue=None if queue is None else valid.name("queue", queue),
+        priority=None if priority is None else valid.priority(priority),
+        delay=None if delay is None else valid.seconds("delay", delay),
+        run_at=None if run_at is None else valid.epoch("run_at", run_at),
+        job_id=None if job_id is None else valid.name("job_id", job_id),
+        unique_key=None if unique_key is None else valid.name("unique_key", unique_key),
+        unique_for=None if unique_for is None else valid.seconds("unique_for", unique_for),
+        max_attempts=None if max_attempts is None else valid.max_attempts(max_attempts),
+        timeout=None if timeout is None else valid.seconds("timeout", timeout, positive=True),
+        meta={} if meta is None else dict(valid.meta(meta)),
         connection=connection,
     )
 
@@ -208,12 +208,12 @@ class BoundTask(Generic[P, R]):
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay
         return NewJob(
-            id=opts.job_id or new_job_id(),
+            id=new_job_id() if opts.job_id is None else opts.job_id,
             task=task.name,
-            queue=opts.queue or d.queue,
+            queue=d.queue if opts.queue is None else opts.queue,
             payload=encode_payload(task.name, args, kwargs),
             priority=d.priority if opts.priority is None else opts.priority,
-            max_attempts=opts.max_attempts or d.max_attempts,
+            max_attempts=d.max_attempts if opts.max_attempts is None else opts.max_attempts,
             run_at=run_at,
             unique_key=opts.unique_key,
             unique_for=opts.unique_for,

@@ -13,6 +13,7 @@ from ..errors import (
     ArgumentValidationError,
     ConfigurationError,
     ConveyorError,
+    InvalidJob,
     JobNotFound,
     SerializationError,
     UnknownTask,
@@ -32,7 +33,8 @@ from .loading import add_target_arguments, app_from_arguments, open_backend
 from .parsing import Parser
 
 # Bad input the user can fix by changing the command line or the configuration.
-_USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, SerializationError)
+_USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, SerializationError,
+                 InvalidJob)
 
 
 def build_parser() -> argparse.ArgumentParser:
