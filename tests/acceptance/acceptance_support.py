@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from conveyor.backends.sqlite.backend import parse_sqlite_url
 
 from runs_log import read as read_runs
 
@@ -38,6 +41,39 @@ class WorkerProcess:
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
+    def stopped(self) -> bool:
+        """Has a SIGSTOP taken effect (state T in /proc)? Signals arrive asynchronously."""
+        with open(f"/proc/{self.proc.pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "T"
+
+    def stop_outside_write(self, url: str, timeout: float = 30.0) -> int:
+        """SIGSTOP the worker at a moment it holds no SQLite write lock; return the
+        number of stops it took.
+
+        A process stopped inside a write transaction (a heartbeat, a claim) keeps
+        SQLite's one write lock until it resumes: no other process can write, so
+        nothing could rescue its job. That is SQLite's design, not what a stalled
+        worker test is about; it made such a test fail about one run in twenty.
+        So: stop, wait until the stop took effect, try to take the write lock; if
+        it is held, let the worker run on and stop it again. Other backends have no
+        such lock: one stop."""
+        deadline = time.monotonic() + timeout
+        path = parse_sqlite_url(url)[0] if url.startswith("sqlite:") else None
+        stops = 0
+        while True:
+            self.signal(signal.SIGSTOP)
+            stops += 1
+            while not self.stopped():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"worker not stopped after {timeout}s")
+                time.sleep(0.001)
+            if path is None or _write_lock_is_free(path):
+                return stops
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker held the write lock at each of {stops} stops")
+            self.signal(signal.SIGCONT)
+            time.sleep(0.005)  # let it finish that transaction before the next stop
+
     def output(self) -> str:
         return self.log_path.read_text()
 
@@ -57,6 +93,20 @@ class WorkerProcess:
             except ProcessLookupError:
                 pass
             self.proc.wait(10)
+
+
+def _write_lock_is_free(path: str) -> bool:
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        return False
+    finally:
+        probe.close()
 
 
 class Runs:

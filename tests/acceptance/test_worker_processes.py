@@ -74,7 +74,7 @@ def test_stalled_worker_late_ack_is_fenced(url: str, runs: Runs, workers: list[W
     stalled = WorkerProcess(url, runs.path, "-c", "1", "--lease", "1")
     workers.append(stalled)
     runs.wait_for("start", 1)
-    stalled.signal(signal.SIGSTOP)  # no heartbeats while stopped: its lease runs out
+    stalled.stop_outside_write(url)  # no heartbeats while stopped: its lease runs out
     rescuer = WorkerProcess(url, runs.path, "-c", "1", "--lease", "5")
     workers.append(rescuer)
     job = final_jobs(url, [job_id])[job_id]

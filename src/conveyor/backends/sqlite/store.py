@@ -105,16 +105,20 @@ class SqliteStore:
 
     # --- schema -----------------------------------------------------------------
     def migrate(self) -> list[int]:
+        """Apply the migrations this file lacks. Looking costs one read: the write
+        lock is taken only when one is due, so opening a migrated file (every
+        process's first call, admin reads included) never waits behind a writer."""
+        package = __package__ or "conveyor.backends.sqlite"
+        pending = [m for m in load_migrations(package) if m.version not in self._applied_versions()]
+        if not pending:
+            return []
         applied = []
         with self.write() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS conveyor_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
-        done = {row[0] for row in self.conn.execute("SELECT version FROM conveyor_migrations")}
-        for migration in load_migrations(__package__ or "conveyor.backends.sqlite"):
-            if migration.version in done:
-                continue
+        for migration in pending:
             # Each migration in its own transaction; executescript would commit early.
             with self.write() as db:
                 if db.execute(
@@ -129,6 +133,15 @@ class SqliteStore:
                 )
             applied.append(migration.version)
         return applied
+
+    def _applied_versions(self) -> set[int]:
+        try:
+            rows = self.conn.execute("SELECT version FROM conveyor_migrations").fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return set()  # a new file
+        return {row[0] for row in rows}
 
     # --- producer -----------------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
