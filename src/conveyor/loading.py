@@ -6,10 +6,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import sysconfig
+import traceback
 from typing import Any
 
 from .app import Conveyor
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ConveyorError
+
+_NOT_THE_USERS_CODE = ("<frozen ", os.path.dirname(__file__) + os.sep,
+                       *{sysconfig.get_paths()[name] + os.sep
+                         for name in ("stdlib", "purelib", "platlib")})
 
 
 def load_app(path: str) -> Conveyor:
@@ -25,7 +31,7 @@ def load_app(path: str) -> Conveyor:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    module = _import(module_name)
+    module = _import(module_name, path)
     target: Any = module
     for attr in attr_path.split("."):
         try:
@@ -39,7 +45,7 @@ def load_app(path: str) -> Conveyor:
     return target
 
 
-def _import(module_name: str) -> Any:
+def _import(module_name: str, path: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -49,12 +55,32 @@ def _import(module_name: str) -> Any:
                 f"cannot import app module {module_name!r}: no module named {missing!r} "
                 "(searched the current directory and sys.path)") from None
         # The app module exists; something it imports does not.
-        raise ConfigurationError(f"importing app module {module_name!r} failed: {exc}") from None
-    except ImportError as exc:
-        raise ConfigurationError(f"importing app module {module_name!r} failed: {exc}") from None
-    except SyntaxError as exc:
-        raise ConfigurationError(f"importing app module {module_name!r} failed: {exc.msg} "
-                                 f"({exc.filename}, line {exc.lineno})") from None
+        raise _import_failed(path, exc) from None
+    except ConveyorError:
+        raise  # the app's declarations refused by Conveyor itself, already in its words
+    except Exception as exc:  # noqa: BLE001 - any error of the user's module, said as such
+        if os.environ.get("CONVEYOR_DEBUG"):
+            raise
+        raise _import_failed(path, exc) from None
+
+
+def _import_failed(path: str, exc: Exception) -> ConfigurationError:
+    """'error while importing the app ...: Type: message (file, line n)'; the command
+    line exits 2: the app's code or configuration must change, as with a bad URL."""
+    if isinstance(exc, SyntaxError):
+        message, where = exc.msg, (exc.filename, exc.lineno)
+    else:
+        message = str(exc)
+        frames = traceback.extract_tb(exc.__traceback__)
+        # The failing statement of the user's code: the deepest frame outside the
+        # import machinery, the standard library, installed packages and Conveyor
+        # (a library's own line says less), else where it was raised.
+        own = [f for f in frames if not f.filename.startswith(_NOT_THE_USERS_CODE)]
+        chosen = own or frames
+        where = (chosen[-1].filename, chosen[-1].lineno) if chosen else (None, None)
+    located = f" ({where[0]}, line {where[1]})" if where[0] else ""
+    return ConfigurationError(f"error while importing the app {path!r}: "
+                              f"{type(exc).__name__}: {message}{located}")
 
 
 def _apps_in(module: Any) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from cli_harness import Cli
@@ -38,8 +41,17 @@ def assert_one_line_error(result, code: int, *fragments: str) -> str:  # type: i
         (("jobs", "list", "--app", "example_app:add"), USAGE,
          ["example_app:add is a Task, not a Conveyor app"]),
         (("jobs", "list", "--app", "broken_app:app"), USAGE,
-         ["importing app module 'broken_app' failed",
-          "conveyor_tests_dependency_that_is_not_installed"]),
+         ["error while importing the app 'broken_app:app': ModuleNotFoundError: No module "
+          "named 'conveyor_tests_dependency_that_is_not_installed'", "broken_app.py, line 3)"]),
+        (("jobs", "list", "--app", "raising_app:app"), USAGE,
+         ["error while importing the app 'raising_app:app': ZeroDivisionError: division by "
+          "zero", "raising_app.py, line 9)"]),
+        (("worker", "raising_app:app"), USAGE,
+         ["error while importing the app 'raising_app:app': ZeroDivisionError"]),
+        (("stats", "--url", "postgresql://admin:hunter2@db:abc/jobs"), USAGE,
+         ["malformed backend URL 'postgresql://admin:***@db:abc/jobs': port 'abc'"]),
+        (("stats", "--url", "redis://cache:x/0"), USAGE,
+         ["malformed backend URL 'redis://cache:x/0': port 'x'"]),
         (("worker", "no_such_module:app"), USAGE, ["no module named 'no_such_module'"]),
         (("enqueue", "--app", "example_app:app", "send_emial"), USAGE,
          ["task 'send_emial' is not registered; known: add, exports.build, greet, parse_total, "
@@ -75,6 +87,15 @@ def test_bad_input_is_one_clear_line(cli: Cli, args: tuple[str, ...], code: int,
                                      fragments: list[str]) -> None:
     line = assert_one_line_error(cli(*args), code, *fragments)
     assert "hunter2" not in line
+
+
+def test_syntax_error_in_the_app_names_its_file_and_line(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "typo_app.py").write_text("from conveyor import Conveyor\n\n"
+                                          "app = Conveyor('sqlite:///x.db'\n")
+    env = {**cli.env, "PYTHONPATH": f"{tmp_path}{os.pathsep}{cli.env.get('PYTHONPATH', '')}"}
+    assert_one_line_error(cli("jobs", "list", "--app", "typo_app:app", env=env), USAGE,
+                          "error while importing the app 'typo_app:app': SyntaxError: ",
+                          "typo_app.py, line 3)")
 
 
 def test_no_backend_at_all(cli: Cli) -> None:

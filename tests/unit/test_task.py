@@ -75,6 +75,12 @@ def test_two_tasks_with_one_name_are_refused(app: Conveyor) -> None:
     ("sqlite://host/jobs.db", "malformed SQLite URL"),
     ("sqlite:///:memory:", "names no file"),
     ("sqlite:///jobs.db?fast=1", "unknown SQLite URL option"),
+    ("postgresql://h:abc/db", "malformed backend URL 'postgresql://h:abc/db': port 'abc'"),
+    ("postgresql://h1:5432,h2:x/db", "port 'x' of host 'h2:x'"),
+    ("postgresql://u:secret@h:5432:1/db", r"malformed backend URL 'postgresql://u:\*\*\*@h"),
+    ("redis://h:x/0", "malformed backend URL 'redis://h:x/0': port 'x'"),
+    ("rediss://h:70000/0", "port '70000'"),
+    ("redis://[::1]:abc/0", "port 'abc'"),
 ])
 def test_malformed_urls_get_clear_errors(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

@@ -29,6 +29,21 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+def _check_ports(url: str) -> None:
+    """Each host's port is a number from 1 to 65535 (a PostgreSQL URL may list
+    several hosts, `h1:5432,h2:5433`), so a typo is a bad URL here rather than a
+    driver error at the first connection."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        after_name = host.partition("]")[2] if host.startswith("[") else host  # [IPv6]:port
+        _, colon, port = after_name.partition(":")
+        if colon and port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigurationError(
+                f"malformed backend URL {redact_url(url)!r}: port {port!r} of host {host!r} "
+                "is not a number from 1 to 65535"
+            )
+
+
 def backend_from_url(url: str, clock: Clock = system_clock) -> Backend:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(
@@ -41,6 +56,7 @@ def backend_from_url(url: str, clock: Clock = system_clock) -> Backend:
             f"unknown backend scheme {scheme!r} in {redact_url(url)!r}; "
             f"known: {', '.join(sorted(_SCHEMES))}"
         )
+    _check_ports(url)
     module_name, class_name, extra = _SCHEMES[scheme]
     try:
         module = importlib.import_module(module_name)
