@@ -28,6 +28,7 @@ from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, L
 from ..sqlfiles import load_migrations
 from . import enqueue
 from .config import parse_postgres_url
+from .connect import first_connection
 from .lane import Busy, Lane
 from .listener import Listener
 from .records import PostgresRecords
@@ -52,21 +53,28 @@ class PostgresBackend(PostgresRecords):
         self._sync_pool_lock = threading.Lock()
         self._listener: Listener | None = None
         self._lane = Lane(self.config.conninfo, self.config.timeout)
+        self._open_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"<PostgresBackend {self.config.redacted}>"
 
     # --- plumbing -------------------------------------------------------------------
     async def open(self) -> None:
-        if self._pool is not None:
-            return
-        pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-            self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
-            max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
-            name=f"conveyor-{self.schema}",
-        )
-        await pool.open()
-        self._pool = pool
+        """Connect once directly, then open the pool: a permanent mistake (unknown
+        role or database, wrong password) is ConfigurationError at once, in the
+        server's words, and an unreachable server BackendUnavailable saying why;
+        the pool itself would only time out. See connect.py."""
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            self._lane.adopt(await first_connection(self.config))
+            pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+                self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
+                max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
+                name=f"conveyor-{self.schema}",
+            )
+            await pool.open()
+            self._pool = pool
 
     async def close(self) -> None:
         await self._lane.close()
@@ -79,7 +87,10 @@ class PostgresBackend(PostgresRecords):
         with self._sync_pool_lock:
             sync_pool, self._sync_pool = self._sync_pool, None
         if sync_pool is not None:
-            await asyncio.to_thread(sync_pool.close)
+            try:
+                await asyncio.to_thread(sync_pool.close)
+            except RuntimeError:  # at interpreter exit no thread can be had: close here
+                sync_pool.close()
 
     def _unavailable(self, exc: Exception) -> BackendUnavailable:
         return BackendUnavailable(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ...errors import ConfigurationError
 from .. import redact_url
@@ -44,6 +44,20 @@ class PostgresConfig:
         return f"{self.schema}_conveyor_jobs"
 
 
+def _libpq_netloc(netloc: str) -> str:
+    """The user info percent-encoded. Python splits user info from hosts at the last
+    '@', libpq at the first: a password written with an '@' in it became part of a
+    host name for libpq (and its tail appeared in connection errors and logs)."""
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        return netloc
+    user, colon, password = userinfo.partition(":")
+    encoded = quote(unquote(user), safe="")
+    if colon:
+        encoded += ":" + quote(unquote(password), safe="")
+    return f"{encoded}@{hosts}"
+
+
 def parse_postgres_url(url: str) -> PostgresConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
@@ -69,5 +83,6 @@ def parse_postgres_url(url: str) -> PostgresConfig:
         raise ConfigurationError("pool_size must be at least 2 (claims and outcome writes overlap)")
     if timeout <= 0:
         raise ConfigurationError("timeout must be positive")
-    conninfo = parts._replace(scheme="postgresql", query=urlencode(options)).geturl()
+    conninfo = parts._replace(scheme="postgresql", netloc=_libpq_netloc(parts.netloc),
+                              query=urlencode(options)).geturl()
     return PostgresConfig(conninfo, schema, pool_size, timeout, redact_url(url))

@@ -57,6 +57,12 @@ class Lane:
         finally:
             self._busy = False
 
+    def adopt(self, connection: AsyncConn) -> None:
+        """Hold `connection` (autocommit), e.g. the one that opening the backend made."""
+        if self._connection is not None:
+            self._drop(self._connection)
+        self._connection = connection
+
     async def _connect(self) -> AsyncConn:
         try:
             return await asyncio.wait_for(psycopg.AsyncConnection.connect(
