@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -71,12 +72,14 @@ class Conveyor:
         # Around every enqueue and every job execution; see conveyor.middleware.
         self.middleware: list[Middleware] = list(middleware)
         self.schedules: dict[str, Schedule] = {}
-        self.portal = Portal()
-        self.admin = Admin(self)
-        self.jobs = Jobs(self)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
             weakref.WeakKeyDictionary()
         )
+        # A script that exits without close() still closes the sync facade's backend;
+        # the hook holds the backends, not the app, which stays free to be collected.
+        self.portal = Portal(on_exit=functools.partial(_close_loop_backend, self._backends))
+        self.admin = Admin(self)
+        self.jobs = Jobs(self)
         self._backend_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -271,9 +274,7 @@ class Conveyor:
 
     async def aclose(self) -> None:
         """Close the backend of the running loop."""
-        backend = self._backends.pop(asyncio.get_running_loop(), None)
-        if backend is not None:
-            await backend.close()
+        await _close_loop_backend(self._backends)
 
     def close(self) -> None:
         """Close the sync facade's backend and thread."""
@@ -336,3 +337,11 @@ class Conveyor:
             backend = self._sync_backend
             self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend
+
+
+async def _close_loop_backend(
+    backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend],
+) -> None:
+    backend = backends.pop(asyncio.get_running_loop(), None)
+    if backend is not None:
+        await backend.close()

@@ -103,7 +103,10 @@ class SqliteBackend:
         if executor is not None:
             store = self._store
             if store is not None:
-                await asyncio.get_running_loop().run_in_executor(executor, store.close)
+                try:
+                    await asyncio.get_running_loop().run_in_executor(executor, store.close)
+                except RuntimeError:  # at interpreter exit executors take no more work:
+                    pass  # the file closes with the process
             executor.shutdown(wait=True)
         self._store = None
 
