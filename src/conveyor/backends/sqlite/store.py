@@ -108,8 +108,9 @@ class SqliteStore:
         """Apply the migrations this file lacks. Looking costs one read: the write
         lock is taken only when one is due, so opening a migrated file (every
         process's first call, admin reads included) never waits behind a writer."""
-        package = __package__ or "conveyor.backends.sqlite"
-        pending = [m for m in load_migrations(package) if m.version not in self._applied_versions()]
+        done = self._applied_versions()
+        pending = [m for m in load_migrations(__package__ or "conveyor.backends.sqlite")
+                   if m.version not in done]
         if not pending:
             return []
         applied = []
