@@ -43,7 +43,12 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
     app = any_app
     send = app.tasks["emails.send"]
     for job_id in (*HOSTILE_IDS, "y"):
-        send.options(job_id=job_id).enqueue(f"{job_id}@example.org")
+        if any(ord(c) < 32 for c in job_id):
+            # Enqueue refuses control characters in ids now (conveyor.validation);
+            # a store written by an older version can still hold them.
+            store_with_id(app, job_id)
+        else:
+            send.options(job_id=job_id).enqueue(f"{job_id}@example.org")
     with local_client(create_dashboard(app)) as client, \
             caplog.at_level(logging.INFO, logger="conveyor.dashboard.audit"):
         listing = client.get("/jobs", params={"limit": "50"})
@@ -92,7 +97,7 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
 
 def store_with_id(app: Conveyor, job_id: str) -> None:
     """Write a job with this id straight to the backend, as an older version could
-    have (enqueue refuses NUL bytes in ids now)."""
+    have (enqueue refuses NUL bytes and other control characters in ids now)."""
     async def go() -> None:
         backend = await app.backend()
         await backend.enqueue_jobs([replace(app.tasks["emails.send"].message("old"),
