@@ -1,19 +1,27 @@
 """The one inspection and admin API, used by the CLI, the dashboard and users.
 
-`app.admin` is async; `app.jobs` is the same API for sync code.
+`app.admin` is async; `app.jobs` is the same API for sync code. Every action that
+changes jobs or queues (retry, redrive, cancel, delete, purge, pause, resume) records
+one entry in the audit trail (`conveyor.audit`) here, whichever front end called it:
+`by=` says who acts (a name, or an `Actor`); without it, the OS user of the process.
+Task names in a filter may be short, as `conveyor enqueue` takes them
+(`conveyor.task_names`).
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import JobFilter, QueueStats
+from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
+from .backends.base import WAITING_STATES, JobFilter, QueueStats
 from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
+from .task_names import match_task_name
 from .worker.worker import WORKERS_NAMESPACE
 
 if TYPE_CHECKING:
@@ -68,9 +76,51 @@ def make_filter(
     )
 
 
+RETRYABLE_BY_OPERATOR = (JobState.DEAD, JobState.CANCELLED)
+PURGE_BATCH = 1000
+By = Actor | str | None
+
+
 class Admin:
     def __init__(self, app: Conveyor) -> None:
         self.app = app
+
+    # --- audit ------------------------------------------------------------------------
+    async def trail(self) -> AuditTrail:
+        return AuditTrail(await self.app.backend(), self.app.clock)
+
+    @contextlib.asynccontextmanager
+    async def recording(self, action: str, *, by: By = None, target: str = "",
+                        where: JobFilter | None = None) -> AsyncIterator[PendingAction]:
+        """One audit entry for a composite action: the verbs called inside add the jobs
+        they touch to it. The dashboard's bulk actions use it.
+
+        >>> async with app.admin.recording("cancel", by="alice", where=flt) as act:
+        ...     for job in jobs:
+        ...         await app.admin.cancel(job.id)
+        """
+        async with recording(await self.trail(), action, as_actor(by), target, where) as act:
+            yield act
+
+    async def audit(self, since: float | None = None, until: float | None = None,
+                    limit: int = 100, actions: Sequence[str] = ()) -> builtins.list[AuditEntry]:
+        """Operator actions from `since` to `until` (epoch seconds; default the last
+        seven days), newest first, optionally only these `actions`."""
+        return await (await self.trail()).entries(since, until, limit, actions)
+
+    async def actions_on(self, job_id: str) -> builtins.list[AuditEntry]:
+        """The operator actions that touched one job, oldest first (its timeline)."""
+        return await (await self.trail()).for_job(job_id)
+
+    async def resolve(self, where: JobFilter) -> JobFilter:
+        """`where` with short task names replaced by the task they stand for, among
+        the app's tasks and the tasks of the jobs `where` otherwise selects.
+        Raises AmbiguousTaskName when a short name fits two tasks."""
+        if not where.tasks or all(t in self.app.tasks for t in where.tasks):
+            return where
+        stored = await (await self.app.backend()).task_names(replace(where, tasks=()))
+        known = set(self.app.tasks) | set(stored)
+        return replace(where, tasks=tuple(match_task_name(t, known) or t for t in where.tasks))
 
     async def get(self, job_id: str) -> Job | None:
         return await (await self.app.backend()).get_job(job_id)
@@ -86,29 +136,88 @@ class Admin:
         >>> more = await app.admin.list(make_filter(states=["dead"]), 50, after=page[-1].id)
         """
         backend = await self.app.backend()
+        where = await self.resolve(where)
         if after is None:
             return await backend.list_jobs(where, limit, offset)
         return await backend.list_jobs(where, limit, offset, after=after)
 
     async def count(self, where: JobFilter = JobFilter()) -> int:
-        return await (await self.app.backend()).count_jobs(where)
+        return await (await self.app.backend()).count_jobs(await self.resolve(where))
 
-    async def cancel(self, job_id: str) -> Job | None:
+    async def cancel(self, job_id: str, *, by: By = None) -> Job | None:
         """Cancel a waiting job; ask a running one to stop (its handler sees
         `ctx.cancel_requested`). Returns the job as it is now, None if unknown."""
-        return await (await self.app.backend()).cancel_job(job_id)
+        backend = await self.app.backend()
+        async with self.recording("cancel", by=by, target=f"job {job_id}") as act:
+            before = await backend.get_job(job_id)
+            job = await backend.cancel_job(job_id)
+            if before is not None and job is not None and not before.is_finished and (
+                    job.state is JobState.CANCELLED or job.cancel_requested):
+                act.add([job_id])
+        return job
+
+    async def retry(self, job_ids: Sequence[str], *, by: By = None) -> builtins.list[Job]:
+        """Send these dead or cancelled jobs back to their queue with fresh attempts
+        (their error history stays); the others are left as they are. Returns the
+        jobs moved."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        target = f"job {ids[0]}" if len(ids) == 1 else f"{len(ids)} jobs"
+        async with self.recording("retry", by=by, target=target):
+            return await self.redrive(JobFilter(ids=tuple(ids), states=RETRYABLE_BY_OPERATOR),
+                                      limit=len(ids), by=by)
 
     async def redrive(
         self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
-        dry_run: bool = False,
+        dry_run: bool = False, *, by: By = None,
     ) -> builtins.list[Job]:
         """Send up to `limit` dead jobs matching `where` back to work, oldest failure
-        first, with fresh attempts. With dry_run, only show which would move."""
-        return await (await self.app.backend()).redrive_jobs(where, limit, dry_run)
+        first, with fresh attempts. With dry_run, only show which would move.
+        For a paced redrive of many, see `conveyor.redrive_runs`."""
+        backend = await self.app.backend()
+        where = await self.resolve(where)
+        if dry_run:
+            return await backend.redrive_jobs(where, limit, True)
+        async with self.recording("redrive", by=by, where=where) as act:
+            jobs = await backend.redrive_jobs(where, limit, False)
+            act.add([j.id for j in jobs])
+        return jobs
 
-    async def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> builtins.list[str]:
+    async def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *,
+                     by: By = None) -> builtins.list[str]:
         """Delete finished jobs matching `where` (active jobs are never deleted)."""
-        return await (await self.app.backend()).delete_jobs(where, limit, dry_run)
+        backend = await self.app.backend()
+        where = await self.resolve(where)
+        if dry_run:
+            return await backend.delete_jobs(where, limit, True)
+        async with self.recording("delete", by=by, where=where) as act:
+            ids = await backend.delete_jobs(where, limit, False)
+            act.add(ids)
+        return ids
+
+    async def purge(self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False,
+                    *, by: By = None) -> int:
+        """Cancel every waiting job (scheduled, available, retryable) of `queue` that
+        matches `where`; running jobs finish. Returns how many were cancelled (with
+        dry_run: how many would be). Cancelled, not deleted: they stay listed until
+        pruned and `redrive(JobFilter(states=(JobState.CANCELLED,), queues=(queue,)))`
+        brings them back."""
+        backend = await self.app.backend()
+        where = await self.resolve(replace(where, queues=(queue,)))
+        scoped = replace(where, states=tuple(s for s in (where.states or WAITING_STATES)
+                                             if s in WAITING_STATES))
+        if not scoped.states:
+            return 0
+        if dry_run:
+            return await backend.count_jobs(scoped)
+        async with self.recording("purge", by=by, target=f"queue {queue}", where=scoped) as act:
+            while True:
+                ids = await backend.cancel_jobs(scoped, PURGE_BATCH, False)
+                act.add(ids)
+                if len(ids) < PURGE_BATCH:
+                    break
+        return act.count
 
     async def stats(self) -> builtins.list[QueueStats]:
         return await (await self.app.backend()).queue_stats()
@@ -134,11 +243,13 @@ class Admin:
         merged = merge_records(records.values(), since)
         return [merged.get(start, Minute(start)) for start in range(since, now_minute + 1, 60)]
 
-    async def pause(self, queue: str) -> None:
-        await (await self.app.backend()).pause_queue(queue, True)
+    async def pause(self, queue: str, *, by: By = None) -> None:
+        async with self.recording("pause", by=by, target=f"queue {queue}"):
+            await (await self.app.backend()).pause_queue(queue, True)
 
-    async def resume(self, queue: str) -> None:
-        await (await self.app.backend()).pause_queue(queue, False)
+    async def resume(self, queue: str, *, by: By = None) -> None:
+        async with self.recording("resume", by=by, target=f"queue {queue}"):
+            await (await self.app.backend()).pause_queue(queue, False)
 
     async def prune(self, completed_before: float, dead_before: float) -> int:
         return await (await self.app.backend()).prune_jobs(completed_before, dead_before)
@@ -168,17 +279,32 @@ class Jobs:
     def count(self, where: JobFilter = JobFilter()) -> int:
         return self.app.portal.call(self.app.admin.count(where))
 
-    def cancel(self, job_id: str) -> Job | None:
-        return self.app.portal.call(self.app.admin.cancel(job_id))
+    def cancel(self, job_id: str, *, by: By = None) -> Job | None:
+        return self.app.portal.call(self.app.admin.cancel(job_id, by=by))
+
+    def retry(self, job_ids: Sequence[str], *, by: By = None) -> builtins.list[Job]:
+        return self.app.portal.call(self.app.admin.retry(job_ids, by=by))
 
     def redrive(
         self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
-        dry_run: bool = False,
+        dry_run: bool = False, *, by: By = None,
     ) -> builtins.list[Job]:
-        return self.app.portal.call(self.app.admin.redrive(where, limit, dry_run))
+        return self.app.portal.call(self.app.admin.redrive(where, limit, dry_run, by=by))
 
-    def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False) -> builtins.list[str]:
-        return self.app.portal.call(self.app.admin.delete(where, limit, dry_run))
+    def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *,
+               by: By = None) -> builtins.list[str]:
+        return self.app.portal.call(self.app.admin.delete(where, limit, dry_run, by=by))
+
+    def purge(self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False, *,
+              by: By = None) -> int:
+        return self.app.portal.call(self.app.admin.purge(queue, where, dry_run, by=by))
+
+    def audit(self, since: float | None = None, until: float | None = None, limit: int = 100,
+              actions: Sequence[str] = ()) -> builtins.list[AuditEntry]:
+        return self.app.portal.call(self.app.admin.audit(since, until, limit, actions))
+
+    def actions_on(self, job_id: str) -> builtins.list[AuditEntry]:
+        return self.app.portal.call(self.app.admin.actions_on(job_id))
 
     def stats(self) -> builtins.list[QueueStats]:
         return self.app.portal.call(self.app.admin.stats())
@@ -189,11 +315,11 @@ class Jobs:
     def throughput(self, minutes: int = 60) -> builtins.list[Minute]:
         return self.app.portal.call(self.app.admin.throughput(minutes))
 
-    def pause(self, queue: str) -> None:
-        self.app.portal.call(self.app.admin.pause(queue))
+    def pause(self, queue: str, *, by: By = None) -> None:
+        self.app.portal.call(self.app.admin.pause(queue, by=by))
 
-    def resume(self, queue: str) -> None:
-        self.app.portal.call(self.app.admin.resume(queue))
+    def resume(self, queue: str, *, by: By = None) -> None:
+        self.app.portal.call(self.app.admin.resume(queue, by=by))
 
     def migrate(self) -> builtins.list[int]:
         return self.app.portal.call(self.app.admin.migrate())

@@ -123,11 +123,30 @@ class JobFilter:
     states: tuple[JobState, ...] = ()
     queues: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
-    error_type: str | None = None  # type name of the last error
+    # Type name of the last error, ASCII case-insensitive (`keyerror` finds KeyError):
+    # compared with `ascii_lower` on both sides, which SQL's lower() matches.
+    error_type: str | None = None
     ids: tuple[str, ...] = ()
     # A case-sensitive substring of the stored arguments' JSON text, as the producer
     # wrote it (compact separators): '"user_id":42' or 'alice@example.org'.
     args_contains: str | None = None
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+
+
+def ascii_lower(text: str) -> str:
+    """Lower-case ASCII letters only, as SQLite's lower() does: every backend folds
+    the error type the same way, whatever the database's locale."""
+    return text.translate(_ASCII_LOWER)
+
+
+def waiting_scope(where: JobFilter) -> JobFilter | None:
+    """The filter `cancel_jobs` acts on: its waiting states (every waiting state by
+    default), or None when it names none (nothing to cancel)."""
+    states = tuple(s for s in (where.states or WAITING_STATES) if s in WAITING_STATES)
+    return replace(where, states=states) if states else None
 
 
 def redrive_scope(where: JobFilter) -> JobFilter:
@@ -247,6 +266,18 @@ class Inspector(Protocol):
 
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         """Delete finished jobs (never active ones) matching `where`."""
+        ...
+
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        """Cancel waiting jobs (scheduled, available, retryable; `waiting_scope`)
+        matching `where`, at most `limit`, newest enqueued first, in one atomic step;
+        return their ids. A job claimed meanwhile is left running (`cancel_job` is
+        the verb that asks a running job to stop)."""
+        ...
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        """The distinct task names of the jobs matching `where`, sorted: what a short
+        task name given by an operator may stand for (`conveyor.admin`)."""
         ...
 
     async def queue_stats(self) -> list[QueueStats]: ...

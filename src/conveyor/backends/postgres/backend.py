@@ -24,7 +24,8 @@ from ...lifecycle import IllegalTransition
 from ...timeutil import Clock, system_clock
 from ...claiming import claim_in_passes_async
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope)
+                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope,
+                    waiting_scope)
 from ..sqlfiles import load_migrations
 from . import enqueue
 from .config import parse_postgres_url
@@ -445,6 +446,20 @@ class PostgresBackend(PostgresRecords):
             return ids
         deleted = {row[0] for row in await self._fetch("delete_jobs", {"ids": ids})}
         return [i for i in ids if i in deleted]
+
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        scoped = waiting_scope(where)
+        if scoped is None:
+            return []
+        ids = [j.id for j in await self.list_jobs(scoped, limit, 0)]
+        if dry_run or not ids:
+            return ids
+        cancelled = {row[0] for row in await self._fetch(
+            "cancel_waiting_jobs", {"ids": ids, "now": self.clock()})}
+        return [i for i in ids if i in cancelled]
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return [str(row[0]) for row in await self._fetch("task_names", filter_params(where))]
 
     async def queue_stats(self) -> list[QueueStats]:
         return queue_stats_from_rows(

@@ -44,7 +44,11 @@ result, errors, checkpoint, progress, cancel_requested, timeout, meta
 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
 AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
-AND (%(error_type)s::text IS NULL OR errors -> -1 ->> 'type' = %(error_type)s::text)
+-- error_type comes ASCII-lowered (base.ascii_lower); translate() folds exactly those
+-- letters, as SQLite's lower() does, whatever the database's locale.
+AND (%(error_type)s::text IS NULL
+     OR translate(errors -> -1 ->> 'type', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                  'abcdefghijklmnopqrstuvwxyz') = %(error_type)s::text)
 AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 
 -- name: insert_new_job
@@ -342,6 +346,15 @@ SELECT seq FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: count_filtered_jobs
 SELECT count(*) FROM {schema}.jobs WHERE {job_filter}
+
+-- name: task_names
+SELECT DISTINCT task FROM {schema}.jobs WHERE {job_filter} ORDER BY task
+
+-- name: cancel_waiting_jobs
+-- Operator bulk cancel: the state guard again, since a chosen job may have been claimed.
+UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
+WHERE id = ANY(%(ids)s::text[]) AND state IN ('scheduled', 'available', 'retryable')
+RETURNING id
 
 -- name: listen
 LISTEN {channel}

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from ...job import AttemptError, Job, JobState
-from ..base import JobFilter
+from ..base import JobFilter, ascii_lower
 from ..sqlfiles import load_queries
 
 # Column order of every query that returns jobs (see `job_columns` in queries.sql).
@@ -64,7 +64,7 @@ def filter_params(where: JobFilter) -> dict[str, Any]:
         "queues": as_list(where.queues),
         "tasks": as_list(where.tasks),
         "ids": as_list(where.ids),
-        "error_type": where.error_type,
+        "error_type": None if where.error_type is None else ascii_lower(where.error_type),
         "args_contains": where.args_contains,
     }
 

@@ -27,7 +27,7 @@ from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import redact_url
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, redrive_scope)
+                    QueueStats, Settlement, redrive_scope, waiting_scope)
 from .codec import float_arg, job_from_hash, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
@@ -323,6 +323,22 @@ class RedisBackend(RedisRecords):
             return ids
         deleted = set(await self.scripts.call("delete", [self.keys.unique], ids))
         return [job_id for job_id in ids if job_id in deleted]
+
+    @translated
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        scoped = waiting_scope(where)
+        if scoped is None:
+            return []
+        ids = (await self.queries.select(scoped, oldest_finished_first=False))[:limit]
+        if dry_run or not ids:
+            return ids
+        cancelled = set(await self.scripts.call(
+            "cancel_waiting", [self.keys.due], [float_arg(self.clock()), self.max_completed, *ids]))
+        return [job_id for job_id in ids if job_id in cancelled]
+
+    @translated
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self.queries.task_names(where)
 
     @translated
     async def queue_stats(self) -> list[QueueStats]:

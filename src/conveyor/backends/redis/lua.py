@@ -17,7 +17,7 @@ from importlib import resources
 
 SCRIPT_NAMES = (
     "enqueue", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
-    "find_leases", "prune", "cancel", "redrive", "delete", "force_state",
+    "find_leases", "prune", "cancel", "cancel_waiting", "redrive", "delete", "force_state",
     "put_record", "set_record_if", "incr_record", "delete_record",
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import JobNotFound
 from ...job import Job, JobState
-from ..base import JobFilter, QueueStats
+from ..base import JobFilter, QueueStats, ascii_lower
 from .codec import job_from_hash
 from .keys import Keys, id_from_rank, micros_from_rank
 
@@ -67,6 +67,11 @@ class JobQueries:
                 chosen.append((order, -int(row[3] or 0), job_id))
         chosen.sort()
         return [job_id for _, _, job_id in chosen]
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        candidates = await self._candidates(where)
+        rows = await self._rows(candidates, where)
+        return sorted({str(row[2]) for row in rows if row[2] is not None and _matches(where, row)})
 
     async def newest(self, where: JobFilter, want: int, before_seq: int | None = None) -> list[str]:
         """The first `want` ids matching `where`, newest first, read from the seq
@@ -183,7 +188,7 @@ def _matches(where: JobFilter, row: Sequence[str | None]) -> bool:
         return False
     if where.error_type is not None:
         errors = json.loads(row[5] or "[]")
-        if not errors or errors[-1].get("type") != where.error_type:
+        if not errors or ascii_lower(str(errors[-1].get("type"))) != ascii_lower(where.error_type):
             return False
     if where.args_contains is not None and where.args_contains not in (row[6] or ""):
         return False

@@ -188,6 +188,12 @@ class SqliteBackend:
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         return await self._on_thread(lambda s: s.delete_jobs(where, limit, dry_run))
 
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        return await self._on_thread(lambda s: s.cancel_jobs(where, limit, dry_run))
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self._on_thread(lambda s: s.task_names(where))
+
     async def queue_stats(self) -> list[QueueStats]:
         return await self._on_thread(lambda s: s.queue_stats())
 

@@ -14,7 +14,8 @@ result, errors, checkpoint, progress, cancel_requested, timeout, meta
 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
 AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-AND (:error_type IS NULL OR json_extract(errors, '$[#-1].type') = :error_type)
+-- :error_type comes ASCII-lowered (base.ascii_lower); SQLite's lower() folds ASCII only.
+AND (:error_type IS NULL OR lower(json_extract(errors, '$[#-1].type')) = :error_type)
 AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
 
 -- name: get_job
@@ -165,6 +166,9 @@ LIMIT :limit OFFSET :offset
 
 -- name: count_filtered_jobs
 SELECT count(*) FROM conveyor_jobs WHERE {job_filter}
+
+-- name: task_names
+SELECT DISTINCT task FROM conveyor_jobs WHERE {job_filter} ORDER BY task
 
 -- name: seq_of_job
 -- Where a keyset cursor (a job id) sits in the listing order.

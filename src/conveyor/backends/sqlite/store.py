@@ -21,7 +21,8 @@ from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ...claiming import claim_in_passes
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope)
+                    QueueStats, Settlement, ascii_lower, queue_stats_from_rows, redrive_scope,
+                    waiting_scope)
 from ..sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -66,7 +67,7 @@ def _filter_params(where: JobFilter) -> dict[str, Any]:
         "queues": as_json(where.queues),
         "tasks": as_json(where.tasks),
         "ids": as_json(where.ids),
-        "error_type": where.error_type,
+        "error_type": None if where.error_type is None else ascii_lower(where.error_type),
         "args_contains": where.args_contains,
     }
 
@@ -339,6 +340,23 @@ class SqliteStore:
                 for job_id in ids:
                     db.execute(Q["delete_job"], {"id": job_id})
             return ids
+
+    def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        scoped = waiting_scope(where)
+        if scoped is None:
+            return []
+        with self.write() as db:
+            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
+                      "oldest_finished_first": False}
+            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)]
+            if dry_run:
+                return ids
+            now = self.clock()
+            return [job_id for job_id in ids
+                    if db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).rowcount]
+
+    def task_names(self, where: JobFilter) -> list[str]:
+        return [str(r[0]) for r in self.conn.execute(Q["task_names"], _filter_params(where))]
 
     def queue_stats(self) -> list[QueueStats]:
         return queue_stats_from_rows(
