@@ -7,7 +7,8 @@ Stored in the backend's shared records, so it works on every backend with no ver
 table of its own, and expires after `RETENTION` by the backend's clock:
 
 * each entry is one record in namespace `audit.<slot>`, the slot being the UTC day
-  number modulo `SLOTS`; its key, `<epoch ms, 13 digits>-<random>`, sorts by time.
+  number modulo `SLOTS`; its key, `<epoch ms, 13 digits>-<counter><random>`, sorts
+  by time.
   Listing a day reads that day's slot only. The set of namespaces is fixed (not one
   per day) because a backend sweeps expired records of a namespace when it writes to
   it (Redis does so per namespace): a day's namespace, never written again, would
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import itertools
 import json
 import logging
 import os
@@ -45,7 +47,6 @@ MAX_IDS = 100
 INDEXED_JOBS = 1000
 JOB_REFS = 50
 DAY = 86400.0
-VIA = ("api", "cli", "dashboard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,9 @@ class PendingAction:
             self.ids.extend(ids[:room])
 
 
+# Orders one process's entries within one millisecond; the random part keeps keys
+# of two processes apart.
+_sequence = itertools.count()
 _open: ContextVar[PendingAction | None] = ContextVar("conveyor_audit_open", default=None)
 
 
@@ -170,16 +174,21 @@ class AuditTrail:
     async def record(self, pending: PendingAction) -> AuditEntry:
         at = self.clock()
         entry = AuditEntry(
-            key=f"{round(at * 1000):013d}-{secrets.token_hex(4)}", at=at,
+            key=f"{round(at * 1000):013d}-{next(_sequence) % 10**6:06d}{secrets.token_hex(3)}",
+            at=at,
             action=pending.action, by=pending.actor.name, via=pending.actor.via,
             host=pending.actor.host, target=pending.target,
             filter=None if pending.where is None else describe_filter(pending.where),
             ids=tuple(pending.ids[:MAX_IDS]), count=pending.count, note=pending.note)
         await self.records.put_record(slot_namespace(at), entry.key, entry.to_json(),
                                       ttl=RETENTION)
-        for job_id in pending.ids:
-            await self._index(job_id, entry.key)
+        await self.index(pending.ids, entry.key)
         return entry
+
+    async def index(self, job_ids: Sequence[str], key: str) -> None:
+        """Put the entry `key` on the timeline of each of these jobs."""
+        for job_id in job_ids:
+            await self._index(job_id, key)
 
     async def _index(self, job_id: str, key: str) -> None:
         # Compare-and-set, so two actions on one job at once both stay on its timeline.
@@ -250,10 +259,6 @@ async def recording(trail: AuditTrail, action: str, actor: Actor, target: str = 
         raise
     _open.reset(token)
     await trail.record(pending)
-
-
-def open_action() -> PendingAction | None:
-    return _open.get()
 
 
 def _refs(text: str | None) -> list[str]:
