@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+
 from .audit import Actor, AuditTrail, PendingAction
 from .backends.base import JobFilter, redrive_scope
 from .job import JobState
@@ -189,7 +190,7 @@ class Runs:
         text = await (await self._records()).get_record(RUNS_NAMESPACE, run_id)
         return None if text is None else RedriveRun.from_json(text)
 
-    async def list(self) -> list[RedriveRun]:  # noqa: A003
+    async def all(self) -> list[RedriveRun]:
         runs = []
         for text in (await (await self._records()).list_records(RUNS_NAMESPACE)).values():
             try:
@@ -242,7 +243,7 @@ class Runs:
         adopted = []
         now = self.app.clock()
         backend = await self._records()
-        for run in await self.list():
+        for run in await self.all():
             if run.status is RunStatus.RUNNING and run.driver_until < now:
                 claimed = replace(run, driver=driver, driver_until=now + DRIVER_LEASE,
                                   updated_at=now)
@@ -404,16 +405,28 @@ class Driver:
         await trail.record(pending)
 
 
-async def drive(app: Conveyor, run_id: str, driver_id: str,
-                on_step: Callable[[RedriveRun], None] | None = None) -> RedriveRun:
-    """Step the run until it finishes, is paused or cancelled, or another driver has
-    it; return it as it was last seen."""
-    driver = Driver(app, run_id, driver_id)
+def step_interval(rate: float) -> float:
+    """Seconds between two steps: four small batches a second at most (fewer for slow
+    rates), not one per job."""
+    return min(POLL_EVERY, max(0.25, 1.0 / rate))
+
+
+async def drive(driver: Driver, on_step: Callable[[RedriveRun], None] | None = None,
+                interrupted: asyncio.Event | None = None) -> RedriveRun:
+    """Step the run until it finishes, is paused or cancelled, another driver has it,
+    or `interrupted` is set; return it as it was last seen."""
     while True:
         run = await driver.step()
         if on_step is not None:
             on_step(run)
-        if run.status is not RunStatus.RUNNING or run.driver != driver_id:
+        if run.status is not RunStatus.RUNNING or run.driver != driver.driver_id:
             return run
-        # Four small batches a second at most (fewer for slow rates), not one per job.
-        await asyncio.sleep(min(POLL_EVERY, max(0.25, 1.0 / run.rate)))
+        if interrupted is None:
+            await asyncio.sleep(step_interval(run.rate))
+            continue
+        try:
+            async with asyncio.timeout(step_interval(run.rate)):
+                await interrupted.wait()
+        except TimeoutError:
+            continue
+        return run

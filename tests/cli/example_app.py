@@ -45,3 +45,8 @@ def build_report(name: str) -> str:
 @app.task(name="exports.build")
 def build_export(name: str) -> str:
     return name
+
+
+@app.task(name="myapp.tasks.parse_amount")
+def parse_amount(text: str) -> float:
+    return float(text)

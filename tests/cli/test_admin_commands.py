@@ -63,7 +63,11 @@ def test_jobs_show_prints_every_field_and_the_traceback(cli: Cli, inspector: Con
     assert fields["state"] == "dead"
     assert fields["attempt"] == "1 of 20"
     assert fields["args"] == '["twelve"]'
-    errors = out.split("\n\n")[1]
+    timeline = out.split("\n\n")[1].splitlines()
+    assert [line.split("Z  ", 1)[1] for line in timeline[1:]] == [
+        "enqueued", "attempt 1 started",
+        "attempt 1 failed, dead: ValueError: could not convert string to float: 'twelve'"]
+    errors = out.split("\n\n")[2]
     assert errors.startswith("errors (1)\n  attempt 1 at ")
     assert "    ValueError: could not convert string to float: 'twelve'" in errors
     assert "Traceback (most recent call last):" in errors

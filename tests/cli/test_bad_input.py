@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -106,10 +107,14 @@ def test_no_backend_at_all(cli: Cli) -> None:
                           "no backend URL")
 
 
-def test_missing_command_is_a_usage_error(cli: Cli) -> None:
-    result = cli("jobs")
-    assert result.code == USAGE
-    assert result.err.splitlines() == [
-        "conveyor jobs: error: the following arguments are required: VERB "
-        "(see 'conveyor jobs --help')"
-    ]
+def test_a_missing_command_lists_the_commands(cli: Cli) -> None:
+    alone = cli()
+    assert (alone.code, alone.err) == (USAGE, "")
+    listed = re.findall(r"^    (\w+)", alone.out, flags=re.M)
+    assert listed == ["worker", "scheduler", "cron", "enqueue", "jobs", "stats", "dead", "queue",
+                      "migrate", "audit", "demo", "workers", "throughput", "dashboard"]
+    group = cli("jobs")
+    assert (group.code, group.err) == (USAGE, "")
+    assert re.findall(r"^    (\w+)", group.out, flags=re.M) == [
+        "list", "show", "cancel", "retry", "delete"]
+    assert group.out.startswith("usage: conveyor jobs [-h] VERB ...")

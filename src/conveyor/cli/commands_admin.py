@@ -1,4 +1,7 @@
-"""`conveyor stats`, `dead list|redrive|purge`, `queue pause|resume`, `migrate`."""
+"""`conveyor stats`, `dead list|redrive|purge`, `queue pause|resume|purge`, `migrate`.
+
+Actions go through `app.admin` as the OS user at this host (`Actor.local("cli")`),
+which records each in the audit trail (`conveyor audit`)."""
 
 from __future__ import annotations
 
@@ -6,12 +9,13 @@ import argparse
 
 from ..admin import make_filter
 from ..app import Conveyor
+from ..audit import Actor
 from ..backends.base import JobFilter
 from ..job import Job, JobState
-from . import render
+from . import commands_redrive, render
 from .exits import OK, CliError
 from .loading import open_backend
-from .parsing import Commands, Parser, positive_int
+from .parsing import ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, positive_int, verbs_of
 
 
 def register(commands: Commands, target: Parser) -> None:
@@ -21,14 +25,13 @@ def register(commands: Commands, target: Parser) -> None:
     stats.set_defaults(handler=stats_command)
 
     dead = commands.add_parser("dead", help="the dead-letter queue: list, redrive, purge")
-    verbs = dead.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs = verbs_of(dead)
     filters = Parser(add_help=False)
     filters.add_argument("--queue", "-q", action="append", default=[],
                          help="only jobs of this queue (repeatable)")
     filters.add_argument("--task", "-t", action="append", default=[],
-                         help="only jobs of this task, full name (repeatable)")
-    filters.add_argument("--error-type", "-e", metavar="TYPE",
-                         help="type name of the last error, e.g. ConnectionError")
+                         help=TASK_HELP + " (repeatable)")
+    filters.add_argument("--error-type", "-e", metavar="TYPE", help=ERROR_TYPE_HELP)
 
     listing = verbs.add_parser("list", parents=[target, filters],
                                help="dead jobs, newest first, with their last error")
@@ -38,11 +41,22 @@ def register(commands: Commands, target: Parser) -> None:
 
     redrive = verbs.add_parser(
         "redrive", parents=[target, filters],
-        help="send dead jobs back to work with fresh attempts, oldest failure first")
+        help="send dead (or cancelled) jobs back to work with fresh attempts, oldest "
+             "failure first; with --rate, paced, stopping by itself if they fail again",
+        description="Send dead jobs (or cancelled ones, with --state cancelled) back to their "
+                    "queue with fresh attempts, oldest failure first; their error history "
+                    "stays. With --rate the redrive is paced: small batches at that rate, "
+                    "with a progress bar, stopping by itself when more than --stop-if-failing "
+                    "of the redriven jobs fail again. Ctrl-C pauses it; --status, --pause, "
+                    "--resume and --cancel steer a run from anywhere (the dashboard too).")
     redrive.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="only these jobs")
+    redrive.add_argument("--state", "-s", choices=("dead", "cancelled"), default="dead",
+                         help="redrive dead jobs (default) or cancelled ones")
     redrive.add_argument("--batch", "--limit", "-n", dest="limit", type=positive_int,
-                         metavar="N", default=100, help="at most this many jobs (default 100)")
+                         metavar="N", help="at most this many jobs (default 100; with "
+                                           "--rate, every match)")
     redrive.add_argument("--dry-run", action="store_true", help="show what would move; move nothing")
+    commands_redrive.add_arguments(redrive)
     redrive.set_defaults(handler=dead_redrive_command)
 
     purge = verbs.add_parser("purge", parents=[target, filters],
@@ -55,13 +69,26 @@ def register(commands: Commands, target: Parser) -> None:
                        help="allow a purge with no filter (every dead job)")
     purge.set_defaults(handler=dead_purge_command)
 
-    queue = commands.add_parser("queue", help="pause or resume a queue")
-    queue_verbs = queue.add_subparsers(dest="verb", metavar="VERB", required=True)
+    queue = commands.add_parser("queue", help="pause, resume or purge a queue")
+    queue_verbs = verbs_of(queue)
     for verb, text in (("pause", "workers stop claiming from NAME (running jobs finish)"),
                        ("resume", "workers claim from NAME again")):
         sub = queue_verbs.add_parser(verb, parents=[target], help=text)
         sub.add_argument("name", metavar="NAME")
         sub.set_defaults(handler=queue_command)
+    purge_queue = queue_verbs.add_parser(
+        "purge", parents=[target],
+        help="cancel every waiting job of NAME (running jobs finish)",
+        description="Cancel the waiting jobs (available, scheduled, retryable) of a queue. "
+                    "They are cancelled, not deleted: listed until pruned, and "
+                    "`conveyor dead redrive --state cancelled --queue NAME` brings them back; "
+                    "`conveyor jobs delete --state cancelled --queue NAME` deletes them.")
+    purge_queue.add_argument("name", metavar="NAME")
+    purge_queue.add_argument("--task", "-t", action="append", default=[],
+                             help=TASK_HELP + " (repeatable)")
+    purge_queue.add_argument("--dry-run", action="store_true",
+                             help="count what would be cancelled; cancel nothing")
+    purge_queue.set_defaults(handler=queue_purge_command)
 
     migrate = commands.add_parser("migrate", parents=[target],
                                   help="apply pending schema migrations and print them")
@@ -76,7 +103,8 @@ async def stats_command(app: Conveyor, args: argparse.Namespace) -> int:
 
 
 def _dead_filter(args: argparse.Namespace) -> JobFilter:
-    return make_filter(states=[JobState.DEAD], queues=args.queue, tasks=args.task,
+    return make_filter(states=[getattr(args, "state", None) or JobState.DEAD],
+                       queues=args.queue, tasks=args.task,
                        error_type=args.error_type, ids=getattr(args, "job_ids", ()))
 
 
@@ -102,10 +130,15 @@ async def dead_list_command(app: Conveyor, args: argparse.Namespace) -> int:
 
 
 async def dead_redrive_command(app: Conveyor, args: argparse.Namespace) -> int:
+    if commands_redrive.steers_a_run(args):
+        return await commands_redrive.steer(app, args)
     where = _dead_filter(args)
-    jobs = await app.admin.redrive(where, limit=args.limit, dry_run=args.dry_run)
+    if args.rate is not None and not args.dry_run:
+        return await commands_redrive.paced(app, args, where)
+    jobs = await app.admin.redrive(where, limit=args.limit or 100, dry_run=args.dry_run,
+                                   by=Actor.local("cli"))
     if not jobs:
-        print("no dead jobs match; nothing to redrive")
+        print(f"no {args.state} jobs match; nothing to redrive")
         return OK
     if args.dry_run:
         print(f"would redrive {len(jobs)} job(s) (dry run, nothing moved):")
@@ -123,7 +156,8 @@ async def dead_purge_command(app: Conveyor, args: argparse.Namespace) -> int:
         raise CliError("refusing to purge every dead job: narrow it with --queue/--task/"
                        "--error-type/JOB_ID, or pass --all")
     where = _dead_filter(args)
-    ids = await app.admin.delete(where, limit=args.limit, dry_run=args.dry_run)
+    ids = await app.admin.delete(where, limit=args.limit, dry_run=args.dry_run,
+                                 by=Actor.local("cli"))
     if not ids:
         print("no dead jobs match; nothing to purge")
         return OK
@@ -149,11 +183,31 @@ async def _more_hint(app: Conveyor, where: JobFilter, still_counted: int, verb: 
 
 async def queue_command(app: Conveyor, args: argparse.Namespace) -> int:
     if args.verb == "pause":
-        await app.admin.pause(args.name)
+        await app.admin.pause(args.name, by=Actor.local("cli"))
         print(f"queue {args.name} paused: workers stop claiming from it; running jobs finish")
     else:
-        await app.admin.resume(args.name)
+        await app.admin.resume(args.name, by=Actor.local("cli"))
         print(f"queue {args.name} resumed")
+    return OK
+
+
+async def queue_purge_command(app: Conveyor, args: argparse.Namespace) -> int:
+    where = make_filter(tasks=args.task)
+    if args.dry_run:
+        n = await app.admin.purge(args.name, where, dry_run=True)
+        print(f"would cancel {n:,} waiting job(s) of queue {args.name} (dry run, nothing "
+              "cancelled)")
+        if n:
+            waiting = make_filter(queues=[args.name], tasks=args.task,
+                                  states=["available", "scheduled", "retryable"])
+            print(render.table(*render.job_rows(await app.admin.list(waiting, limit=20))))
+            if n > 20:
+                print(f"(20 of {n:,} shown)")
+        return OK
+    n = await app.admin.purge(args.name, where, by=Actor.local("cli"))
+    print(f"cancelled {n:,} waiting job(s) of queue {args.name}"
+          + (f"; bring them back with `conveyor dead redrive --state cancelled --queue "
+             f"{args.name} --batch {n}`" if n else ""))
     return OK
 
 

@@ -1,4 +1,4 @@
-"""`conveyor enqueue` and `conveyor jobs list|show|cancel`."""
+"""`conveyor enqueue` and `conveyor jobs list|show|cancel|retry|delete`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ from typing import Any
 
 from ..admin import make_filter
 from ..app import Conveyor
+from ..audit import Actor
 from ..errors import JobNotFound, UnknownTask
-from ..job import JobState
+from ..job import TERMINAL_STATES, JobState
 from ..task import Task
+from ..task_names import AmbiguousTaskName, match_task_name
+from ..timeline import timeline
 from . import render
 from .exits import OK, CliError
-from .parsing import Commands, Parser, non_negative_float, positive_int, split_csv
+from .parsing import (ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, non_negative_float,
+                      positive_int, split_csv, verbs_of)
 
 STATES = [s.value for s in JobState]
 
@@ -37,17 +41,16 @@ def register(commands: Commands, target: Parser) -> None:
                                           "returns the existing job instead of a second one")
     enqueue.set_defaults(handler=enqueue_command, need_tasks=True)
 
-    jobs = commands.add_parser("jobs", help="list, show or cancel jobs")
-    verbs = jobs.add_subparsers(dest="verb", metavar="VERB", required=True)
+    jobs = commands.add_parser("jobs", help="list, show, cancel, retry or delete jobs")
+    verbs = verbs_of(jobs)
     listing = verbs.add_parser("list", parents=[target], help="list jobs, newest first")
     listing.add_argument("--state", "-s", action="append", default=[], type=split_csv,
                          metavar="STATE", help=f"one of {', '.join(STATES)} (repeatable, or a,b)")
     listing.add_argument("--queue", "-q", action="append", default=[], type=split_csv,
                          metavar="QUEUE", help="only these queues (repeatable, or a,b)")
     listing.add_argument("--task", "-t", action="append", default=[], type=split_csv,
-                         metavar="TASK", help="only these tasks, full names (repeatable, or a,b)")
-    listing.add_argument("--error-type", "-e", metavar="TYPE",
-                         help="type name of the last error, e.g. ConnectionError")
+                         metavar="TASK", help=TASK_HELP + " (repeatable, or a,b)")
+    listing.add_argument("--error-type", "-e", metavar="TYPE", help=ERROR_TYPE_HELP)
     listing.add_argument("--args-contains", "-a", metavar="TEXT",
                          help="text in the arguments' JSON, e.g. alice@example.org or "
                               "'\"user_id\":42' (case-sensitive)")
@@ -59,7 +62,8 @@ def register(commands: Commands, target: Parser) -> None:
     listing.set_defaults(handler=list_command)
 
     show = verbs.add_parser("show", parents=[target],
-                            help="one job in full: fields, errors with tracebacks, progress")
+                            help="one job in full: fields, timeline (with operators' actions), "
+                                 "errors with tracebacks, progress")
     show.add_argument("job_id", metavar="JOB_ID")
     show.add_argument("--json", action="store_true", help="print the job as JSON")
     show.set_defaults(handler=show_command)
@@ -68,6 +72,31 @@ def register(commands: Commands, target: Parser) -> None:
                               help="cancel a waiting job, or ask a running one to stop")
     cancel.add_argument("job_id", metavar="JOB_ID")
     cancel.set_defaults(handler=cancel_command)
+
+    retry = verbs.add_parser(
+        "retry", parents=[target],
+        help="send dead or cancelled jobs back to their queue with fresh attempts "
+             "(their errors stay); as the dashboard's Retry")
+    retry.add_argument("job_ids", metavar="JOB_ID", nargs="+")
+    retry.set_defaults(handler=retry_command)
+
+    delete = verbs.add_parser(
+        "delete", parents=[target],
+        help="delete finished jobs (completed, cancelled, dead) for good, by id or filter")
+    delete.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="these jobs")
+    delete.add_argument("--state", "-s", action="append", default=[], type=split_csv,
+                        metavar="STATE", help="completed, cancelled or dead (repeatable, or a,b)")
+    delete.add_argument("--queue", "-q", action="append", default=[], type=split_csv,
+                        metavar="QUEUE", help="only these queues (repeatable, or a,b)")
+    delete.add_argument("--task", "-t", action="append", default=[], type=split_csv,
+                        metavar="TASK", help=TASK_HELP + " (repeatable, or a,b)")
+    delete.add_argument("--error-type", "-e", metavar="TYPE", help=ERROR_TYPE_HELP)
+    delete.add_argument("--batch", "--limit", "-n", dest="limit", type=positive_int, default=1000,
+                        metavar="N", help="at most this many jobs (default 1000)")
+    delete.add_argument("--dry-run", action="store_true", help="show what would be deleted")
+    delete.add_argument("--all", action="store_true",
+                        help="allow a delete with no filter (every finished job)")
+    delete.set_defaults(handler=delete_command)
 
 
 # --- enqueue --------------------------------------------------------------------------
@@ -92,15 +121,13 @@ def keyword_arguments(pairs: list[str]) -> dict[str, Any]:
 def find_task(app: Conveyor, name: str) -> Task[Any, Any]:
     """The task named `name`, or the one task whose name ends with `.name`
     (tasks are named module.function by default; typing that in full is tedious)."""
-    if name in app.tasks:
-        return app.tasks[name]
-    matches = [t for n, t in app.tasks.items() if n.endswith("." + name)]
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise CliError(f"task name {name!r} is ambiguous: "
-                       f"{', '.join(sorted(t.name for t in matches))}")
-    raise UnknownTask(name, list(app.tasks))
+    try:
+        found = match_task_name(name, app.tasks)
+    except AmbiguousTaskName as exc:
+        raise CliError(str(exc)) from None
+    if found is None:
+        raise UnknownTask(name, list(app.tasks))
+    return app.tasks[found]
 
 
 async def enqueue_command(app: Conveyor, args: argparse.Namespace) -> int:
@@ -153,7 +180,7 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(render.job_json(job), indent=2, ensure_ascii=False))
     else:
-        print(render.job_detail(job))
+        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id))))
     return OK
 
 
@@ -164,7 +191,7 @@ async def cancel_command(app: Conveyor, args: argparse.Namespace) -> int:
         # from "was already cancelled"; looking first can.
         print(f"job {before.id} is already {before.state.value}; nothing to cancel")
         return OK
-    job = await app.admin.cancel(args.job_id)
+    job = await app.admin.cancel(args.job_id, by=Actor.local("cli"))
     if job is None:
         raise JobNotFound(f"no job with id {args.job_id!r} (never enqueued, or pruned/purged)")
     if job.state is JobState.CANCELLED:
@@ -173,4 +200,37 @@ async def cancel_command(app: Conveyor, args: argparse.Namespace) -> int:
         print(f"job {job.id} is running: asked it to stop (its handler sees cancel_requested)")
     else:
         print(f"job {job.id} is {job.state.value}; nothing to cancel")
+    return OK
+
+
+async def retry_command(app: Conveyor, args: argparse.Namespace) -> int:
+    moved = {j.id for j in await app.admin.retry(args.job_ids, by=Actor.local("cli"))}
+    for job_id in dict.fromkeys(args.job_ids):
+        if job_id in moved:
+            print(f"job {job_id} sent back to its queue")
+            continue
+        job = await app.admin.get(job_id)
+        print(f"job {job_id}: " + ("not found" if job is None else
+                                   f"{job.state.value}, not dead or cancelled: not retried"))
+    return OK if len(moved) == len(set(args.job_ids)) else 1
+
+
+async def delete_command(app: Conveyor, args: argparse.Namespace) -> int:
+    states = _states(args.state)
+    if any(s not in TERMINAL_STATES for s in states):
+        raise CliError("only finished jobs can be deleted: --state completed, cancelled or dead")
+    queues, tasks = [q for g in args.queue for q in g], [t for g in args.task for t in g]
+    if not (args.all or args.job_ids or states or queues or tasks or args.error_type):
+        raise CliError("refusing to delete every finished job: give JOB_IDs or narrow it "
+                       "with --state/--queue/--task/--error-type, or pass --all")
+    where = make_filter(states=states, queues=queues, tasks=tasks, error_type=args.error_type,
+                        ids=args.job_ids)
+    ids = await app.admin.delete(where, limit=args.limit, dry_run=args.dry_run,
+                                 by=Actor.local("cli"))
+    if not ids:
+        print("no finished jobs match; nothing to delete")
+        return OK
+    print(f"{'would delete' if args.dry_run else 'deleted'} {len(ids):,} job(s)"
+          + (" (dry run, nothing deleted):" if args.dry_run else ":"))
+    print("\n".join(ids))
     return OK

@@ -14,7 +14,7 @@ from ..maintenance.scheduler import Scheduler
 from .exits import USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import LEVELS, configure_logging
-from .parsing import Commands, positive_int
+from .parsing import Commands, positive_int, verbs_of
 
 
 def register(commands: Commands) -> None:
@@ -30,7 +30,7 @@ def register(commands: Commands) -> None:
     scheduler.set_defaults(runner=scheduler_command)
 
     cron = commands.add_parser("cron", help="periodic schedules: list")
-    verbs = cron.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs = verbs_of(cron)
     listing = verbs.add_parser(
         "list", help="each schedule with its next fire times (UTC and its zone) and last run")
     listing.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)

@@ -21,6 +21,7 @@ from ..errors import (
 from ..version import __version__
 from . import (
     commands_admin,
+    commands_audit,
     commands_dashboard,
     commands_demo,
     commands_jobs,
@@ -45,14 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
                "(default $CONVEYOR_URL).",
     )
     parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
-                                     parser_class=Parser)
+    parser.set_defaults(help_parser=parser)  # `conveyor` alone lists the commands
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     target = Parser(add_help=False)
     add_target_arguments(target)
     commands_worker.register(commands)
     commands_schedules.register(commands)
     commands_jobs.register(commands, target)
     commands_admin.register(commands, target)
+    commands_audit.register(commands, target)
     commands_demo.register(commands)
     commands_ops.register(commands, target)
     commands_dashboard.register(commands)
@@ -61,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not hasattr(args, "runner") and not hasattr(args, "handler"):
+        args.help_parser.print_help()  # a command group without its verb, or nothing
+        return USAGE
     try:
         if hasattr(args, "runner"):
             return int(args.runner(args))

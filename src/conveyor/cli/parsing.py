@@ -21,6 +21,18 @@ else:
     Commands = argparse._SubParsersAction
 
 
+def verbs_of(group: argparse.ArgumentParser) -> Commands:
+    """The verbs of a command group (`conveyor dead list|redrive|purge`). The group
+    alone prints its help, listing them, instead of an error."""
+    group.set_defaults(help_parser=group)
+    verbs: Commands = group.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    return verbs
+
+
+TASK_HELP = "only jobs of this task; a unique suffix such as send_email is enough"
+ERROR_TYPE_HELP = "type name of the last error, any case, e.g. ConnectionError"
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..backends.base import QueueStats
 from ..job import Job, JobState
+from ..timeline import Event
 
 NONE = "-"
 
@@ -113,8 +114,8 @@ def json_text(value: str | None) -> str:
         return value
 
 
-def job_detail(job: Job) -> str:
-    """Every field of one job, then its errors with their tracebacks."""
+def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
+    """Every field of one job, its timeline, then its errors with their tracebacks."""
     try:
         args, kwargs = json.dumps(job.args), json.dumps(job.kwargs)
     except (ValueError, AttributeError, TypeError):
@@ -148,6 +149,10 @@ def job_detail(job: Job) -> str:
     ]
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
+    if events:
+        lines += ["", "timeline"]
+        lines += [f"  {timestamp(e.at)}  {e.text}" + (f": {one_line(e.detail)}" if e.detail else "")
+                  for e in events]
     lines.append("")
     lines.append(f"errors ({len(job.errors)})" if job.errors else "errors: none")
     for err in job.errors:

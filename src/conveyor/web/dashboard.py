@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from ..app import Conveyor
 from ..errors import JobNotFound
 from ..job import ACTIVE_STATES, TERMINAL_STATES, JobState
+from ..timeline import timeline
 from ..version import __version__
 from . import views
 from .audit import warn
@@ -189,8 +190,9 @@ class Dashboard:
         job = await self.app.admin.get(wanted)
         if job is None:
             return self.render(request, "not_found.html", {"job_id": wanted}, status_code=404)
+        events = timeline(job, await self.app.admin.actions_on(job.id))
         return self.render(request, "job.html", {
-            "job": job, "progress": views.progress_of(job), "events": views.timeline(job),
+            "job": job, "progress": views.progress_of(job), "events": events,
             "here": self.url(request, "job", {"id": job.id}),
             "can_retry": job.state in RETRYABLE_BY_OPERATOR,
             "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,

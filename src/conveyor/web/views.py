@@ -179,31 +179,6 @@ def args_preview(job: Job, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    at: float
-    text: str
-    detail: str = ""
-    tone: str = ""  # ok, bad or ""
-
-
-def timeline(job: Job) -> list[Event]:
-    """What happened to the job, in time order (as far as the record tells)."""
-    events = [Event(job.created_at, "enqueued")]
-    if job.run_at > job.created_at + 0.5 and not job.errors:
-        events.append(Event(job.run_at, "due"))
-    for e in job.errors:
-        events.append(Event(e.at, f"attempt {e.attempt} failed", f"{e.type}: {e.message}", "bad"))
-    if job.started_at is not None:
-        events.append(Event(job.started_at, f"attempt {job.attempt} started"
-                            if job.attempt else "last attempt started"))
-    if job.finished_at is not None:
-        events.append(Event(job.finished_at, job.state.value, "",
-                            "ok" if job.state is JobState.COMPLETED else "bad"))
-    order = {id(e): i for i, e in enumerate(events)}
-    return sorted(events, key=lambda e: (e.at, order[id(e)]))
-
-
 def last_error(job: Job) -> str:
     if not job.errors:
         return ""
