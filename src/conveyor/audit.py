@@ -142,6 +142,7 @@ class PendingAction:
     ids: list[str] = field(default_factory=list)  # up to INDEXED_JOBS
     count: int = 0
     note: str = ""
+    started_at: float | None = None  # the entry's time: when the action began
 
     def add(self, ids: Sequence[str]) -> None:
         self.count += len(ids)
@@ -172,7 +173,7 @@ class AuditTrail:
         self.clock = clock
 
     async def record(self, pending: PendingAction) -> AuditEntry:
-        at = self.clock()
+        at = self.clock() if pending.started_at is None else pending.started_at
         entry = AuditEntry(
             key=f"{round(at * 1000):013d}-{next(_sequence) % 10**6:06d}{secrets.token_hex(3)}",
             at=at,
@@ -247,7 +248,7 @@ async def recording(trail: AuditTrail, action: str, actor: Actor, target: str = 
     if outer is not None:
         yield outer
         return
-    pending = PendingAction(action, actor, target, where)
+    pending = PendingAction(action, actor, target, where, started_at=trail.clock())
     token = _open.set(pending)
     try:
         yield pending

@@ -81,7 +81,7 @@ def test_job_detail_shows_arguments_attempts_and_tracebacks(
     html = client.get(job_url(job_id)).text
     assert '<span class="badge st-dead big" id="job-state">dead</span>' in html
     assert "&#34;bounce@example.org&#34;" in html  # escaped JSON arguments
-    assert "attempt 1 failed: <strong>SMTPError: mailbox full</strong>" in html
+    assert "attempt 1 failed, dead: <strong>SMTPError: mailbox full</strong>" in html
     assert "SMTPError: mailbox full\n</pre>" in html  # the traceback
     assert 'id="action-retry"' in html and 'id="action-delete"' in html
     assert 'id="action-cancel"' not in html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -10,15 +11,44 @@ from conveyor.admin import WorkerInfo
 from conveyor.backends.base import QueueStats
 from conveyor.job import Job, JobState
 from conveyor.minute_stats import Minute, QueueMinute
-from conveyor.web.charts import Series, format_seconds, lines, nice_max, stacked_bars
+from conveyor.web.charts import (Series, count_ticks, duration_ticks, format_seconds, lines,
+                                 stacked_bars)
 from conveyor.web.audit import printable
 from conveyor.web.params import BadRequest, ListQuery
 from conveyor.web.views import build_overview, format_duration, queue_health
 
 
-def test_nice_axis_maximum() -> None:
-    assert [nice_max(v) for v in (0, 0.3, 1, 1.1, 3, 7, 42, 180, 5000)] == [
-        1.0, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 200.0, 5000.0]
+def test_count_axis_ticks_are_round_and_few() -> None:
+    assert [count_ticks(v)[-1] for v in (0, 0.3, 1, 1.1, 3, 7, 42, 180, 5000)] == [
+        1.0, 1.0, 1.0, 2.0, 3.0, 8.0, 50.0, 200.0, 5000.0]
+    assert count_ticks(42) == [0, 10, 20, 30, 40, 50]
+    assert count_ticks(101) == [0, 50, 100, 150]
+
+
+@pytest.mark.parametrize(("longest", "labels"), [
+    # A wait of 8 minutes once read "0, 100s, 3m, 5m, 7m, 8m".
+    (500.0, ["0", "2m", "4m", "6m", "8m", "10m"]),
+    (480.0, ["0", "2m", "4m", "6m", "8m"]),
+    (100.0, ["0", "30s", "60s", "90s", "120s"]),
+    (45.0, ["0", "10s", "20s", "30s", "40s", "50s"]),
+    (7.0, ["0", "2s", "4s", "6s", "8s"]),
+    (0.4, ["0", "100ms", "200ms", "300ms", "400ms"]),
+    (0.003, ["0", "1ms", "2ms", "3ms"]),
+    (0.0, ["0", "200ms", "400ms", "600ms", "800ms", "1000ms"]),
+    (1000.0, ["0", "5m", "10m", "15m", "20m"]),
+    (4000.0, ["0", "15m", "30m", "45m", "60m", "75m"]),
+    (20000.0, ["0", "2h", "4h", "6h"]),
+])
+def test_duration_axis_ticks_are_round_in_one_unit(longest: float, labels: list[str]) -> None:
+    ticks = duration_ticks(longest)
+    assert ticks[-1] >= longest and len(ticks) <= 6
+    assert [format_seconds(t, ticks[1]) for t in ticks] == labels
+
+
+def test_latency_chart_labels_its_axis_with_those_ticks() -> None:
+    svg = lines("wait", [Series("p95", [30.0, 500.0, None], "s-p95")])
+    labels = re.findall(r'text-anchor="end">([^<]*)</text>', svg)
+    assert labels == ["0", "2m", "4m", "6m", "8m", "10m"]
 
 
 def test_bars_scale_and_escape() -> None:
@@ -27,7 +57,7 @@ def test_bars_scale_and_escape() -> None:
     assert "<title>Jobs &lt;per&gt; minute</title>" in svg
     assert "ok &amp; done" in svg and "ok & done" not in svg
     assert svg.count('<title>ok &amp; done: ') == 2 and svg.count('<title>failed: 1</title>') == 1
-    assert ">5</text>" in svg  # axis maximum for a total of 4 is 5
+    assert ">4</text>" in svg and ">5</text>" not in svg  # ticks 0..4 for a total of 4
     assert stacked_bars("empty", []) == ""
 
 
@@ -35,7 +65,7 @@ def test_lines_break_where_nothing_was_measured() -> None:
     svg = lines("latency", [Series("p50", [0.1, None, 0.2, 0.3, None, 0.05], "s-p50")])
     assert svg.count("<polyline") == 1  # 0.2, 0.3
     assert svg.count("<circle") == 2  # 0.1 and 0.05 stand alone
-    assert ">500ms</text>" in svg and format_seconds(90) == "90s" and format_seconds(600) == "10m"
+    assert ">300ms</text>" in svg and format_seconds(90) == "90s" and format_seconds(600) == "10m"
     beyond = lines("x", [Series("p95", [math.inf], "s-p95")])  # past the last bucket
     assert "<polyline" not in beyond and "<circle" not in beyond and "inf" not in beyond
 

@@ -1,6 +1,7 @@
 """What an operator can do from the dashboard: retry, cancel, delete (one job or in
-bulk, after a confirmation that counts), redrive, pause and resume a queue. Each is
-allowed by `Dashboard.action_form` first, and audited after.
+bulk, after a confirmation that counts), redrive (a batch, or a paced run), pause and
+resume a queue. Each is allowed by `Dashboard.action_form` first; `app.admin` records
+it in the audit trail as the dashboard's user, and a log line says what it did.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from dataclasses import replace
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from ..admin import make_filter
+from ..admin import RETRYABLE_BY_OPERATOR, make_filter
+from ..audit import Actor
 from ..backends.base import JobFilter
 from ..job import ACTIVE_STATES, TERMINAL_STATES, JobState
+from ..redrive_runs import Runs, parse_rate, parse_share
 from .audit import record_action
-from .dashboard import RETRYABLE_BY_OPERATOR, Dashboard
+from .dashboard import Dashboard
 from .params import (
     MAX_BATCH,
     BadRequest,
@@ -36,6 +39,11 @@ class Actions:
     def audit(self, request: Request, action: str, target: str, result: str) -> None:
         record_action(request.state.user, action, target, result)
 
+    @staticmethod
+    def actor(request: Request) -> Actor:
+        return Actor(request.state.user, "dashboard",
+                     request.client.host if request.client else "")
+
     async def job_action(self, request: Request) -> Response:
         d = self.d
         action = request.path_params["action"]
@@ -44,19 +52,19 @@ class Actions:
         form = await d.action_form(request)
         target = job_id(request.query_params)
         fallback = d.url(request, "job", {"id": target})
-        admin = d.app.admin
+        admin, by = d.app.admin, self.actor(request)
         deleted = False
         if action == "retry":
-            moved = await admin.redrive(make_filter(ids=[target], states=RETRYABLE_BY_OPERATOR), 1)
+            moved = await admin.retry([target], by=by)
             result = "sent back to its queue" if moved else "not dead or cancelled: nothing to retry"
         elif action == "cancel":
-            job = await admin.cancel(target)
+            job = await admin.cancel(target, by=by)
             result = ("not found" if job is None else
                       "cancelled" if job.state is JobState.CANCELLED else
                       "asked to stop (it is running)" if job.cancel_requested else
                       f"already {job.state.value}")
         else:
-            deleted = bool(await admin.delete(JobFilter(ids=(target,)), limit=1))
+            deleted = bool(await admin.delete(JobFilter(ids=(target,)), limit=1, by=by))
             result = "deleted" if deleted else "not deleted (only finished jobs can be)"
         self.audit(request, action, f"job {target}", result)
         if deleted:  # its page is gone: back to the list
@@ -86,7 +94,11 @@ class Actions:
             })
         # Never more than the operator confirmed (the count may have grown since).
         expected = bounded_int(form, "expected", 0, 10**12, count)
-        done = 0 if where is None else await self._apply(action, where, cap=min(expected, count))
+        done = 0
+        if where is not None:
+            async with d.app.admin.recording(action, by=self.actor(request), where=where,
+                                             target=what):
+                done = await self._apply(action, where, cap=min(expected, count))
         verb = {"retry": "Retried", "cancel": "Cancelled", "delete": "Deleted"}[action]
         result = f"{verb} {done:,} of {count:,} job(s)"
         self.audit(request, f"bulk {action}", what, result)
@@ -131,7 +143,7 @@ class Actions:
         form = await d.action_form(request)
         query = ListQuery.from_mapping(form).for_redrive()
         batch = bounded_int(form, "batch", 1, MAX_BATCH, d.settings.redrive_batch)
-        moved = await d.app.admin.redrive(query.to_filter(), limit=batch)
+        moved = await d.app.admin.redrive(query.to_filter(), limit=batch, by=self.actor(request))
         result = f"Redrove {len(moved):,} job(s) (batch of {batch:,})"
         self.audit(request, "redrive", query.describe(), result)
         return d.redirect(request, d.url(request, "redrive_page",
@@ -148,9 +160,52 @@ class Actions:
         if not name:
             raise BadRequest("which queue? pass its name: /queues/pause?queue=<name>")
         if action == "pause":
-            await d.app.admin.pause(name)
+            await d.app.admin.pause(name, by=self.actor(request))
         else:
-            await d.app.admin.resume(name)
+            await d.app.admin.resume(name, by=self.actor(request))
         self.audit(request, action, f"queue {name}", "done")
         return d.redirect(request, d.back(request, form, d.url(request, "overview")),
                           f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.")
+
+    async def start_run(self, request: Request) -> Response:
+        """Start a paced redrive run, driven by this dashboard process."""
+        d = self.d
+        form = await d.action_form(request)
+        query = ListQuery.from_mapping(form).for_redrive()
+        try:
+            rate = parse_rate(single(form, "rate") or "")
+            share = parse_share(single(form, "stop_if_failing") or "20%")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        sample = bounded_int(form, "min_sample", 1, MAX_BATCH, 20)
+        run = await Runs(d.app).start(query.to_filter(), rate, by=self.actor(request),
+                                      stop_if_failing=share, min_sample=sample,
+                                      driver=d.driver_id)
+        d.drive(run.id)
+        self.audit(request, "redrive run", query.describe(), f"run {run.id} started")
+        return d.redirect(request, d.url(request, "redrive_page", query.params()),
+                          f"Redrive run {run.id} started: {run.total:,} job(s) at {rate:g}/s.")
+
+    async def run_action(self, request: Request) -> Response:
+        d = self.d
+        action = request.path_params["action"]
+        if action not in ("pause", "resume", "cancel"):
+            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
+        form = await d.action_form(request)
+        run_id = single(request.query_params, "id")
+        if not run_id:
+            raise BadRequest("which run? pass its id: /redrive/runs/pause?id=<run id>")
+        runs, by = Runs(d.app), self.actor(request)
+        try:
+            if action == "pause":
+                run = await runs.pause(run_id, by=by)
+            elif action == "cancel":
+                run = await runs.cancel(run_id, by=by)
+            else:
+                run = await runs.resume(run_id, d.driver_id, by=by)
+                d.drive(run.id)
+        except (LookupError, ValueError) as exc:
+            return d.redirect(request, d.url(request, "redrive_page"), str(exc).strip("'\""))
+        self.audit(request, f"{action} redrive run", f"run {run_id}", run.status.value)
+        return d.redirect(request, d.back(request, form, d.url(request, "redrive_page")),
+                          f"Redrive run {run_id}: {run.status.value}.")

@@ -10,6 +10,7 @@ for live refresh; no build step, nothing from a CDN.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable
 
 from starlette.applications import Starlette
@@ -24,6 +25,8 @@ from .dashboard import Dashboard, DashboardSettings, Forbidden, package_dir, ref
 from .gate import Gate
 from .params import BadRequest
 from .security import AuthHook, AuthSettings
+
+log = logging.getLogger("conveyor.dashboard")
 
 
 def create_dashboard(
@@ -59,7 +62,12 @@ def create_dashboard(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            await d.adopt_runs()  # paced redrives whose driver is gone carry on here
+        except Exception:  # noqa: BLE001 - a backend down at start must not stop the server
+            log.exception("could not look for redrive runs to adopt")
         yield
+        await d.stop_driving()
         if close_backend_on_shutdown:
             await app.aclose()
 
@@ -72,6 +80,9 @@ def create_dashboard(
         Route("/job/{action:str}", act.job_action, methods=["POST"], name="job_action"),
         Route("/redrive", d.redrive_page, name="redrive_page"),
         Route("/redrive", act.redrive, methods=["POST"], name="redrive"),
+        Route("/redrive/runs", act.start_run, methods=["POST"], name="start_run"),
+        Route("/redrive/runs/{action:str}", act.run_action, methods=["POST"], name="run_action"),
+        Route("/audit", d.audit_page, name="audit"),
         Route("/queues/{action:str}", act.queue_action, methods=["POST"], name="queue_action"),
         Route("/workers", d.workers, name="workers"),
         Route("/metrics", d.metrics, name="metrics"),

@@ -9,6 +9,8 @@ servers and proxies decode `%2F` in a path and resolve `..` in it (nginx with a 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -19,9 +21,13 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
+from ..admin import RETRYABLE_BY_OPERATOR
 from ..app import Conveyor
+from ..audit import RETENTION
 from ..errors import JobNotFound
-from ..job import ACTIVE_STATES, TERMINAL_STATES, JobState
+from ..job import ACTIVE_STATES, TERMINAL_STATES
+from ..redrive_runs import Driver, Runs, drive, format_rate, new_driver_id
+from ..task_names import AmbiguousTaskName
 from ..timeline import timeline
 from ..version import __version__
 from . import views
@@ -41,7 +47,10 @@ from .params import (
 )
 
 FLASH_COOKIE = "conveyor_flash"
-RETRYABLE_BY_OPERATOR = (JobState.DEAD, JobState.CANCELLED)
+AUDIT_ACTIONS = ("retry", "redrive", "cancel", "delete", "purge", "pause", "resume",
+                 "redrive run started", "redrive run paused", "redrive run resumed",
+                 "redrive run cancelled", "redrive run stopped", "redrive run done")
+log = logging.getLogger("conveyor.dashboard")
 
 
 class Forbidden(Exception):
@@ -73,8 +82,41 @@ class Dashboard:
             duration=views.format_duration, time=views.format_time, ago=views.format_ago,
             pretty_json=views.pretty_json, number=lambda n: f"{n:,}",
             args_preview=views.args_preview, last_error=views.last_error,
-            form_id=id_for_form,
+            form_id=id_for_form, user_traceback=views.user_traceback, rate=format_rate,
         )
+        # Paced redrive runs this process drives (started or resumed here, or adopted).
+        self.driver_id = new_driver_id()
+        self.drivers: dict[str, asyncio.Task[Any]] = {}
+
+    # --- paced redrive runs ---------------------------------------------------------------
+    def drive(self, run_id: str) -> None:
+        """Drive a run in the background of this process, until it ends or lets go."""
+        if run_id in self.drivers and not self.drivers[run_id].done():
+            return
+
+        async def go() -> None:
+            try:
+                run = await drive(Driver(self.app, run_id, self.driver_id))
+                log.info("redrive run %s: %s", run_id, run.describe())
+            except Exception:
+                log.exception("redrive run %s: driving failed; the next dashboard to start "
+                              "adopts it", run_id)
+
+        self.drivers[run_id] = asyncio.create_task(go(), name=f"redrive-run-{run_id}")
+
+    async def adopt_runs(self) -> None:
+        """Drive the runs whose driver is gone (a dashboard that restarted, a CLI killed)."""
+        if self.settings.read_only:
+            return
+        for run in await Runs(self.app).adopt_orphans(self.driver_id):
+            log.info("redrive run %s: adopted (its driver stopped)", run.id)
+            self.drive(run.id)
+
+    async def stop_driving(self) -> None:
+        """On shutdown: runs stay running in their records, to be adopted."""
+        for task in self.drivers.values():
+            task.cancel()
+        await asyncio.gather(*self.drivers.values(), return_exceptions=True)
 
     # --- rendering ------------------------------------------------------------------------
     def render(self, request: Request, name: str, context: dict[str, Any],
@@ -161,6 +203,10 @@ class Dashboard:
         where = query.to_filter()
         notice = None
         try:
+            where = await self.app.admin.resolve(where)
+        except AmbiguousTaskName as exc:
+            raise BadRequest(str(exc)) from None
+        try:
             page = await self.app.admin.list(where, limit + 1, after=after)
         except JobNotFound:
             notice = "The job that page started after is gone (deleted or pruned): first page."
@@ -212,12 +258,27 @@ class Dashboard:
         query = ListQuery.from_mapping(request.query_params).for_redrive()
         batch = bounded_int(request.query_params, "batch", 1, MAX_BATCH,
                             self.settings.redrive_batch)
-        where = query.to_filter()
+        try:
+            where = await self.app.admin.resolve(query.to_filter())
+        except AmbiguousTaskName as exc:
+            raise BadRequest(str(exc)) from None
         preview = await self.app.admin.redrive(where, limit=batch, dry_run=True)
+        await self.adopt_runs()
         return self.render(request, "redrive.html", {
             "query": query, "batch": batch, "preview": preview,
             "matching": await self.app.admin.count(where),
+            "runs": await Runs(self.app).all(), "now": self.app.clock(),
         })
+
+    async def audit_page(self, request: Request) -> Response:
+        days = bounded_int(request.query_params, "days", 1, int(RETENTION // 86400), 7)
+        action = single(request.query_params, "action") or ""
+        if action and action not in AUDIT_ACTIONS:
+            raise BadRequest(f"action {action[:40]!r} is not one of: {', '.join(AUDIT_ACTIONS)}")
+        entries = await self.app.admin.audit(since=self.app.clock() - days * 86400, limit=500,
+                                             actions=[action] if action else ())
+        return self.render(request, "audit.html", {
+            "entries": entries, "days": days, "action": action, "actions": AUDIT_ACTIONS})
 
     async def metrics(self, request: Request) -> Response:
         try:

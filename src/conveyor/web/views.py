@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,6 +45,7 @@ class Overview:
     queues: list[QueueRow]
     totals: dict[str, int]
     workers_up: int
+    workers_draining: int
     slots: int
     in_flight: int
     done_this_minute: int
@@ -54,12 +56,15 @@ class Overview:
     generated_at: float = field(default_factory=time.time)
 
 
-def queue_health(stats: QueueStats, serving: int) -> tuple[str, str]:
+def queue_health(stats: QueueStats, serving: int, draining: int = 0) -> tuple[str, str]:
     """A one-word verdict an operator can scan: does this queue keep up?"""
     if stats.paused:
         return "paused", "paused: workers claim nothing from it"
     waiting = stats.counts.get(JobState.AVAILABLE, 0)
     oldest = stats.oldest_available_age or 0.0
+    if waiting and serving == 0 and draining:
+        return "draining", ("jobs wait and the workers that serve this queue are draining: "
+                            "they finish their jobs and take no more")
     if waiting and serving == 0:
         return "no workers", "jobs wait and no live worker serves this queue"
     if oldest > BEHIND_AFTER:
@@ -81,13 +86,14 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
     for name in names:
         s = by_name.get(name, QueueStats(queue=name))
         serving = sum(1 for w in live if name in w.queues)
+        draining = sum(1 for w in workers if w.stopping and name in w.queues)
         now_q = current.queues.get(name, QueueMinute())
         done5 = sum(m.queues[name].counts["completed"] for m in recent if name in m.queues)
         failed5 = sum(m.queues[name].counts["failed"] for m in recent if name in m.queues)
         counts = {state.value: s.counts.get(state, 0) for state in STATE_ORDER}
         for key, n in counts.items():
             totals[key] += n
-        health, note = queue_health(s, serving)
+        health, note = queue_health(s, serving, draining)
         rows.append(QueueRow(
             name=name, counts=counts, oldest_waiting=s.oldest_available_age, paused=s.paused,
             done_this_minute=now_q.counts["completed"], failed_this_minute=now_q.counts["failed"],
@@ -109,7 +115,8 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
     ])
     now_total = current.total()
     return Overview(
-        queues=rows, totals=totals, workers_up=len(live), slots=sum(w.concurrency for w in live),
+        queues=rows, totals=totals, workers_up=len(live),
+        workers_draining=len(workers) - len(live), slots=sum(w.concurrency for w in live),
         in_flight=sum(w.in_flight for w in workers),
         done_this_minute=now_total.counts["completed"],
         failed_this_minute=now_total.counts["failed"],
@@ -184,3 +191,37 @@ def last_error(job: Job) -> str:
         return ""
     e = job.errors[-1]
     return f"{e.type}: {e.message}"
+
+
+# A frame of Conveyor itself (installed, or run from a source checkout) and of the
+# standard library: what runs a handler, not what the handler did.
+_OWN_FRAME = re.compile(r'^  File "[^"]*[/\\](?:site-packages|src)[/\\]conveyor[/\\]')
+_STDLIB_FRAME = re.compile(r'^  File "[^"]*[/\\]lib[/\\]python3[.\d]*[/\\](?!site-packages)')
+
+
+def user_traceback(text: str) -> str:
+    """A traceback without the frames that lead to the handler (Conveyor's executor
+    and the thread pool that runs it): each traceback of a chain starts at the first
+    frame of the job's own code. A traceback with no such frame is shown whole."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        if lines[i].startswith("Traceback (most recent call last):"):
+            frames: list[list[str]] = []
+            i += 1
+            while i < len(lines) and lines[i].startswith("  "):
+                if lines[i].startswith("  File ") or not frames:
+                    frames.append([])
+                frames[-1].append(lines[i])
+                i += 1
+            first = next((n for n, f in enumerate(frames)
+                          if not (_OWN_FRAME.match(f[0]) or _STDLIB_FRAME.match(f[0]))), 0)
+            if first:
+                out.append(f"  ({first} frame{'s' if first > 1 else ''} of Conveyor's worker "
+                           "hidden)")
+            out += [line for frame in frames[first:] for line in frame]
+            continue
+        i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
