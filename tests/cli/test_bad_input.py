@@ -55,8 +55,8 @@ def assert_one_line_error(result, code: int, *fragments: str) -> str:  # type: i
          ["malformed backend URL 'redis://cache:x/0': port 'x'"]),
         (("worker", "no_such_module:app"), USAGE, ["no module named 'no_such_module'"]),
         (("enqueue", "--app", "example_app:app", "send_emial"), USAGE,
-         ["task 'send_emial' is not registered; known: add, exports.build, greet, parse_total, "
-          "reports.build, wait_for_file"]),
+         ["task 'send_emial' is not registered; known: add, exports.build, greet, "
+          "myapp.tasks.parse_amount, parse_total, reports.build, wait_for_file"]),
         (("enqueue", "--app", "example_app:app", "build", "x"), USAGE,
          ["task name 'build' is ambiguous: exports.build, reports.build"]),
         (("enqueue", "--app", "example_app:app", "add", "1"), USAGE,

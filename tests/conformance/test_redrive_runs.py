@@ -8,7 +8,8 @@ from conveyor import Conveyor
 from conveyor.backends.base import Backend, JobFilter, Settlement
 from conveyor.claiming import strict_claim
 from conveyor.job import JobState
-from conveyor.redrive_runs import DRIVER_LEASE, Driver, Runs, RunStatus, parse_rate
+from conveyor.redrive_driver import Driver
+from conveyor.redrive_runs import DRIVER_LEASE, Runs, RunStatus, parse_rate
 from conveyor.timeutil import ManualClock
 from helpers import claim_one, error, new_job
 

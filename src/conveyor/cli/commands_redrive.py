@@ -18,8 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..app import Conveyor
 from ..audit import Actor
 from ..backends.base import JobFilter
-from ..redrive_runs import (Driver, RedriveRun, Runs, RunStatus, drive, format_rate,
-                            new_driver_id, parse_rate, parse_share)
+from ..redrive_driver import Driver, drive
+from ..redrive_runs import (RedriveRun, Runs, RunStatus, format_rate, new_driver_id, parse_rate,
+                            parse_share)
 from . import render
 from .exits import FAILURE, INTERRUPTED, OK, CliError
 from .parsing import positive_int

@@ -26,7 +26,8 @@ from ..app import Conveyor
 from ..audit import RETENTION
 from ..errors import JobNotFound
 from ..job import ACTIVE_STATES, TERMINAL_STATES
-from ..redrive_runs import Driver, Runs, drive, format_rate, new_driver_id
+from ..redrive_driver import Driver, drive
+from ..redrive_runs import Runs, format_rate, new_driver_id
 from ..task_names import AmbiguousTaskName
 from ..timeline import timeline
 from ..version import __version__
