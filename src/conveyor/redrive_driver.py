@@ -49,8 +49,12 @@ class Driver:
             return run
         now = self.app.clock()
         burst = max(1.0, run.rate)
-        elapsed = burst / run.rate if self.last_step is None else now - self.last_step
-        self.tokens = min(burst, self.tokens + max(0.0, elapsed) * run.rate)
+        if self.last_step is None:
+            # A new run starts with one second's worth; a resumed or adopted one goes on
+            # at its pace (a pause must not buy a burst).
+            self.tokens = burst if run.redriven == 0 else 0.0
+        else:
+            self.tokens = min(burst, self.tokens + max(0.0, now - self.last_step) * run.rate)
         self.last_step = now
         polled = now - self.last_poll >= POLL_EVERY
         succeeded, failed = await self._outcomes(now) if polled else (0, 0)

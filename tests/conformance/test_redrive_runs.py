@@ -105,6 +105,8 @@ async def test_pause_resume_and_cancel_from_another_process(
     clock.advance(5)
     assert (await cli.step()).redriven == 2  # no longer its driver
     dashboard = Driver(app, run.id, "dashboard")
+    assert (await dashboard.step()).redriven == 2  # resumed: no new burst
+    clock.advance(1)
     assert (await dashboard.step()).redriven == 4
     cancelled = await runs.cancel(run.id, by="carol")
     assert cancelled.status is RunStatus.CANCELLED
@@ -127,6 +129,8 @@ async def test_an_orphaned_run_is_adopted_and_finishes(app: Conveyor, backend: B
     [adopted] = await runs.adopt_orphans("new")
     assert adopted.driver == "new"
     driver = Driver(app, run.id, "new")
+    assert (await driver.step()).redriven == 2  # adopted: it goes on at its pace
+    clock.advance(0.5)
     assert (await driver.step()).redriven == 3
     await work(backend, [JobState.COMPLETED] * 3)
     clock.advance(1)

@@ -194,6 +194,8 @@ def test_paced_redrive_from_the_dashboard_on_every_backend(any_app: Conveyor) ->
         client.post("/redrive/runs", data={"csrf_token": token, "state": "dead",
                                            "queue": "mail", "rate": "1/h"})
         slow = next(r for r in app.portal.call(runs.all()) if r.status is RunStatus.RUNNING)
+        dead = make_filter(states=["dead"])
+        wait_for(lambda: app.jobs.count(dead) == 2, "the first job (a full bucket holds one)")
         paused = client.post(f"/redrive/runs/pause?id={slow.id}", data={"csrf_token": token})
         assert f"Redrive run {slow.id}: paused." in paused.text
         assert f'id="run-resume-{slow.id}"' in paused.text
@@ -202,7 +204,10 @@ def test_paced_redrive_from_the_dashboard_on_every_backend(any_app: Conveyor) ->
         cancelled = client.post(f"/redrive/runs/cancel?id={slow.id}", data={"csrf_token": token})
         assert f"Redrive run {slow.id}: cancelled." in cancelled.text
         assert f'id="run-cancel-{slow.id}"' not in cancelled.text
-        assert app.jobs.count(make_filter(states=["dead"])) == 2  # 1/h: one job, then paused
+        # 1/h: one job at the start; resumed, it goes on at its pace (no new burst).
+        assert app.jobs.count(dead) == 2
+        stopped = app.portal.call(runs.get(slow.id))
+        assert stopped is not None and (stopped.status, stopped.redriven) == (RunStatus.CANCELLED, 1)
 
 
 async def kill_again(app: Conveyor) -> None:
