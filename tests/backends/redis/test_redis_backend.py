@@ -328,7 +328,9 @@ async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: Redis
 
 
 async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:
-    url = redis_url.replace("redis://", "redis://:not-the-password@", 1)
+    # A user that does not exist: refused by any server. (A password alone is not: a
+    # server without one lets redis-py 8 fall back to no AUTH.)
+    url = redis_url.replace("redis://", "redis://conveyor-no-such-user:not-the-password@", 1)
     b = RedisBackend(url)
     await b.open()
     try:
@@ -337,6 +339,31 @@ async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_u
         assert "not-the-password" not in str(info.value)
     finally:
         await b.close()
+
+
+async def test_a_task_cancelled_inside_a_command_is_cancelled(backend: RedisBackend) -> None:
+    # redis-py 8 sends every command through asyncio.wait_for when a socket timeout is
+    # set (its default is 5 s); on Python 3.11 that loses most cancels landing as the
+    # send completes, so a cancelled task carried on and a worker could not stop.
+    # Each try cancels a loop of commands at a different moment; every one must stop.
+    await backend.enqueue_jobs([job(1)])
+    finished = 0
+    for n in range(60):
+        async def commands() -> None:
+            for _ in range(1000):
+                await backend.get_job("job-1")
+
+        task = asyncio.ensure_future(commands())
+        for _ in range(n % 6):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.0005 * (n % 5))
+        task.cancel()
+        try:
+            await task
+            finished += 1
+        except asyncio.CancelledError:
+            pass
+    assert finished == 0
 
 
 # --- the enqueue lane (one held connection beside the pool) ---------------------------

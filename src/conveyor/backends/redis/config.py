@@ -64,8 +64,15 @@ def connection_settings() -> dict[str, Any]:
         socket_connect_timeout=5.0,
         # A server that stops answering (a partition without a reset) must not
         # hang a worker forever. TCP keepalive finds the dead peer in about 25 s.
-        # Not socket_timeout: redis-py wraps every read in a timeout context that
-        # now and then swallows a task cancellation (a worker then cannot stop).
+        # Not socket_timeout, and None said out loud because redis-py 8 defaults it
+        # to 5 s: with it, every send goes through asyncio.wait_for, which on Python
+        # 3.11 returns instead of raising when a cancel lands as the send completes,
+        # and nearly every cancel of a task inside a command was lost (a worker then
+        # cannot stop its services); reads get a timeout context that does the same.
+        socket_timeout=None,
+        # redis-py 8 bounds a pool at 100 connections and raises past it; 7 did not.
+        # A worker at -c 200 has that many jobs writing at once: keep 7's behaviour.
+        max_connections=2**31,
         socket_keepalive=True,
         socket_keepalive_options=_KEEPALIVE,
         health_check_interval=30,
