@@ -7,15 +7,17 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import NoReturn
 
 from ..app import Conveyor
 from ..errors import ConveyorError
+from ..job import JobState
 from ..worker import ExitStatus, Worker, WorkerConfig
 from ..worker.pool import run_pool
 from ..worker.pool_config import PoolConfig, parse_size
 from ..worker.process_exit import report_left_running, threads_left_running
-from .exits import USAGE, CliError
+from .exits import DEAD_JOBS, USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
 from .parsing import Commands, positive_float, positive_int, split_csv
@@ -30,7 +32,9 @@ def register(commands: Commands) -> None:
         description="Run jobs until SIGTERM or SIGINT. The first signal stops claiming and "
                     "waits up to --grace seconds for running jobs (exit 0); a second signal, "
                     "or the grace period running out, returns unfinished jobs to their queue "
-                    "without using an attempt (exit 3). Exit 1 on an error.",
+                    "without using an attempt (exit 3). Exit 1 on an error. With --burst "
+                    "(or --max-jobs) the worker stops by itself; it exits 4 if a job it ran "
+                    "ended dead.",
     )
     worker.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
     worker.add_argument("--queues", "-q", action="append", type=split_csv, metavar="Q1,Q2",
@@ -50,6 +54,21 @@ def register(commands: Commands) -> None:
     worker.add_argument("--no-scheduler", action="store_true",
                         help="do not enqueue the app's periodic jobs from this worker (by "
                              "default every worker does; each tick is still enqueued once)")
+    runs = worker.add_argument_group("runs that end by themselves")
+    runs.add_argument("--burst", action="store_true",
+                      help="run the jobs that are due, then exit (0, or 4 if any ended "
+                           "dead): for cron jobs and CI. Jobs due later (delayed, snoozed, "
+                           "retries in backoff) wait for the next run; schedules do not run")
+    runs.add_argument("--max-jobs", type=positive_int, metavar="N",
+                      help="claim at most N jobs, finish them and exit (0, or 4 if any "
+                           "ended dead)")
+    dev = worker.add_argument_group("development")
+    dev.add_argument("--reload", action="store_true",
+                     help="restart the worker when a .py file under the current directory "
+                          "(or each --reload-dir) changes; it drains first (needs "
+                          "conveyor[reload])")
+    dev.add_argument("--reload-dir", action="append", type=Path, metavar="DIR",
+                     help="folder to watch instead of the current directory (repeatable)")
     pool = worker.add_argument_group(
         "process pool", "-p N runs a supervisor and N child processes of -c slots each: for "
                         "CPU-bound work, sync code that must stop at its hard time limit, and "
@@ -90,6 +109,16 @@ def default_queues(app: Conveyor) -> tuple[str, ...]:
 
 def worker_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    if args.reload_dir and not args.reload:
+        raise CliError("--reload-dir goes with --reload", USAGE)
+    if args.reload and args.burst:
+        raise CliError("--reload restarts a worker that runs until stopped; a --burst run "
+                       "ends by itself: pass one of them", USAGE)
+    if args.reload:
+        from .reload import is_reload_child, run_with_reload
+
+        if not is_reload_child():
+            return run_with_reload(args.reload_dir or [Path.cwd()], grace=args.grace)
     app = load_app(args.app)
     if args.processes and args.metrics_port:
         share_metrics_between_processes()
@@ -98,10 +127,16 @@ def worker_command(args: argparse.Namespace) -> int:
     try:
         config = WorkerConfig(queues=queues, concurrency=args.concurrency, lease=args.lease,
                               grace_period=args.grace, poll_interval=args.poll,
-                              scheduler=not args.no_scheduler)
+                              scheduler=not args.no_scheduler, burst=args.burst,
+                              max_jobs=args.max_jobs)
     except ValueError as exc:
         raise CliError(f"worker settings: {exc}", USAGE) from None
     if args.processes:
+        for option in ("burst", "max_jobs"):
+            if getattr(args, option):
+                raise CliError(f"--{option.replace('_', '-')} runs one worker process: drop "
+                               "-p/--processes (children recycle with --max-tasks-per-child)",
+                               USAGE)
         pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
                           max_memory_per_child=args.max_memory_per_child,
                           log_level=args.log_level.upper(), log_format=args.log_format,
@@ -111,18 +146,18 @@ def worker_command(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
                            "add -p/--processes N", USAGE)
-    status = asyncio.run(_serve(app, config))
+    code = asyncio.run(_serve(app, config))
     mark_process_dead_if_metrics(args)
     # A thread still running (a busy sync handler, one a handler started) would hold
     # the process at exit, however long it runs; every outcome is written: leave.
     left = threads_left_running()
     if left:
         report_left_running(left)
-        _exit_now(status)
-    return int(status)
+        _exit_now(code)
+    return int(code)
 
 
-async def _serve(app: Conveyor, config: WorkerConfig) -> ExitStatus:
+async def _serve(app: Conveyor, config: WorkerConfig) -> int:
     await open_backend(app)
     worker = Worker(app, config)
     loop = asyncio.get_running_loop()
@@ -145,7 +180,13 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> ExitStatus:
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await worker.run()
+        status = await worker.run()
+        # A run that ended by itself says whether everything it ran went well.
+        if (status is ExitStatus.DRAINED and (config.burst or config.max_jobs)
+                and worker.counts[JobState.DEAD.value]):
+            log.warning("%d job(s) ended dead during this run", worker.counts[JobState.DEAD.value])
+            return DEAD_JOBS
+        return status
     except ConveyorError:
         raise
     except Exception:
@@ -200,6 +241,6 @@ def mark_process_dead_if_metrics(args: argparse.Namespace) -> None:
         mark_process_dead()
 
 
-def _exit_now(status: ExitStatus) -> NoReturn:
+def _exit_now(code: int) -> NoReturn:
     flush_all()
-    os._exit(int(status))
+    os._exit(int(code))

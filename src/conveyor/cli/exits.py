@@ -7,6 +7,8 @@ import re
 OK = 0
 FAILURE = 1  # the command ran and something is wrong: a job id that does not exist, a backend down
 USAGE = 2  # bad input: arguments, app path, URL, task name (argparse uses 2 too)
+# 3 is the worker's cold stop (conveyor.worker.ExitStatus.COLD)
+DEAD_JOBS = 4  # `worker --burst` / `--max-jobs`: it ran to its end and a job ended dead
 INTERRUPTED = 130
 
 _PASSWORD_IN_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)[^\s/@]+@")

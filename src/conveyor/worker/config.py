@@ -28,6 +28,10 @@ class WorkerConfig:
     stats_interval: float = 5.0  # per-minute throughput records (conveyor.minute_stats)
     # Claim at most this many jobs, then drain and return (pool children recycle so).
     max_jobs: int | None = None
+    # Run what is due, then return (`conveyor worker --burst`): once a claim finds
+    # nothing, no job is running and every outcome is written. Jobs due later (delayed,
+    # snoozed, a retry's backoff) are left for the next run; the schedules do not run.
+    burst: bool = False
     # A sync handler past its hard time limit cannot be stopped inside its process:
     # with this set the worker returns its other jobs and stops (cold), so that the
     # process can exit and be replaced. Pool children set it.

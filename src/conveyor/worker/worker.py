@@ -14,11 +14,11 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..backends.base import Backend, Lease, Settlement
 from ..claiming import QueuePlan
@@ -135,7 +135,9 @@ class Worker:
     # --- main --------------------------------------------------------------------------
     async def run(self) -> ExitStatus:
         # Built before anything starts: a bad schedule stops the worker at start-up.
-        scheduler = Scheduler(self.app) if self.config.scheduler else None
+        # A burst run ends when nothing is due: the schedules need a process that stays.
+        scheduler = (Scheduler(self.app) if self.config.scheduler and not self.config.burst
+                     else None)
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
@@ -198,14 +200,14 @@ class Worker:
     async def _produce(self) -> None:
         assert self._backend is not None
         failures = 0
+        idle_checked = False  # burst: the last claim followed a flush with nothing running
         stop = asyncio.create_task(self._stop_claiming.wait())
         try:
             while not self._stop_claiming.is_set():
                 free = self.config.concurrency - len(self._running)
                 if free <= 0:
                     self._slot_freed.clear()
-                    await asyncio.wait([stop, asyncio.create_task(self._slot_freed.wait())],
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await self._until(stop, self._slot_freed.wait())
                     continue
                 # Never before the first job: a limit below a fresh process's own size
                 # would otherwise replace children that never ran anything, forever.
@@ -237,6 +239,26 @@ class Worker:
                     self.retired_because = "max tasks"
                     self._stop_claiming.set()
                     break
+                if len(jobs) < want and self.config.burst:
+                    # Nothing more is due now. Running jobs may make more due (a retry
+                    # at once, a follow-up they enqueue), and so may outcomes not yet
+                    # written: the burst is over when a claim made after every outcome
+                    # was written, with nothing running, finds nothing.
+                    if jobs or self._running:
+                        idle_checked = False
+                        if self._running:
+                            self._slot_freed.clear()
+                            await self._until(stop, self._slot_freed.wait())
+                        continue
+                    if idle_checked:
+                        log.info("burst: nothing more is due; stopping")
+                        self.retired_because = "burst over"
+                        self._stop_claiming.set()
+                        break
+                    assert self._completer is not None
+                    await self._until(stop, self._completer.flushed())
+                    idle_checked = True
+                    continue
                 if len(jobs) < want:
                     waiter = asyncio.create_task(
                         self._backend.wait_for_jobs(self.config.queues, self.config.poll_interval))
@@ -245,6 +267,13 @@ class Worker:
                         waiter.cancel()
         finally:
             stop.cancel()
+
+    @staticmethod
+    async def _until(stop: asyncio.Task[Literal[True]], waiting: Coroutine[Any, Any, Any]) -> None:
+        """Wait for `waiting` or for the stop, whichever comes first."""
+        waiter = asyncio.ensure_future(waiting)
+        await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
 
     def _start(self, job: Job) -> None:
         assert self._backend is not None
