@@ -95,6 +95,30 @@ def test_enqueue_joins_sync_transaction(pg_url: str, schema: str,
         app.close()
 
 
+def test_enqueue_on_a_connection_with_client_side_cursors(pg_url: str) -> None:
+    # Django's psycopg connections make ClientCursors, which cannot return binary
+    # results: the enqueue uses a cursor of its own.
+    app = Conveyor(pg_url)
+
+    @app.task(name="ship")
+    def ship(order_id: int) -> None: ...
+
+    async def on_async_connection() -> str:
+        async with await psycopg.AsyncConnection.connect(
+                pg_url.split("?")[0], cursor_factory=psycopg.AsyncClientCursor) as conn:
+            async with conn.transaction():
+                return (await ship.options(connection=conn).enqueue_async(2)).id
+
+    try:
+        with psycopg.connect(pg_url.split("?")[0], cursor_factory=psycopg.ClientCursor) as conn:
+            with conn.transaction():
+                made = ship.options(connection=conn).enqueue(1)
+        made_async = app.portal.call(on_async_connection())
+        assert [app.jobs.get(i).args for i in (made.id, made_async)] == [[1], [2]]  # type: ignore[union-attr]
+    finally:
+        app.close()
+
+
 async def test_enqueue_refuses_foreign_connections(pg_app: Conveyor) -> None:
     @pg_app.task(name="ship")
     def ship(order_id: int) -> None: ...

@@ -143,7 +143,8 @@ async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[
     if any(job.unique_key is not None for job in unique):
         answers = await _full_async(backend, conn, unique, now)
         return [answers[pos] for pos in answer]
-    cur = await conn.execute(*fast_path(backend, unique, now), binary=True)
+    cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
+        *fast_path(backend, unique, now), binary=True)
     inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
@@ -160,7 +161,9 @@ def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
     if any(job.unique_key is not None for job in unique):
         answers = _full_sync(backend, conn, unique, now)
         return [answers[pos] for pos in answer]
-    cur = conn.execute(*fast_path(backend, unique, now), binary=True)
+    # A cursor of our own: the connection's cursor_factory may be a ClientCursor
+    # (Django's default), which cannot return binary results.
+    cur = psycopg.Cursor(conn).execute(*fast_path(backend, unique, now), binary=True)
     inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:

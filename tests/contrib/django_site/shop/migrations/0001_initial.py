@@ -1,0 +1,13 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: list[tuple[str, str]] = []
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[("id", models.AutoField(primary_key=True, serialize=False)),
+                    ("total", models.IntegerField())],
+        ),
+    ]
