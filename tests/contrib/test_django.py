@@ -55,7 +55,10 @@ def django(folder: Path, settings: str, *args: str, timeout: float = 180.0
 
 
 def sqlite_db(folder: Path) -> dict[str, object]:
-    return {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "django.db")}}
+    # A test database in a file, not in memory: Django keeps an in-memory one open for
+    # good, and the tests see connections being retired.
+    return {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "django.db"),
+                        "TEST": {"NAME": str(folder / "django-test.db")}}}
 
 
 def ran(result: subprocess.CompletedProcess[str]) -> tuple[int, str]:
@@ -71,7 +74,7 @@ def test_django_tests_with_conveyor_on_sqlite(tmp_path: Path) -> None:
                               {"url": f"sqlite:///{tmp_path / 'jobs.db'}"})
     result = django(tmp_path, settings, "test", "shop", "--noinput")
     assert result.returncode == 0, result.stderr
-    assert ran(result) == (12, "OK (skipped=2)")  # the transactional ones need PostgreSQL
+    assert ran(result) == (13, "OK (skipped=2)")  # the transactional ones need PostgreSQL
 
 
 def test_django_tests_with_conveyor_on_postgres(tmp_path: Path) -> None:
@@ -79,7 +82,7 @@ def test_django_tests_with_conveyor_on_postgres(tmp_path: Path) -> None:
     settings = write_settings(tmp_path, sqlite_db(tmp_path), {"url": url})
     result = django(tmp_path, settings, "test", "shop", "--noinput")
     assert result.returncode == 0, result.stderr
-    assert ran(result) == (12, "OK (skipped=2)")
+    assert ran(result) == (13, "OK (skipped=2)")
 
 
 def test_django_tests_transactional_on_djangos_own_postgres_connection(tmp_path: Path) -> None:
@@ -97,7 +100,7 @@ def test_django_tests_transactional_on_djangos_own_postgres_connection(tmp_path:
         "url": f"{base}/{test_db}?schema=conveyor_jobs", "transactional": True})
     result = django(tmp_path, settings, "test", "shop", "--noinput")
     assert result.returncode == 0, result.stderr
-    assert ran(result) == (12, "OK (skipped=4)")  # the on-commit ones are the other mode
+    assert ran(result) == (13, "OK (skipped=4)")  # the on-commit ones are the other mode
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [test_db])
         assert left.fetchone() == (0,)  # Conveyor let go of it, so Django could drop it

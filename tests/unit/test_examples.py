@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,41 @@ def test_periodic(tmp_path: Path) -> None:
         '  next  2026-03-29 05:05:00 UTC',
         '  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed, covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z',
     ]
+
+
+def _run_example(args: list[str], tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}",
+           "DJANGO_DB": str(tmp_path / "django.db")}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_fastapi_example(tmp_path: Path) -> None:
+    run = _run_example([str(EXAMPLES / "fastapi_app.py")], tmp_path, EXAMPLES.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "dashboard without login: 401",
+        "dashboard as ops: 200",
+        "welcome mail sent to user 42",
+    ]
+
+
+def test_flask_example(tmp_path: Path) -> None:
+    run = _run_example([str(EXAMPLES / "flask_app.py")], tmp_path, EXAMPLES.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "flask conveyor worker --burst exited with 0",
+        "welcome mail sent to user 42",
+    ]
+
+
+def test_django_example_project(tmp_path: Path) -> None:
+    project = EXAMPLES / "django_project"
+    run = _run_example(["manage.py", "test", "--noinput"], tmp_path, project)
+    assert run.returncode == 0, run.stderr
+    assert "Ran 2 tests" in run.stderr and "\nOK\n" in run.stderr
+    migrated = _run_example(["manage.py", "migrate", "--noinput"], tmp_path, project)
+    assert migrated.returncode == 0, migrated.stderr
+    burst = _run_example(["manage.py", "conveyor", "worker", "--burst"], tmp_path, project)
+    assert burst.returncode == 0, burst.stderr
+    assert "burst: nothing more is due" in burst.stderr

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import connections, transaction
+from django.db import close_old_connections, connections, transaction
 
 from ...app import Conveyor
 from ...errors import ConfigurationError
 from ...handle import JobHandle, handles
 from ...job import Job, JobState, NewJob
+from ...task import Task
 
 _KNOWN = {"url", "default_queue", "database", "on_commit", "transactional", "autodiscover"}
 
@@ -57,6 +60,14 @@ class DjangoConveyor(Conveyor):
     def from_settings(cls) -> DjangoConveyor:
         return cls(Settings.load())
 
+    def _register(self, fn: Callable[..., Any], **options: Any) -> Task[Any, Any]:
+        # Sync tasks run in the worker's threads, which keep their Django connections
+        # from one job to the next: retire them as a request would (CONN_MAX_AGE, a
+        # connection the server dropped), before and after each job.
+        if not inspect.iscoroutinefunction(fn) and not isinstance(fn, Task):
+            fn = _with_fresh_connections(fn)
+        return super()._register(fn, **options)
+
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None
                      ) -> list[JobHandle[Any]]:
         batch = list(jobs)
@@ -70,6 +81,18 @@ class DjangoConveyor(Conveyor):
                                   using=self.settings.database)
             return handles(self, [_as_stored(job, self.clock()) for job in batch])
         return super().enqueue_many(batch)
+
+
+def _with_fresh_connections(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return run
 
 
 def _psycopg_connection(database: Any) -> Any:

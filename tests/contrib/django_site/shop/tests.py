@@ -5,12 +5,14 @@ PostgreSQL; Django on SQLite, or on PostgreSQL for the transactional mode)."""
 from __future__ import annotations
 
 import re
+import threading
 import unittest
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
+from django.db.backends.signals import connection_created
 from django.test import Client, TransactionTestCase
 
 from conveyor.admin import make_filter
@@ -18,7 +20,7 @@ from conveyor.contrib.django import DjangoConveyor, app, get_app
 from conveyor.job import JobState
 
 from .models import Order
-from .tasks import parse_total, send_receipt
+from .tasks import parse_total, send_receipt, use_the_database
 
 TRANSACTIONAL = bool(settings.CONVEYOR.get("transactional"))
 
@@ -37,7 +39,8 @@ class Discovery(unittest.TestCase):
         self.assertIsInstance(app, DjangoConveyor)
         self.assertIs(app, get_app())
         self.assertEqual(app.url, settings.CONVEYOR["url"])
-        self.assertEqual(sorted(app.tasks), ["shop.tasks.parse_total", "shop.tasks.send_receipt"])
+        self.assertEqual(sorted(app.tasks), ["shop.tasks.parse_total", "shop.tasks.send_receipt",
+                                             "shop.tasks.use_the_database"])
 
 
 @unittest.skipIf(TRANSACTIONAL, "the default mode: enqueue after the commit")
@@ -153,3 +156,22 @@ class Commands(TransactionTestCase):
         with self.assertRaises(CommandError) as raised:
             call_command("conveyor", "worker", "--burst")
         self.assertEqual(raised.exception.returncode, 4)
+
+    def test_each_sync_job_gets_a_fresh_django_connection(self) -> None:
+        # CONN_MAX_AGE is 0: as after a request, the connection goes when the job ends.
+        # One thread runs both jobs (-c 1): without that it would keep its first one.
+        opened: list[str] = []
+
+        def count(sender: object, connection: object, **_: object) -> None:
+            if threading.current_thread().name.startswith("conveyor-job"):
+                opened.append(threading.current_thread().name)
+
+        connection_created.connect(count)
+        try:
+            use_the_database.enqueue()
+            use_the_database.enqueue()
+            call_command("conveyor", "worker", "--burst", "-c", "1")
+        finally:
+            connection_created.disconnect(count)
+        self.assertEqual(len(opened), 2, opened)
+        self.assertEqual(len(set(opened)), 1, opened)  # one thread, two connections
