@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.worker")
 WORKERS_NAMESPACE = "workers"
+RECANCEL_AFTER = 1.0  # seconds a cold-stopped job has to end before it is cancelled again
 
 
 class ExitStatus(IntEnum):
@@ -188,13 +189,25 @@ class Worker:
             if self._running:
                 status = ExitStatus.COLD
                 self._cold.set()
-                for running in list(self._running.values()):
-                    running.returning = True
-                    running.task.cancel()
-                await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+                await self._return_running()
         assert self._completer is not None
         await self._completer.flushed()
         return status
+
+    async def _return_running(self) -> None:
+        """Cancel the running jobs (they go back to their queue) and wait until each has
+        ended. A cancel can be lost (see _every): a handler awaiting redis-py 8 on Python
+        3.11, whose sends go through asyncio.wait_for, lost most of them and ran on as if
+        never asked. So a job still running a moment later is cancelled again, until it
+        ends; a handler's own clean-up on cancel gets that moment."""
+        while True:
+            running = [r for r in self._running.values() if not r.task.done()]
+            if not running:
+                return
+            for r in running:
+                r.returning = True
+                r.task.cancel()
+            await asyncio.wait([r.task for r in running], timeout=RECANCEL_AFTER)
 
     # --- producer ------------------------------------------------------------------
     async def _produce(self) -> None:
