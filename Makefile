@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench typecheck
+.PHONY: demo test test-fast bench typecheck docs
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,3 +24,6 @@ bench: $(BIN)/.installed
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src/conveyor
+
+docs: $(BIN)/.installed  ## the docs site in site/ (what CI builds, strict); `mkdocs serve` to browse
+	$(BIN)/mkdocs build --strict
