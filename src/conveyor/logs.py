@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .escaping import printable
 from .middleware import CallNext, EnqueueContext, MiddlewareContext
 
 if TYPE_CHECKING:
@@ -140,7 +141,12 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     """The plain format, with the job in brackets: `[job=.. task=.. attempt=..]`.
-    With `process_label`, each line names its process: `[child 4242]` (pool children)."""
+    With `process_label`, each line names its process: `[child 4242]` (pool children).
+
+    One record is one line (plus its traceback): the job's fields and the text
+    arguments of the message (job ids, error messages: data from whoever enqueued
+    the job) are written with `printable()`, so a job id with a newline in it
+    cannot add a line that looks like the worker's."""
 
     def __init__(self, process_label: str | None = None) -> None:
         super().__init__()
@@ -149,16 +155,25 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         process = "" if self.process_label is None else f"[{self.process_label} {record.process}] "
         line = (f"{_utc(record.created)} {record.levelname:<7} {process}{record.name}: "
-                f"{record.getMessage()}")
+                f"{_message(record)}")
         job_id = getattr(record, "job_id", None)
         if job_id is not None:
-            line += (f" [job={job_id} task={getattr(record, 'task', None)} "
-                     f"queue={getattr(record, 'queue', None)} "
+            line += (f" [job={printable(job_id)} task={printable(getattr(record, 'task', None))} "
+                     f"queue={printable(getattr(record, 'queue', None))} "
                      f"attempt={getattr(record, 'attempt', None)} "
-                     f"correlation={getattr(record, 'correlation_id', None)}]")
+                     f"correlation={printable(getattr(record, 'correlation_id', None))}]")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message with its text arguments escaped (see TextFormatter)."""
+    args = record.args
+    if isinstance(args, tuple) and any(isinstance(a, str) for a in args):
+        escaped = tuple(printable(a) if isinstance(a, str) else a for a in args)
+        return str(record.msg) % escaped  # as LogRecord.getMessage does
+    return record.getMessage()
 
 
 def configure_logging(level: str = "info", log_format: str = "text", *,

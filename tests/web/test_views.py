@@ -11,9 +11,9 @@ from conveyor.admin import WorkerInfo
 from conveyor.backends.base import QueueStats
 from conveyor.job import Job, JobState
 from conveyor.minute_stats import Minute, QueueMinute
+from conveyor.escaping import printable
 from conveyor.web.charts import (Series, count_ticks, duration_ticks, format_seconds, lines,
                                  stacked_bars)
-from conveyor.web.audit import printable
 from conveyor.web.params import BadRequest, ListQuery
 from conveyor.web.views import build_overview, format_duration, queue_health
 

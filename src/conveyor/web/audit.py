@@ -1,31 +1,18 @@
 """The dashboard's log lines, with data escaped so it can never end a line or fake one.
 
 A job id, a queue name, a filter or a user name is data from whoever enqueued the job
-or sent the request: written as is, `"x\\nalice delete job y: deleted"` would add a
-forged line to the audit log. Every field goes through `printable()`: a backslash and
-every character that is not printable (newlines, NUL, other controls, bidi overrides,
-line separators) are written as Python escapes, so a line stays one line and reads back
-unambiguously.
-
->>> printable("x\\nalice")
-'x\\\\nalice'
+or sent the request: every field goes through `conveyor.escaping.printable()`, so
+`"x\\nalice delete job y: deleted"` cannot add a forged line to the audit log.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..escaping import printable
+
 audit_log = logging.getLogger("conveyor.dashboard.audit")
 log = logging.getLogger("conveyor.dashboard")
-
-
-def printable(text: object) -> str:
-    value = str(text)
-    if value.isprintable() and "\\" not in value:
-        return value
-    return "".join(
-        "\\\\" if ch == "\\" else ch if ch.isprintable() else ch.encode("unicode_escape").decode()
-        for ch in value)
 
 
 def record_action(user: str, action: str, target: str, result: str) -> None:
