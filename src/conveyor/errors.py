@@ -83,8 +83,16 @@ class LeaseExpired(ConveyorError):
     """Recorded when a job's worker died (or stalled) and its lease ran out."""
 
 
-class CorruptPayload(ConveyorError):
-    """The stored payload could not be decoded."""
+class CorruptJob(ConveyorError):
+    """A stored job could not be read in full: a field that is not valid JSON, not
+    text, not a number, or an unknown state (`Job.corrupt` names the field). The
+    worker never runs such a job: it ends dead at once, whatever the retry policy,
+    and the other jobs of its batch run as usual."""
+
+
+class CorruptPayload(CorruptJob):
+    """The stored payload (the arguments) could not be decoded: not JSON, nested too
+    deeply, or not of the shape {"args": [...], "kwargs": {...}}. Dead at once."""
 
 
 class StaleLease(ConveyorError):

@@ -82,6 +82,9 @@ class Job:
     (a payload that does not decode kills that one job, never the worker).
     `lease_token` is the fencing token: it changes on every claim, and every
     write a worker makes about a running job must carry it.
+    `corrupt` says why the stored record could not be read in full ("meta: not
+    valid JSON (...)"), or is None: such a job holds what could be read and
+    defaults for the rest (see conveyor.backends.codec); a worker never runs it.
     """
 
     id: str
@@ -108,6 +111,7 @@ class Job:
     cancel_requested: bool = False
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    corrupt: str | None = None
 
     @property
     def args(self) -> list[Any]:

@@ -33,8 +33,12 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from ..escaping import readable_text
 from ..job import AttemptError, Job, JobState, NewJob
 from ..timeutil import Clock
+
+
+_STATE_NAMES = {state.value: state for state in JobState}
 
 
 # --- params and replies ----------------------------------------------------------
@@ -178,12 +182,21 @@ def queue_stats_from_rows(
 ) -> list[QueueStats]:
     """Stats from rows: (queue, state, count), (queue, earliest available run_at),
     (queue, paused). Shared so every backend lists the same queues: those with jobs
-    or a pause flag, by name."""
+    or a pause flag, by name.
+
+    Values a corrupt job may have put there never fail the stats: a state that is
+    not one of JobState is counted in no state (listings show such a job, marked
+    corrupt), a queue name that is not text is shown as readable text, an earliest
+    run_at that is not a number gives no age."""
     counts: dict[str, dict[JobState, int]] = {}
     for queue, state, n in counts_by_queue_and_state:
-        counts.setdefault(queue, {})[JobState(state)] = n
-    oldest = {queue: run_at for queue, run_at in oldest_available_by_queue}
-    paused = {queue: bool(flag) for queue, flag in queue_flags}
+        known = _STATE_NAMES.get(state) if isinstance(state, str) else None
+        if known is not None:
+            by_state = counts.setdefault(readable_text(queue), {})
+            by_state[known] = by_state.get(known, 0) + n
+    oldest = {readable_text(queue): float(run_at) for queue, run_at in oldest_available_by_queue
+              if isinstance(run_at, (int, float))}
+    paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
     return [
         QueueStats(
             queue=name,

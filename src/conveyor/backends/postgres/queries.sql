@@ -31,11 +31,14 @@ SELECT set_config('search_path', %(schema)s, true)
 INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
 -- fragment: job_columns
--- Every query that returns jobs selects these, in the order rows.job_from_row reads
--- (rows._COLUMNS). The claim's RETURNING lists them itself, with text casts.
+-- Every query that returns jobs selects these: seq, then conveyor.backends.codec.COLUMNS
+-- (rows.job_from_row). errors and meta as text: the codec decodes them field by field,
+-- so one that is too deeply nested for Python is one corrupt job, not a failed query
+-- (psycopg's own jsonb loader would raise for the whole result). The claim's RETURNING
+-- and insert_jobs list them themselves, with the same casts.
 seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-result, errors, checkpoint, progress, cancel_requested, timeout, meta
+result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text
 
 -- fragment: job_filter
 -- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
@@ -152,14 +155,14 @@ WITH new AS (
 )
 SELECT dup.pos, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
-       j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors,
-       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta
+       j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
+       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
 SELECT n.pos, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
-       i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors,
-       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta
+       i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
+       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: notify_queues
@@ -191,8 +194,8 @@ WHERE j.seq = ANY (ARRAY(
     ORDER BY priority DESC, run_at, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
--- errors and meta as text: nearly always '[]' and '{}', which rows.job_from_row
--- recognises without a JSON parse (two parses per claimed job showed in profiles).
+-- errors and meta as text: nearly always '[]' and '{}', which the codec recognises
+-- without a JSON parse (two parses per claimed job showed in profiles).
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
           j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
@@ -225,8 +228,13 @@ SET state = s.state,
     finished_at = CASE WHEN s.state IN ('completed', 'dead', 'cancelled') THEN %(now)s
                        WHEN s.refund THEN j.finished_at END,
     attempt = CASE WHEN s.refund THEN j.attempt - 1 ELSE j.attempt END,
+    -- A history that is not an array ending with an error record (a corrupt one: the
+    -- error written is then a CorruptJob naming it) starts again from this error.
     errors = CASE WHEN s.error IS NULL OR s.refund OR s.state = 'completed' THEN j.errors
-                  ELSE j.errors || jsonb_build_array(s.error) END
+                  WHEN jsonb_typeof(j.errors) = 'array'
+                       AND coalesce(jsonb_typeof(j.errors -> -1), 'object') = 'object'
+                  THEN j.errors || jsonb_build_array(s.error)
+                  ELSE jsonb_build_array(s.error) END
 FROM s
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
   AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ...job import AttemptError, Job, JobState
+from ...job import Job
 from ..base import JobFilter, ascii_lower
+from ..codec import job_from_row as decode_row
 from ..sqlfiles import load_queries
-
-# Column order of every query that returns jobs (see `job_columns` in queries.sql).
-_COLUMNS = ("seq id queue task payload state priority attempt max_attempts run_at created_at "
-            "started_at finished_at lease_token lease_expires_at worker_id unique_key unique_for "
-            "result errors checkpoint progress cancel_requested timeout meta").split()
 
 
 def load_schema_queries(schema: str, channel: str) -> dict[str, str]:
@@ -29,25 +24,8 @@ def load_schema_queries(schema: str, channel: str) -> dict[str, str]:
 
 
 def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
-    """A Job from a row whose columns from `start` follow `_COLUMNS` (seq is skipped).
-    Positional on purpose: this runs for every claimed and enqueued job."""
-    (_seq, id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-     started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-     result, errors, checkpoint, progress, cancel_requested, timeout, meta) = row[start:]
-    if isinstance(errors, str):  # text from the claim query; '[]' needs no parse
-        errors = json.loads(errors) if errors != "[]" else None
-    if isinstance(meta, str):
-        meta = json.loads(meta) if meta != "{}" else None
-    return Job(
-        id=id_, task=task, queue=queue, payload=payload, state=JobState(state),
-        priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at,
-        created_at=created_at, started_at=started_at, finished_at=finished_at,
-        lease_token=lease_token, lease_expires_at=lease_expires_at, worker_id=worker_id,
-        unique_key=unique_key, unique_for=unique_for, result=result,
-        errors=tuple(AttemptError.from_dict(e) for e in errors) if errors else (),
-        checkpoint=checkpoint, progress=progress, cancel_requested=bool(cancel_requested),
-        timeout=timeout, meta=dict(meta) if meta else {},
-    )
+    """A Job from a row whose columns from `start` are seq, then codec.COLUMNS."""
+    return decode_row(row[start + 1:])
 
 
 def claim_order(row: Sequence[Any]) -> tuple[int, float, int]:

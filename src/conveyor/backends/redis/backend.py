@@ -28,7 +28,8 @@ from ...timeutil import Clock, system_clock
 from .. import redact_url
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement, redrive_scope, waiting_scope)
-from .codec import float_arg, job_from_hash, job_from_reply, optional_arg
+from ..codec import job_from_fields
+from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
 from .keys import Keys
@@ -39,7 +40,7 @@ from .records import RedisRecords
 from .script_args import enqueue_commands, enqueued_jobs, settle_calls, stale_settlements
 from .script_calls import Scripts
 
-__all__ = ["RedisBackend", "job_from_hash", "parse_redis_url"]
+__all__ = ["RedisBackend", "parse_redis_url"]
 
 log = logging.getLogger("conveyor.redis")
 
@@ -285,7 +286,7 @@ class RedisBackend(RedisRecords):
     @translated
     async def get_job(self, job_id: str) -> Job | None:
         fields = await self.client.hgetall(self.keys.job(job_id))
-        return job_from_hash(fields) if fields else None
+        return job_from_fields(fields, job_id) if fields else None
 
     @translated
     async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,

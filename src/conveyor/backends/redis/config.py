@@ -61,6 +61,10 @@ def connection_settings() -> dict[str, Any]:
     """redis-py connection settings shared by the asyncio client and the thread lanes."""
     return dict(
         decode_responses=True,
+        # A stored value that is not UTF-8 arrives as text with lone surrogates in
+        # place of the bad bytes instead of failing the whole reply (a claimed batch,
+        # a listing page); the job codec reports that field as not valid UTF-8.
+        encoding_errors="surrogateescape",
         socket_connect_timeout=5.0,
         # A server that stops answering (a partition without a reset) must not
         # hang a worker forever. TCP keepalive finds the dead peer in about 25 s.

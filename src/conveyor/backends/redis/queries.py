@@ -7,14 +7,15 @@ Reads only: every change to a job is a Lua script (backend.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...errors import JobNotFound
+from ...escaping import readable_text
 from ...job import Job, JobState
-from ..base import JobFilter, QueueStats, ascii_lower
-from .codec import job_from_hash
+from ..base import JobFilter, QueueStats
+from ..codec import job_from_fields, last_error_type
+from ..filtering import job_matches
 from .keys import Keys, id_from_rank, micros_from_rank
 
 # The fields of a row a filter tests, in this order (5 and 6: see _rows).
@@ -57,21 +58,22 @@ class JobQueries:
         """Ids matching `where`, in listing order (newest first, or oldest finished first),
         only those enqueued before `before_seq` if given (the keyset cursor)."""
         candidates = await self._candidates(where)
-        chosen: list[tuple[float, int, str]] = []
+        chosen: list[tuple[float, float, str]] = []
         for job_id, row in zip(candidates, await self._rows(candidates, where), strict=True):
-            if before_seq is not None and int(row[3] or 0) >= before_seq:
+            seq = _number(row[3]) or 0.0
+            if before_seq is not None and seq >= before_seq:
                 continue
-            if _matches(where, row):
-                finished_at = row[4]
-                order = float(finished_at or 0.0) if oldest_finished_first else 0.0
-                chosen.append((order, -int(row[3] or 0), job_id))
+            if _matches(where, job_id, row):
+                order = (_number(row[4]) or 0.0) if oldest_finished_first else 0.0
+                chosen.append((order, -seq, job_id))
         chosen.sort()
         return [job_id for _, _, job_id in chosen]
 
     async def task_names(self, where: JobFilter) -> list[str]:
         candidates = await self._candidates(where)
         rows = await self._rows(candidates, where)
-        return sorted({str(row[2]) for row in rows if row[2] is not None and _matches(where, row)})
+        return sorted({readable_text(row[2]) for job_id, row in zip(candidates, rows, strict=True)
+                       if row[2] is not None and _matches(where, job_id, row)})
 
     async def newest(self, where: JobFilter, want: int, before_seq: int | None = None) -> list[str]:
         """The first `want` ids matching `where`, newest first, read from the seq
@@ -87,17 +89,18 @@ class JobQueries:
             if not ids:
                 break
             found += [job_id for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
-                      if _matches(where, row)]
+                      if _matches(where, job_id, row)]
             start += page_size
         return found[:want]
 
     async def load(self, ids: Iterable[str]) -> list[Job]:
         """The jobs of `ids` that still exist, in that order."""
+        ids = list(ids)
         async with self.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hgetall(self.keys.job(job_id))
             rows = await pipe.execute()
-        return [job_from_hash(row) for row in rows if row]
+        return [job_from_fields(row, job_id) for job_id, row in zip(ids, rows, strict=True) if row]
 
     async def queue_stats(self, now: float) -> list[QueueStats]:
         client = self.client
@@ -120,8 +123,9 @@ class JobQueries:
                 first = await self._oldest_available(name)
                 run_at = None if first is None else await client.hget(
                     self.keys.job(id_from_rank(first)), "run_at")
-                if run_at is not None:
-                    oldest_age = max(0.0, now - float(run_at))
+                first_run_at = _number(run_at)
+                if first_run_at is not None:
+                    oldest_age = max(0.0, now - first_run_at)
             out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
                                   paused=flags.get(name) == "1"))
         return out
@@ -178,18 +182,20 @@ class JobQueries:
             floor = f"({score!r}"
 
 
-def _matches(where: JobFilter, row: Sequence[str | None]) -> bool:
-    state, queue, task = row[0], row[1], row[2]
-    if state is None:
-        return False  # gone since the index was read
-    if where.states and state not in {s.value for s in where.states}:
-        return False
-    if (where.queues and queue not in where.queues) or (where.tasks and task not in where.tasks):
-        return False
-    if where.error_type is not None:
-        errors = json.loads(row[5] or "[]")
-        if not errors or ascii_lower(str(errors[-1].get("type"))) != ascii_lower(where.error_type):
-            return False
-    if where.args_contains is not None and where.args_contains not in (row[6] or ""):
-        return False
-    return True
+def _matches(where: JobFilter, job_id: str, row: Sequence[str | None]) -> bool:
+    """The shared predicate over a row of `_rows`."""
+    return job_matches(
+        where, job_id=job_id, state=row[0], queue=row[1], task=row[2],
+        last_error_type=None if where.error_type is None else last_error_type(row[5]),
+        payload=row[6])
+
+
+def _number(text: str | None) -> float | None:
+    """A stored number, or None when absent or not a number (a corrupt field: the job
+    is still listed, and the codec marks it)."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None

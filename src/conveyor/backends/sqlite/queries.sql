@@ -2,8 +2,8 @@
 -- Every write about a running job is guarded by its lease token (fencing).
 
 -- fragment: job_columns
--- Every query that returns jobs selects these: all that store.job_from_row reads.
-seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
+-- Every query that returns jobs selects these, in conveyor.backends.codec.COLUMNS order.
+id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
 result, errors, checkpoint, progress, cancel_requested, timeout, meta
 
@@ -15,7 +15,10 @@ AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
 AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
 -- :error_type comes ASCII-lowered (base.ascii_lower); SQLite's lower() folds ASCII only.
-AND (:error_type IS NULL OR lower(json_extract(errors, '$[#-1].type')) = :error_type)
+-- (CASE: a history that is not valid JSON has no last error; it never fails the query)
+AND (:error_type IS NULL
+     OR lower(CASE WHEN json_valid(errors) THEN json_extract(errors, '$[#-1].type') END)
+        = :error_type)
 AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
 
 -- name: get_job
@@ -29,13 +32,13 @@ VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id
-SELECT id FROM conveyor_jobs
+SELECT {job_columns} FROM conveyor_jobs
 WHERE id = :id
   AND (state IN ('scheduled', 'available', 'running', 'retryable')
        OR (state = 'completed' AND finished_at + unique_for > :now))
 
 -- name: find_duplicate_by_unique_key
-SELECT id FROM conveyor_jobs
+SELECT {job_columns} FROM conveyor_jobs
 WHERE unique_key = :unique_key
   AND (state IN ('scheduled', 'available', 'running', 'retryable')
        OR (state = 'completed' AND finished_at + unique_for > :now))
@@ -55,7 +58,12 @@ SELECT name FROM conveyor_queues WHERE paused = 1
 
 -- name: claim_jobs
 UPDATE conveyor_jobs
-SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1,
+-- CAST: a claim hands out a readable attempt and fencing token even when the stored
+-- ones are not numbers (text in an INTEGER column reads as 0), and a value that does
+-- not sort as a number (text priority) sorts, it does not fail: one bad row never
+-- fails the claim of the others.
+SET state = 'running', attempt = CAST(attempt AS INTEGER) + 1,
+    lease_token = CAST(lease_token AS INTEGER) + 1,
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
 WHERE seq IN (SELECT seq FROM conveyor_jobs
               WHERE state = 'available' AND queue = :queue
@@ -64,43 +72,57 @@ RETURNING seq, id, queue, task, payload, state, priority, attempt, max_attempts,
           started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
           result, errors, checkpoint, progress, cancel_requested, timeout, meta
 
+-- The fence of the writes below compares the token as a number: a stored token that
+-- is not one reads as 0, which no claim hands out, so only the rescuer (which reads
+-- it the same way, see find_leases) can end that attempt.
+
 -- name: complete_job
 UPDATE conveyor_jobs
 SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL
-WHERE id = :id AND lease_token = :token AND state = 'running'
+WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
 -- name: fail_job
--- Retry (retryable, run_at) or dead-letter (dead, finished_at): appends the attempt's error.
+-- Retry (retryable, run_at) or dead-letter (dead, finished_at): appends the attempt's
+-- error. A history that is not a JSON array (a corrupt one: the error being written
+-- is then a CorruptJob naming it) starts again from this error, so the write never fails.
 UPDATE conveyor_jobs
 SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
     finished_at = CASE WHEN :state IN ('dead', 'cancelled') THEN :now END,
-    errors = CASE WHEN :error IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(:error)) END
-WHERE id = :id AND lease_token = :token AND state = 'running'
+    errors = CASE WHEN :error IS NULL THEN errors
+                  WHEN NOT json_valid(errors) THEN json_array(json(:error))
+                  WHEN json_type(errors) = 'array' THEN json_insert(errors, '$[#]', json(:error))
+                  ELSE json_array(json(:error)) END
+WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
 -- name: return_job
 -- Snooze or release: back to waiting without using the attempt.
 UPDATE conveyor_jobs
 SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
-    attempt = attempt - 1
-WHERE id = :id AND lease_token = :token AND state = 'running'
+    attempt = CAST(attempt AS INTEGER) - 1
+WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
 -- name: heartbeat_job
 UPDATE conveyor_jobs SET lease_expires_at = :lease_expires_at
-WHERE id = :id AND lease_token = :token AND state = 'running'
+WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 RETURNING cancel_requested
 
 -- name: checkpoint_job
 UPDATE conveyor_jobs
 SET checkpoint = coalesce(:checkpoint, checkpoint), progress = coalesce(:progress, progress)
-WHERE id = :id AND lease_token = :token AND state = 'running'
+WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
 -- name: find_leases
 -- Running jobs whose lease expired, or held by workers known to be dead (a JSON
--- array of ids); the rescuer settles them, fenced by their tokens.
-SELECT id, lease_token, worker_id, attempt, max_attempts, lease_expires_at
+-- array of ids); the rescuer settles them, fenced by their tokens. A stored expiry
+-- that is not a number counts as expired, and the numbers come back as numbers
+-- (a corrupt token reads as 0, as the fence of the writes reads it).
+SELECT id, CAST(lease_token AS INTEGER), CAST(worker_id AS TEXT), CAST(attempt AS INTEGER),
+       CAST(max_attempts AS INTEGER), CAST(lease_expires_at AS REAL)
 FROM conveyor_jobs
 WHERE state = 'running'
-  AND ((:expired_before IS NOT NULL AND lease_expires_at < :expired_before)
+  AND ((:expired_before IS NOT NULL
+        AND (lease_expires_at < :expired_before
+             OR typeof(lease_expires_at) NOT IN ('integer', 'real')))
        OR worker_id IN (SELECT value FROM json_each(:worker_ids)))
 LIMIT :limit
 

@@ -17,45 +17,18 @@ from dataclasses import replace
 from typing import Any
 
 from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
-from ...job import TERMINAL_STATES, AttemptError, Job, JobState, NewJob
+from ...escaping import readable_text
+from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ...claiming import claim_in_passes
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement, ascii_lower, queue_stats_from_rows, redrive_scope,
                     waiting_scope)
+from ..codec import job_from_row
 from ..sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OFF"}
-
-
-def job_from_row(row: sqlite3.Row) -> Job:
-    return Job(
-        id=row["id"],
-        task=row["task"],
-        queue=row["queue"],
-        payload=row["payload"],
-        state=JobState(row["state"]),
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        run_at=row["run_at"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        lease_token=row["lease_token"],
-        lease_expires_at=row["lease_expires_at"],
-        worker_id=row["worker_id"],
-        unique_key=row["unique_key"],
-        unique_for=row["unique_for"],
-        result=row["result"],
-        errors=tuple(AttemptError.from_dict(e) for e in json.loads(row["errors"] or "[]")),
-        checkpoint=row["checkpoint"],
-        progress=row["progress"],
-        cancel_requested=bool(row["cancel_requested"]),
-        timeout=row["timeout"],
-        meta=json.loads(row["meta"] or "{}"),
-    )
 
 
 def _filter_params(where: JobFilter) -> dict[str, Any]:
@@ -84,7 +57,7 @@ class SqliteStore:
         self.clock = clock
         try:
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
-            self.conn.row_factory = sqlite3.Row
+            self.conn.text_factory = _text_or_stand_ins
             self.conn.execute("PRAGMA busy_timeout=30000")
             _use_wal(self.conn)
             self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
@@ -192,7 +165,7 @@ class SqliteStore:
             hit = db.execute(
                 Q["find_duplicate_by_unique_key"], {"unique_key": new.unique_key, "now": now}
             ).fetchone()
-        return None if hit is None else self._get(db, hit[0])
+        return None if hit is None else job_from_row(hit)
 
     # --- worker -------------------------------------------------------------------
     def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
@@ -207,9 +180,11 @@ class SqliteStore:
                 if queue in paused:
                     return []
                 rows = db.execute(Q["claim_jobs"], {**params, "queue": queue, "limit": n})
-                batch = [job_from_row(r) for r in rows]
-                batch.sort(key=lambda j: (-j.priority, j.run_at))  # RETURNING has no order
-                return batch
+                # RETURNING has no order: sort by claim order, on decoded values (a
+                # corrupt priority reads as 0 instead of failing the comparison).
+                batch = sorted(((job_from_row(r[1:]), r[0]) for r in rows),
+                               key=lambda pair: (-pair[0].priority, pair[0].run_at, pair[1]))
+                return [job for job, _ in batch]
 
             return claim_in_passes(request, take)
 
@@ -335,7 +310,7 @@ class SqliteStore:
         with self.write() as db:
             params = {**_filter_params(scoped), "limit": limit, "offset": 0,
                       "oldest_finished_first": True}
-            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)]
+            ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
             if not dry_run:
                 for job_id in ids:
                     db.execute(Q["delete_job"], {"id": job_id})
@@ -348,7 +323,7 @@ class SqliteStore:
         with self.write() as db:
             params = {**_filter_params(scoped), "limit": limit, "offset": 0,
                       "oldest_finished_first": False}
-            ids = [r["id"] for r in db.execute(Q["filter_jobs"], params)]
+            ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
             if dry_run:
                 return ids
             now = self.clock()
@@ -356,7 +331,7 @@ class SqliteStore:
                     if db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).rowcount]
 
     def task_names(self, where: JobFilter) -> list[str]:
-        return [str(r[0]) for r in self.conn.execute(Q["task_names"], _filter_params(where))]
+        return [readable_text(r[0]) for r in self.conn.execute(Q["task_names"], _filter_params(where))]
 
     def queue_stats(self) -> list[QueueStats]:
         return queue_stats_from_rows(
@@ -373,6 +348,13 @@ class SqliteStore:
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
+
+
+def _text_or_stand_ins(raw: bytes) -> str:
+    """TEXT values as str; bytes that are not UTF-8 (a file written by something else)
+    become lone surrogates instead of failing the whole query, and the job codec
+    reports the field as not valid UTF-8."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
