@@ -32,6 +32,8 @@ local ALLOWED = {
   ['dead>available'] = true, ['cancelled>available'] = true,
 }
 local ACTIVE = { scheduled = true, available = true, running = true, retryable = true }
+local KNOWN = { scheduled = true, available = true, running = true, retryable = true,
+  completed = true, cancelled = true, dead = true }
 local WAITING = { scheduled = true, available = true, retryable = true }
 local FINISHED = { completed = true, cancelled = true, dead = true }
 
@@ -43,20 +45,45 @@ local function allowed(old, new)
   return ALLOWED[old .. '>' .. new] == true
 end
 
+-- Stored values are read defensively. Redis does not roll back a script that fails
+-- half-way: a field that is not what it should be (written by something else, or
+-- corrupted) must never stop a script after it took a job out of one index and before
+-- it put it in the next. So a number that does not read as one takes a default here
+-- (the job codec reports the field as corrupt), and nothing below does arithmetic or
+-- comparisons on a raw field.
+
+-- A stored number (a finite one), else `default`.
+local function as_number(value, default)
+  local n = tonumber(value)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return default end
+  return n
+end
+
+-- A stored lease token or count as the text of a whole number, else `default`.
+local function whole_text(value, default)
+  if value and string.match(value, '^%-?%d+$') then return value end
+  return default
+end
+
 -- The fence: a write about a running job counts only from the holder of its current
--- lease (f as loaded by load(); token as the worker sent it).
+-- lease (f as loaded by load(); token as the worker sent it). A stored token that is
+-- not a whole number reads as '0', which no claim hands out: only the rescuer, which
+-- reads it the same way (find_leases.lua), can end that attempt.
 local function holds_lease(f, token)
-  return f ~= nil and f.state == 'running' and f.lease_token == token
+  return f ~= nil and f.state == 'running' and whole_text(f.lease_token, '0') == token
 end
 
 -- Claim order inside one priority: run_at, then insertion order. Members of the
 -- available index are "<run_at in microseconds, 17 digits><seq, 12 digits><id>",
 -- all scored -priority, so ZPOPMIN pops the highest priority, then the lowest member.
+-- Both numbers are clamped to their digits, so the id always starts at RANK_LEN + 1.
 local RANK_LEN = 29
+local MAX_MICROS = 99999999999999999
 local function rank(run_at, seq, id)
-  local micros = math.floor(tonumber(run_at) * 1000000)
-  if micros < 0 then micros = 0 end
-  return string.format('%017.0f%012d', micros, tonumber(seq)) .. id
+  local micros = math.floor(as_number(run_at, 0) * 1000000)
+  micros = math.max(0, math.min(micros, MAX_MICROS))
+  local s = math.max(0, math.min(math.floor(as_number(seq, 0)), 999999999999))
+  return string.format('%017.0f%012d', micros, s) .. id
 end
 
 local FIELDS = {
@@ -65,7 +92,8 @@ local FIELDS = {
   'worker_id', 'errors',
 }
 
--- The fields the scripts decide on, as a table (absent fields are nil), or nil.
+-- The fields the scripts decide on, as a table (absent fields are nil, but queue
+-- is always a string: a key name is built from it), or nil.
 local function load(id)
   local values = redis.call('HMGET', job_key(id), unpack(FIELDS))
   if not values[1] then return nil end
@@ -73,7 +101,17 @@ local function load(id)
   for i, name in ipairs(FIELDS) do
     if values[i] then f[name] = values[i] end
   end
+  f.queue = f.queue or ''
   return f
+end
+
+-- A job as scripts return it: HGETALL, then its id, which wins over the stored id
+-- field (conveyor.backends.codec): a job is always settled under the key it lives at.
+local function job_reply(id)
+  local row = redis.call('HGETALL', job_key(id))
+  row[#row + 1] = 'id'
+  row[#row + 1] = id
+  return row
 end
 
 -- Put a job into the index of `state` (f holds the fields the score needs).
@@ -81,14 +119,15 @@ local function index_job(id, queue, state, f)
   if state == 'available' then
     local r = rank(f.run_at, f.seq, id)
     redis.call('HSET', job_key(id), 'rank', r)
-    redis.call('ZADD', state_key(queue, 'available'), -tonumber(f.priority), r)
+    redis.call('ZADD', state_key(queue, 'available'), -as_number(f.priority, 0), r)
   elseif state == 'scheduled' or state == 'retryable' then
-    redis.call('ZADD', state_key(queue, state), f.run_at, id)
-    redis.call('ZADD', DUE, f.run_at, id)
+    local run_at = as_number(f.run_at, 0)
+    redis.call('ZADD', state_key(queue, state), run_at, id)
+    redis.call('ZADD', DUE, run_at, id)
   elseif state == 'running' then
-    redis.call('ZADD', state_key(queue, state), f.lease_expires_at or '0', id)
+    redis.call('ZADD', state_key(queue, state), as_number(f.lease_expires_at, 0), id)
   else
-    redis.call('ZADD', state_key(queue, state), f.finished_at or '0', id)
+    redis.call('ZADD', state_key(queue, state), as_number(f.finished_at, 0), id)
   end
 end
 
@@ -132,12 +171,17 @@ local function trim_finished(queue, state, max)
   redis.call('ZREMRANGEBYRANK', key, 0, excess - 1)
 end
 
+-- A history that is not a JSON array (a corrupt one: the error appended is then a
+-- CorruptJob naming it) starts again from this error.
 local function append_error(id, errors, error_json)
   local merged
   if not errors or errors == '[]' or errors == '' then
     merged = '[' .. error_json .. ']'
-  else
+  elseif string.sub(errors, 1, 1) == '[' and string.sub(errors, -1) == ']'
+      and pcall(cjson.decode, errors) then
     merged = string.sub(errors, 1, -2) .. ',' .. error_json .. ']'
+  else
+    merged = '[' .. error_json .. ']'
   end
   redis.call('HSET', job_key(id), 'errors', merged)
 end
@@ -151,8 +195,9 @@ end
 -- A job is "live" for dedup while active, or completed within its unique_for window.
 local function is_live(f, now)
   if ACTIVE[f.state] then return true end
-  return f.state == 'completed' and f.unique_for ~= nil and f.finished_at ~= nil
-    and tonumber(f.finished_at) + tonumber(f.unique_for) > now
+  local finished_at, unique_for = as_number(f.finished_at, nil), as_number(f.unique_for, nil)
+  return f.state == 'completed' and unique_for ~= nil and finished_at ~= nil
+    and finished_at + unique_for > now
 end
 
 -- Optional string arguments arrive as '' (absent) or '~' .. value.

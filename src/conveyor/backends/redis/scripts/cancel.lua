@@ -19,10 +19,10 @@ if WAITING[f.state] and allowed(f.state, 'cancelled') then
   redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now_text)
   f.finished_at = now_text
   index_job(id, f.queue, 'cancelled', f)
-  local result = redis.call('HGETALL', key)
+  local result = job_reply(id)
   trim_finished(f.queue, 'cancelled', tonumber(ARGV[4]))
   return result
 elseif f.state == 'running' then
   redis.call('HSET', key, 'cancel_requested', '1')
 end
-return redis.call('HGETALL', key)
+return job_reply(id)

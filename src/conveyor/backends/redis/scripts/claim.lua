@@ -35,6 +35,24 @@ end
 
 local claimed = {}
 
+-- Popped from an available index: claim it if its state says available, or says no
+-- known state (a corrupt field: the index is where the job is, and the claim rewrites
+-- the state). A known other state is a stale entry (the job moved on); no hash, a
+-- deleted job.
+local function claimable(key)
+  local state = redis.call('HGET', key, 'state')
+  if state == 'available' then return true end
+  if state then return not KNOWN[state] end
+  return redis.call('EXISTS', key) == 1
+end
+
+-- HINCRBY, or 1 when the stored value is not a whole number: a claim always hands
+-- out a readable attempt and lease token (as SQLite's CAST does).
+local function bump(key, field)
+  local reply = redis.pcall('HINCRBY', key, field, 1)
+  if type(reply) == 'table' and reply.err then redis.call('HSET', key, field, 1) end
+end
+
 -- Claim up to `want` jobs from one queue; returns how many it got.
 local function take(queue, want)
   if want <= 0 or redis.call('HGET', PAUSED, queue) == '1' then return 0 end
@@ -43,14 +61,16 @@ local function take(queue, want)
   for p = 1, #popped, 2 do
     local id = string.sub(popped[p], RANK_LEN + 1)
     local key = job_key(id)
-    if redis.call('HGET', key, 'state') == 'available' then
-      redis.call('HINCRBY', key, 'attempt', 1)
-      redis.call('HINCRBY', key, 'lease_token', 1)
-      redis.call('HSET', key, 'state', 'running', 'lease_expires_at', lease_expires_at,
-        'worker_id', worker_id, 'started_at', now_text)
+    if claimable(key) then
+      bump(key, 'attempt')
+      bump(key, 'lease_token')
+      -- The fields a claim owns are written whatever they held; queue too, from the
+      -- index the job was popped from, so that every later script finds its indexes.
+      redis.call('HSET', key, 'state', 'running', 'queue', queue,
+        'lease_expires_at', lease_expires_at, 'worker_id', worker_id, 'started_at', now_text)
       redis.call('HDEL', key, 'rank')
       redis.call('ZADD', state_key(queue, 'running'), lease_expires_at, id)
-      claimed[#claimed + 1] = redis.call('HGETALL', key)
+      claimed[#claimed + 1] = job_reply(id)
       got = got + 1
     end
   end

@@ -38,7 +38,7 @@ for j = 3, #ARGV, 13 do
     end
   end
   if duplicate then
-    out[#out + 1] = redis.call('HGETALL', job_key(duplicate))
+    out[#out + 1] = job_reply(duplicate)
   elseif state ~= 'scheduled' and state ~= 'available' then
     return redis.error_reply('CONVEYOR_ILLEGAL_TRANSITION new job cannot start ' .. state)
   else

@@ -26,6 +26,7 @@ for a = 5, #ARGV, 5 do
     unindex_job(id, f)
     local run_at = optional(ARGV[a + 3])
     if run_at then f.run_at = run_at end
+    f.run_at = f.run_at or now_text  -- a job that lost its run_at gets one
     redis.call('HSET', key, 'state', new_state, 'run_at', f.run_at)
     redis.call('HDEL', key, 'lease_expires_at')
     if new_state == 'dead' or new_state == 'cancelled' then

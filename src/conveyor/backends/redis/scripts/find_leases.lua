@@ -16,13 +16,16 @@ for a = 4, #ARGV do dead[ARGV[a]] = true end
 local by_worker = #ARGV >= 4
 local found, count = {}, 0
 
+-- Numbers as whole-number text (a stored value that is not one reads as 0, as the
+-- fence in holds_lease reads it), so one corrupt job never fails the reply.
 local function add(id, f)
   found[#found + 1] = id
-  found[#found + 1] = f.lease_token or '0'
+  found[#found + 1] = whole_text(f.lease_token, '0')
   found[#found + 1] = f.worker_id or ''
-  found[#found + 1] = f.attempt or '0'
-  found[#found + 1] = f.max_attempts
-  found[#found + 1] = f.lease_expires_at or ''
+  found[#found + 1] = whole_text(f.attempt, '0')
+  found[#found + 1] = whole_text(f.max_attempts, '0')
+  local expires = as_number(f.lease_expires_at, nil)
+  found[#found + 1] = expires and string.format('%.17g', expires) or ''
   count = count + 1
 end
 
@@ -41,8 +44,10 @@ for _, queue in ipairs(redis.call('SMEMBERS', QUEUES)) do
     if count >= limit then break end
     local f = load(id)
     if f and f.state == 'running' then
-      local expired = expired_before ~= '' and f.lease_expires_at
-        and tonumber(f.lease_expires_at) < tonumber(expired_before)
+      -- The index scored it by its lease expiry; a stored expiry that is not a
+      -- number counts as expired (the score put it in the range).
+      local expired = expired_before ~= ''
+        and as_number(f.lease_expires_at, 0) < tonumber(expired_before)
       if expired or (f.worker_id and dead[f.worker_id]) then add(id, f) end
     end
   end

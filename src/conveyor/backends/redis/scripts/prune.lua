@@ -18,11 +18,14 @@ for a = 5, #ARGV do
   local id = ARGV[a]
   local f = load(id)
   if f and f.finished_at then
-    local finished_at = tonumber(f.finished_at)
+    -- A finish time that is not a number counts as old: the caller chose these ids by
+    -- their index score, which is the finish time the job had when it was indexed.
+    local finished_at = as_number(f.finished_at, 0)
+    local unique_for = as_number(f.unique_for, nil)
     local gone
     if f.state == 'completed' or f.state == 'cancelled' then
       gone = finished_at < completed_before
-        and (f.unique_for == nil or finished_at + tonumber(f.unique_for) < now)
+        and (unique_for == nil or finished_at + unique_for < now)
     else
       gone = f.state == 'dead' and finished_at < dead_before
     end

@@ -31,7 +31,7 @@ for a = 3, #ARGV do
         end
       end
     end
-    out[#out + 1] = redis.call('HGETALL', job_key(id))
+    out[#out + 1] = job_reply(id)
   end
 end
 return out
