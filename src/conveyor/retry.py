@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .errors import ArgumentValidationError, CorruptPayload
+from .errors import ArgumentValidationError, CorruptJob, CorruptPayload
 from .outcomes import Cancel
 
 # Errors that fail the same way every time: retrying only delays the dead letter.
@@ -37,7 +37,7 @@ class RetryPolicy:
 
     def is_transient(self, error: BaseException) -> bool:
         """True if `error` deserves another attempt (attempts permitting)."""
-        if isinstance(error, Cancel):
+        if isinstance(error, (Cancel, CorruptJob)):  # whatever the policy says
             return False
         if self.dead_on and isinstance(error, self.dead_on):
             return False

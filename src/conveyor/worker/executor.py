@@ -47,6 +47,9 @@ def decode_payload(job: Job) -> tuple[list[Any], dict[str, Any]]:
         return args, kwargs
     except (ValueError, AttributeError) as exc:
         raise CorruptPayload(f"payload of job {job.id} cannot be decoded: {exc}") from None
+    except RecursionError:  # not a passing failure: it is nested too deeply every time
+        raise CorruptPayload(f"payload of job {job.id} cannot be decoded: JSON nested too "
+                             "deeply") from None
 
 
 class JobExecutor:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..backends.base import Backend, Lease, Settlement
 from ..claiming import QueuePlan
-from ..job import Job, JobState
+from ..errors import CorruptJob
+from ..job import AttemptError, Job, JobState
 from ..logs import bind_job
 from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
 from ..maintenance.scheduler import Scheduler
@@ -46,6 +47,15 @@ class ExitStatus(IntEnum):
     DRAINED = 0  # stopped claiming and every started job finished
     ERROR = 1
     COLD = 3  # grace period over or second signal: running jobs were returned
+
+
+def corrupt_outcome(job: Job, now: float, worker_id: str) -> Settlement:
+    """Dead at once, with a CorruptJob error naming the fields that could not be read."""
+    error = AttemptError(
+        attempt=job.attempt, at=now, type=CorruptJob.__name__,
+        message=f"the stored job cannot be read: {job.corrupt}"[:4000],
+        worker_id=worker_id, host=socket.gethostname(), version=__version__)
+    return Settlement(job.id, job.lease_token, JobState.DEAD, error=error)
 
 
 def new_worker_id() -> str:
@@ -290,6 +300,9 @@ class Worker:
 
     def _start(self, job: Job) -> None:
         assert self._backend is not None
+        if job.corrupt is not None:
+            self._settle_corrupt(job)
+            return
         ctx = JobContext(job, self._backend, asyncio.get_running_loop(), self.id)
         self._unsettled[job.id] = ctx.lease
         task = asyncio.create_task(self._run_one(job, ctx), name=f"job:{job.id}")
@@ -333,6 +346,15 @@ class Worker:
         if running is not None and running.returning:
             return Settlement(job.id, job.lease_token, JobState.AVAILABLE, refund_attempt=True)
         return self._executor.failed_outside_the_handler(job, exc)
+
+    def _settle_corrupt(self, job: Job) -> None:
+        """A job the backend could not read in full is never run: it ends dead at once,
+        fenced by its lease like any outcome, while the rest of its batch runs."""
+        assert self._completer is not None
+        log.error("job %s (%s) cannot be read, so it is not run and ends dead: %s",
+                  job.id, job.task, job.corrupt)
+        self._unsettled[job.id] = Lease(job.id, job.lease_token)
+        self._completer.add(corrupt_outcome(job, self.app.clock(), self.id))
 
     def _on_settled(self, batch: list[Settlement], stale: list[str]) -> None:
         stale_ids = set(stale)
