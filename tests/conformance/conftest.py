@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from backends_under_test import BACKENDS, CLEANUPS
+from raw_store import RawStore, raw_store
 from conveyor import Conveyor
 from conveyor.backends.base import Backend
 from conveyor.timeutil import ManualClock
@@ -45,3 +46,22 @@ async def live_app(backend_url: str) -> AsyncIterator[Conveyor]:
     yield app
     await app.aclose()
     app.close()
+
+
+@pytest.fixture
+async def raw(backend_name: str, backend_url: str, backend: Backend) -> AsyncIterator[RawStore]:
+    """Writes into stored fields behind Conveyor's back (raw_store.py); the backend
+    is opened first, so its schema exists."""
+    store = raw_store(backend_name, backend_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def raw_live(backend_name: str, backend_url: str,
+                   live_app: Conveyor) -> AsyncIterator[RawStore]:
+    """`raw` for the tests that run a worker (on `live_app`)."""
+    await live_app.backend()
+    store = raw_store(backend_name, backend_url)
+    yield store
+    await store.close()

@@ -42,7 +42,7 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 state = initial_state(run_at, now)
             command += (
                 new.id, new.queue, new.task, new.payload, state.value, new.priority,
-                new.max_attempts, run_at_text, f"{max(0, int(run_at * 1e6)):017d}",
+                new.max_attempts, run_at_text, _rank_micros(run_at),
                 optional_arg(new.unique_key),
                 "" if new.unique_for is None else float_arg(new.unique_for),
                 "" if new.timeout is None else float_arg(new.timeout),
@@ -56,6 +56,11 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
             ))
         commands.append(command)
     return made, commands
+
+
+def _rank_micros(run_at: float) -> str:
+    """The first 17 digits of an available-index member (see keys.py), clamped to them."""
+    return f"{min(max(0, int(run_at * 1e6)), 10**17 - 1):017d}"
 
 
 def enqueued_jobs(made: list[Job], replies: list[Any]) -> list[Job]:

@@ -78,7 +78,7 @@ end
 -- all scored -priority, so ZPOPMIN pops the highest priority, then the lowest member.
 -- Both numbers are clamped to their digits, so the id always starts at RANK_LEN + 1.
 local RANK_LEN = 29
-local MAX_MICROS = 99999999999999999
+local MAX_MICROS = 99999999999999984  -- the largest double below 10^17: 17 digits
 local function rank(run_at, seq, id)
   local micros = math.floor(as_number(run_at, 0) * 1000000)
   micros = math.max(0, math.min(micros, MAX_MICROS))
