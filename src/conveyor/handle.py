@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from .errors import JobFailed, JobNotFound
+from .errors import CorruptJob, JobFailed, JobNotFound
 from .job import Job, JobState
 
 if TYPE_CHECKING:
@@ -48,7 +48,11 @@ class JobHandle(Generic[R]):
                 raise JobNotFound(f"job {self.id} no longer exists (pruned or deleted)")
             self.job = job
             if job.state is JobState.COMPLETED:
-                return cast(R, job.result_value)
+                try:
+                    return cast(R, job.result_value)
+                except (ValueError, RecursionError):
+                    raise CorruptJob(f"job {job.id} completed, but its stored result cannot "
+                                     f"be read: {job.corrupt}") from None
             if job.state in (JobState.DEAD, JobState.CANCELLED):
                 last = job.errors[-1] if job.errors else None
                 raise JobFailed(job.id, job.state.value,

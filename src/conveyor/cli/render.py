@@ -3,7 +3,6 @@ dependencies; output that pipes well into grep and less."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -12,6 +11,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import jsontext
 from ..backends.base import QueueStats
 from ..job import Job, JobState
 from ..timeline import Event
@@ -76,15 +76,19 @@ def relative(epoch: float | None, now: float | None = None) -> str:
 
 def last_error(job: Job) -> str:
     if not job.errors:
-        return ""
+        return "" if job.corrupt is None else f"cannot be read: {job.corrupt}"
     err = job.errors[-1]
     return f"{err.type}: {err.message}"
+
+
+def state_of(job: Job) -> str:
+    return job.state.value + (" (corrupt)" if job.corrupt is not None else "")
 
 
 def job_rows(jobs: Sequence[Job]) -> tuple[list[str], list[list[object]]]:
     headers = ["ID", "TASK", "QUEUE", "STATE", "ATTEMPT", "CREATED", "LAST ERROR"]
     rows: list[list[object]] = [
-        [j.id, j.task, j.queue, j.state.value, f"{j.attempt}/{j.max_attempts}",
+        [j.id, j.task, j.queue, state_of(j), f"{j.attempt}/{j.max_attempts}",
          relative(j.created_at), last_error(j)]
         for j in jobs
     ]
@@ -105,25 +109,25 @@ def stats_table(stats: Sequence[QueueStats]) -> str:
 
 
 def json_text(value: str | None) -> str:
-    """Stored JSON text, shown compactly (or the raw text if it does not decode)."""
-    if value is None:
-        return NONE
-    try:
-        return json.dumps(json.loads(value), ensure_ascii=False)
-    except ValueError:
-        return value
+    """Stored JSON text, shown compactly (or the raw text if it does not decode),
+    cut to a length a terminal can hold."""
+    return NONE if value is None else jsontext.pretty(value, indent=None)
 
 
 def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
     """Every field of one job, its timeline, then its errors with their tracebacks."""
-    try:
-        args, kwargs = json.dumps(job.args), json.dumps(job.kwargs)
-    except (ValueError, AttributeError, TypeError):
-        args, kwargs = f"(payload does not decode) {job.payload}", NONE
+    decoded = jsontext.arguments(job.payload)
+    if decoded is None:
+        args, kwargs = f"(payload does not decode) {jsontext.cut(job.payload, 2000)}", NONE
+    else:
+        args = jsontext.dumps(decoded[0]) or "(cannot be shown)"
+        kwargs = jsontext.dumps(decoded[1]) or "(cannot be shown)"
     lease = NONE
     if job.state is JobState.RUNNING:
         lease = f"token {job.lease_token}, expires {relative(job.lease_expires_at)}"
     fields: list[tuple[str, object]] = [
+        *([("corrupt", f"the stored record cannot be read in full: {job.corrupt}")]
+          if job.corrupt is not None else []),
         ("id", job.id),
         ("task", job.task),
         ("queue", job.queue),
@@ -145,7 +149,8 @@ def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
         ("result", json_text(job.result)),
         ("checkpoint", json_text(job.checkpoint)),
         ("progress", _progress(job.progress)),
-        ("meta", json.dumps(job.meta, ensure_ascii=False) if job.meta else NONE),
+        ("meta", jsontext.cut(jsontext.dumps(job.meta) or "(cannot be shown)") if job.meta
+         else NONE),
     ]
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
@@ -169,13 +174,12 @@ def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
 def _progress(value: str | None) -> str:
     if value is None:
         return NONE
-    try:
-        data = json.loads(value)
-        fraction, message = data.get("fraction"), data.get("message")
-        shown = f"{fraction * 100:.0f}%" if isinstance(fraction, (int, float)) else NONE
-        return f"{shown}  {message}" if message else shown
-    except (ValueError, AttributeError):
-        return value
+    ok, data = jsontext.decode(value)
+    if not ok or not isinstance(data, dict):
+        return jsontext.cut(value, 200)
+    fraction, message = data.get("fraction"), data.get("message")
+    shown = f"{fraction * 100:.0f}%" if isinstance(fraction, (int, float)) else NONE
+    return f"{shown}  {message}" if message else shown
 
 
 def job_json(job: Job) -> dict[str, Any]:
@@ -183,14 +187,11 @@ def job_json(job: Job) -> dict[str, Any]:
     data = asdict(job)
     data["state"] = job.state.value
     for key in ("result", "checkpoint", "progress"):
-        if data[key] is not None:
-            try:
-                data[key] = json.loads(data[key])
-            except ValueError:
-                pass
-    try:
-        data["args"], data["kwargs"] = job.args, job.kwargs
+        ok, value = jsontext.decode(data[key])
+        if ok:
+            data[key] = value
+    decoded = jsontext.arguments(job.payload)
+    if decoded is not None:
+        data["args"], data["kwargs"] = decoded
         del data["payload"]
-    except (ValueError, AttributeError, TypeError):
-        pass
     return data

@@ -81,7 +81,8 @@ class Dashboard:
                                lstrip_blocks=True)
         self.env.filters.update(
             duration=views.format_duration, time=views.format_time, ago=views.format_ago,
-            pretty_json=views.pretty_json, number=lambda n: f"{n:,}",
+            pretty_json=views.pretty_json, pretty_value=views.pretty_value,
+            number=lambda n: f"{n:,}",
             args_preview=views.args_preview, last_error=views.last_error,
             form_id=id_for_form, user_traceback=views.user_traceback, rate=format_rate,
         )

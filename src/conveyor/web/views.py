@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -11,6 +10,7 @@ from datetime import datetime, timezone
 
 from ..admin import WorkerInfo
 from ..backends.base import QueueStats
+from .. import jsontext
 from ..job import Job, JobState
 from ..minute_stats import Minute, QueueMinute
 from .charts import Series, lines, stacked_bars
@@ -156,33 +156,36 @@ def format_ago(epoch: float | None, now: float | None = None) -> str:
 
 
 def pretty_json(text: str | None) -> str:
-    if text is None:
-        return "-"
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        return text  # shown as stored (it is escaped by the template)
+    """Stored JSON re-indented, or as stored when it is not JSON (escaped by the
+    template), cut to a length a page can hold."""
+    return jsontext.pretty(text)
+
+
+def pretty_value(value: object) -> str:
+    """A decoded value (a job's meta) as indented JSON, cut like pretty_json."""
+    return jsontext.cut(jsontext.dumps(value, indent=2) or "(too deeply nested to show)")
 
 
 def progress_of(job: Job) -> tuple[float, str] | None:
-    if job.progress is None:
+    ok, data = jsontext.decode(job.progress)
+    if not ok or not isinstance(data, dict):
         return None
     try:
-        data = json.loads(job.progress)
         fraction = float(data.get("fraction") or 0.0)
-        return max(0.0, min(1.0, fraction)), str(data.get("message") or "")
-    except (ValueError, AttributeError, TypeError):
+    except (TypeError, ValueError):
         return None
+    return max(0.0, min(1.0, fraction)), str(data.get("message") or "")
 
 
 def args_preview(job: Job, limit: int = 80) -> str:
-    try:
-        data = json.loads(job.payload)
-        parts = [json.dumps(a, ensure_ascii=False) for a in data.get("args", [])]
-        parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.get("kwargs", {}).items()]
-        text = ", ".join(parts)
-    except (ValueError, AttributeError):
+    decoded = jsontext.arguments(job.payload)
+    if decoded is None:  # a corrupt payload: shown as stored
         text = job.payload
+    else:
+        args, kwargs = decoded
+        parts = [jsontext.dumps(a) or "?" for a in args]
+        parts += [f"{k}={jsontext.dumps(v) or '?'}" for k, v in kwargs.items()]
+        text = ", ".join(parts)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
