@@ -302,7 +302,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
             progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
             meta={} if meta == "{}" else _meta(meta),
         )
-    except (KeyError, TypeError, ValueError, Unreadable):
+    except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(dict(zip(COLUMNS, row, strict=True)))
     return job
 
@@ -346,6 +346,6 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
             timeout=None if timeout is None else float(timeout),
             meta={} if meta is None or meta == "{}" else _meta(meta),
         )
-    except (KeyError, TypeError, ValueError, Unreadable):
+    except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(fields if job_id is None else {**fields, "id": job_id})
     return job
