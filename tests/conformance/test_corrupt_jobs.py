@@ -177,6 +177,36 @@ async def test_a_claim_hands_out_a_readable_attempt_and_token(
         assert (await backend.get_job(job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+async def test_a_count_at_the_top_of_its_range_starts_again_instead_of_failing_the_claim(
+        backend: Backend, raw: RawStore, backend_name: str) -> None:
+    """Found by the fuzz test: SQLite turned the token + 1 into a REAL that no later
+    write could bind (every outcome of the worker's batch then failed, for ever), and
+    PostgreSQL's bigint overflow failed the claim of the whole queue."""
+    await backend.enqueue_jobs([new_job(id=i) for i in ("a", "top", "b")])
+    await _corrupt(raw, backend_name, "top", "lease_token", 2**63 - 1)
+    await raw.write("top", "attempt", 2**31 - 1)
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30))
+    assert [(j.id, j.attempt, j.lease_token, j.corrupt) for j in jobs] == [
+        ("a", 1, 1, None), ("top", 1, 1, None), ("b", 1, 1, None)]
+    assert await backend.settle_jobs([complete(j) for j in jobs]) == []
+
+
+async def test_a_refund_of_an_attempt_that_reads_0_does_not_fail_the_batch(
+        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
+    """A cold stop gives jobs back without using their attempt; a stored attempt of 0
+    (written while running) went to -1 against the schema's CHECK and failed the whole
+    batch of outcomes."""
+    await backend.enqueue_jobs([new_job(id=i) for i in ("a", "zero", "b")])
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 3, "w1", 30))
+    await _corrupt(raw, backend_name, "zero", "attempt", 0)
+    returned = [Settlement(j.id, j.lease_token, JobState.AVAILABLE, refund_attempt=True)
+                for j in jobs]
+    assert await backend.settle_jobs(returned) == []
+    for job_id in ("a", "zero", "b"):
+        job = await backend.get_job(job_id)
+        assert job is not None and job.state is JobState.AVAILABLE and job.attempt == 0
+
+
 async def test_dedup_and_prune_next_to_corrupt_finished_jobs(
         backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
     await backend.enqueue_jobs([new_job(id="old", unique_key="k", unique_for=3600),

@@ -38,6 +38,9 @@ COLUMNS: tuple[str, ...] = (
     "cancel_requested", "timeout", "meta",
 )
 _STATES = {state.value: state for state in JobState}
+# Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
+# can be written back.
+_INT_MIN, _INT_END = -(2**63), 2**63
 # An unknown state reads as dead: nothing claims or retries a job in it.
 UNREADABLE_STATE = JobState.DEAD
 
@@ -85,16 +88,21 @@ def _optional_text(raw: Any) -> str | None:
 def _whole(raw: Any) -> int:
     if raw is None:
         raise Unreadable("missing", 0)
+    value: int | None = None
     if type(raw) is int:
-        return raw
-    if type(raw) is float and raw.is_integer():
-        return int(raw)
-    if isinstance(raw, (str, bytes)):
+        value = raw
+    elif type(raw) is float and raw.is_integer():
+        value = int(raw)
+    elif isinstance(raw, (str, bytes)):
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
             pass
-    raise Unreadable(f"not a whole number ({excerpt(raw)})", 0)
+    if value is None:
+        raise Unreadable(f"not a whole number ({excerpt(raw)})", 0)
+    if not _INT_MIN <= value < _INT_END:
+        raise Unreadable(f"out of range ({excerpt(raw)})", 0)
+    return value
 
 
 def _number(raw: Any) -> float:
@@ -281,8 +289,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
                 and type(task) is str and _is_clean(task)
                 and type(payload) is str and _is_clean(payload)
                 and type(priority) is int and type(attempt) is int
-                and type(max_attempts) is int and max_attempts >= 1
-                and type(lease_token) is int
+                and type(max_attempts) is int and type(lease_token) is int
+                and 1 <= max_attempts < _INT_END and _INT_MIN <= priority < _INT_END
+                and _INT_MIN <= attempt < _INT_END and _INT_MIN <= lease_token < _INT_END
                 and type(run_at) is float and type(created_at) is float
                 and _float_or_none(started_at) and _float_or_none(finished_at)
                 and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
@@ -327,17 +336,20 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
         lease_expires_at, unique_for, timeout = (get("lease_expires_at"), get("unique_for"),
                                                  get("timeout"))
         errors, meta = get("errors"), get("meta")
-        max_attempts = int(fields["max_attempts"])
-        if max_attempts < 1:
+        priority, attempt = int(fields["priority"]), int(get("attempt", 0))
+        max_attempts, lease_token = int(fields["max_attempts"]), int(get("lease_token", 0))
+        if not (max_attempts >= 1 and _INT_MIN <= priority < _INT_END
+                and _INT_MIN <= attempt < _INT_END and max_attempts < _INT_END
+                and _INT_MIN <= lease_token < _INT_END):
             raise ValueError
         job = Job(
             id=id_, task=task, queue=queue, payload=payload, state=_STATES[fields["state"]],
-            priority=int(fields["priority"]), attempt=int(get("attempt", 0)),
+            priority=priority, attempt=attempt,
             max_attempts=max_attempts, run_at=float(fields["run_at"]),
             created_at=float(fields["created_at"]),
             started_at=None if started_at is None else float(started_at),
             finished_at=None if finished_at is None else float(finished_at),
-            lease_token=int(get("lease_token", 0)),
+            lease_token=lease_token,
             lease_expires_at=None if lease_expires_at is None else float(lease_expires_at),
             worker_id=worker_id, unique_key=unique_key,
             unique_for=None if unique_for is None else float(unique_for),

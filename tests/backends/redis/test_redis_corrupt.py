@@ -165,3 +165,19 @@ async def test_release_of_a_job_whose_run_at_and_attempt_are_gone(
         assert await indexes_of(backend, job_id) == ["default:available"]
     a = await backend.get_job("a")
     assert a is not None and a.attempt == 0 and a.run_at == 0.0
+
+
+async def test_an_index_entry_that_disagrees_with_a_known_state_moves_the_job(
+        backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([job("a"), job("b"), job("c", run_at=clock.now + 5)])
+    await raw.hset(backend.keys.job("a"), "state", "running")  # still in the available index
+    await raw.hset(backend.keys.job("c"), "state", "available")  # still in the due index
+    clock.advance(10)
+    claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
+    # The state field wins when it names a state: a goes where running jobs are (and
+    # a rescuer finds it), c where available ones are (and is claimed, after b).
+    assert [j.id for j in claimed] == ["b", "c"]
+    assert await indexes_of(backend, "a") == ["default:running"]
+    assert await indexes_of(backend, "c") == ["default:running"]
+    clock.advance(31)
+    assert sorted(await rescue_expired(backend, clock.now)) == ["a", "b", "c"]

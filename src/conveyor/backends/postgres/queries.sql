@@ -184,8 +184,13 @@ WHERE seq = ANY (ARRAY(
 -- name: claim_jobs
 -- One statement per queue: pick the first `limit` claimable rows in claim order that
 -- no other worker has locked, lease them, return them. A paused queue claims nothing.
+-- A count at the top of its range (written by something else) starts again at 1
+-- instead of overflowing, which would fail the claim of every row of the queue.
 UPDATE {schema}.jobs AS j
-SET state = 'running', attempt = j.attempt + 1, lease_token = j.lease_token + 1,
+SET state = 'running',
+    attempt = CASE WHEN j.attempt BETWEEN 0 AND 999999999 THEN j.attempt + 1 ELSE 1 END,
+    lease_token = CASE WHEN j.lease_token BETWEEN 0 AND 4611686018427387903
+                       THEN j.lease_token + 1 ELSE 1 END,
     lease_expires_at = %(lease_expires_at)s, worker_id = %(worker_id)s, started_at = %(now)s
 WHERE j.seq = ANY (ARRAY(
     SELECT seq FROM {schema}.jobs
@@ -227,7 +232,7 @@ SET state = s.state,
     result = CASE WHEN s.state = 'completed' THEN s.result ELSE j.result END,
     finished_at = CASE WHEN s.state IN ('completed', 'dead', 'cancelled') THEN %(now)s
                        WHEN s.refund THEN j.finished_at END,
-    attempt = CASE WHEN s.refund THEN j.attempt - 1 ELSE j.attempt END,
+    attempt = CASE WHEN s.refund THEN greatest(j.attempt - 1, 0) ELSE j.attempt END,
     -- A history that is not an array ending with an error record (a corrupt one: the
     -- error written is then a CorruptJob naming it) starts again from this error.
     errors = CASE WHEN s.error IS NULL OR s.refund OR s.state = 'completed' THEN j.errors

@@ -58,12 +58,16 @@ SELECT name FROM conveyor_queues WHERE paused = 1
 
 -- name: claim_jobs
 UPDATE conveyor_jobs
--- CAST: a claim hands out a readable attempt and fencing token even when the stored
--- ones are not numbers (text in an INTEGER column reads as 0), and a value that does
--- not sort as a number (text priority) sorts, it does not fail: one bad row never
--- fails the claim of the others.
-SET state = 'running', attempt = CAST(attempt AS INTEGER) + 1,
-    lease_token = CAST(lease_token AS INTEGER) + 1,
+-- A claim hands out a readable attempt and fencing token even when the stored ones
+-- are not numbers (CAST: text in an INTEGER column reads as 0) or are at the top of
+-- their range (they start again at 1 instead of overflowing into a REAL), and a value
+-- that does not sort as a number (a text priority) sorts, it does not fail: one bad
+-- row never fails the claim of the others. The bounds are those of PostgreSQL's.
+SET state = 'running',
+    attempt = CASE WHEN CAST(attempt AS INTEGER) BETWEEN 0 AND 999999999
+                   THEN CAST(attempt AS INTEGER) + 1 ELSE 1 END,
+    lease_token = CASE WHEN CAST(lease_token AS INTEGER) BETWEEN 0 AND 4611686018427387903
+                       THEN CAST(lease_token AS INTEGER) + 1 ELSE 1 END,
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
 WHERE seq IN (SELECT seq FROM conveyor_jobs
               WHERE state = 'available' AND queue = :queue
@@ -98,7 +102,7 @@ WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 -- Snooze or release: back to waiting without using the attempt.
 UPDATE conveyor_jobs
 SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
-    attempt = CAST(attempt AS INTEGER) - 1
+    attempt = max(CAST(attempt AS INTEGER) - 1, 0)
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
 -- name: heartbeat_job

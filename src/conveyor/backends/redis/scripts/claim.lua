@@ -19,38 +19,58 @@
 local now_text, lease_expires_at, worker_id = ARGV[2], ARGV[3], ARGV[4]
 local limit, stage_limit = tonumber(ARGV[5]), tonumber(ARGV[6])
 
+-- Every script keeps a job in the index its state names, so an index entry that
+-- disagrees with the job's state field means the field was written by something
+-- else. Then a field naming a state wins: the job moves to that state's index. A
+-- field naming none (or gone) loses: the index is where the job is.
+
+-- Out of the due index and of both waiting indexes it may be in.
+local function leave_due(id, f)
+  redis.call('ZREM', DUE, id)
+  redis.call('ZREM', state_key(f.queue, 'scheduled'), id)
+  redis.call('ZREM', state_key(f.queue, 'retryable'), id)
+end
+
 local due = redis.call('ZRANGEBYSCORE', DUE, '-inf', now_text, 'LIMIT', 0, stage_limit)
 local woken = {}
 for _, id in ipairs(due) do
   local f = load(id)
-  if f and (f.state == 'scheduled' or f.state == 'retryable') then
-    unindex_job(id, f)
+  if not f then
+    redis.call('ZREM', DUE, id)  -- the job is gone
+  elseif f.state == 'scheduled' or f.state == 'retryable' or not KNOWN[f.state] then
+    if KNOWN[f.state] then unindex_job(id, f) else leave_due(id, f) end
     redis.call('HSET', job_key(id), 'state', 'available')
     index_job(id, f.queue, 'available', f)
     woken[f.queue] = true
   else
-    redis.call('ZREM', DUE, id)  -- stale index entry: the job moved on or is gone
+    leave_due(id, f)
+    index_job(id, f.queue, f.state, f)
   end
 end
 
 local claimed = {}
 
--- Popped from an available index: claim it if its state says available, or says no
--- known state (a corrupt field: the index is where the job is, and the claim rewrites
--- the state). A known other state is a stale entry (the job moved on); no hash, a
--- deleted job.
-local function claimable(key)
+-- Popped from an available index: claim it if its state says available, or names no
+-- state (the claim rewrites the field); a state field naming another state moves
+-- the job to that state's index instead. No hash: a deleted job.
+local function claimable(key, id, queue)
   local state = redis.call('HGET', key, 'state')
   if state == 'available' then return true end
-  if state then return not KNOWN[state] end
-  return redis.call('EXISTS', key) == 1
+  if not state then return redis.call('EXISTS', key) == 1 end
+  if not KNOWN[state] then return true end
+  redis.call('HDEL', key, 'rank')
+  index_job(id, queue, state, load(id))
+  return false
 end
 
--- HINCRBY, or 1 when the stored value is not a whole number: a claim always hands
--- out a readable attempt and lease token (as SQLite's CAST does).
-local function bump(key, field)
+-- HINCRBY, or 1 when the stored value is not a whole number or outside 0..top - 1:
+-- a claim always hands out a readable attempt and lease token (the bounds are the
+-- SQL backends' ones, see their claim_jobs).
+local function bump(key, field, top)
   local reply = redis.pcall('HINCRBY', key, field, 1)
-  if type(reply) == 'table' and reply.err then redis.call('HSET', key, field, 1) end
+  if type(reply) ~= 'number' or reply < 1 or reply > top then
+    redis.call('HSET', key, field, 1)
+  end
 end
 
 -- Claim up to `want` jobs from one queue; returns how many it got.
@@ -61,9 +81,9 @@ local function take(queue, want)
   for p = 1, #popped, 2 do
     local id = string.sub(popped[p], RANK_LEN + 1)
     local key = job_key(id)
-    if claimable(key) then
-      bump(key, 'attempt')
-      bump(key, 'lease_token')
+    if claimable(key, id, queue) then
+      bump(key, 'attempt', 1000000000)
+      bump(key, 'lease_token', 4611686018427387904)
       -- The fields a claim owns are written whatever they held; queue too, from the
       -- index the job was popped from, so that every later script finds its indexes.
       redis.call('HSET', key, 'state', 'running', 'queue', queue,

@@ -24,7 +24,7 @@ for a = 2, #ARGV, 4 do
     f.run_at = f.run_at or '0'  -- a job that lost its run_at is due at once
     -- An attempt count that is not a whole number (corrupted while running) restarts.
     local reply = redis.pcall('HINCRBY', key, 'attempt', -1)
-    if type(reply) == 'table' and reply.err then redis.call('HSET', key, 'attempt', 0) end
+    if type(reply) ~= 'number' or reply < 0 then redis.call('HSET', key, 'attempt', 0) end
     redis.call('HSET', key, 'state', new_state, 'run_at', f.run_at)
     redis.call('HDEL', key, 'lease_expires_at')
     index_job(id, f.queue, new_state, f)
