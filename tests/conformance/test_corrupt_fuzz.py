@@ -83,7 +83,8 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
             + [new_job(id=job_id, task="fuzz.record", queue=queue, max_attempts=1,
                        payload=payload("bad", field)) for field, job_id in targets.items()])
         written = {field for field, value in values.items()
-                   if await raw.write(targets[field], field, value)}
+                   if await raw.write(targets[field], field, _unique_id(value, queue)
+                                      if field == "id" else value)}
         config = WorkerConfig(queues=(queue,), concurrency=64, fetch_batch=100,
                               poll_interval=0.05, rescue_interval=0.2, scheduler=False)
         async with RunningWorker(app, config):
@@ -133,6 +134,14 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
     finally:
         await raw.close()
         await app.aclose()
+
+
+def _unique_id(value: RawValue, queue: str) -> RawValue:
+    """An id value made unique to the example (the same bytes written by an earlier
+    example would collide with that job, and be refused)."""
+    if isinstance(value, bytes):
+        return value + b"-" + queue.encode()
+    return None if value is None else f"{value}-{queue}"
 
 
 async def _completed(backend: Any, ids: list[str]) -> bool:

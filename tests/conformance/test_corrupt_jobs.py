@@ -177,6 +177,24 @@ async def test_a_claim_hands_out_a_readable_attempt_and_token(
         assert (await backend.get_job(job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+async def test_a_claimed_job_whose_id_is_not_text_can_still_be_settled(
+        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
+    """Every verb names a job by its id. On SQLite the claim renames such a job to
+    its readable form (so it is settled dead, its bad id named); Redis names a job by
+    its key, not by the stored field; PostgreSQL's text cannot hold such bytes."""
+    await backend.enqueue_jobs([new_job(id=i) for i in ("a", "bad", "b")])
+    await _corrupt(raw, backend_name, "bad", "id", b"b\xffd")
+    jobs = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30))
+    assert len(jobs) == 3
+    outcomes = [corrupt_outcome(j, clock.now, "w1") if j.corrupt else complete(j) for j in jobs]
+    assert await backend.settle_jobs(outcomes) == []
+    listed = await backend.list_jobs(JobFilter(), limit=10)
+    assert sorted(j.state for j in listed) == sorted(o.state for o in outcomes)
+    assert {j.id for j in listed} == {j.id for j in jobs}
+    for job in jobs:
+        assert (await backend.get_job(job.id)) is not None
+
+
 async def test_a_count_at_the_top_of_its_range_starts_again_instead_of_failing_the_claim(
         backend: Backend, raw: RawStore, backend_name: str) -> None:
     """Found by the fuzz test: SQLite turned the token + 1 into a REAL that no later

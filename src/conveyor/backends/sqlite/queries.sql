@@ -115,12 +115,18 @@ UPDATE conveyor_jobs
 SET checkpoint = coalesce(:checkpoint, checkpoint), progress = coalesce(:progress, progress)
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 
+-- name: give_readable_id
+-- A job whose stored id is not valid text (bytes a direct write left there) cannot be
+-- named by any verb; the claim and the rescuer rename it to its readable form, so it
+-- can be settled (the codec still reports the bad id of the row it decoded).
+UPDATE conveyor_jobs SET id = :id WHERE seq = :seq
+
 -- name: find_leases
 -- Running jobs whose lease expired, or held by workers known to be dead (a JSON
 -- array of ids); the rescuer settles them, fenced by their tokens. A stored expiry
 -- that is not a number counts as expired, and the numbers come back as numbers
 -- (a corrupt token reads as 0, as the fence of the writes reads it).
-SELECT id, CAST(lease_token AS INTEGER), CAST(worker_id AS TEXT), CAST(attempt AS INTEGER),
+SELECT seq, id, CAST(lease_token AS INTEGER), CAST(worker_id AS TEXT), CAST(attempt AS INTEGER),
        CAST(max_attempts AS INTEGER), CAST(lease_expires_at AS REAL)
 FROM conveyor_jobs
 WHERE state = 'running'

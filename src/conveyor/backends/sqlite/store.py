@@ -182,9 +182,11 @@ class SqliteStore:
                 rows = db.execute(Q["claim_jobs"], {**params, "queue": queue, "limit": n})
                 # RETURNING has no order: sort by claim order, on decoded values (a
                 # corrupt priority reads as 0 instead of failing the comparison).
-                batch = sorted(((job_from_row(r[1:]), r[0]) for r in rows),
-                               key=lambda pair: (-pair[0].priority, pair[0].run_at, pair[1]))
-                return [job for job, _ in batch]
+                batch = sorted(((job_from_row(r[1:]), r[0], r[1]) for r in rows),
+                               key=lambda row: (-row[0].priority, row[0].run_at, row[1]))
+                return [job if job.id == raw_id else
+                        replace(job, id=self._give_readable_id(db, seq, job.id))
+                        for job, seq, raw_id in batch]
 
             return claim_in_passes(request, take)
 
@@ -239,8 +241,26 @@ class SqliteStore:
     def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         rows = self.conn.execute(Q["find_leases"], {
             "expired_before": query.expired_before, "limit": query.limit,
-            "worker_ids": json.dumps(list(query.worker_ids))})
-        return [HeldLease(*row) for row in rows]
+            "worker_ids": json.dumps(list(query.worker_ids))}).fetchall()
+        held = []
+        for seq, job_id, *rest in rows:
+            readable = readable_text(job_id)
+            if readable != job_id:  # written over while it ran
+                with self.write() as db:
+                    readable = self._give_readable_id(db, seq, readable)
+            held.append(HeldLease(readable, *rest))
+        return held
+
+    @staticmethod
+    def _give_readable_id(db: sqlite3.Connection, seq: int, wanted: str) -> str:
+        """Rename the job at `seq` to `wanted` (or, if another job has that id,
+        `wanted#seq`) and return the new id. See give_readable_id in queries.sql."""
+        try:
+            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
+        except sqlite3.IntegrityError:
+            wanted = f"{wanted}#{seq}"
+            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
+        return wanted
 
     def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         total = 0
