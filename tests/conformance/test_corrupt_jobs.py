@@ -87,6 +87,22 @@ async def test_a_corrupt_job_is_claimed_with_its_batch_and_named(
         assert (await backend.get_job(job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+async def test_a_corrupt_job_in_one_queue_never_stops_claims_from_another(
+        backend: Backend, raw: RawStore, backend_name: str) -> None:
+    """SQLite claims from every queue in one transaction: a row that failed to decode
+    rolled back the claims of all of them, every time, until someone cancelled it."""
+    await backend.enqueue_jobs([new_job(id="bad", queue="a"), new_job(id="a2", queue="a"),
+                                new_job(id="b1", queue="b"), new_job(id="b2", queue="b")])
+    await _corrupt(raw, backend_name, "bad", "meta", "[1]")
+    await raw.write("bad", "payload", b"\xff")  # where the store can hold it
+    first = await backend.fetch_jobs(strict_claim(["a", "b"], 10, "w1", 30))
+    assert [(j.id, j.corrupt is None) for j in first] == [
+        ("bad", False), ("a2", True), ("b1", True), ("b2", True)]
+    await backend.enqueue_jobs([new_job(id="b3", queue="b")])
+    assert [j.id for j in await backend.fetch_jobs(strict_claim(["a", "b"], 10, "w1", 30))] \
+        == ["b3"]
+
+
 async def test_listings_counts_and_stats_show_corrupt_jobs(
         backend: Backend, raw: RawStore, backend_name: str) -> None:
     await backend.enqueue_jobs([new_job(id=i) for i in ("fine", "bad-meta", "bad-errors",
