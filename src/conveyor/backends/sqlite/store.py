@@ -351,7 +351,8 @@ class SqliteStore:
                     if db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).rowcount]
 
     def task_names(self, where: JobFilter) -> list[str]:
-        return [readable_text(r[0]) for r in self.conn.execute(Q["task_names"], _filter_params(where))]
+        rows = self.conn.execute(Q["task_names"], _filter_params(where))
+        return [readable_text(r[0]) for r in rows]
 
     def queue_stats(self) -> list[QueueStats]:
         return queue_stats_from_rows(
