@@ -52,9 +52,16 @@ async def live_app(backend_url: str) -> AsyncIterator[Conveyor]:
 async def raw(backend_name: str, backend_url: str, backend: Backend) -> AsyncIterator[RawStore]:
     """Writes into stored fields behind Conveyor's back (raw_store.py); the backend
     is opened first, so its schema exists."""
-    store = raw_store(backend_name, backend_url)
+    store = _raw_store_or_skip(backend_name, backend_url)
     yield store
     await store.close()
+
+
+def _raw_store_or_skip(backend_name: str, url: str) -> RawStore:
+    try:
+        return raw_store(backend_name, url)
+    except LookupError as exc:  # a backend joins these tests by adding its raw writer
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -62,6 +69,6 @@ async def raw_live(backend_name: str, backend_url: str,
                    live_app: Conveyor) -> AsyncIterator[RawStore]:
     """`raw` for the tests that run a worker (on `live_app`)."""
     await live_app.backend()
-    store = raw_store(backend_name, backend_url)
+    store = _raw_store_or_skip(backend_name, backend_url)
     yield store
     await store.close()
