@@ -22,7 +22,7 @@ from .backends.base import WAITING_STATES, JobFilter, QueueStats
 from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
-from .worker.worker import WORKERS_NAMESPACE
+from .worker.liveness import WORKERS_NAMESPACE
 
 if TYPE_CHECKING:
     from .app import Conveyor

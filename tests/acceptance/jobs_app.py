@@ -20,6 +20,17 @@ def work(seconds: float) -> str:
     return f"attempt {current_job().attempt}"
 
 
+@app.task(name="hang_first", max_attempts=5)
+def hang_first(seconds: float) -> str:
+    """Hangs for `seconds` on its first attempt only: the worker that runs it first
+    is the one a test kills."""
+    record("start")
+    if current_job().attempt == 1:
+        time.sleep(seconds)
+    record("finish")
+    return f"attempt {current_job().attempt}"
+
+
 if os.environ.get("PERIODIC_EVERY"):
     # Only for tests/acceptance/test_scheduler_processes.py: the other acceptance
     # tests count jobs and must not see scheduled ones.

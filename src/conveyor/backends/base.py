@@ -28,7 +28,7 @@ may have optional capabilities, each a protocol below; the core asks with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -382,3 +382,52 @@ class BlockingEnqueue(Protocol):
     (Django, Flask, scripts) then skips two thread hops (SQLite, PostgreSQL, Redis)."""
 
     def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]: ...
+
+
+@runtime_checkable
+class LivenessHold(Protocol):
+    """One worker's liveness signal, kept for the worker's life (see WorkerLiveness).
+    The holder takes it again by itself after a loss (a connection blip)."""
+
+    @property
+    def token(self) -> str | None:
+        """What names the signal while it is held, for the worker to announce; None
+        while it is lost (and being taken again)."""
+        ...
+
+    async def changed(self, since: str | None) -> str | None:
+        """Return the token as soon as it differs from `since`."""
+        ...
+
+    async def release(self) -> None:
+        """Drop the signal on a clean stop, after the worker settled its jobs."""
+        ...
+
+    async def abandon(self) -> None:
+        """Test hook: end the signal as a killed process does (its connection or
+        file closed by the kernel, nothing cleaned up)."""
+        ...
+
+
+@runtime_checkable
+class WorkerLiveness(Protocol):
+    """A signal the kernel ends the moment a worker process dies, so that other
+    workers can rescue its jobs at once instead of after its lease: a session-level
+    advisory lock (PostgreSQL), a named connection (Redis), a lock file held with
+    flock (SQLite). The worker takes it before its first claim and announces its
+    token in its `workers` record; rescuers judge only announced tokens
+    (conveyor.worker.liveness). A host that vanishes without closing its
+    connections keeps its signal: its jobs come back by the lease, as before."""
+
+    liveness_signal: str  # what the signal is, for messages: "advisory lock"
+
+    async def hold_liveness(self, worker_id: str) -> LivenessHold:
+        """Take the signal for `worker_id` (one try; on failure the hold has no token
+        yet and keeps trying)."""
+        ...
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        """The ids among `candidates` (worker id -> announced token) whose signal is
+        gone. A token this backend cannot judge (taken before a server restart,
+        malformed, another backend's) is not dead: that worker falls back to its lease."""
+        ...

@@ -18,6 +18,14 @@ class WorkerConfig:
     heartbeat_interval: float | None = None  # None: lease / 3
     heartbeats: bool = True  # off only in tests that simulate a stalled worker
     rescue_interval: float = 5.0
+    # Liveness (conveyor.worker.liveness): on a backend with a signal the kernel ends
+    # when a process dies (all three built-in ones), a killed worker's jobs come back
+    # in well under a second instead of after lease + rescue_interval. Others' signals
+    # are looked at every `liveness_interval`; a worker counts as dead once its signal
+    # has been gone for `liveness_grace` (a live one takes a lost signal back sooner).
+    liveness: bool = True
+    liveness_interval: float = 0.25
+    liveness_grace: float = 0.25
     poll_interval: float = 1.0  # wake-ups are hints; this is the fallback
     fetch_batch: int = 200  # most jobs claimed in one statement
     grace_period: float = 30.0  # drain time after the first SIGTERM
@@ -49,6 +57,8 @@ class WorkerConfig:
             raise ValueError("give one weight per queue, or none")
         if self.lease <= 0:
             raise ValueError("lease must be positive")
+        if self.liveness_interval <= 0 or self.liveness_grace < 0:
+            raise ValueError("liveness_interval must be positive and liveness_grace not negative")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max_jobs must be at least 1")
 

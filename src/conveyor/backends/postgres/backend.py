@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, L
                     QueueStats, Settlement, queue_stats_from_rows, redrive_scope,
                     waiting_scope)
 from ..sqlfiles import load_migrations
-from . import enqueue
+from . import enqueue, liveness
 from .config import parse_postgres_url
 from .connect import first_connection
 from .lane import Busy, Lane
@@ -376,6 +376,21 @@ class PostgresBackend(PostgresRecords):
             total += n
             if n < 1000:
                 return total
+
+    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
+    liveness_signal = liveness.SIGNAL
+
+    async def hold_liveness(self, worker_id: str) -> liveness.AdvisoryLockHolder:
+        holder = liveness.AdvisoryLockHolder(self.config.conninfo, self.q, worker_id)
+        await holder.start(self.config.timeout)
+        return holder
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        tokens, params = liveness.gone_params(candidates)
+        if not tokens:
+            return set()
+        [(epoch, gone)] = await self._fetch("liveness_locks_gone", params)
+        return liveness.dead_from_row(tokens, epoch, gone)
 
     # --- admin ---------------------------------------------------------------------
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

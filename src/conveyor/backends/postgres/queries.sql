@@ -423,3 +423,28 @@ RETURNING value
 -- name: delete_record
 DELETE FROM {schema}.meta WHERE namespace = %(namespace)s AND key = %(key)s
 RETURNING {live_record}
+
+-- name: take_liveness_lock
+-- A worker's liveness signal: a session-level advisory lock on its own connection,
+-- held until the session ends (a clean stop, or the kernel closing the socket of a
+-- killed process). The server's start time dates it: no lock taken before a
+-- restart is judged after it (every session ended then, dead or not).
+SELECT pg_try_advisory_lock(%(key1)s, %(key2)s) AS taken,
+       extract(epoch FROM pg_postmaster_start_time())::text AS epoch
+
+-- name: keep_liveness_session
+-- Now and then on the liveness connection, so that no idle timeout ends it.
+SELECT 1
+
+-- name: liveness_locks_gone
+-- Which candidate locks (key1, key2) nobody holds, by position, with the server's
+-- start time. Reads pg_locks, so it never takes (nor steals) a worker's lock.
+SELECT extract(epoch FROM pg_postmaster_start_time())::text AS epoch,
+       ARRAY(SELECT k.i::int
+             FROM unnest(%(keys1)s::int[], %(keys2)s::int[]) WITH ORDINALITY AS k(key1, key2, i)
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+                   AND l.database = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())
+                   AND l.classid = k.key1::oid AND l.objid = k.key2::oid)) AS gone

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
 from .keys import Keys
+from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
@@ -281,6 +282,18 @@ class RedisBackend(RedisRecords):
                     if len(ids) < _PRUNE_CHUNK:
                         break
         return total
+
+    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
+    liveness_signal = liveness.SIGNAL
+
+    async def hold_liveness(self, worker_id: str) -> liveness.NamedConnectionHolder:
+        holder = liveness.NamedConnectionHolder(self.client, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    @translated
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return await liveness.dead_workers(self.client, candidates)
 
     # --- admin ---------------------------------------------------------------------
     @translated

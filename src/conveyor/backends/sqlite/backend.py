@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -23,7 +23,7 @@ from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
-from . import records
+from . import liveness, records
 from .store import SqliteStore
 from .wakeup import WakeupListener, WakeupSender
 
@@ -164,6 +164,18 @@ class SqliteBackend:
 
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
+
+    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
+    liveness_signal = liveness.SIGNAL
+
+    async def hold_liveness(self, worker_id: str) -> liveness.LockFileHolder:
+        holder = liveness.LockFileHolder(self.path, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        # A few file system calls per worker on this machine: cheaper than a thread hop.
+        return liveness.dead_workers(self.path, candidates)
 
     # --- admin ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
