@@ -17,3 +17,11 @@ async def noop_async(i: int) -> None:
 @app.task(name="noop_sync", queue="bench")
 def noop_sync(i: int) -> None:
     return None
+
+
+@app.task(name="hang", queue="bench")
+def hang(seconds: float) -> None:
+    """Holds a worker slot for `seconds` (the liveness benchmark kills its worker)."""
+    import time
+
+    time.sleep(seconds)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from ..liveness import SignalHolder
 
@@ -66,8 +67,10 @@ class AdvisoryLockHolder(SignalHolder):
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def _take(self) -> str:
+        named = "application_name" in conninfo_to_dict(self._conninfo)  # the user's name wins
         conn = await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, application_name="conveyor-liveness")
+            self._conninfo, autocommit=True,
+            **({} if named else {"application_name": "conveyor-liveness"}))
         self._conn = conn
         for _ in range(_TRIES):
             key1, key2 = self._keys  # the same keys again after a blip, while they are free
