@@ -142,7 +142,9 @@ def test_sigkill_whole_pool_twice_while_200_jobs_run(
                         ran_twice, " / ".join(f"{r:.2f}s" for r in recoveries)
                         + " (lease 2s + rescue 5s)"))
     assert not lost and not twice
-    assert all(e.type == "LeaseExpired" for j in jobs.values() for e in j.errors)
+    # By the killed children's liveness signals while their records lasted (the new
+    # pool may start in time), else by their leases: either way the attempt counts.
+    assert all(e.type in ("WorkerLost", "LeaseExpired") for j in jobs.values() for e in j.errors)
 
 
 def test_sigterm_drains_running_jobs_and_starts_none_of_the_waiting(

@@ -115,7 +115,9 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
         app.close()
     result = job.result_value
     assert job.state is JobState.COMPLETED and job.attempt == 2
-    assert [e.type for e in job.errors] == ["LeaseExpired"]
+    # The next pool finds it by the dead child's liveness signal (its record may still be
+    # there) or by its lease: either way the attempt counts.
+    assert [e.type for e in job.errors] in (["WorkerLost"], ["LeaseExpired"])
     assert result["resumed_from"] == killed_at_epoch and result["epoch"] == 12
     # Resuming changed nothing: the weights are those of an uninterrupted run.
     straight = train_model.train(12)

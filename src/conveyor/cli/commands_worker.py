@@ -43,8 +43,10 @@ def register(commands: Commands) -> None:
     worker.add_argument("--concurrency", "-c", type=positive_int, default=_DEFAULTS.concurrency,
                         help=f"jobs run at once (default {_DEFAULTS.concurrency})")
     worker.add_argument("--lease", type=positive_float, default=_DEFAULTS.lease,
-                        metavar="SECONDS", help="lease length; a dead worker's jobs come back "
-                                                f"after about this (default {_DEFAULTS.lease:g})")
+                        metavar="SECONDS", help="lease length; the jobs of a worker whose host "
+                                                "vanished come back after about this (a killed "
+                                                "worker's within a second; default "
+                                                f"{_DEFAULTS.lease:g})")
     worker.add_argument("--grace", type=positive_float, default=_DEFAULTS.grace_period,
                         metavar="SECONDS", help="drain time after the first signal "
                                                 f"(default {_DEFAULTS.grace_period:g})")
@@ -169,7 +171,8 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> int:
         name = signal.Signals(signum).name
         if received >= 3:
             # Even the cold stop is stuck (say, the backend is unreachable while the last
-            # outcomes are written). Running jobs come back when their leases expire.
+            # outcomes are written). Other workers return the running jobs once this
+            # process's liveness signal is gone (or their leases expire).
             log.error("%s a third time: exiting at once", name)
             _exit_now(ExitStatus.COLD)
         log.info("%s received (%s)", name,

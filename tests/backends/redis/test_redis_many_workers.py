@@ -103,8 +103,10 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         assert await count(app, *ACTIVE_STATES) == 0
         assert await count(app, JobState.COMPLETED) == JOBS
         # The victim's leased jobs (at most its concurrency) were rescued, each with
-        # the crash counted as an attempt; those that had started are the reruns.
-        rescued = await app.admin.list(JobFilter(error_type="LeaseExpired"), limit=100)
+        # the crash counted as an attempt; those that had started are the reruns. By
+        # its liveness signal (WorkerLost) while its record lasted, else by its lease.
+        rescued = [job for error_type in ("WorkerLost", "LeaseExpired")
+                   for job in await app.admin.list(JobFilter(error_type=error_type), limit=100)]
         assert 1 <= len(rescued) <= 20
         assert {f"rec-{n}" for n in rerun} <= {job.id for job in rescued}
         for job in rescued:

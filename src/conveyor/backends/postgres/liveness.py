@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..liveness import SignalHolder
 
@@ -61,16 +61,15 @@ def _random_key() -> int:
 class AdvisoryLockHolder(SignalHolder):
     def __init__(self, conninfo: str, queries: Mapping[str, str], worker_id: str) -> None:
         super().__init__(SIGNAL, worker_id)
+        if "application_name" not in conninfo_to_dict(conninfo):  # the user's name wins
+            conninfo = make_conninfo(conninfo, application_name="conveyor-liveness")
         self._conninfo = conninfo
         self._q = queries
         self._keys = (_random_key(), _random_key())
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def _take(self) -> str:
-        named = "application_name" in conninfo_to_dict(self._conninfo)  # the user's name wins
-        conn = await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True,
-            **({} if named else {"application_name": "conveyor-liveness"}))
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         self._conn = conn
         for _ in range(_TRIES):
             key1, key2 = self._keys  # the same keys again after a blip, while they are free
