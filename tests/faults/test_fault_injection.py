@@ -140,7 +140,7 @@ def test_sigkill_whole_pool_twice_while_200_jobs_run(
     jobs, lost, twice, ran_twice = finish_and_count_after_kills(url, ids, pool, runs, killed)
     report(backend, Row("SIGKILL the whole pool x2, 200 jobs", 200, len(lost), len(twice),
                         ran_twice, " / ".join(f"{r:.2f}s" for r in recoveries)
-                        + " (lease 2s + rescue 5s)"))
+                        + " (liveness; else lease 2s + rescue 5s)"))
     assert not lost and not twice
     # By the killed children's liveness signals while their records lasted (the new
     # pool may start in time), else by their leases: either way the attempt counts.
