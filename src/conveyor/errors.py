@@ -74,9 +74,10 @@ class HardTimeLimitExceeded(JobTimeout):
 
 
 class WorkerLost(ConveyorError):
-    """Recorded when the pool child process running a job died (crash, OOM kill,
-    SIGKILL); the pool supervisor returned the job at once, and the crash counts as
-    an attempt so a job that kills its process every time ends dead."""
+    """Recorded when the process running a job died (crash, OOM kill, SIGKILL) and
+    that was known at once: its pool supervisor reaped it, or its liveness signal
+    was gone (conveyor.worker.liveness). The job is returned then, and the crash
+    counts as an attempt so a job that kills its process every time ends dead."""
 
 
 class LeaseExpired(ConveyorError):

@@ -2,7 +2,8 @@
 
 Two signals say a worker is gone: its lease expired (it stopped heartbeating:
 `LeaseExpired`), or something that knows it died says so (a pool supervisor that
-reaped its child: `WorkerLost`). Either way the backend finds the jobs
+reaped its child, or another worker that saw its liveness signal end, see
+liveness.py: `WorkerLost`). Either way the backend finds the jobs
 (`find_leases`) and the rescuer settles them like any other attempt outcome,
 fenced by each job's lease token, so a job that was settled or claimed again
 meanwhile is left alone. The error record is built here, once, for every backend.
