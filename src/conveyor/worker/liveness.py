@@ -1,4 +1,5 @@
-"""Rescuing a dead worker's jobs by its liveness signal, long before its lease ends.
+"""Rescuing a dead worker's jobs by its liveness signal, long before its lease ends
+(the rules; presence.py runs them in each worker).
 
 A worker on a backend with `WorkerLiveness` takes its signal before its first
 claim and announces the signal's token in its `workers` record. Every other

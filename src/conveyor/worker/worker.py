@@ -1,14 +1,14 @@
 """The asyncio worker, composed of small services: producer (claims jobs into
 free slots), executor (runs one job), completer (batched outcome writes),
-heartbeater (extends leases), rescuer (returns expired leases), liveness
-watch (returns the jobs of workers whose liveness signal is gone; see
-liveness.py) and pruner (retention), and the scheduler (periodic schedules; see
-conveyor.maintenance). Any number of workers may share one backend."""
+heartbeater (extends leases), rescuer (returns expired leases), presence (its
+record, its liveness signal, and the watch that returns the jobs of workers whose
+signal is gone; see presence.py) and pruner (retention), and the scheduler
+(periodic schedules; see conveyor.maintenance). Any number of workers may share
+one backend."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..backends.base import Backend, Lease, LivenessHold, Settlement, WorkerLiveness
+from ..backends.base import Backend, Lease, Settlement
 from ..claiming import QueuePlan
 from ..errors import CorruptJob
 from ..job import AttemptError, Job, JobState
@@ -34,7 +34,7 @@ from .context import JobContext
 from .completer import Completer
 from .executor import JobExecutor
 from .handler_call import INTERRUPTS
-from .liveness import LIVENESS_FIELD, WORKERS_NAMESPACE, DeathWatch, rescue_dead_workers
+from .presence import Presence
 from .rescue import rescue_expired
 
 if TYPE_CHECKING:
@@ -103,12 +103,9 @@ class Worker:
             thread_name_prefix="conveyor-job",
         )
         self._backend: Backend | None = None
-        self._liveness: LivenessHold | None = None
-        self._announced_token: str | None = None  # the token our record names now
-        # Claims wait while the record names a signal this worker no longer holds (a
-        # rescuer would take those jobs), and until the worker first announced itself.
-        self._claims_allowed = asyncio.Event()
         self._started_at = app.clock()
+        # Its record in `workers` and its liveness signal (presence.py).
+        self._presence = Presence(self.id, config, app.clock, self._closing, self._record)
         self._completer: Completer | None = None
         self._executor = JobExecutor(app, self.id, self._thread_pool)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
@@ -157,25 +154,20 @@ class Worker:
                      else None)
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
-        liveness = backend if self.config.liveness and isinstance(backend, WorkerLiveness) else None
-        if liveness is not None:
-            # Before the first claim: every job this worker holds is covered by it.
-            self._liveness = await liveness.hold_liveness(self.id)
-        else:
-            self._claims_allowed.set()
+        await self._presence.start(backend)  # the liveness signal, before the first claim
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
                  ",".join(self.config.queues), self.config.concurrency)
         services = [
             asyncio.create_task(self._completer.run(), name="completer"),
             asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
-            asyncio.create_task(self._keep_announced(), name="announce"),
+            asyncio.create_task(self._presence.keep_announced(), name="announce"),
             asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
             asyncio.create_task(self._every(self.config.stats_interval, self._write_stats),
                                 name="stats"),
         ]
-        if liveness is not None:
-            services.append(asyncio.create_task(self._watch_liveness(liveness), name="liveness"))
+        if self._presence.liveness is not None:
+            services.append(asyncio.create_task(self._presence.watch(), name="liveness"))
         if scheduler is not None and scheduler.schedules:
             services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
@@ -194,13 +186,9 @@ class Worker:
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
             try:
                 await self._write_stats()
-                await backend.delete_record(WORKERS_NAMESPACE, self.id)
-            except Exception:  # noqa: BLE001 - the record expires by itself
+            except Exception:  # noqa: BLE001 - kept for the next run of this process
                 pass
-            if self._liveness is not None:
-                # Last: every outcome is written and the record is gone, so nobody
-                # takes the signal's end for a death.
-                await self._liveness.release()
+            await self._presence.leave()  # last: every outcome is written
         log.info("worker %s stopped (%s): %s", self.id, status.name.lower(), dict(self.counts))
         return status
 
@@ -244,8 +232,8 @@ class Worker:
         stop = asyncio.create_task(self._stop_claiming.wait())
         try:
             while not self._stop_claiming.is_set():
-                if not self._claims_allowed.is_set():
-                    allowed = asyncio.create_task(self._claims_allowed.wait())
+                if not self._presence.claims_allowed.is_set():
+                    allowed = asyncio.create_task(self._presence.claims_allowed.wait())
                     await asyncio.wait([stop, allowed], return_when=asyncio.FIRST_COMPLETED)
                     allowed.cancel()
                     continue
@@ -441,43 +429,16 @@ class Worker:
             if running is not None:
                 running.ctx.cancel_requested = True
 
-    async def _keep_announced(self) -> None:
-        """Keep this worker's record alive, and true: announced again at once when its
-        liveness token changes. Lost, the token leaves the record before anything
-        else, so no rescuer judges this worker by a signal it no longer holds."""
-        while not self._closing.is_set():
-            token = None if self._liveness is None else self._liveness.token
-            try:
-                await self._announce(token)
-                delay = self.config.heartbeat_every
-            except Exception as exc:  # noqa: BLE001 - the record expires by itself
-                log.warning("announcing this worker failed: %s", exc)
-                delay = min(self.config.heartbeat_every, 0.5)
-            waits: list[asyncio.Task[object]] = [asyncio.create_task(self._closing.wait())]
-            if self._liveness is not None:
-                waits.append(asyncio.create_task(self._liveness.changed(token)))
-            await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-            for waiting in waits:
-                waiting.cancel()
-
-    async def _announce(self, token: str | None = None) -> None:
-        """Write this worker's record (for `conveyor workers`, the dashboard and the
-        liveness watch of other workers), naming its liveness token if it has one."""
-        assert self._backend is not None
-        if self._announced_token is not None and token != self._announced_token:
-            self._claims_allowed.clear()  # until the record stops naming the old one
-        record = {
+    def _record(self) -> dict[str, object]:
+        """This worker as `conveyor workers` and the dashboard show it (the presence
+        adds its liveness token)."""
+        return {
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.config.queues), "concurrency": self.config.concurrency,
             "in_flight": len(self._running), "started_at": self._started_at,
             "last_heartbeat": self.app.clock(), "version": __version__,
-            "stopping": self._stop_claiming.is_set(), LIVENESS_FIELD: token,
+            "stopping": self._stop_claiming.is_set(),
         }
-        await self._backend.put_record(WORKERS_NAMESPACE, self.id, json.dumps(record),
-                                     ttl=self.config.heartbeat_every * 3)
-        self._announced_token = token
-        if self._liveness is None or self._liveness.token == token:
-            self._claims_allowed.set()
 
     async def _write_stats(self) -> None:
         assert self._backend is not None
@@ -494,33 +455,6 @@ class Worker:
         rescued = await rescue_expired(self._backend, self.app.clock())
         if rescued:
             log.warning("rescued %d jobs whose lease expired: %s", len(rescued), rescued[:10])
-
-    async def _watch_liveness(self, liveness: WorkerLiveness) -> None:
-        """Look at the other workers' liveness signals every `liveness_interval`, and
-        sooner when a suspect is due; see liveness.py."""
-        assert self._backend is not None
-        watch = DeathWatch(self.config.liveness_grace)
-        failures = 0
-        while True:
-            due = watch.next_look()
-            delay = self.config.liveness_interval if due is None else max(
-                0.0, min(self.config.liveness_interval, due - watch.clock()))
-            if await self._closed_within(delay):
-                return
-            try:
-                released = await rescue_dead_workers(self._backend, liveness, self.id, watch,
-                                                     self.app.clock())
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - looked at again in a moment
-                failures += 1
-                if failures == 1 or failures % 1000 == 0:  # four times a second: do not flood
-                    log.warning("looking at other workers' liveness failed (%d times): %s",
-                                failures, exc)
-                continue
-            for worker_id, job_ids in released.items():
-                if job_ids:
-                    log.warning("worker %s died (its %s is gone): returned its %d jobs: %s",
-                                worker_id, liveness.liveness_signal, len(job_ids), job_ids[:10])
 
     async def _prune(self) -> None:
         assert self._backend is not None
