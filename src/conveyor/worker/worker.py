@@ -34,6 +34,7 @@ from .context import JobContext
 from .completer import Completer
 from .executor import JobExecutor
 from .handler_call import INTERRUPTS
+from .liveness import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
 from .presence import Presence
 from .rescue import rescue_expired
 
