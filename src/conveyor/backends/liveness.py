@@ -28,6 +28,7 @@ class SignalHolder(ABC):
         self._token: str | None = None
         self._change = asyncio.Event()  # replaced on every change: waiters see each one
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # --- the backend's part -----------------------------------------------------------
     @abstractmethod
@@ -74,9 +75,13 @@ class SignalHolder(ABC):
 
     # --- the loop ---------------------------------------------------------------------
     async def _stop(self) -> None:
+        # Closing too, not only cancelling: a driver's read under a timeout can swallow
+        # a cancel (redis-py), and a read whose connection closed returns for sure.
+        self._stopping = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
+            await self._close_quietly()
             await asyncio.gather(task, return_exceptions=True)
         self._set(None)
         await self._close_quietly()
@@ -93,18 +98,23 @@ class SignalHolder(ABC):
 
     async def _keep(self) -> None:
         failures = 0
-        while True:
+        while not self._stopping:
             if self._token is None:
                 try:
-                    self._set(await self._take())
+                    token = await self._take()
                 except Exception as exc:  # noqa: BLE001 - try again, with backoff
                     failures += 1
                     await self._close_quietly()
+                    if self._stopping:
+                        break
                     if failures == 1:
                         log.warning("worker %s: could not take its %s again (%s); retrying",
                                     self.worker_id, self.what, exc)
                     await asyncio.sleep(min(0.05 * 2**failures, _LONGEST_BACKOFF))
                     continue
+                if self._stopping:
+                    break
+                self._set(token)
                 if failures:
                     log.info("worker %s: %s taken again", self.worker_id, self.what)
                 failures = 0
@@ -113,7 +123,10 @@ class SignalHolder(ABC):
                 reason = "closed"
             except Exception as exc:  # noqa: BLE001 - lost: take it again
                 reason = f"{type(exc).__name__}: {exc}"
+            if self._stopping:
+                break
             self._set(None)
             log.warning("worker %s lost its %s (%s); taking it again", self.worker_id,
                         self.what, reason)
             await self._close_quietly()
+        await self._close_quietly()  # a take that finished after the stop closed things
