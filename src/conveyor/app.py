@@ -43,7 +43,10 @@ class PeriodicDecorator(Protocol):
 class Conveyor:
     """A Conveyor application. Nothing connects until first use.
 
-    >>> app = Conveyor("sqlite:///jobs.db")
+    `version=` is your application's version (default: `$CONVEYOR_APP_VERSION`); each
+    failed attempt records it, so a dead letter says which deploy failed.
+
+    >>> app = Conveyor("sqlite:///jobs.db", version="1.4.2")
     >>> @app.task(queue="emails")
     ... def send_welcome(user_id: int) -> None: ...
     """
@@ -56,6 +59,7 @@ class Conveyor:
         clock: Clock = system_clock,
         auto_migrate: bool = True,
         middleware: Sequence[Middleware] = (),
+        version: str | None = None,
     ) -> None:
         resolved = url or os.environ.get("CONVEYOR_URL")
         if not resolved:
@@ -65,6 +69,9 @@ class Conveyor:
             self.default_queue = valid.name("default_queue", default_queue)
         except InvalidJob as exc:
             raise ConfigurationError(str(exc)) from None
+        # The application's own version, recorded in every failed attempt (the dead
+        # letters say which deploy failed): `version=`, else $CONVEYOR_APP_VERSION.
+        self.version = _app_version(version)
         self.url = resolved
         self.clock = clock
         self.auto_migrate = auto_migrate
@@ -337,6 +344,17 @@ class Conveyor:
             backend = self._sync_backend
             self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend
+
+
+def _app_version(given: str | None) -> str:
+    value = given if given is not None else os.environ.get("CONVEYOR_APP_VERSION", "")
+    if value == "":
+        return ""
+    try:
+        return valid.name("version", value)
+    except InvalidJob as exc:
+        source = "version=" if given is not None else "$CONVEYOR_APP_VERSION"
+        raise ConfigurationError(f"{source}: {exc}") from None
 
 
 async def _close_loop_backend(

@@ -37,7 +37,12 @@ def to_datetime(epoch: float | None) -> datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class AttemptError:
-    """One failed attempt, as kept in the job's history and in the dead-letter queue."""
+    """One failed attempt, as kept in the job's history and in the dead-letter queue.
+
+    `version` is Conveyor's; `app_version` the application's own, as the worker that
+    ran the attempt was given it (`Conveyor(version=...)` or `$CONVEYOR_APP_VERSION`):
+    which deploy failed. Records written before it existed read as "".
+    """
 
     attempt: int
     at: float  # epoch seconds, UTC
@@ -47,6 +52,7 @@ class AttemptError:
     worker_id: str = ""
     host: str = ""
     version: str = ""
+    app_version: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +64,7 @@ class AttemptError:
             "worker_id": self.worker_id,
             "host": self.host,
             "version": self.version,
+            "app_version": self.app_version,
         }
 
     @classmethod
@@ -71,6 +78,7 @@ class AttemptError:
             worker_id=str(data.get("worker_id", "")),
             host=str(data.get("host", "")),
             version=str(data.get("version", "")),
+            app_version=str(data.get("app_version", "")),
         )
 
 

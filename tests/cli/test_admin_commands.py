@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 from cli_harness import Cli, wait_until
@@ -116,6 +117,19 @@ def test_stats_and_queue_pause(cli: Cli) -> None:
     assert by_queue["default"][9].endswith(("ms", "s"))  # an age, not "-"
     cli("queue", "resume", "emails").ok()
     assert "emails   no" in cli("stats").ok().out
+
+
+def test_dead_letters_show_the_app_version_of_the_worker_that_failed(
+    cli: Cli, inspector: Conveyor
+) -> None:
+    cli.env["CONVEYOR_APP_VERSION"] = "1.4.2"  # the worker's deploy
+    [dead_id] = make_dead(cli, inspector, "twelve")
+    [listed] = rows(cli("dead", "list").ok().out)
+    assert listed[0] == dead_id and listed[-2:] == ["1.4.2", listed[-1]]
+    assert listed[-1].startswith("ValueError:")
+    shown = cli("jobs", "show", dead_id).ok().out
+    assert re.search(r"attempt 1 at .* worker .* app 1\.4\.2, conveyor \S+\n", shown), shown
+    assert cli.job(dead_id)["errors"][0]["app_version"] == "1.4.2"
 
 
 def test_dead_list_redrive_dry_run_then_redrive(cli: Cli, inspector: Conveyor) -> None:

@@ -47,7 +47,8 @@ async def kill(app: Conveyor, queue: str, error_type: str, message: str) -> list
         Settlement(j.id, j.lease_token, JobState.DEAD,
                    error=AttemptError(j.attempt, app.clock(), error_type, message,
                                       traceback=f'Traceback (most recent call last):\n  File "tasks.py", line 9\n{error_type}: {message}\n',
-                                      worker_id="test-worker", host="h1", version="0.1.0"))
+                                      worker_id="test-worker", host="h1", version="0.1.0",
+                                      app_version="1.4.2"))
         for j in jobs])
     return [j.id for j in jobs]
 

@@ -83,6 +83,7 @@ def test_job_detail_shows_arguments_attempts_and_tracebacks(
     assert "&#34;bounce@example.org&#34;" in html  # escaped JSON arguments
     assert "attempt 1 failed, dead: <strong>SMTPError: mailbox full</strong>" in html
     assert "SMTPError: mailbox full\n</pre>" in html  # the traceback
+    assert "· h1 · app 1.4.2 · conveyor 0.1.0</span>" in html  # which deploy failed
     assert 'id="action-retry"' in html and 'id="action-delete"' in html
     assert 'id="action-cancel"' not in html
     assert client.get(job_url("no-such-job")).status_code == 404

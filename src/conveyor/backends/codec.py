@@ -192,7 +192,7 @@ def _errors(raw: Any) -> tuple[AttemptError, ...]:
             bad.append(f"item {i} is not an error record ({excerpt(item)})")
             continue
         texts = (error.type, error.message, error.traceback, error.worker_id, error.host,
-                 error.version)
+                 error.version, error.app_version)
         if not all(_is_clean(t) for t in texts):  # lone surrogates from JSON escapes
             error = AttemptError(error.attempt, error.at, *map(readable_text, texts))
         errors.append(error)

@@ -110,10 +110,12 @@ def _dead_filter(args: argparse.Namespace) -> JobFilter:
 
 def _dead_table(jobs: list[Job]) -> str:
     rows: list[list[object]] = [
-        [j.id, j.task, j.queue, j.attempt, render.relative(j.finished_at), render.last_error(j)]
+        [j.id, j.task, j.queue, j.attempt, render.relative(j.finished_at),
+         render.failed_app_version(j), render.last_error(j)]
         for j in jobs
     ]
-    return render.table(["ID", "TASK", "QUEUE", "ATTEMPTS", "DIED", "LAST ERROR"], rows)
+    return render.table(["ID", "TASK", "QUEUE", "ATTEMPTS", "DIED", "APP VERSION", "LAST ERROR"],
+                        rows)
 
 
 async def dead_list_command(app: Conveyor, args: argparse.Namespace) -> int:

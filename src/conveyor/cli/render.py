@@ -81,6 +81,11 @@ def last_error(job: Job) -> str:
     return f"{err.type}: {err.message}"
 
 
+def failed_app_version(job: Job) -> str:
+    """The application version that ran the last failed attempt: which deploy failed."""
+    return (job.errors[-1].app_version if job.errors else "") or NONE
+
+
 def state_of(job: Job) -> str:
     return job.state.value + (" (corrupt)" if job.corrupt is not None else "")
 
@@ -163,6 +168,7 @@ def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
     for err in job.errors:
         where = ", ".join(p for p in (err.host and f"on {err.host}",
                                      err.worker_id and f"worker {err.worker_id}",
+                                     err.app_version and f"app {err.app_version}",
                                      err.version and f"conveyor {err.version}") if p)
         lines.append(f"  attempt {err.attempt} at {timestamp(err.at)} {where}".rstrip())
         lines.append(f"    {err.type}: {err.message}")

@@ -183,6 +183,7 @@ class JobExecutor:
             worker_id=self.worker_id,
             host=HOST,
             version=__version__,
+            app_version=self.app.version,
         )
 
     def _failed(

@@ -331,7 +331,8 @@ class Supervisor:
     async def _release_once(self, child: _Child, charge: bool, how: str) -> list[str]:
         return await release_worker_jobs(
             await self.app.backend(), child.worker_id, self.app.clock(), charge=charge,
-            message=f"pool child {child.pid} running this job died ({how})")
+            message=f"pool child {child.pid} running this job died ({how})",
+            app_version=self.app.version)  # the child ran this app's code
 
 
 def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig) -> ExitStatus:

@@ -31,12 +31,15 @@ def host_of(worker_id: str | None) -> str:
     return host if sep else ""
 
 
-def lost_attempt(held: HeldLease, now: float, error_type: str, message: str) -> Settlement:
+def lost_attempt(held: HeldLease, now: float, error_type: str, message: str,
+                 app_version: str = "") -> Settlement:
     """The outcome of an attempt whose worker is gone: back to work, or dead when it
-    was the job's last attempt."""
+    was the job's last attempt. `app_version` only from a rescuer that knows the lost
+    worker ran its own code (a pool supervisor for its child); a lease-expiry rescuer
+    cannot tell which deploy the lost worker ran, and records none."""
     error = AttemptError(attempt=held.attempt, at=now, type=error_type, message=message,
                          worker_id=held.worker_id or "", host=host_of(held.worker_id),
-                         version=__version__)
+                         version=__version__, app_version=app_version)
     state = JobState.DEAD if held.attempt >= held.max_attempts else JobState.AVAILABLE
     return Settlement(held.job_id, held.token, state, error=error)
 
@@ -57,14 +60,14 @@ async def rescue_expired(backend: JobLifecycle, now: float) -> list[str]:
 
 
 async def release_worker_jobs(backend: JobLifecycle, worker_id: str, now: float, *,
-                              charge: bool, message: str) -> list[str]:
+                              charge: bool, message: str, app_version: str = "") -> list[str]:
     """Settle every job `worker_id` still holds: it is known to be dead. With
     `charge`, a `WorkerLost` attempt (a crash); without, returned unused."""
 
     def lost(held: HeldLease) -> Settlement:
         if not charge:
             return returned(held)
-        return lost_attempt(held, now, WorkerLost.__name__, message)
+        return lost_attempt(held, now, WorkerLost.__name__, message, app_version)
 
     return await _settle_all(backend, LeaseQuery(worker_ids=(worker_id,), limit=PAGE), lost)
 

@@ -51,12 +51,13 @@ class ExitStatus(IntEnum):
     COLD = 3  # grace period over or second signal: running jobs were returned
 
 
-def corrupt_outcome(job: Job, now: float, worker_id: str) -> Settlement:
+def corrupt_outcome(job: Job, now: float, worker_id: str, app_version: str = "") -> Settlement:
     """Dead at once, with a CorruptJob error naming the fields that could not be read."""
     error = AttemptError(
         attempt=job.attempt, at=now, type=CorruptJob.__name__,
         message=f"the stored job cannot be read: {job.corrupt}"[:4000],
-        worker_id=worker_id, host=socket.gethostname(), version=__version__)
+        worker_id=worker_id, host=socket.gethostname(), version=__version__,
+        app_version=app_version)
     return Settlement(job.id, job.lease_token, JobState.DEAD, error=error)
 
 
@@ -365,7 +366,8 @@ class Worker:
         log.error("job %s (%s) cannot be read, so it is not run and ends dead: %s",
                   job.id, job.task, job.corrupt)
         self._unsettled[job.id] = Lease(job.id, job.lease_token)
-        self._completer.add(corrupt_outcome(job, self.app.clock(), self.id))
+        self._completer.add(corrupt_outcome(job, self.app.clock(), self.id,
+                                             self.app.version))
 
     def _on_settled(self, batch: list[Settlement], stale: list[str]) -> None:
         stale_ids = set(stale)
