@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import threading
 import weakref
@@ -17,6 +18,7 @@ from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
 from . import validation as valid
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles
+from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
@@ -117,6 +119,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
+        idempotency_key: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
@@ -131,6 +134,11 @@ class Conveyor:
         can clean up; past `hard_time_limit=` the handler is stopped and the attempt
         fails with `HardTimeLimitExceeded` (see `docs/pool.md` for how sync handlers
         are stopped). Both retry or dead-letter by the task's policy.
+
+        `idempotency_key=` is a template over the task's arguments
+        (`"charge:{order_id}"`), rendered at enqueue and stored with the job:
+        `current_job().idempotency_key`, the same on every attempt and after a
+        redrive, to pass to providers (see docs/resilience.md). Default: the job id.
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -153,6 +161,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
+        idempotency_key: str | None = None,
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -177,6 +186,11 @@ class Conveyor:
             raise ConfigurationError(
                 f"task {task_name}: hard_time_limit ({hard_s:g}s) must be longer than "
                 f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up")
+        try:
+            key_template = (None if idempotency_key is None
+                            else KeyTemplate(idempotency_key, inspect.signature(fn)))
+        except ValueError as exc:
+            raise ConfigurationError(f"task {task_name}: {exc}") from None
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -191,6 +205,7 @@ class Conveyor:
                 retry_on=tuple(retry_on) if retry_on is not None else None,
                 dead_on=tuple(dead_on),
             ),
+            idempotency_key=key_template,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)
         self.tasks[task_name] = task

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import validation as valid
 from .errors import ArgumentValidationError, InvalidJob, SerializationError
+from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
 from .timeutil import Duration
@@ -127,6 +128,7 @@ class TaskDefaults:
     timeout: float | None = None  # the soft time limit (seconds); a job may override it
     hard_time_limit: float | None = None
     retry: RetryPolicy = RetryPolicy()
+    idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
 
 
 class Task(Generic[P, R]):
@@ -218,7 +220,8 @@ class BoundTask(Generic[P, R]):
             unique_key=opts.unique_key,
             unique_for=opts.unique_for,
             timeout=opts.timeout if opts.timeout is not None else d.timeout,
-            meta=dict(opts.meta),
+            meta=(dict(opts.meta) if d.idempotency_key is None else
+                  {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)}),
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
