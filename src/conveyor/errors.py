@@ -98,3 +98,11 @@ class CorruptPayload(CorruptJob):
 
 class StaleLease(ConveyorError):
     """A write carried a fencing token that is no longer the job's: a newer attempt owns it."""
+
+
+class OnceWindowTooShort(ConfigurationError, ValueError):
+    """`current_job().once(key, ttl=...)` with a `ttl` shorter than the job can still
+    run again (its worst-case retry window plus the dead-letter retention, during
+    which a redrive runs it anew): once the record expired, that later run would
+    repeat the effect. Raised before anything is claimed; dead at once (a ValueError:
+    the same call fails the same way every time)."""

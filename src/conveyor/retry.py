@@ -35,6 +35,21 @@ class RetryPolicy:
         ceiling = min(self.cap, self.base * (2 ** min(attempt, 62)))
         return (rng or random).uniform(0.0, ceiling)
 
+    def worst_case_window(self, max_attempts: int) -> float:
+        """The longest a job can spend waiting between its first attempt and its last
+        (each of its `max_attempts - 1` backoffs at its ceiling): how long something
+        keyed to the job must be remembered for a retry to still find it. A
+        `Retry(after=)` longer than the backoff is the handler's own to account for.
+
+        >>> RetryPolicy(base=1.0, cap=600.0).worst_case_window(5)  # 2 + 4 + 8 + 16
+        30.0
+        """
+        ceilings = [min(self.cap, self.base * 2 ** attempt)
+                    for attempt in range(1, min(max_attempts, 63))]
+        # From attempt 62 on the ceiling no longer grows (see backoff).
+        beyond = max(0, max_attempts - 63) * min(self.cap, self.base * 2 ** 62)
+        return float(sum(ceilings) + beyond)
+
     def is_transient(self, error: BaseException) -> bool:
         """True if `error` deserves another attempt (attempts permitting)."""
         if isinstance(error, (Cancel, CorruptJob)):  # whatever the policy says

@@ -377,6 +377,21 @@ class CompleteInTransaction(Protocol):
 
 
 @runtime_checkable
+class RecordsInTransaction(Protocol):
+    """`compare_and_set_record` on the caller's own connection, inside its transaction:
+    the write commits or rolls back with it (PostgreSQL). What `once()` marks done
+    with inside `current_job().transaction()`."""
+
+    async def compare_and_set_record_in(self, connection: Any, namespace: str, key: str,
+                                        expected: str | None, value: str,
+                                        ttl: float | None = None) -> bool: ...
+
+    def compare_and_set_record_in_sync(self, connection: Any, namespace: str, key: str,
+                                       expected: str | None, value: str,
+                                       ttl: float | None = None) -> bool: ...
+
+
+@runtime_checkable
 class BlockingEnqueue(Protocol):
     """Enqueue from the caller's own thread without an event loop: the sync facade
     (Django, Flask, scripts) then skips two thread hops (SQLite, PostgreSQL, Redis)."""

@@ -101,6 +101,7 @@ class JobExecutor:
             # Often a deploy in progress: a newer producer than this worker. Retry.
             return self._failed(job, exc, _DEFAULT_POLICY, tb="", force_retry=True)
         policy = task.defaults.retry
+        ctx.retry_policy = policy  # once() sizes its records by it
         try:
             args, kwargs = decode_payload(job)
             try:

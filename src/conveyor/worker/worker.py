@@ -315,7 +315,8 @@ class Worker:
         if job.corrupt is not None:
             self._settle_corrupt(job)
             return
-        ctx = JobContext(job, self._backend, asyncio.get_running_loop(), self.id)
+        ctx = JobContext(job, self._backend, asyncio.get_running_loop(), self.id,
+                         retention=self.config.dead_retention)
         self._unsettled[job.id] = ctx.lease
         task = asyncio.create_task(self._run_one(job, ctx), name=f"job:{job.id}")
         self._running[job.id] = _Running(job, ctx, task)

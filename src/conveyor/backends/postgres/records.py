@@ -71,6 +71,27 @@ class PostgresRecords:
             namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)))
         return row is not None
 
+    async def compare_and_set_record_in(self, connection: AsyncConn, namespace: str, key: str,
+                                        expected: str | None, value: str,
+                                        ttl: float | None = None) -> bool:
+        """On the caller's connection, in its transaction (RecordsInTransaction)."""
+        query, params = self._compare_and_set(namespace, key, expected, value, ttl)
+        return await (await connection.execute(query, params)).fetchone() is not None
+
+    def compare_and_set_record_in_sync(self, connection: psycopg.Connection[Any], namespace: str,
+                                       key: str, expected: str | None, value: str,
+                                       ttl: float | None = None) -> bool:
+        query, params = self._compare_and_set(namespace, key, expected, value, ttl)
+        return connection.execute(query, params).fetchone() is not None
+
+    def _compare_and_set(self, namespace: str, key: str, expected: str | None, value: str,
+                         ttl: float | None) -> tuple[str, dict[str, Any]]:
+        now = self.clock()
+        params = self._params(namespace, key, value=value, expected=expected, now=now,
+                              expires_at=expiry(now, ttl))
+        # Absent expected: the key is taken only if free, as put_record_if_absent does.
+        return self.q["put_record_if_absent" if expected is None else "compare_and_set_record"], params
+
     async def incr_record(self, namespace: str, key: str, amount: int = 1,
                           ttl: float | None = None) -> int:
         now = self.clock()
