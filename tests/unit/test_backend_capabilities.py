@@ -10,15 +10,18 @@ from conveyor.backends.base import (
     Backend,
     BlockingEnqueue,
     CompleteInTransaction,
+    RecordsInTransaction,
     TransactionalEnqueue,
 )
 
-CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue)
+CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, RecordsInTransaction,
+                BlockingEnqueue)
 
 
 @pytest.mark.parametrize(("url", "expected"), [
     ("sqlite:///unused.db", {BlockingEnqueue}),
-    ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction, BlockingEnqueue}),
+    ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction,
+                                     RecordsInTransaction, BlockingEnqueue}),
     ("redis://localhost:6379/0", {BlockingEnqueue}),
 ])
 def test_each_backend_declares_what_it_can_do(url: str, expected: set[type]) -> None:
