@@ -1,5 +1,7 @@
-"""Framework integrations: `conveyor.contrib.django`, `.flask`, `.fastapi`.
+"""Framework integrations: `conveyor.contrib.django`, `.flask`, `.fastapi`; and
+`conveyor.contrib.http`, what an HTTP call's outcome means for the job.
 
-Each needs its framework (`pip install 'conveyor[django]'`, `[flask]`, `[fastapi]`);
-the core never imports them.
+Each integration needs its framework (`pip install 'conveyor[django]'`, `[flask]`,
+`[fastapi]`); `http` reads whichever of httpx and requests is installed. The core
+never imports them.
 """
