@@ -40,6 +40,20 @@ def test_periodic(tmp_path: Path) -> None:
     ]
 
 
+def test_payments_checkout(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(EXAMPLES / "payments" / "checkout.py"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "order 42: paid with ch_1 after 2 attempts (attempt 1 ended Retry, Retry-After 1s, "
+        "app 1.4.2)",
+        "provider: 1 charge request(s), 1 charge, key charge:42",
+        "mailer: 2 request(s), 1 receipt sent",
+        "late write from fence 1: 0 row(s) changed",
+        "orders: [(42, 'paid', 'ch_1', 2)]",
+    ]
+
+
 def _run_example(args: list[str], tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}",
            "DJANGO_DB": str(tmp_path / "django.db")}
