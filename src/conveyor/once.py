@@ -144,8 +144,8 @@ class OnceStore:
 
     async def mark_done(self, claim: Claimed, done: str, ttl: float) -> None:
         """Turn our claim into `done`. If the claim expired while the effect ran, the
-        key is taken again if free; if another attempt claimed it meanwhile, that one
-        runs the effect too, which is said loudly: the claim's lease was too short."""
+        key is taken again if free; if another attempt took it meanwhile, that one runs
+        (or ran) the effect too, which is said loudly: the claim's lease was too short."""
         records = self.records
         if await records.compare_and_set_record(ONCE_NAMESPACE, claim.key, claim.text, done,
                                                 ttl=ttl):
@@ -153,16 +153,14 @@ class OnceStore:
         for _ in range(_CLAIM_TRIES):
             current = await records.get_record(ONCE_NAMESPACE, claim.key)
             state = None if current is None else _parse(claim.key, current).get("state")
-            if state == "done":
-                return
             if state is None or state == "released":
                 if await records.compare_and_set_record(ONCE_NAMESPACE, claim.key, current,
                                                         done, ttl=ttl):
                     return
                 continue
-            break
+            break  # claimed or done by another attempt: it kept the key
         log.warning("once(%r): the claim of job %s expired before the effect returned and "
-                    "another attempt claimed the key, so the effect may run twice; give "
+                    "another attempt took the key, so the effect ran twice or may; give "
                     "once() a lease longer than the effect can take", claim.key, self.job_id)
 
     async def release(self, claim: Claimed, lease: float) -> None:

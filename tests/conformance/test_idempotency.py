@@ -255,3 +255,63 @@ async def test_two_jobs_with_one_key_under_a_worker_run_the_effect_once(live_app
     assert {j.result_value for j in jobs.values()} == {"ch_9"}
     assert all(j.state is JobState.COMPLETED and j.attempt == 1 and not j.errors
                for j in jobs.values())
+
+
+async def test_once_whose_claim_expired_during_the_effect_still_marks_a_free_key_done(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
+    first, second = await _two_attempts(app, backend, clock)
+
+    async def slow() -> str:
+        clock.advance(3)  # longer than the claim's lease; nobody took the key meanwhile
+        return "ok"
+
+    started = clock.now
+    assert await first.once("k", slow, lease=2) == "ok"
+    assert await second.once("k", slow, lease=2) == "ok"  # done: not run again
+    assert clock.now == started + 3  # the effect ran once
+    record = await backend.get_record(ONCE_NAMESPACE, "k")
+    assert record is not None and '"state":"done"' in record
+
+
+async def test_once_whose_claim_was_taken_during_the_effect_says_so_and_leaves_the_other(
+    app: Conveyor, backend: Backend, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = await _two_attempts(app, backend, clock)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await finish.wait()
+        return "slow"
+
+    async def fast() -> str:
+        return "fast"
+
+    running = asyncio.create_task(first.once("k", slow, lease=2))
+    await started.wait()
+    clock.advance(3)  # the first claim expires: the other attempt takes the key and finishes
+    assert await second.once("k", fast, lease=2) == "fast"
+    finish.set()
+    assert await running == "slow"  # its effect happened; the stored one stays the other's
+    assert "another attempt took the key, so the effect ran twice" in caplog.text
+    assert await second.once("k", fast) == "fast"
+
+
+async def test_once_twice_at_a_time_with_one_key_in_one_attempt_is_refused(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
+    first, _ = await _two_attempts(app, backend, clock)
+    gate = asyncio.Event()
+
+    async def wait() -> None:
+        await gate.wait()
+
+    running = asyncio.create_task(first.once("k", wait))
+    while await backend.get_record(ONCE_NAMESPACE, "k") is None:
+        await asyncio.sleep(0.01)
+    with pytest.raises(RuntimeError, match="already running in this attempt"):
+        await first.once("k", wait)
+    gate.set()
+    await running
