@@ -65,6 +65,8 @@ def checked_ttl(key: str, ttl: float | None, policy: RetryPolicy, max_attempts: 
     needed = window + retention
     if ttl is None:
         return needed
+    if not math.isfinite(ttl):  # checked now: the mark comes after the effect
+        raise ValueError(f"once({key!r}): ttl must be a finite duration, got {ttl!r}")
     if ttl < needed:
         raise OnceWindowTooShort(
             f"once({key!r}, ttl={_shown(ttl)}): the job may still run again after that: its "
@@ -164,10 +166,16 @@ class OnceStore:
                     "once() a lease longer than the effect can take", claim.key, self.job_id)
 
     async def release(self, claim: Claimed, lease: float) -> None:
-        """Free the key after the effect raised, if our claim is still there."""
+        """Free the key after the effect raised, if our claim is still there. A release
+        that fails is only logged: the claim then frees itself after its lease, and the
+        effect's own error is the one to report."""
         released = _encode({"state": "released", "job": self.job_id, "fence": self.fence})
-        await self.records.compare_and_set_record(ONCE_NAMESPACE, claim.key, claim.text,
-                                                  released, ttl=lease)
+        try:
+            await self.records.compare_and_set_record(ONCE_NAMESPACE, claim.key, claim.text,
+                                                      released, ttl=lease)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("once(%r): could not free the key (%s); it frees itself in %gs",
+                        claim.key, exc, lease)
 
     def _claim_text(self, lease: float) -> str:
         return _encode({"state": "claimed", "job": self.job_id, "fence": self.fence,

@@ -210,7 +210,7 @@ async def test_once_refuses_a_ttl_shorter_than_the_job_may_still_run_and_default
     assert await second.once("k", effect) == "ok" and effects == ["ran", "ran"]
 
 
-async def test_once_refuses_a_key_it_cannot_store(
+async def test_once_refuses_a_key_lease_or_ttl_it_cannot_store_before_the_effect(
     app: Conveyor, backend: Backend, clock: ManualClock
 ) -> None:
     first, _ = await _two_attempts(app, backend, clock)
@@ -221,6 +221,12 @@ async def test_once_refuses_a_key_it_cannot_store(
     for bad in ("", "a\nb", "x" * 256):
         with pytest.raises(ValueError, match="once"):
             await first.once(bad, effect)
+    for lease in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="lease must be a positive duration"):
+            await first.once("k", effect, lease=lease)
+    with pytest.raises(ValueError, match="ttl must be a finite duration"):
+        await first.once("k", effect, ttl=float("inf"))
+    assert await backend.list_records(ONCE_NAMESPACE) == {}
 
 
 # --- once under a real worker ----------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -202,7 +203,7 @@ class JobContext:
                    lease: Duration) -> tuple[str, float, float]:
         key = once_key(key)
         lease_s = to_seconds(lease)
-        if not lease_s > 0:
+        if not 0 < lease_s < math.inf:
             raise ValueError(f"once({key!r}): lease must be a positive duration, got {lease!r}")
         ttl_s = checked_ttl(key, None if ttl is None else to_seconds(ttl), self.retry_policy,
                             self.job.max_attempts, self.retention)
