@@ -184,7 +184,9 @@ def test_paced_redrive_from_the_dashboard_on_every_backend(any_app: Conveyor) ->
                         r.status is RunStatus.DONE and r, "the run to finish")
         assert (done.redriven, done.succeeded, done.failed, done.by, done.via) == (
             3, 3, 0, "local:127.0.0.1", "dashboard")
-        entries = [(e.action, e.count) for e in app.jobs.audit(limit=2)]
+        # The run's record says done first, its audit entry follows (redrive_driver._save).
+        entries = wait_for(lambda: (found := [(e.action, e.count) for e in app.jobs.audit(limit=2)])
+                           and found[0][0] != "redrive run started" and found, "the run's end")
         assert entries == [("redrive run done", 3), ("redrive run started", 0)]
         assert [e.action for e in app.jobs.actions_on(ids["dead_key"][0])] == [
             "redrive run started"]
