@@ -73,7 +73,10 @@ class SqliteStore:
         try:
             yield self.conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # Some errors (SQLITE_FULL, an I/O error) end the transaction themselves; a
+            # ROLLBACK then would hide the error that tells the user what happened.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
