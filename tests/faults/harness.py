@@ -53,14 +53,15 @@ class WorkerGroup:
 
     def __init__(self, url: str, runs_log: Path, log_path: Path, *args: str,
                  env: dict[str, str] | None = None, via_script: bool = False,
-                 app: str = "faults_app:app", cwd: Path = HERE) -> None:
+                 app: str = "faults_app:app", cwd: Path = HERE,
+                 launcher: list[str] | None = None) -> None:
         full_env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
                     "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                     **(env or {})}
         if via_script or not cli_available():
             command = [sys.executable, str(HERE / "run_worker.py"), app, *args]
         else:
-            command = [sys.executable, "-m", "conveyor", "worker", app, *args]
+            command = [*(launcher or [sys.executable, "-m", "conveyor"]), "worker", app, *args]
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(command, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,

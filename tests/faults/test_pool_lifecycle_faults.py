@@ -14,6 +14,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.job import JobState
 from harness import (
+    HERE,
     Row,
     Runs,
     WorkerGroup,
@@ -146,3 +147,27 @@ def test_sigterm_to_the_group_while_children_start_drains_cleanly(
         raise AssertionError("the pool did not stop:\n" + pool.output()[-6000:]) from None
     assert status == 0, pool.output()[-3000:]
     assert "killed by SIGTERM" not in pool.output()
+
+
+def test_sigterm_while_the_supervisor_starts_a_child_stops_the_pool(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    # While it starts a child the supervisor masks SIGTERM in its main thread, so a
+    # signal sent then goes to another of its threads. When the supervisor also set the
+    # signals to ignored for the start, that thread dropped it and the pool never
+    # stopped (seen in CI after a runaway's child was replaced). Each start here lasts
+    # a second longer (slow_start_pool.py), and SIGTERM lands inside the second one.
+    marker = tmp_path / "starts"
+    launcher = [sys.executable, str(HERE / "slow_start_pool.py"), str(marker)]
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1", launcher=launcher)
+    poll(lambda: marker.exists() and len(marker.read_text().split()) >= 2, 30,
+         "the second child's start")
+    pool.signal(signal.SIGTERM)
+    try:
+        status = pool.wait(30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the pool did not stop:\n" + pool.output()[-6000:]) from None
+    assert status == 0, pool.output()[-3000:]
+    output = pool.output()
+    assert output.count("SIGTERM received") == 1
+    assert "killed by SIGTERM" not in output

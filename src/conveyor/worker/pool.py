@@ -40,6 +40,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -158,18 +159,18 @@ class Supervisor:
                   self.pool.metrics),
         )
         # A group-wide SIGTERM/SIGINT during a child's start must neither kill it nor
-        # count twice. The spawn start resets the child's signal mask but keeps ignored
-        # dispositions across exec, so the child starts with both ignored (it takes
-        # orders over its pipe). Here they are blocked meanwhile: on Linux a blocked
-        # signal stays pending even while ignored, so the supervisor's own handler
-        # still gets it once restored, not lost.
+        # be lost. The child inherits this thread's signal mask across exec, so it boots
+        # with both blocked and pending until child_main ignores them (it takes orders
+        # over its pipe). Only the mask changes here, never the dispositions: a signal
+        # sent meanwhile goes to another thread of this process, whose handler still
+        # wakes the loop (set to ignored, it was dropped and the pool never stopped).
+        # The spawn start launches multiprocessing's resource tracker on first use and
+        # then unblocks both signals; started beforehand, it leaves the mask alone.
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
         try:
             process.start()
         finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()  # the child holds the only other end: EOF tells it we are gone
         child = _Child(slot, worker_id, process, ours, time.monotonic())
