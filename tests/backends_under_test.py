@@ -1,10 +1,13 @@
 """Every backend the conformance suite runs against, by name.
 
 Each entry makes a URL for one isolated test: a temp SQLite file, a fresh
-PostgreSQL schema, a random Redis key prefix. A backend joins the suite by
-adding one entry here; the suite itself never changes per backend. A backend
-whose isolation leaves something behind (Redis keys) also adds a cleanup, run
-after each test with the same URL.
+PostgreSQL schema, a random Redis key prefix, a memory store of its own. A
+backend joins the suite by adding one entry here; the suite itself never changes
+per backend. A backend whose isolation leaves something behind (Redis keys, a
+memory store) also adds a cleanup, run after each test with the same URL.
+
+`SHARED_BACKENDS` are those several processes can share: the suites that start
+real worker processes (acceptance, faults, the CLI's worker modes) run on those.
 """
 
 from __future__ import annotations
@@ -98,13 +101,27 @@ async def drop_redis_prefix(url: str) -> None:
         await backend.close()
 
 
-BACKENDS: dict[str, IsolatedUrl] = {
+async def memory_url(tmp_path: Path) -> str:
+    """A store of its own, in this process only."""
+    return f"memory://test-{uuid.uuid4().hex[:12]}"
+
+
+async def drop_memory_store(url: str) -> None:
+    from conveyor.backends.memory.backend import drop_store
+
+    drop_store(url)
+
+
+SHARED_BACKENDS: dict[str, IsolatedUrl] = {
     "sqlite": sqlite_url,
     "postgres": postgres_url,
     "redis": redis_url,
 }
 
+BACKENDS: dict[str, IsolatedUrl] = {**SHARED_BACKENDS, "memory": memory_url}
+
 CLEANUPS: dict[str, Cleanup] = {
     "postgres": drop_postgres_schema,
     "redis": drop_redis_prefix,
+    "memory": drop_memory_store,
 }

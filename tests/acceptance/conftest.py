@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from acceptance_support import Runs, WorkerProcess
-from backends_under_test import BACKENDS, CLEANUPS
+from backends_under_test import SHARED_BACKENDS, CLEANUPS
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=sorted(SHARED_BACKENDS))
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An isolated backend URL per test, cleaned up afterwards, for every backend."""
-    made = asyncio.run(BACKENDS[request.param](tmp_path))
+    """An isolated backend URL per test, cleaned up afterwards, for every backend that
+    worker processes can share."""
+    made = asyncio.run(SHARED_BACKENDS[request.param](tmp_path))
     yield made
     cleanup = CLEANUPS.get(request.param)
     if cleanup is not None:

@@ -118,3 +118,18 @@ def test_a_missing_command_lists_the_commands(cli: Cli) -> None:
     assert re.findall(r"^    (\w+)", group.out, flags=re.M) == [
         "list", "show", "cancel", "retry", "delete"]
     assert group.out.startswith("usage: conveyor jobs [-h] VERB ...")
+
+
+@pytest.mark.parametrize("args", [("worker", "example_app:app"),
+                                  ("worker", "example_app:app", "-p", "2"),
+                                  ("scheduler", "example_app:app"),
+                                  ("jobs", "list", "--app", "example_app:app"),
+                                  ("stats", "--url", "memory://tests")],
+                         ids=" ".join)
+def test_a_memory_backend_is_refused_by_every_command(cli: Cli, args: tuple[str, ...]) -> None:
+    """A command is a process of its own: a memory:// store there would be a new,
+    empty one, and a worker on it would wait for jobs that never come."""
+    env = {**cli.env, "CONVEYOR_URL": "memory://tests"}
+    assert_one_line_error(cli(*args, env=env), USAGE,
+                          "memory://tests: a memory:// backend lives inside one process",
+                          "use sqlite:///jobs.db, postgresql:// or redis://")

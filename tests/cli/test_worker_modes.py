@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from backends_under_test import BACKENDS, CLEANUPS
+from backends_under_test import SHARED_BACKENDS, CLEANUPS
 from cli_harness import HERE, wait_until
 from conveyor import Conveyor
 from conveyor.admin import make_filter
 from conveyor.job import JobState
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=sorted(SHARED_BACKENDS))
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     name = str(request.param)
-    made = asyncio.run(BACKENDS[name](tmp_path))
+    made = asyncio.run(SHARED_BACKENDS[name](tmp_path))
     yield made
     cleanup = CLEANUPS.get(name)
     if cleanup is not None:

@@ -1,13 +1,14 @@
 """Write into one stored field of a job behind Conveyor's back, as another program, a
 manual edit or a damaged store could: raw SQL on SQLite and PostgreSQL, a raw HSET
-on Redis. The tests of corrupt jobs (test_corrupt_jobs.py, test_corrupt_fuzz.py)
+on Redis, a direct write into the row on memory. The tests of corrupt jobs (test_corrupt_jobs.py, test_corrupt_fuzz.py)
 use it to show that one bad job never touches another.
 
 Each store takes what its schema lets through: SQLite takes anything in any column
 (the writer also sets its CHECK constraints and the state trigger aside, as a tool
 editing the file would); PostgreSQL refuses what does not fit a column's type or
 constraint (`write` then returns False and nothing changed); Redis takes any bytes
-in any field. `None` removes the field (SQL NULL, HDEL).
+in any field, memory any value in any of its fields (it has no `seq` field: its
+order is its own). `None` removes the field (SQL NULL, HDEL, None).
 """
 
 from __future__ import annotations
@@ -152,6 +153,30 @@ class RedisRawStore:
         await self.client.aclose()
 
 
+class MemoryRawStore:
+    def __init__(self, url: str) -> None:
+        from conveyor.backends.memory.backend import store_for
+
+        self.store = store_for(url)
+
+    async def write(self, job_id: str, field: str, value: RawValue) -> bool:
+        from conveyor.backends.codec import COLUMNS
+
+        row = self.store.rows.get(job_id)
+        if row is None or field not in COLUMNS:
+            return False
+        with self.store.lock:
+            row[field] = value
+        return self.store.rewritten(job_id)  # filed again by what its fields now say
+
+    async def read(self, job_id: str, field: str) -> Any:
+        row = self.store.rows.get(job_id)
+        return None if row is None else row.get(field)
+
+    async def close(self) -> None:
+        pass
+
+
 def raw_store(backend_name: str, url: str) -> RawStore:
     scheme = urlsplit(url).scheme
     if backend_name == "sqlite" or scheme == "sqlite":
@@ -160,4 +185,6 @@ def raw_store(backend_name: str, url: str) -> RawStore:
         return PostgresRawStore(url)
     if backend_name == "redis" or scheme.startswith("redis"):
         return RedisRawStore(url)
+    if backend_name == "memory" or scheme == "memory":
+        return MemoryRawStore(url)
     raise LookupError(f"no raw writer for the {backend_name} backend")

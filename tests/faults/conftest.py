@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 import backends_under_test
-from backends_under_test import BACKENDS
+from backends_under_test import SHARED_BACKENDS
 from harness import TABLE, Runs, WorkerGroup, render_table
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=sorted(SHARED_BACKENDS))
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def url(backend: str, tmp_path: Path) -> Iterator[str]:
-    isolated = asyncio.run(BACKENDS[backend](tmp_path))
+    isolated = asyncio.run(SHARED_BACKENDS[backend](tmp_path))
     yield isolated
     cleanup = getattr(backends_under_test, "CLEANUPS", {}).get(backend)
     if cleanup is not None:  # a backend whose isolation leaves something behind

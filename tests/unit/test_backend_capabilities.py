@@ -23,6 +23,7 @@ CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, RecordsInTransactio
     ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction,
                                      RecordsInTransaction, BlockingEnqueue}),
     ("redis://localhost:6379/0", {BlockingEnqueue}),
+    ("memory://capabilities", {BlockingEnqueue}),
 ])
 def test_each_backend_declares_what_it_can_do(url: str, expected: set[type]) -> None:
     backend = backend_from_url(url)  # nothing connects before open()

@@ -17,7 +17,19 @@ _SCHEMES: dict[str, tuple[str, str, str | None]] = {
     "postgres": ("conveyor.backends.postgres.backend", "PostgresBackend", "postgres"),
     "redis": ("conveyor.backends.redis.backend", "RedisBackend", "redis"),
     "rediss": ("conveyor.backends.redis.backend", "RedisBackend", "redis"),
+    "memory": ("conveyor.backends.memory.backend", "MemoryBackend", None),
 }
+# Schemes whose store lives inside the process that made it (tests): no worker or
+# command in another process can reach it.
+IN_PROCESS_SCHEMES = frozenset({"memory"})
+IN_PROCESS_ONLY = ("a memory:// backend lives inside one process: workers, the scheduler and "
+                   "the command line in another process cannot see its jobs; use "
+                   "sqlite:///jobs.db, postgresql:// or redis:// to share jobs between processes")
+
+
+def in_process_only(url: str) -> bool:
+    """True for a URL no other process can reach (memory://)."""
+    return urlsplit(url).scheme.lower() in IN_PROCESS_SCHEMES
 
 
 def redact_url(url: str) -> str:
@@ -48,7 +60,7 @@ def backend_from_url(url: str, clock: Clock = system_clock) -> Backend:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(
             f"malformed backend URL {url!r}: expected e.g. sqlite:///jobs.db, "
-            "postgresql://user@host/db or redis://host:6379/0"
+            "postgresql://user@host/db, redis://host:6379/0 or memory:// (tests, one process)"
         )
     scheme = urlsplit(url).scheme.lower()
     if scheme not in _SCHEMES:

@@ -9,7 +9,7 @@ import os
 from ..app import Conveyor
 from ..backends import redact_url
 from .exits import USAGE, CliError
-from .loading import APP_PATH_HELP, load_app
+from .loading import APP_PATH_HELP, load_app, reachable
 from .logs import FORMATS, LEVELS
 from .parsing import Commands, positive_float, positive_int
 
@@ -86,4 +86,4 @@ def _target(args: argparse.Namespace) -> Conveyor:
     url = args.url or os.environ.get("CONVEYOR_URL")
     if not url:
         raise CliError("no backend given: pass MODULE:ATTR, --url URL, or set $CONVEYOR_URL")
-    return Conveyor(url)
+    return reachable(Conveyor(url))

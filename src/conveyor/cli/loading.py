@@ -6,10 +6,10 @@ import argparse
 import os
 
 from ..app import Conveyor
-from ..backends import redact_url
+from ..backends import IN_PROCESS_ONLY, in_process_only, redact_url
 from ..errors import BackendUnavailable, ConveyorError
-from ..loading import load_app
-from .exits import FAILURE, CliError
+from ..loading import load_app as load_app_of
+from .exits import FAILURE, USAGE, CliError
 
 __all__ = ["APP_PATH_HELP", "add_target_arguments", "app_from_arguments", "load_app",
            "open_backend"]
@@ -28,6 +28,19 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def load_app(path: str) -> Conveyor:
+    """The app at `path`, refused when its backend lives in another process only."""
+    return reachable(load_app_of(path))
+
+
+def reachable(app: Conveyor) -> Conveyor:
+    """Every command runs in a process of its own: a backend that lives inside one
+    process (memory://) would be a new, empty store here."""
+    if in_process_only(app.url):
+        raise CliError(f"{redact_url(app.url)}: {IN_PROCESS_ONLY}", USAGE)
+    return app
+
+
 def app_from_arguments(args: argparse.Namespace, *, need_tasks: bool = False) -> Conveyor:
     if args.app:
         return load_app(args.app)
@@ -37,7 +50,7 @@ def app_from_arguments(args: argparse.Namespace, *, need_tasks: bool = False) ->
     if not url:
         raise CliError("no backend given: pass --app module:attribute, --url URL, "
                        "or set $CONVEYOR_URL")
-    return Conveyor(url)  # a URL alone: no tasks, which admin commands do not need
+    return reachable(Conveyor(url))  # a URL alone: no tasks, which admin commands do not need
 
 
 async def open_backend(app: Conveyor) -> None:

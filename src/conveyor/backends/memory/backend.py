@@ -1,0 +1,193 @@
+"""`memory://name`: a backend inside this process, for tests.
+
+Every `MemoryBackend` of one URL in a process shares one store (the sync facade's
+loop and a test's loop see the same jobs, as two connections to one database
+would); `memory://` alone names the process's default store. A store lives until
+the process exits or `drop_store(url)`; a worker in another process cannot reach
+it (it would see an empty store of its own), so the command line refuses these
+URLs, and a store used again after a fork says so instead of splitting in two.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
+
+from ...errors import ConfigurationError
+from ...job import Job, JobState, NewJob
+from ...timeutil import Clock, system_clock
+from .. import IN_PROCESS_ONLY as ONE_PROCESS
+from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+                    QueueStats, Settlement)
+from . import inspect, liveness, records
+from .store import MemoryStore
+
+_stores: dict[str, MemoryStore] = {}
+_stores_lock = threading.Lock()
+
+
+def store_name(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "memory":
+        raise ConfigurationError(f"not a memory URL: {url!r}")
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigurationError(
+            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests ({ONE_PROCESS})")
+    return parts.netloc + parts.path
+
+
+def store_for(url: str) -> MemoryStore:
+    """The store of `url` in this process, made on first use."""
+    name = store_name(url)
+    with _stores_lock:
+        store = _stores.get(name)
+        if store is None:
+            store = _stores[name] = MemoryStore(name)
+    if store.pid != os.getpid():
+        raise ConfigurationError(
+            f"memory://{name} was made in process {store.pid} and is used in process "
+            f"{os.getpid()} (a fork): {ONE_PROCESS}")
+    return store
+
+
+def drop_store(url: str) -> None:
+    """Forget every job and record of `url` (the next use starts empty)."""
+    with _stores_lock:
+        _stores.pop(store_name(url), None)
+
+
+class MemoryBackend:
+    """The `Backend` protocol on a `MemoryStore`; each verb is one step under its lock."""
+
+    liveness_signal = liveness.SIGNAL
+
+    def __init__(self, url: str, clock: Clock = system_clock) -> None:
+        self.url = url
+        self.name = store_name(url)
+        self.clock = clock
+        self._wakeups_seen: int | None = None  # see Wakeups.wait
+
+    def __repr__(self) -> str:
+        return f"<MemoryBackend memory://{self.name}>"
+
+    @property
+    def store(self) -> MemoryStore:
+        return store_for(self.url)
+
+    async def open(self) -> None:
+        self.store  # made now, and a store inherited through a fork refused now
+
+    async def close(self) -> None:
+        pass  # the store outlives its backends, as a database outlives a connection
+
+    async def migrate(self) -> list[int]:
+        return []  # no schema
+
+    # --- producer -----------------------------------------------------------------
+    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return self.store.enqueue_jobs(jobs, self.clock())
+
+    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return self.store.enqueue_jobs(jobs, self.clock())
+
+    # --- worker -----------------------------------------------------------------------
+    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+        if request.limit <= 0:
+            return []
+        return self.store.fetch_jobs(request, self.clock())
+
+    async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+        return self.store.settle_jobs(settlements, self.clock())
+
+    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+        return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
+
+    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+        return self.store.checkpoint_job(lease, checkpoint, progress)
+
+    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+        self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
+
+    # --- maintenance ----------------------------------------------------------------
+    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+        return self.store.find_leases(query)
+
+    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+        return self.store.prune_jobs(completed_before, dead_before, self.clock())
+
+    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
+    async def hold_liveness(self, worker_id: str) -> liveness.InProcessHolder:
+        holder = liveness.InProcessHolder(self.store, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return liveness.dead_workers(self.store, candidates)
+
+    # --- admin ---------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> Job | None:
+        store = self.store
+        with store.lock:
+            return store.job(job_id)
+
+    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
+                        after: str | None = None) -> list[Job]:
+        return inspect.list_jobs(self.store, where, limit, offset, after)
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return inspect.count_jobs(self.store, where)
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return inspect.cancel_job(self.store, job_id, self.clock())
+
+    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+        return inspect.redrive_jobs(self.store, where, limit, dry_run, self.clock())
+
+    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        return inspect.delete_jobs(self.store, where, limit, dry_run)
+
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        return inspect.cancel_jobs(self.store, where, limit, dry_run, self.clock())
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return inspect.task_names(self.store, where)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return inspect.queue_stats(self.store, self.clock())
+
+    async def pause_queue(self, queue: str, paused: bool) -> None:
+        inspect.pause_queue(self.store, queue, paused)
+
+    # --- shared records -------------------------------------------------------------
+    async def get_record(self, namespace: str, key: str) -> str | None:
+        return records.get(self.store, namespace, key, self.clock())
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return records.list_all(self.store, namespace, self.clock())
+
+    async def put_record(self, namespace: str, key: str, value: str,
+                         ttl: float | None = None) -> None:
+        records.put(self.store, namespace, key, value, ttl, self.clock())
+
+    async def put_record_if_absent(self, namespace: str, key: str, value: str,
+                                   ttl: float | None = None) -> bool:
+        return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
+
+    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
+                                     value: str, ttl: float | None = None) -> bool:
+        return records.compare_and_set(self.store, namespace, key, expected, value, ttl,
+                                       self.clock())
+
+    async def incr_record(self, namespace: str, key: str, amount: int = 1,
+                          ttl: float | None = None) -> int:
+        return records.incr(self.store, namespace, key, amount, ttl, self.clock())
+
+    async def delete_record(self, namespace: str, key: str) -> bool:
+        return records.delete(self.store, namespace, key, self.clock())
+
+    # --- for the conformance suite (StateForcing) ----------------------------------------
+    async def force_state(self, job_id: str, state: JobState) -> None:
+        """Test hook: a raw state write, refused unless the transition is in the table."""
+        self.store.force_state(job_id, state)

@@ -1,0 +1,158 @@
+"""The operators' verbs on a memory store: listing, counting, bulk actions, stats.
+
+Filters are the one Python predicate the Redis backend uses too
+(`conveyor.backends.filtering.job_matches`), over the stored values; the scopes of
+the bulk actions are the contract's own (`redrive_scope`, `waiting_scope`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from ...errors import JobNotFound
+from ...escaping import readable_text
+from ...job import TERMINAL_STATES, Job, JobState
+from ...lifecycle import Transition
+from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
+from ..codec import last_error_type
+from ..filtering import job_matches
+from .store import MemoryStore, Row, as_number
+
+S = JobState
+
+
+def _text(value: Any) -> str | None:
+    """A stored value as the text a filter compares (bytes a raw write left there are
+    read as SQLite reads them: undecodable bytes as stand-ins)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def matches(where: JobFilter, job_id: str, row: Row) -> bool:
+    return job_matches(
+        where, job_id=job_id, state=_text(row.get("state")), queue=_text(row.get("queue")),
+        task=_text(row.get("task")),
+        last_error_type=None if where.error_type is None else last_error_type(row.get("errors")),
+        payload=_text(row.get("payload")))
+
+
+def _newest_first(store: MemoryStore, where: JobFilter, after: str | None = None) -> Iterator[str]:
+    ids: Iterator[str] = reversed(list(store.rows))
+    if after is not None:
+        if after not in store.rows:
+            raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                              "start again from the first page")
+        ids = iter(list(ids)[list(reversed(store.rows)).index(after) + 1:])
+    return (job_id for job_id in ids if matches(where, job_id, store.rows[job_id]))
+
+
+def _oldest_finished_first(store: MemoryStore, where: JobFilter, limit: int) -> list[str]:
+    chosen = [job_id for job_id in _newest_first(store, where)]
+    chosen.sort(key=lambda i: as_number(store.rows[i].get("finished_at")) or 0.0)  # stable
+    return chosen[:limit]
+
+
+def list_jobs(store: MemoryStore, where: JobFilter, limit: int, offset: int,
+              after: str | None) -> list[Job]:
+    with store.lock:
+        page: list[Job] = []
+        for n, job_id in enumerate(_newest_first(store, where, after)):
+            if n >= offset + limit:
+                break
+            if n >= offset:
+                page.append(store.job(job_id))  # type: ignore[arg-type]
+        return page
+
+
+def count_jobs(store: MemoryStore, where: JobFilter) -> int:
+    with store.lock:
+        return sum(1 for _ in _newest_first(store, where))
+
+
+def task_names(store: MemoryStore, where: JobFilter) -> list[str]:
+    with store.lock:
+        return sorted({readable_text(store.rows[i].get("task")) for i in _newest_first(store, where)
+                       if store.rows[i].get("task") is not None})
+
+
+def _cancel_waiting(store: MemoryStore, job_id: str, now: float) -> bool:
+    state = store.job(job_id).state  # type: ignore[union-attr]
+    if state not in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
+        return False
+    store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+    return True
+
+
+def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
+    with store.lock:
+        if job_id not in store.rows:
+            return None
+        if not _cancel_waiting(store, job_id, now) and store.job(job_id).state is S.RUNNING:  # type: ignore[union-attr]
+            store.rows[job_id]["cancel_requested"] = True
+        return store.job(job_id)
+
+
+def cancel_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
+                now: float) -> list[str]:
+    scoped = waiting_scope(where)
+    if scoped is None:
+        return []
+    with store.lock:
+        ids = list(_newest_first(store, scoped))[:limit]
+        if dry_run:
+            return ids
+        return [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
+
+
+def redrive_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
+                 now: float) -> list[Job]:
+    scoped = redrive_scope(where)
+    with store.lock:
+        ids = _oldest_finished_first(store, scoped, limit)
+        if not dry_run:
+            for job_id in ids:
+                old = store.job(job_id).state  # type: ignore[union-attr]
+                store._move(job_id, old, S.AVAILABLE, Transition.REDRIVE, attempt=0,
+                            run_at=now, finished_at=None, cancel_requested=False)
+        jobs = [store.job(job_id) for job_id in ids]
+    if ids and not dry_run:
+        store.wakeups.notify()
+    return [job for job in jobs if job is not None]
+
+
+def delete_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+    if not finished:
+        return []  # active jobs are never deleted
+    with store.lock:
+        ids = _oldest_finished_first(store, replace(where, states=tuple(sorted(finished))), limit)
+        if not dry_run:
+            for job_id in ids:
+                store.delete(job_id)
+        return ids
+
+
+def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
+    with store.lock:
+        counts: dict[tuple[Any, Any], int] = {}
+        oldest: dict[Any, float] = {}
+        for row in store.rows.values():
+            where = (row.get("queue"), row.get("state"))
+            counts[where] = counts.get(where, 0) + 1
+            run_at = as_number(row.get("run_at"))
+            if row.get("state") == S.AVAILABLE and run_at is not None:
+                oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
+        return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
+                                     list(oldest.items()), list(store.paused.items()))
+
+
+def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:
+    with store.lock:
+        store.paused[queue] = paused
+    if not paused:  # idle workers may have work waiting in it
+        store.wakeups.notify()
