@@ -90,3 +90,18 @@ def test_django_example_project(tmp_path: Path) -> None:
     burst = _run_example(["manage.py", "conveyor", "worker", "--burst"], tmp_path, project)
     assert burst.returncode == 0, burst.stderr
     assert "burst: nothing more is due" in burst.stderr
+
+
+def test_testing_example_runs_its_tests_without_any_server(tmp_path: Path) -> None:
+    """examples/testing: a Starlette route enqueues, the tests drain (docs/testing.md).
+    With `-p conveyor.testing` named as well, the plugin its entry point loads is the
+    one plugin (not loaded twice); no backend URL is set, and no file is written."""
+    folder = EXAMPLES / "testing"
+    env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_URL"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conveyor.testing",
+                          "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1].startswith("4 passed"), run.stdout
+    assert not (folder / "shop-jobs.db").exists()
