@@ -49,7 +49,8 @@ def seed_corrupt(app: Conveyor, backend_name: str) -> dict[str, str]:
 
 
 def test_pages_show_corrupt_jobs_instead_of_failing(any_app: Conveyor) -> None:
-    backend_name = {"sqlite": "sqlite", "postgresql": "postgres", "redis": "redis"}[
+    backend_name = {"sqlite": "sqlite", "postgresql": "postgres", "redis": "redis",
+                    "memory": "memory"}[
         any_app.url.split(":", 1)[0]]
     ids = seed_corrupt(any_app, backend_name)
     with local_client(create_dashboard(any_app)) as client:

@@ -21,7 +21,7 @@ from ...timeutil import Clock, system_clock
 from .. import IN_PROCESS_ONLY as ONE_PROCESS
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
-from . import inspect, liveness, records
+from . import inspector, liveness, records
 from .store import MemoryStore
 
 _stores: dict[str, MemoryStore] = {}
@@ -134,31 +134,31 @@ class MemoryBackend:
 
     async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
                         after: str | None = None) -> list[Job]:
-        return inspect.list_jobs(self.store, where, limit, offset, after)
+        return inspector.list_jobs(self.store, where, limit, offset, after)
 
     async def count_jobs(self, where: JobFilter) -> int:
-        return inspect.count_jobs(self.store, where)
+        return inspector.count_jobs(self.store, where)
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        return inspect.cancel_job(self.store, job_id, self.clock())
+        return inspector.cancel_job(self.store, job_id, self.clock())
 
     async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        return inspect.redrive_jobs(self.store, where, limit, dry_run, self.clock())
+        return inspector.redrive_jobs(self.store, where, limit, dry_run, self.clock())
 
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        return inspect.delete_jobs(self.store, where, limit, dry_run)
+        return inspector.delete_jobs(self.store, where, limit, dry_run)
 
     async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        return inspect.cancel_jobs(self.store, where, limit, dry_run, self.clock())
+        return inspector.cancel_jobs(self.store, where, limit, dry_run, self.clock())
 
     async def task_names(self, where: JobFilter) -> list[str]:
-        return inspect.task_names(self.store, where)
+        return inspector.task_names(self.store, where)
 
     async def queue_stats(self) -> list[QueueStats]:
-        return inspect.queue_stats(self.store, self.clock())
+        return inspector.queue_stats(self.store, self.clock())
 
     async def pause_queue(self, queue: str, paused: bool) -> None:
-        inspect.pause_queue(self.store, queue, paused)
+        inspector.pause_queue(self.store, queue, paused)
 
     # --- shared records -------------------------------------------------------------
     async def get_record(self, namespace: str, key: str) -> str | None:
