@@ -21,6 +21,7 @@ from conveyor.job import Job
 from polling import poll as poll  # re-exported: the fault tests import it from here
 from runs_log import Event as Event  # re-exported, as poll
 from runs_log import read as read_runs
+from sockets import tcp_ports_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -180,31 +181,6 @@ def recorded_twice(jobs: dict[str, Job]) -> list[str]:
 
 
 # --- dropping a backend's connections -----------------------------------------------------------
-def _tcp_ports_of(pids: Iterable[int]) -> set[int]:
-    """Local TCP ports of the sockets the processes `pids` hold open."""
-    inodes: set[str] = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _without_query(url: str, *drop: str) -> str:
@@ -232,7 +208,7 @@ def terminate_postgres_backends(url: str, pids: list[int]) -> str:
     their TCP ports), so other tests on the same server are untouched."""
     import psycopg
 
-    ports = sorted(_tcp_ports_of(pids))
+    ports = sorted(tcp_ports_of(pids))
     assert ports, "the workers hold no TCP connection to drop"
     with psycopg.connect(_without_query(url, "schema"), autocommit=True) as conn:
         rows = conn.execute(
@@ -246,7 +222,7 @@ def kill_redis_clients(url: str, pids: list[int]) -> str:
     """CLIENT KILL on exactly the workers' connections (found by their TCP ports)."""
     import redis
 
-    ports = _tcp_ports_of(pids)
+    ports = tcp_ports_of(pids)
     client = redis.Redis.from_url(_without_query(url, "prefix"))
     try:
         killed = 0
