@@ -8,140 +8,34 @@ docs/postgres.md for transactional enqueue and complete-in-transaction.
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
-from ...errors import BackendUnavailable, ConfigurationError, JobNotFound, StaleLease
-from ...job import TERMINAL_STATES, Job, JobState, NewJob
+from ...errors import ConfigurationError, StaleLease
+from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
-from ...timeutil import Clock, system_clock
 from ...claiming import claim_in_passes_async
-from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, queue_stats_from_rows, redrive_scope,
-                    waiting_scope)
+from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..sqlfiles import load_migrations
 from . import enqueue, liveness
-from .config import parse_postgres_url
-from .connect import first_connection
-from .lane import Busy, Lane
+from .connections import AsyncConn, log
+from .inspector import PostgresInspector
+from .lane import Busy
 from .listener import Listener
 from .records import PostgresRecords
-from .rows import claim_order, filter_params, job_from_row, jsonb, load_schema_queries
-
-log = logging.getLogger("conveyor.postgres")
-T = TypeVar("T")
-AsyncConn = psycopg.AsyncConnection[Any]
+from .rows import claim_order, job_from_row, jsonb
 
 
-class PostgresBackend(PostgresRecords):
-    """Every Backend verb over one async connection pool (autocommit connections:
-    a statement is its own transaction unless a verb opens one)."""
-
-    def __init__(self, url: str, clock: Clock = system_clock) -> None:
-        self.config = parse_postgres_url(url)
-        self.clock = clock
-        self.schema = self.config.schema
-        self.q = load_schema_queries(self.schema, self.config.channel)
-        self._pool: AsyncConnectionPool[AsyncConn] | None = None
-        self._sync_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
-        self._sync_pool_lock = threading.Lock()
-        self._listener: Listener | None = None
-        self._lane = Lane(self.config.conninfo, self.config.timeout)
-        self._open_lock = asyncio.Lock()
+class PostgresBackend(PostgresInspector, PostgresRecords):
+    """Every Backend verb: the job lifecycle here, the operators' verbs in inspector.py,
+    the shared records in records.py, the pools and connections in connections.py."""
 
     def __repr__(self) -> str:
         return f"<PostgresBackend {self.config.redacted}>"
-
-    # --- plumbing -------------------------------------------------------------------
-    async def open(self) -> None:
-        """Connect once directly, then open the pool: a permanent mistake (unknown
-        role or database, wrong password) is ConfigurationError at once, in the
-        server's words, and an unreachable server BackendUnavailable saying why;
-        the pool itself would only time out. See connect.py."""
-        async with self._open_lock:
-            if self._pool is not None:
-                return
-            self._lane.adopt(await first_connection(self.config))
-            pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-                self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
-                max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
-                name=f"conveyor-{self.schema}",
-            )
-            await pool.open()
-            self._pool = pool
-
-    async def close(self) -> None:
-        await self._lane.close()
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-        with self._sync_pool_lock:
-            sync_pool, self._sync_pool = self._sync_pool, None
-        if sync_pool is not None:
-            try:
-                await asyncio.to_thread(sync_pool.close)
-            except RuntimeError:  # at interpreter exit no thread can be had: close here
-                sync_pool.close()
-
-    def _unavailable(self, exc: Exception) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"PostgreSQL at {self.config.redacted} is unavailable ({type(exc).__name__}: "
-            f"{str(exc).strip() or 'no detail'}); nothing was acknowledged, retry later"
-        )
-
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConn]:
-        """A pooled connection; driver connection errors become BackendUnavailable."""
-        if self._pool is None:
-            await self.open()
-        assert self._pool is not None
-        try:
-            async with self._pool.connection() as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise self._unavailable(exc) from exc
-        except psycopg.OperationalError as exc:
-            raise self._unavailable(exc) from exc
-
-    async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
-        """Run `op` on a pooled connection, again on another if that one was dead
-        (killed by pg_terminate_backend, a restart, a proxy): the pool only finds out
-        by using it, and after a restart every idle connection is dead, so up to
-        pool_size + 1 tries (a dead connection fails at once, no network wait).
-        Every verb here is safe to repeat after a failure: enqueue dedups by id,
-        writes are fenced by lease tokens, claims of a lost reply come back through
-        lease expiry. getconn/putconn rather than two context managers: this wraps
-        every call, and enqueue one by one is measured against a bare INSERT."""
-        if self._pool is None:
-            await self.open()
-        pool = self._pool
-        assert pool is not None
-        tries = self.config.pool_size + 1
-        for attempt in range(1, tries + 1):
-            try:
-                conn = await pool.getconn()
-            except PoolTimeout as exc:
-                raise self._unavailable(exc) from exc
-            try:
-                return await op(conn)
-            except psycopg.OperationalError as exc:
-                if attempt == tries or not (conn.broken or conn.closed):
-                    raise self._unavailable(exc) from exc
-                log.info("a pooled connection to %s was dead; retrying on another",
-                         self.config.redacted)
-            finally:
-                await pool.putconn(conn)  # a broken one is discarded, not reused
-        raise AssertionError("unreachable")
 
     # --- schema -----------------------------------------------------------------------
     async def migrate(self) -> list[int]:
@@ -263,11 +157,6 @@ class PostgresBackend(PostgresRecords):
         applied = await self._run(op)
         return [s.job_id for s in settlements if s.job_id not in applied]
 
-    async def _notify(self, conn: AsyncConn, queues: Sequence[str] = ("*",)) -> None:
-        # The payload names queues, but a wake-up is a hint: "*" (some queue) will do.
-        await conn.execute(self.q["notify_queues"],
-                           {"channel": self.config.channel, "queues": list(queues)})
-
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         if not leases:
             return HeartbeatReply()
@@ -342,16 +231,6 @@ class PostgresBackend(PostgresRecords):
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise self._unavailable(exc) from exc
 
-    def _get_sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
-        with self._sync_pool_lock:
-            if self._sync_pool is None:
-                self._sync_pool = ConnectionPool(
-                    self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
-                    max_size=self.config.pool_size, timeout=self.config.timeout,
-                    name=f"conveyor-{self.schema}-sync", open=True,
-                )
-            return self._sync_pool
-
     # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         params = {"expired_before": query.expired_before, "worker_ids": list(query.worker_ids),
@@ -391,106 +270,6 @@ class PostgresBackend(PostgresRecords):
             return set()
         [(epoch, gone)] = await self._fetch("liveness_locks_gone", params)
         return liveness.dead_from_row(tokens, epoch, gone)
-
-    # --- admin ---------------------------------------------------------------------
-    async def _fetch(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
-            return await (await conn.execute(self.q[query], params)).fetchall()
-
-        return await self._run(op)
-
-    async def get_job(self, job_id: str) -> Job | None:
-        rows = await self._fetch("get_job", {"id": job_id})
-        return job_from_row(rows[0]) if rows else None
-
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None,
-        oldest_finished_first: bool = False,
-    ) -> list[Job]:
-        params = {**filter_params(where), "limit": limit, "offset": offset,
-                  "oldest_finished_first": oldest_finished_first}
-        if oldest_finished_first:
-            return [job_from_row(r) for r in await self._fetch("filter_jobs", params)]
-        before_seq = None
-        if after is not None:
-            rows = await self._fetch("seq_of_job", {"id": after})
-            if not rows:
-                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                                  "start again from the first page")
-            before_seq = rows[0][0]
-        params["before_seq"] = before_seq
-        return [job_from_row(r) for r in await self._fetch("list_jobs_newest_first", params)]
-
-    async def count_jobs(self, where: JobFilter) -> int:
-        return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
-
-    async def cancel_job(self, job_id: str) -> Job | None:
-        params = {"id": job_id, "now": self.clock()}
-
-        async def op(conn: AsyncConn) -> None:
-            async with conn.transaction():
-                if (await conn.execute(self.q["cancel_waiting_job"], params)).rowcount == 0:
-                    await conn.execute(self.q["request_cancel_running_job"], params)
-
-        await self._run(op)
-        return await self.get_job(job_id)
-
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        scoped = redrive_scope(where)
-        chosen = await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)
-        if dry_run or not chosen:
-            return chosen
-        ids = [job.id for job in chosen]
-
-        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
-            async with conn.transaction():
-                await conn.execute(self.q["redrive_jobs"], {"ids": ids, "now": self.clock()})
-                await self._notify(conn)
-                return await (await conn.execute(self.q["get_jobs"], {"ids": ids})).fetchall()
-
-        by_id = {job.id: job for job in map(job_from_row, await self._run(op))}
-        return [by_id[i] for i in ids if i in by_id]
-
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
-        if not finished:
-            return []  # active jobs are never deleted, nor counted against the limit
-        scoped = replace(where, states=tuple(sorted(finished)))
-        ids = [j.id for j in await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)]
-        if dry_run or not ids:
-            return ids
-        deleted = {row[0] for row in await self._fetch("delete_jobs", {"ids": ids})}
-        return [i for i in ids if i in deleted]
-
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        scoped = waiting_scope(where)
-        if scoped is None:
-            return []
-        ids = [j.id for j in await self.list_jobs(scoped, limit, 0)]
-        if dry_run or not ids:
-            return ids
-        cancelled = {row[0] for row in await self._fetch(
-            "cancel_waiting_jobs", {"ids": ids, "now": self.clock()})}
-        return [i for i in ids if i in cancelled]
-
-    async def task_names(self, where: JobFilter) -> list[str]:
-        return [str(row[0]) for row in await self._fetch("task_names", filter_params(where))]
-
-    async def queue_stats(self) -> list[QueueStats]:
-        return queue_stats_from_rows(
-            self.clock(),
-            await self._fetch("count_by_queue_and_state", {}),
-            await self._fetch("oldest_available_by_queue", {}),
-            await self._fetch("all_queue_flags", {}),
-        )
-
-    async def pause_queue(self, queue: str, paused: bool) -> None:
-        async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})
-            if not paused:
-                await self._notify(conn, [queue])
-
-        await self._run(op)
 
     async def force_state(self, job_id: str, state: JobState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""

@@ -34,7 +34,7 @@ from ...lifecycle import initial_state
 from .rows import job_from_row, jsonb, opt_float
 
 if TYPE_CHECKING:
-    from .backend import PostgresBackend
+    from .connections import PostgresConnections
 
 
 def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
@@ -59,7 +59,7 @@ def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
     return unique, answer
 
 
-def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
+def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
     run_ats = [now if j.run_at is None else float(j.run_at) for j in jobs]
     return {
         "schema": backend.schema,
@@ -80,7 +80,7 @@ def params(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> dict
     }
 
 
-def fast_path(backend: PostgresBackend, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
+def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
     """The fast insert for jobs without unique keys: scalar parameters for one job
     (cheaper to bind and plan: enqueue one by one is the common call), arrays for more."""
     if len(jobs) > 1:
@@ -135,7 +135,7 @@ def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
     return [job.id for i, job in enumerate(unique) if i not in got]
 
 
-async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
                         jobs: Sequence[NewJob], now: float) -> list[Job]:
     if not jobs:
         return []
@@ -152,7 +152,7 @@ async def enqueue_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[
     return [inserted[unique[pos].id] for pos in answer]
 
 
-def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
                  jobs: Sequence[NewJob], now: float) -> list[Job]:
     """The same on a sync connection (a caller's own, for transactional enqueue)."""
     if not jobs:
@@ -171,7 +171,7 @@ def enqueue_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
     return [inserted[unique[pos].id] for pos in answer]
 
 
-async def _full_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[Any],
+async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
                       unique: Sequence[NewJob], now: float) -> list[Job]:
     """The full dedup path for jobs unique by id and unique_key; one answer per job."""
     q = backend.q
@@ -192,7 +192,7 @@ async def _full_async(backend: PostgresBackend, conn: psycopg.AsyncConnection[An
     return _answers(unique, rows, late)
 
 
-def _full_sync(backend: PostgresBackend, conn: psycopg.Connection[Any],
+def _full_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
                unique: Sequence[NewJob], now: float) -> list[Job]:
     q = backend.q
     p = params(backend, unique, now)

@@ -3,26 +3,16 @@ atomic under any number of concurrent writers."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
-from ...timeutil import Clock
 from ..records import expiry
-
-T = TypeVar("T")
-AsyncConn = psycopg.AsyncConnection[Any]
+from .connections import AsyncConn, PostgresConnections
 
 
-class PostgresRecords:
-    """Mixed into PostgresBackend, whose connection plumbing it uses."""
-
-    q: dict[str, str]
-    clock: Clock
-
-    async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
-        raise NotImplementedError
+class PostgresRecords(PostgresConnections):
+    """Mixed into PostgresBackend."""
 
     async def _one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         async def op(conn: AsyncConn) -> tuple[Any, ...] | None:

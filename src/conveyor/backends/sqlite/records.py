@@ -10,30 +10,30 @@ from __future__ import annotations
 import sqlite3
 
 from ..records import expiry, incremented
-from .store import Q, SqliteStore
+from .connection import Q, SqliteConnection
 
 
-def get(store: SqliteStore, namespace: str, key: str) -> str | None:
+def get(store: SqliteConnection, namespace: str, key: str) -> str | None:
     row = store.conn.execute(Q["get_record"], _where(store, namespace, key)).fetchone()
     return None if row is None else str(row[0])
 
 
-def list_all(store: SqliteStore, namespace: str) -> dict[str, str]:
+def list_all(store: SqliteConnection, namespace: str) -> dict[str, str]:
     rows = store.conn.execute(Q["list_records"], {"namespace": namespace, "now": store.clock()})
     return {str(key): str(value) for key, value in rows}
 
 
-def put(store: SqliteStore, namespace: str, key: str, value: str, ttl: float | None) -> None:
+def put(store: SqliteConnection, namespace: str, key: str, value: str, ttl: float | None) -> None:
     with store.write() as db:
         _put(store, db, namespace, key, value, ttl)
 
 
-def put_if_absent(store: SqliteStore, namespace: str, key: str, value: str,
+def put_if_absent(store: SqliteConnection, namespace: str, key: str, value: str,
                   ttl: float | None) -> bool:
     return compare_and_set(store, namespace, key, None, value, ttl)
 
 
-def compare_and_set(store: SqliteStore, namespace: str, key: str, expected: str | None,
+def compare_and_set(store: SqliteConnection, namespace: str, key: str, expected: str | None,
                     value: str, ttl: float | None) -> bool:
     with store.write() as db:
         current = db.execute(Q["get_record"], _where(store, namespace, key)).fetchone()
@@ -43,7 +43,7 @@ def compare_and_set(store: SqliteStore, namespace: str, key: str, expected: str 
         return True
 
 
-def incr(store: SqliteStore, namespace: str, key: str, amount: int, ttl: float | None) -> int:
+def incr(store: SqliteConnection, namespace: str, key: str, amount: int, ttl: float | None) -> int:
     with store.write() as db:
         row = db.execute(Q["get_record_and_expiry"], _where(store, namespace, key)).fetchone()
         now = store.clock()
@@ -54,7 +54,7 @@ def incr(store: SqliteStore, namespace: str, key: str, amount: int, ttl: float |
         return value
 
 
-def delete(store: SqliteStore, namespace: str, key: str) -> bool:
+def delete(store: SqliteConnection, namespace: str, key: str) -> bool:
     # Read, then delete: SQLite 3.40's DELETE ... RETURNING computed `expires_at IS
     # NULL` wrongly on this table (the primary-key index answers the delete).
     with store.write() as db:
@@ -63,11 +63,11 @@ def delete(store: SqliteStore, namespace: str, key: str) -> bool:
         return live is not None
 
 
-def _where(store: SqliteStore, namespace: str, key: str) -> dict[str, object]:
+def _where(store: SqliteConnection, namespace: str, key: str) -> dict[str, object]:
     return {"namespace": namespace, "key": key, "now": store.clock()}
 
 
-def _put(store: SqliteStore, db: sqlite3.Connection, namespace: str, key: str, value: str,
+def _put(store: SqliteConnection, db: sqlite3.Connection, namespace: str, key: str, value: str,
          ttl: float | None) -> None:
     now = store.clock()
     db.execute(Q["delete_expired_records"], {"now": now})  # keep the table small

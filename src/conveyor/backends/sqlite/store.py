@@ -10,116 +10,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...errors import BackendUnavailable, ConfigurationError, JobNotFound
 from ...escaping import readable_text
-from ...job import TERMINAL_STATES, Job, JobState, NewJob
+from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ...claiming import claim_in_passes
-from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, ascii_lower, queue_stats_from_rows, redrive_scope,
-                    waiting_scope)
+from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import job_from_row
-from ..sqlfiles import load_migrations, load_queries
-
-Q = load_queries(__package__ or "conveyor.backends.sqlite")
-_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OFF"}
+from .connection import Q
+from .inspector import SqliteInspector
 
 
-def _filter_params(where: JobFilter) -> dict[str, Any]:
-    def as_json(values: Sequence[str]) -> str | None:
-        return json.dumps([str(v) for v in values]) if values else None
-
-    return {
-        "states": as_json(where.states),
-        "queues": as_json(where.queues),
-        "tasks": as_json(where.tasks),
-        "ids": as_json(where.ids),
-        "error_type": None if where.error_type is None else ascii_lower(where.error_type),
-        "args_contains": where.args_contains,
-    }
-
-
-class SqliteStore:
-    """One connection to one database file, used from one thread."""
-
-    def __init__(self, path: str, clock: Callable[[], float], synchronous: str = "full") -> None:
-        if synchronous.lower() not in _SYNCHRONOUS:
-            raise ConfigurationError(
-                f"synchronous={synchronous!r}: expected one of {sorted(_SYNCHRONOUS)}"
-            )
-        self.path = path
-        self.clock = clock
-        try:
-            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
-            self.conn.text_factory = _text_or_stand_ins
-            self.conn.execute("PRAGMA busy_timeout=30000")
-            _use_wal(self.conn)
-            self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
-        except sqlite3.Error as exc:
-            raise BackendUnavailable(f"cannot open SQLite database {path!r}: {exc}") from exc
-
-    def close(self) -> None:
-        self.conn.close()
-
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            # Some errors (SQLITE_FULL, an I/O error) end the transaction themselves; a
-            # ROLLBACK then would hide the error that tells the user what happened.
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
-
-    # --- schema -----------------------------------------------------------------
-    def migrate(self) -> list[int]:
-        """Apply the migrations this file lacks. Looking costs one read: the write
-        lock is taken only when one is due, so opening a migrated file (every
-        process's first call, admin reads included) never waits behind a writer."""
-        done = self._applied_versions()
-        pending = [m for m in load_migrations(__package__ or "conveyor.backends.sqlite")
-                   if m.version not in done]
-        if not pending:
-            return []
-        applied = []
-        with self.write() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS conveyor_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-        for migration in pending:
-            # Each migration in its own transaction; executescript would commit early.
-            with self.write() as db:
-                if db.execute(
-                    "SELECT 1 FROM conveyor_migrations WHERE version = ?", (migration.version,)
-                ).fetchone():
-                    continue  # another process got there first
-                for statement in _split_statements(migration.sql):
-                    db.execute(statement)
-                db.execute(
-                    "INSERT INTO conveyor_migrations VALUES (?, ?, ?)",
-                    (migration.version, migration.name, self.clock()),
-                )
-            applied.append(migration.version)
-        return applied
-
-    def _applied_versions(self) -> set[int]:
-        try:
-            rows = self.conn.execute("SELECT version FROM conveyor_migrations").fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            return set()  # a new file
-        return {row[0] for row in rows}
+class SqliteStore(SqliteInspector):
+    """Every Backend verb, synchronous: the job lifecycle here, the operators' verbs in
+    inspector.py, the connection, its transactions and the migrations in connection.py."""
 
     # --- producer -----------------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
@@ -254,17 +161,6 @@ class SqliteStore:
             held.append(HeldLease(readable, *rest))
         return held
 
-    @staticmethod
-    def _give_readable_id(db: sqlite3.Connection, seq: int, wanted: str) -> str:
-        """Rename the job at `seq` to `wanted` (or, if another job has that id,
-        `wanted#seq`) and return the new id. See give_readable_id in queries.sql."""
-        try:
-            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
-        except sqlite3.IntegrityError:
-            wanted = f"{wanted}#{seq}"
-            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
-        return wanted
-
     def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         total = 0
         while True:  # in slices, so a big prune never holds the write lock for long
@@ -278,140 +174,9 @@ class SqliteStore:
             if n < 1000:
                 return total
 
-    # --- admin ---------------------------------------------------------------------
-    def _get(self, db: sqlite3.Connection, job_id: str) -> Job | None:
-        row = db.execute(Q["get_job"], {"id": job_id}).fetchone()
-        return None if row is None else job_from_row(row)
-
     def get_job(self, job_id: str) -> Job | None:
         return self._get(self.conn, job_id)
-
-    def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False,
-        after: str | None = None,
-    ) -> list[Job]:
-        before_seq = None
-        if after is not None:
-            row = self.conn.execute(Q["seq_of_job"], {"id": after}).fetchone()
-            if row is None:
-                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                                  "start again from the first page")
-            before_seq = row[0]
-        params = {**_filter_params(where), "limit": limit, "offset": offset,
-                  "oldest_finished_first": oldest_finished_first, "before_seq": before_seq}
-        query = Q["filter_jobs"] if oldest_finished_first else Q["list_jobs_newest_first"]
-        return [job_from_row(r) for r in self.conn.execute(query, params)]
-
-    def count_jobs(self, where: JobFilter) -> int:
-        return int(self.conn.execute(Q["count_filtered_jobs"], _filter_params(where)).fetchone()[0])
-
-    def cancel_job(self, job_id: str) -> Job | None:
-        with self.write() as db:
-            params = {"id": job_id, "now": self.clock()}
-            if db.execute(Q["cancel_waiting_job"], params).rowcount == 0:
-                db.execute(Q["request_cancel_running_job"], params)
-            return self._get(db, job_id)
-
-    def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
-        scoped = redrive_scope(where)
-        with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": True}
-            chosen = [job_from_row(r) for r in db.execute(Q["filter_jobs"], params)]
-            if dry_run:
-                return chosen
-            now = self.clock()
-            for job in chosen:
-                db.execute(Q["redrive_job"], {"id": job.id, "now": now})
-            return [j for j in (self._get(db, job.id) for job in chosen) if j is not None]
-
-    def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
-        if not finished:
-            return []  # active jobs are never deleted
-        scoped = replace(where, states=tuple(sorted(finished)))
-        with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": True}
-            ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
-            if not dry_run:
-                for job_id in ids:
-                    db.execute(Q["delete_job"], {"id": job_id})
-            return ids
-
-    def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-        scoped = waiting_scope(where)
-        if scoped is None:
-            return []
-        with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": False}
-            ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
-            if dry_run:
-                return ids
-            now = self.clock()
-            return [job_id for job_id in ids
-                    if db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).rowcount]
-
-    def task_names(self, where: JobFilter) -> list[str]:
-        rows = self.conn.execute(Q["task_names"], _filter_params(where))
-        return [readable_text(r[0]) for r in rows]
-
-    def queue_stats(self) -> list[QueueStats]:
-        return queue_stats_from_rows(
-            self.clock(),
-            self.conn.execute(Q["count_by_queue_and_state"]).fetchall(),
-            self.conn.execute(Q["oldest_available_by_queue"]).fetchall(),
-            self.conn.execute(Q["all_queue_flags"]).fetchall(),
-        )
-
-    def pause_queue(self, queue: str, paused: bool) -> None:
-        with self.write() as db:
-            db.execute(Q["set_queue_paused"], {"queue": queue, "paused": int(paused)})
 
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
-
-
-def _text_or_stand_ins(raw: bytes) -> str:
-    """TEXT values as str; bytes that are not UTF-8 (a file written by something else)
-    become lone surrogates instead of failing the whole query, and the job codec
-    reports the field as not valid UTF-8."""
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
-    """Put the file in WAL mode (a persistent setting of the file).
-
-    Switching a new file to WAL takes a lock that SQLite does not wait for with its
-    busy handler: processes opening a fresh database at the same moment get "database
-    is locked" at once (seen with two producers racing on a new file). Once the file
-    is in WAL mode nothing needs switching, so retry briefly until one of them has."""
-    deadline = time.monotonic() + patience
-    delay = 0.001
-    while True:
-        try:
-            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-                conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)  # back off while the other opener finishes the switch
-            delay = min(delay * 2, 0.05)
-
-
-def _split_statements(script: str) -> list[str]:
-    """Split a migration into statements, keeping trigger bodies whole."""
-    statements, current = [], []
-    for line in script.splitlines():
-        current.append(line)
-        candidate = "\n".join(current).strip()
-        if candidate and sqlite3.complete_statement(candidate):
-            statements.append(candidate)
-            current = []
-    rest = "\n".join(current).strip()
-    if rest and not all(l.strip().startswith("--") or not l.strip() for l in rest.splitlines()):
-        raise ConfigurationError(f"incomplete SQL statement at the end of a migration: {rest[:80]}")
-    return statements

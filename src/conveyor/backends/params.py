@@ -1,0 +1,183 @@
+"""The params objects and replies of the backend verbs (`conveyor.backends.base`),
+and the rules every backend applies to them the same way: which jobs a bulk
+cancel or a redrive acts on, how an error type is folded, how queue stats are
+built from rows. Plain frozen data: no backend and no protocol here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..escaping import readable_text
+from ..job import AttemptError, JobState
+
+
+_STATE_NAMES = {state.value: state for state in JobState}
+
+
+# --- params and replies ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One queue of a claim and how many jobs its first pass may take from it."""
+
+    name: str
+    quota: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Claim up to `limit` jobs for `worker_id`, each leased for `lease_seconds`.
+
+    Backends claim in two passes over `queues`, in order: first each queue up to its
+    quota, then, while short of `limit`, each queue that gave its whole quota takes
+    more (an empty queue's share goes to the others). Within a queue: priority
+    (higher first), then run_at, then insertion order. Build requests with
+    `conveyor.claiming.QueuePlan`, the one place that turns a worker's queue list
+    (strict order or weights) into quotas.
+    """
+
+    queues: tuple[QueueQuota, ...]
+    limit: int
+    worker_id: str
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    job_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A running job as a rescuer sees it: enough to end its attempt, fenced."""
+
+    job_id: str
+    token: int
+    worker_id: str | None
+    attempt: int
+    max_attempts: int
+    lease_expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseQuery:
+    """Running jobs whose lease expired before `expired_before`, or held by one of
+    `worker_ids` (a worker known to be dead). At most `limit`, in no set order."""
+
+    expired_before: float | None = None
+    worker_ids: tuple[str, ...] = ()
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The end of one attempt, written by the worker's batched completer (or a rescuer).
+
+    `state` is where the job goes: completed, retryable (with `run_at`), dead,
+    available (a lost worker's job, due at once), scheduled/available (snooze or
+    release, `refund_attempt=True`), cancelled.
+    """
+
+    job_id: str
+    token: int
+    state: JobState
+    result: str | None = None  # JSON text, for completed
+    error: AttemptError | None = None
+    run_at: float | None = None
+    refund_attempt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    lost: frozenset[str] = frozenset()  # leases no longer ours: stop, do not ack
+    cancel_requested: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Selects jobs for listing and bulk actions. Empty fields match everything."""
+
+    states: tuple[JobState, ...] = ()
+    queues: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    # Type name of the last error, ASCII case-insensitive (`keyerror` finds KeyError):
+    # compared with `ascii_lower` on both sides, which SQL's lower() matches.
+    error_type: str | None = None
+    ids: tuple[str, ...] = ()
+    # A case-sensitive substring of the stored arguments' JSON text, as the producer
+    # wrote it (compact separators): '"user_id":42' or 'alice@example.org'.
+    args_contains: str | None = None
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+
+
+def ascii_lower(text: str) -> str:
+    """Lower-case ASCII letters only, as SQLite's lower() does: every backend folds
+    the error type the same way, whatever the database's locale."""
+    return text.translate(_ASCII_LOWER)
+
+
+def waiting_scope(where: JobFilter) -> JobFilter | None:
+    """The filter `cancel_jobs` acts on: its waiting states (every waiting state by
+    default), or None when it names none (nothing to cancel)."""
+    states = tuple(s for s in (where.states or WAITING_STATES) if s in WAITING_STATES)
+    return replace(where, states=states) if states else None
+
+
+def redrive_scope(where: JobFilter) -> JobFilter:
+    """The filter a redrive acts on: dead jobs by default; only dead or cancelled ones
+    may be redriven. Every backend calls this, so they refuse the same inputs."""
+    states = where.states or (JobState.DEAD,)
+    if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
+        raise ValueError("only dead or cancelled jobs can be redriven")
+    return replace(where, states=states)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    counts: dict[JobState, int] = field(default_factory=dict)
+    oldest_available_age: float | None = None  # seconds
+    paused: bool = False
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts.get(JobState.RUNNING, 0)
+
+
+def queue_stats_from_rows(
+    now: float,
+    counts_by_queue_and_state: Iterable[Sequence[Any]],
+    oldest_available_by_queue: Iterable[Sequence[Any]],
+    queue_flags: Iterable[Sequence[Any]],
+) -> list[QueueStats]:
+    """Stats from rows: (queue, state, count), (queue, earliest available run_at),
+    (queue, paused). Shared so every backend lists the same queues: those with jobs
+    or a pause flag, by name.
+
+    Values a corrupt job may have put there never fail the stats: a state that is
+    not one of JobState is counted in no state (listings show such a job, marked
+    corrupt), a queue name that is not text is shown as readable text, an earliest
+    run_at that is not a number gives no age."""
+    counts: dict[str, dict[JobState, int]] = {}
+    for queue, state, n in counts_by_queue_and_state:
+        known = _STATE_NAMES.get(state) if isinstance(state, str) else None
+        if known is not None:
+            by_state = counts.setdefault(readable_text(queue), {})
+            by_state[known] = by_state.get(known, 0) + n
+    oldest = {readable_text(queue): float(run_at) for queue, run_at in oldest_available_by_queue
+              if isinstance(run_at, (int, float))}
+    paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
+    return [
+        QueueStats(
+            queue=name,
+            counts=counts.get(name, {}),
+            oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
+            paused=paused.get(name, False),
+        )
+        for name in sorted(set(counts) | set(paused))
+    ]

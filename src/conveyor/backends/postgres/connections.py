@@ -1,0 +1,150 @@
+"""The PostgreSQL backend's connections: the async pool every verb runs on (with
+its retry on a dead connection), the sync pool for blocking enqueue and sync
+transactions, the one-connection enqueue lane, the wake-up listener. The verbs
+are in backend.py (job lifecycle), inspector.py (operators) and records.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from ...errors import BackendUnavailable
+from ...timeutil import Clock, system_clock
+from .config import parse_postgres_url
+from .connect import first_connection
+from .lane import Lane
+from .listener import Listener
+from .rows import load_schema_queries
+
+log = logging.getLogger("conveyor.postgres")
+T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+class PostgresConnections:
+    """The pools and connections of one backend (autocommit connections: a
+    statement is its own transaction unless a verb opens one)."""
+
+    def __init__(self, url: str, clock: Clock = system_clock) -> None:
+        self.config = parse_postgres_url(url)
+        self.clock = clock
+        self.schema = self.config.schema
+        self.q = load_schema_queries(self.schema, self.config.channel)
+        self._pool: AsyncConnectionPool[AsyncConn] | None = None
+        self._sync_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._sync_pool_lock = threading.Lock()
+        self._listener: Listener | None = None
+        self._lane = Lane(self.config.conninfo, self.config.timeout)
+        self._open_lock = asyncio.Lock()
+
+    # --- plumbing -------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect once directly, then open the pool: a permanent mistake (unknown
+        role or database, wrong password) is ConfigurationError at once, in the
+        server's words, and an unreachable server BackendUnavailable saying why;
+        the pool itself would only time out. See connect.py."""
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            self._lane.adopt(await first_connection(self.config))
+            pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+                self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
+                max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
+                name=f"conveyor-{self.schema}",
+            )
+            await pool.open()
+            self._pool = pool
+
+    async def close(self) -> None:
+        await self._lane.close()
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+        with self._sync_pool_lock:
+            sync_pool, self._sync_pool = self._sync_pool, None
+        if sync_pool is not None:
+            try:
+                await asyncio.to_thread(sync_pool.close)
+            except RuntimeError:  # at interpreter exit no thread can be had: close here
+                sync_pool.close()
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL at {self.config.redacted} is unavailable ({type(exc).__name__}: "
+            f"{str(exc).strip() or 'no detail'}); nothing was acknowledged, retry later"
+        )
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConn]:
+        """A pooled connection; driver connection errors become BackendUnavailable."""
+        if self._pool is None:
+            await self.open()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise self._unavailable(exc) from exc
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+
+    async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """Run `op` on a pooled connection, again on another if that one was dead
+        (killed by pg_terminate_backend, a restart, a proxy): the pool only finds out
+        by using it, and after a restart every idle connection is dead, so up to
+        pool_size + 1 tries (a dead connection fails at once, no network wait).
+        Every verb here is safe to repeat after a failure: enqueue dedups by id,
+        writes are fenced by lease tokens, claims of a lost reply come back through
+        lease expiry. getconn/putconn rather than two context managers: this wraps
+        every call, and enqueue one by one is measured against a bare INSERT."""
+        if self._pool is None:
+            await self.open()
+        pool = self._pool
+        assert pool is not None
+        tries = self.config.pool_size + 1
+        for attempt in range(1, tries + 1):
+            try:
+                conn = await pool.getconn()
+            except PoolTimeout as exc:
+                raise self._unavailable(exc) from exc
+            try:
+                return await op(conn)
+            except psycopg.OperationalError as exc:
+                if attempt == tries or not (conn.broken or conn.closed):
+                    raise self._unavailable(exc) from exc
+                log.info("a pooled connection to %s was dead; retrying on another",
+                         self.config.redacted)
+            finally:
+                await pool.putconn(conn)  # a broken one is discarded, not reused
+        raise AssertionError("unreachable")
+
+    def _get_sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        with self._sync_pool_lock:
+            if self._sync_pool is None:
+                self._sync_pool = ConnectionPool(
+                    self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
+                    max_size=self.config.pool_size, timeout=self.config.timeout,
+                    name=f"conveyor-{self.schema}-sync", open=True,
+                )
+            return self._sync_pool
+
+    async def _notify(self, conn: AsyncConn, queues: Sequence[str] = ("*",)) -> None:
+        # The payload names queues, but a wake-up is a hint: "*" (some queue) will do.
+        await conn.execute(self.q["notify_queues"],
+                           {"channel": self.config.channel, "queues": list(queues)})
+
+    async def _fetch(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(self.q[query], params)).fetchall()
+
+        return await self._run(op)

@@ -1,0 +1,110 @@
+"""The operators' verbs (the Inspector role) on PostgreSQL: listing, counting,
+bulk actions, stats, pauses. All SQL in queries.sql."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...errors import JobNotFound
+from ...job import TERMINAL_STATES, Job
+from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
+from .connections import AsyncConn, PostgresConnections
+from .rows import filter_params, job_from_row
+
+
+class PostgresInspector(PostgresConnections):
+    """Mixed into PostgresBackend."""
+
+    async def get_job(self, job_id: str) -> Job | None:
+        rows = await self._fetch("get_job", {"id": job_id})
+        return job_from_row(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None,
+        oldest_finished_first: bool = False,
+    ) -> list[Job]:
+        params = {**filter_params(where), "limit": limit, "offset": offset,
+                  "oldest_finished_first": oldest_finished_first}
+        if oldest_finished_first:
+            return [job_from_row(r) for r in await self._fetch("filter_jobs", params)]
+        before_seq = None
+        if after is not None:
+            rows = await self._fetch("seq_of_job", {"id": after})
+            if not rows:
+                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
+                                  "start again from the first page")
+            before_seq = rows[0][0]
+        params["before_seq"] = before_seq
+        return [job_from_row(r) for r in await self._fetch("list_jobs_newest_first", params)]
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        params = {"id": job_id, "now": self.clock()}
+
+        async def op(conn: AsyncConn) -> None:
+            async with conn.transaction():
+                if (await conn.execute(self.q["cancel_waiting_job"], params)).rowcount == 0:
+                    await conn.execute(self.q["request_cancel_running_job"], params)
+
+        await self._run(op)
+        return await self.get_job(job_id)
+
+    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+        scoped = redrive_scope(where)
+        chosen = await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)
+        if dry_run or not chosen:
+            return chosen
+        ids = [job.id for job in chosen]
+
+        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
+            async with conn.transaction():
+                await conn.execute(self.q["redrive_jobs"], {"ids": ids, "now": self.clock()})
+                await self._notify(conn)
+                return await (await conn.execute(self.q["get_jobs"], {"ids": ids})).fetchall()
+
+        by_id = {job.id: job for job in map(job_from_row, await self._run(op))}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted, nor counted against the limit
+        scoped = replace(where, states=tuple(sorted(finished)))
+        ids = [j.id for j in await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)]
+        if dry_run or not ids:
+            return ids
+        deleted = {row[0] for row in await self._fetch("delete_jobs", {"ids": ids})}
+        return [i for i in ids if i in deleted]
+
+    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+        scoped = waiting_scope(where)
+        if scoped is None:
+            return []
+        ids = [j.id for j in await self.list_jobs(scoped, limit, 0)]
+        if dry_run or not ids:
+            return ids
+        cancelled = {row[0] for row in await self._fetch(
+            "cancel_waiting_jobs", {"ids": ids, "now": self.clock()})}
+        return [i for i in ids if i in cancelled]
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return [str(row[0]) for row in await self._fetch("task_names", filter_params(where))]
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return queue_stats_from_rows(
+            self.clock(),
+            await self._fetch("count_by_queue_and_state", {}),
+            await self._fetch("oldest_available_by_queue", {}),
+            await self._fetch("all_queue_flags", {}),
+        )
+
+    async def pause_queue(self, queue: str, paused: bool) -> None:
+        async def op(conn: AsyncConn) -> None:
+            await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})
+            if not paused:
+                await self._notify(conn, [queue])
+
+        await self._run(op)
