@@ -3,7 +3,7 @@
 Only this module imports the cron parser (croniter), so it can be swapped for
 another one without touching the scheduler. Everything here works on *wall*
 times (naive datetimes read off a clock in some zone); mapping wall times to
-UTC instants, with the DST rules, is `conveyor.maintenance.schedules`' job.
+UTC instants, with the DST rules, is `conveyor.maintenance.timing`'s job.
 """
 
 from __future__ import annotations
