@@ -15,7 +15,7 @@ from .job import Job, JobState
 from .outcomes import Cancel, Retry, Snooze
 from .task import Task
 from .version import __version__
-from .worker.context import JobContext, current_job
+from .job_context import JobContext, current_job
 
 __all__ = [
     "Cancel",

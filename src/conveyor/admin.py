@@ -13,19 +13,20 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
-from .backends.base import WAITING_STATES, JobFilter, QueueStats
+from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
 from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
-from .worker.liveness import WORKERS_NAMESPACE
+from .worker_records import WORKERS_NAMESPACE
 
 if TYPE_CHECKING:
-    from .app import Conveyor
+    from .portal import Portal
+    from .timeutil import Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +82,24 @@ PURGE_BATCH = 1000
 By = Actor | str | None
 
 
+class AdminApp(Protocol):
+    """What the admin API needs of its app (a `Conveyor`): the backend, the clock,
+    the registered task names (to resolve short ones), and for the sync face the
+    portal and the async API."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def tasks(self) -> Mapping[str, object]: ...
+    @property
+    def portal(self) -> Portal: ...
+    @property
+    def admin(self) -> Admin: ...
+    async def backend(self) -> Backend: ...
+
+
 class Admin:
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: AdminApp) -> None:
         self.app = app
 
     # --- audit ------------------------------------------------------------------------
@@ -264,7 +281,7 @@ class Admin:
 class Jobs:
     """Sync face of `Admin`: `app.jobs.get(job_id).state`."""
 
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: AdminApp) -> None:
         self.app = app
 
     def get(self, job_id: str) -> Job | None:

@@ -26,7 +26,7 @@ from .admin import make_filter
 from .app import Conveyor
 from .job import ACTIVE_STATES, Job, JobState
 from .worker import ExitStatus, Worker, WorkerConfig
-from .worker.context import current_job
+from .job_context import current_job
 
 REMINDER_DELAY = 2.0
 DEADLINE = 20.0  # seconds for all jobs to finish; they need about REMINDER_DELAY

@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from .errors import CorruptJob, JobFailed, JobNotFound
 from .job import Job, JobState
 
 if TYPE_CHECKING:
-    from .app import Conveyor
+    from .admin import Admin, Jobs
+    from .portal import Portal
 
 R = TypeVar("R")
 
 
+class HandleApp(Protocol):
+    """What a handle needs of its app (a `Conveyor`): the admin API, async and
+    sync, and the portal that runs async code for sync callers."""
+
+    @property
+    def admin(self) -> Admin: ...
+    @property
+    def jobs(self) -> Jobs: ...
+    @property
+    def portal(self) -> Portal: ...
+
+
 class JobHandle(Generic[R]):
-    def __init__(self, app: Conveyor, job: Job) -> None:
+    def __init__(self, app: HandleApp, job: Job) -> None:
         self.app = app
         self.id = job.id
         self.job = job  # the snapshot at enqueue time (the existing job, when deduplicated)
@@ -63,5 +76,5 @@ class JobHandle(Generic[R]):
             delay = min(delay * 2, 0.25)
 
 
-def handles(app: Conveyor, jobs: list[Job]) -> list[JobHandle[Any]]:
+def handles(app: HandleApp, jobs: list[Job]) -> list[JobHandle[Any]]:
     return [JobHandle(app, job) for job in jobs]

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .app import Conveyor
     from .backends.base import Settlement
     from .job import Job, NewJob
 
@@ -71,36 +70,3 @@ def _bind(layer: Middleware, call_next: CallNext) -> CallNext:
         await layer(call_next, ctx)
 
     return call
-
-
-def instrument(app: Conveyor, *, metrics: bool | None = None, tracing: bool | None = None) -> None:
-    """Add the observing middleware to `app`: correlation ids always; Prometheus
-    metrics and OpenTelemetry tracing when their package is installed (None) or
-    when asked (True: an ImportError if it is missing). Calling it twice adds
-    nothing twice.
-
-    >>> instrument(app)   # in the module that creates the app
-    """
-    from .logs import CorrelationIds
-
-    present = {type(m) for m in app.middleware}
-    wanted: list[Middleware] = [] if CorrelationIds in present else [CorrelationIds()]
-    if tracing is not False:
-        try:
-            from .tracing import Tracing
-        except ImportError:
-            if tracing:
-                raise
-        else:
-            if Tracing not in present:
-                wanted.append(Tracing())
-    if metrics is not False:
-        try:
-            from .metrics import Metrics
-        except ImportError:
-            if metrics:
-                raise
-        else:
-            if Metrics not in present:
-                wanted.append(Metrics())
-    app.middleware.extend(wanted)

@@ -6,20 +6,19 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
 from .errors import ArgumentValidationError, InvalidJob, SerializationError
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
-from .timeutil import Duration
+from .timeutil import Clock, Duration
 
 if TYPE_CHECKING:
-    from .app import Conveyor
     from .handle import JobHandle
 
 P = ParamSpec("P")
@@ -131,6 +130,18 @@ class TaskDefaults:
     idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
 
 
+class TaskApp(Protocol):
+    """What a task needs of its app (a `Conveyor`): the clock (for `delay=`) and
+    the enqueue verbs, which run the middleware and the backend."""
+
+    @property
+    def clock(self) -> Clock: ...
+    def enqueue_many(self, jobs: Iterable[NewJob], *,
+                     connection: Any = None) -> list[JobHandle[Any]]: ...
+    async def enqueue_many_async(self, jobs: Iterable[NewJob], *,
+                                 connection: Any = None) -> list[JobHandle[Any]]: ...
+
+
 class Task(Generic[P, R]):
     """A registered function. Call it to run inline; `enqueue` it to run on a worker.
 
@@ -139,7 +150,7 @@ class Task(Generic[P, R]):
     >>> send_welcome.enqueue(42)
     """
 
-    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, defaults: TaskDefaults) -> None:
+    def __init__(self, app: TaskApp, fn: Callable[..., Any], name: str, defaults: TaskDefaults) -> None:
         self.app = app
         self.fn = fn
         self.name = name

@@ -204,7 +204,7 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> int:
 def observe(app: Conveyor, args: argparse.Namespace) -> None:
     """Correlation ids always, tracing when OpenTelemetry is installed, metrics (and
     their endpoint) with --metrics-port: the observers of conveyor.middleware."""
-    from ..middleware import instrument
+    from ..instrumentation import instrument
 
     try:
         instrument(app, metrics=True if args.metrics_port else False, tracing=None)

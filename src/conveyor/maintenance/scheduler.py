@@ -14,20 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..backends.base import Backend, JobFilter
 from ..errors import ConfigurationError
 from ..job import ACTIVE_STATES, Job, NewJob
-from ..task import BoundTask, make_options
+from ..task import BoundTask, Task, make_options
 from .schedules import SCHEDULE_META_KEY, Run, Schedule, ScheduledRun, iso
 from .state import SCHEDULES_NAMESPACE, LastRun, ScheduleState
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..handle import JobHandle
+    from ..timeutil import Clock
 
 log = logging.getLogger("conveyor.scheduler")
 
@@ -39,6 +40,22 @@ TICK_DEDUP_WINDOW = 24 * 3600.0
 MAX_IDLE = 30.0  # re-read state at least this often, so a clock jump is noticed
 
 
+class SchedulerApp(Protocol):
+    """What the scheduler needs of its app (a `Conveyor`): its schedules and tasks,
+    the clock, the backend (for the schedules' state) and the enqueue verb."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+    def get_task(self, name: str) -> Task[Any, Any]: ...
+    async def backend(self) -> Backend: ...
+    async def enqueue_many_async(self, jobs: Iterable[NewJob], *,
+                                 connection: Any = None) -> list[JobHandle[Any]]: ...
+
+
 class Scheduler:
     """Enqueue every due tick of `app`'s schedules (or `schedules`).
 
@@ -46,7 +63,7 @@ class Scheduler:
     >>> await Scheduler(app).run(stop)        # or: await scheduler.tick() in tests
     """
 
-    def __init__(self, app: Conveyor, schedules: Iterable[Schedule] | None = None,
+    def __init__(self, app: SchedulerApp, schedules: Iterable[Schedule] | None = None,
                  *, poll_interval: float = 1.0) -> None:
         self.app = app
         self.schedules: list[Schedule] = list(app.schedules.values() if schedules is None else schedules)
@@ -195,7 +212,7 @@ class Scheduler:
         return max(0.0, wait)
 
 
-def check_schedules(app: Conveyor, schedules: Sequence[Schedule]) -> None:
+def check_schedules(app: SchedulerApp, schedules: Sequence[Schedule]) -> None:
     """Start-up checks: each schedule's task exists and takes its arguments."""
     names: set[str] = set()
     for schedule in schedules:
@@ -223,7 +240,7 @@ class ScheduleReport:
     last_job: Job | None
 
 
-async def schedule_reports(app: Conveyor, upcoming: int = 3) -> list[ScheduleReport]:
+async def schedule_reports(app: SchedulerApp, upcoming: int = 3) -> list[ScheduleReport]:
     """Each schedule with its next fire times and its last run, from the stored state."""
     from zoneinfo import ZoneInfo
 

@@ -96,7 +96,7 @@ class ScheduledRun:
 def scheduled_run() -> ScheduledRun | None:
     """The schedule run of the job this handler runs for; None for a job not
     enqueued by the scheduler. Call it inside a handler."""
-    from ..worker.context import current_job
+    from ..job_context import current_job
 
     data = current_job().job.meta.get(SCHEDULE_META_KEY)
     return ScheduledRun.from_meta(data) if isinstance(data, dict) else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..job_context import DEFAULT_DEAD_RETENTION
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
@@ -31,7 +33,7 @@ class WorkerConfig:
     grace_period: float = 30.0  # drain time after the first SIGTERM
     prune_interval: float = 60.0
     completed_retention: float = 24 * 3600.0
-    dead_retention: float = 14 * 24 * 3600.0
+    dead_retention: float = DEFAULT_DEAD_RETENTION
     thread_pool_size: int | None = None  # sync tasks; None: concurrency
     stats_interval: float = 5.0  # per-minute throughput records (conveyor.minute_stats)
     # Claim at most this many jobs, then drain and return (pool children recycle so).

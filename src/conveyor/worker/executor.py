@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import Settlement
 from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
 from ..job import AttemptError, Job, JobState
+from ..job_context import _CURRENT, JobContext
 from ..middleware import ExecuteContext, MiddlewareContext, run_chain
 from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..version import __version__
-from .context import _CURRENT, JobContext
 from .handler_call import (
     INTERRUPTS,
     HandlerOutcome,
@@ -31,7 +31,7 @@ from .handler_call import (
 from .limits import run_async_limited, run_sync_limited
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from .app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 HOST = socket.gethostname()
@@ -53,7 +53,7 @@ def decode_payload(job: Job) -> tuple[list[Any], dict[str, Any]]:
 
 
 class JobExecutor:
-    def __init__(self, app: Conveyor, worker_id: str, thread_pool: Executor) -> None:
+    def __init__(self, app: WorkerApp, worker_id: str, thread_pool: Executor) -> None:
         self.app = app
         self.worker_id = worker_id
         self.thread_pool = thread_pool

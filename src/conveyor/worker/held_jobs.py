@@ -22,12 +22,12 @@ from ..minute_stats import MinuteRecorder
 from ..version import __version__
 from .completer import Completer
 from .config import WorkerConfig
-from .context import JobContext
+from ..job_context import JobContext
 from .executor import JobExecutor
 from .handler_call import INTERRUPTS
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from .app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 RECANCEL_AFTER = 1.0  # seconds a cold-stopped job has to end before it is cancelled again
@@ -55,7 +55,7 @@ class RunningJob:
 class HeldJobs:
     """The worker's held jobs and what it does to them (see the module docstring)."""
 
-    app: Conveyor
+    app: WorkerApp
     config: WorkerConfig
     id: str
     counts: Counter[str]

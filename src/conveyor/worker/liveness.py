@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..backends.base import Backend, WorkerLiveness
+from ..worker_records import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
 from .rescue import release_worker_jobs
 
-WORKERS_NAMESPACE = "workers"  # a record per live worker (conveyor workers, dashboard)
 LIVENESS_FIELD = "liveness"  # in a worker's record: the token of its liveness signal
 _TOMBSTONE_TTL = 1.0  # seconds a dead worker's record stays, without its token
 

@@ -46,7 +46,7 @@ def child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connec
     configure_logging(log_level, log_format, process_label="child")
     try:
         app = load_app(app_path)
-        from ..middleware import instrument
+        from ..instrumentation import instrument
 
         instrument(app, metrics=metrics, tracing=None)
         status = asyncio.run(_child(app, config, worker_id, conn, max_memory))

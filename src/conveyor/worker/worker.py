@@ -35,7 +35,7 @@ from .presence import Presence
 from .rescue import rescue_expired
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from .app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 
@@ -55,7 +55,7 @@ class Worker(HeldJobs):
     >>> status = await Worker(app, WorkerConfig(queues=("default",), concurrency=20)).run()
     """
 
-    def __init__(self, app: Conveyor, config: WorkerConfig = WorkerConfig(),
+    def __init__(self, app: WorkerApp, config: WorkerConfig = WorkerConfig(),
                  worker_id: str | None = None,
                  retire_when: Callable[[], str | None] | None = None) -> None:
         self.app = app

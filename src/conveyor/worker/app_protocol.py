@@ -1,0 +1,21 @@
+"""What the worker needs of its app, as a protocol `Conveyor` satisfies, so that
+the worker does not import the app (which imports the layers below it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..maintenance.scheduler import SchedulerApp
+from ..middleware import Middleware
+
+
+class WorkerApp(SchedulerApp, Protocol):
+    """The scheduler's needs (a worker runs the schedules; they include the tasks,
+    the clock and the backend), the middleware around each execution, and the
+    app's version, which each failed attempt records."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def middleware(self) -> Sequence[Middleware]: ...
