@@ -17,12 +17,14 @@ whole worker through `conveyor.worker.liveness`). The rules:
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 MAX_LINES = 400
 # Above the app and the worker: a backend never imports these (nor the package root,
 # which imports the app).
@@ -218,6 +220,67 @@ def test_no_module_over_400_lines() -> None:
     big = sorted(((n, p) for p, n in sizes.items() if n > MAX_LINES), reverse=True)
     assert not big, f"modules over {MAX_LINES} lines (split them by concern):\n" + "\n".join(
         f"  {p.relative_to(SRC)}: {n}" for n, p in big)
+
+
+# --- the layers as docs/architecture.md lists them -----------------------------------------
+def _between(text: str, name: str) -> list[str]:
+    start, end = text.index(f"<!-- {name} -->"), text.index(f"<!-- /{name} -->")
+    return [line for line in text[start:end].splitlines() if line[:1].isdigit() or
+            line.startswith("- ")]
+
+
+def documented_layers() -> list[list[str]]:
+    """The module names of each layer, top first."""
+    return [re.findall(r"`(conveyor[\w.*]*)`", line)
+            for line in _between(ARCHITECTURE.read_text(), "layers")]
+
+
+def layer_of(module: str, layers: list[list[str]], packages: set[str]) -> int | None:
+    """The layer of the most specific entry naming `module` (`conveyor` alone names
+    only the package root; `*` one package)."""
+    best: tuple[int, int] | None = None  # (specificity, layer)
+    for number, names in enumerate(layers):
+        for name in names:
+            if name == "conveyor":
+                hit = module == "conveyor"
+            else:
+                parts, have = name.split("."), module.split(".")
+                hit = len(have) >= len(parts) and all(
+                    p == h or (p == "*" and ".".join(have[:i + 1]) in packages)
+                    for i, (p, h) in enumerate(zip(parts, have)))
+            if hit and (best is None or len(name.split(".")) > best[0]):
+                best = (len(name.split(".")), number)
+    return None if best is None else best[1]
+
+
+def test_every_module_imports_only_its_layer_and_those_below(graph: Graph) -> None:
+    layers = documented_layers()
+    assert len(layers) >= 5
+    found = {m: layer_of(m, layers, graph.packages) for m in graph.modules}
+    place = {m: n for m, n in found.items() if n is not None}
+    unplaced = sorted(set(found) - set(place))
+    assert not unplaced, f"modules in no layer of {ARCHITECTURE.name} (add them):\n  " + (
+        "\n  ".join(unplaced))
+    stale = sorted(n for names in layers for n in names if n != "conveyor" and not any(
+        layer_of(m, [[n]], graph.packages) is not None for m in graph.modules))
+    assert not stale, f"{ARCHITECTURE.name} names modules that do not exist: {stale}"
+    upward = [edge for source, targets in graph.edges.items() for target, edge in targets.items()
+              if place[target] < place[source]]
+    assert not upward, (f"imports from a higher layer than the importer's ({ARCHITECTURE.name}: "
+                        "move one of them, or give the lower one a Protocol):\n" + listed(upward))
+
+
+def test_the_documented_verbs_are_the_roles_verbs() -> None:
+    from conveyor.backends import base
+
+    documented = {}
+    for line in _between(ARCHITECTURE.read_text(), "roles"):
+        role, _, verbs = line.partition(": ")
+        documented[role.strip("-* ")] = re.findall(r"`(\w+)`", verbs)
+    declared = {role.__name__: [name for name, value in vars(role).items()
+                                if callable(value) and not name.startswith("_")]
+                for role in (base.JobLifecycle, base.Inspector, base.SharedRecords)}
+    assert documented == declared
 
 
 # --- the walker itself, on a made-up package ----------------------------------------------
