@@ -8,7 +8,7 @@ whole worker through `conveyor.worker.liveness`). The rules:
 * no import cycle;
 * a backend module imports neither the worker nor the app (nor what sits above
   them: the CLI, the dashboard, the integrations);
-* the core (everything but `conveyor/backends/<name>/`, `contrib`, `cli`, `web`)
+* the core (everything but `conveyor/backends/<name>/`, `contrib`, `cli`, `web`, `testing`)
   imports no backend's own modules: it gets a backend by URL from
   `conveyor.backends.backend_from_url`, the one registry;
 * no module in src/ is over 400 lines.
@@ -29,8 +29,8 @@ MAX_LINES = 400
 # Above the app and the worker: a backend never imports these (nor the package root,
 # which imports the app).
 ABOVE_BACKENDS = ("conveyor", "conveyor.app", "conveyor.worker", "conveyor.cli", "conveyor.web",
-                  "conveyor.contrib")
-OUTSIDE_CORE = ("conveyor.cli", "conveyor.web", "conveyor.contrib")
+                  "conveyor.contrib", "conveyor.testing")
+OUTSIDE_CORE = ("conveyor.cli", "conveyor.web", "conveyor.contrib", "conveyor.testing")
 
 
 @dataclass(frozen=True)

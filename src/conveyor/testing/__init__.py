@@ -13,8 +13,8 @@ pytest on its own, through the package's entry point.
 
 from .asserts import assert_enqueued, enqueued, refute_enqueued
 from .clock import TestClock
-from .drain import DrainDidNotEnd, Drained, drain, drain_async
-from .harness import Attempt, inline, use_memory
+from .drain import DrainDidNotEnd, Drained, drain, drain_async, inline
+from .harness import Attempt, use_memory
 
 __all__ = ["Attempt", "DrainDidNotEnd", "Drained", "TestClock", "assert_enqueued", "drain",
            "drain_async", "enqueued", "inline", "refute_enqueued", "use_memory"]

@@ -9,6 +9,7 @@ import inspect
 import json
 from typing import Any
 
+from ..app import Conveyor
 from ..backends.base import WAITING_STATES, JobFilter
 from ..errors import CorruptPayload
 from ..job import Job
@@ -46,6 +47,8 @@ def refute_enqueued(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
 
 def _waiting(task: Task[Any, Any]) -> list[Job]:
     app = task.app
+    if not isinstance(app, Conveyor):
+        raise TypeError(f"{task.name} belongs to {app!r}, not to a Conveyor app")
     jobs = app.portal.call(app.admin.list(JobFilter(states=WAITING_STATES, tasks=(task.name,)),
                                           limit=1_000_000))
     return list(reversed(jobs))  # oldest first

@@ -4,7 +4,8 @@ worker until nothing waits, moving the test clock over every wait."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,3 +143,22 @@ async def _jobs(app: Conveyor, attempts: Sequence[Attempt]) -> dict[str, Job]:
     return jobs
 
 
+@contextmanager
+def inline(app: Conveyor) -> Iterator[None]:
+    """Within the block every enqueue of `app` runs its jobs at once, through the real
+    worker: the enqueue returns when they (and what they enqueued) have ended.
+
+    >>> with inline(app):
+    ...     handle = send_welcome.enqueue(42)
+    >>> handle.job.state  # completed (or dead, after its retries)
+    """
+    harness = harness_of(app)
+
+    async def drain_now() -> dict[str, Job]:
+        return (await drain_async(app)).jobs
+
+    before, harness.inline_drain = harness.inline_drain, drain_now
+    try:
+        yield
+    finally:
+        harness.inline_drain = before

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,8 @@ class Harness:
     def __init__(self, app: Conveyor, clock: TestClock) -> None:
         self.app = app
         self.clock = clock
-        self.inline = False
+        # Set by `inline()` (drain.py): runs a drain and returns the jobs as they ended.
+        self.inline_drain: Callable[[], Awaitable[dict[str, Job]]] | None = None
         self.draining = 0  # drains under way (an inline enqueue inside one runs in it)
         self.recording: list[Attempt] | None = None
         self.middleware = RecordingMiddleware(self)
@@ -74,12 +75,11 @@ class RecordingMiddleware:
             if harness.recording is not None and ctx.settlement is not None:
                 harness.recording.append(_attempt(ctx.job, ctx.settlement.state,
                                                   ctx.settlement.error, ctx.settlement.result))
-        elif isinstance(ctx, EnqueueContext) and harness.inline and not harness.draining:
-            from .drain import drain_async
-
-            drained = await drain_async(harness.app)
+        elif (isinstance(ctx, EnqueueContext) and harness.inline_drain is not None
+              and not harness.draining):
+            ended = await harness.inline_drain()
             # The handles the enqueue returns show how the jobs ended.
-            ctx.jobs_out = [drained.jobs.get(job.id, job) for job in ctx.jobs_out]
+            ctx.jobs_out = [ended.get(job.id, job) for job in ctx.jobs_out]
 
 
 def _attempt(job: Job, outcome: JobState, error: AttemptError | None,
@@ -121,20 +121,3 @@ def _rebind(app: Conveyor, url: str, clock: Any) -> None:
     app.close()
     app._backends.clear()  # noqa: SLF001 - the app keeps no other handle on its backends
     app.url, app.clock = url, clock
-
-
-@contextmanager
-def inline(app: Conveyor) -> Iterator[None]:
-    """Within the block every enqueue of `app` runs its jobs at once, through the real
-    worker: the enqueue returns when they (and what they enqueued) have ended.
-
-    >>> with inline(app):
-    ...     handle = send_welcome.enqueue(42)
-    >>> handle.job.state  # completed (or dead, after its retries)
-    """
-    harness = harness_of(app)
-    before, harness.inline = harness.inline, True
-    try:
-        yield
-    finally:
-        harness.inline = before
