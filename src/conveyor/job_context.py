@@ -245,12 +245,14 @@ class JobContext:
                     yield conn
                 finally:
                     self._open_transaction = None
-        except Exception as exc:
-            self.lease_lost = self.lease_lost or isinstance(exc, StaleLease)
-            await self._release_marked_in_transaction()
+                self._completing()
+        except BaseException as exc:
+            self.completed_in_transaction = False
+            if isinstance(exc, Exception):
+                self.lease_lost = self.lease_lost or isinstance(exc, StaleLease)
+                await self._release_marked_in_transaction()
             raise
         self._marked_in_transaction.clear()
-        self.completed_in_transaction = True
 
     @contextmanager
     def transaction_sync(self, result: Any = None) -> Iterator[Any]:
@@ -266,11 +268,20 @@ class JobContext:
                     yield conn
                 finally:
                     self._open_transaction_sync = None
-        except Exception as exc:
-            self.lease_lost = self.lease_lost or isinstance(exc, StaleLease)
-            self._from_thread(self._release_marked_in_transaction())
+                self._completing()
+        except BaseException as exc:
+            self.completed_in_transaction = False
+            if isinstance(exc, Exception):
+                self.lease_lost = self.lease_lost or isinstance(exc, StaleLease)
+                self._from_thread(self._release_marked_in_transaction())
             raise
         self._marked_in_transaction.clear()
+
+    def _completing(self) -> None:
+        # The block succeeded: leaving it writes the completion and commits. A heartbeat
+        # that crosses that commit finds the lease gone; flagged before the commit (not
+        # after the connection went back to its pool), the worker knows the job is not
+        # lost and lets the handler return. A failed commit clears the flag again.
         self.completed_in_transaction = True
 
     def _transactional(self) -> CompleteInTransaction:
