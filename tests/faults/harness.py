@@ -82,6 +82,17 @@ class WorkerGroup:
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
+    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
+        """Send `sig` (SIGTERM) to the group and return the exit status; a group still
+        running after `timeout` fails the test with the end of its log."""
+        sig = signal.SIGTERM if sig is None else sig
+        self.signal(sig)
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout:.0f}s after {signal.Signals(sig).name}:\n"
+                                 + self.output()[-6000:]) from None
+
     def output(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")

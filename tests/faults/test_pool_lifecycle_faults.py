@@ -81,8 +81,7 @@ def test_sync_handler_past_its_hard_limit_is_stopped_by_replacing_its_child(
     assert runs.count("soft") >= 2  # it was asked to stop first, and ignored it
     poll(lambda: not (ran_it & set(pool.pids())), 30, "the runaway's processes to be gone")
     assert all(jobs[j].state is JobState.COMPLETED for j in others)
-    pool.signal(signal.SIGTERM)
-    assert pool.wait(30) == 0
+    assert pool.stop() == 0, pool.output()[-3000:]
     report(backend, Row("sync handler ignores hard limit", 21, 0, len(recorded_twice(jobs)), 0,
                         f"{len(ran_it)} children replaced"))
 
@@ -140,12 +139,7 @@ def test_sigterm_to_the_group_while_children_start_drains_cleanly(
     # ignore it (the supervisor tells them to drain over their pipe), not die of it.
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1")
     poll(lambda: "child 1 started" in pool.output(), 30, "both children to be started")
-    pool.signal(signal.SIGTERM)
-    try:
-        status = pool.wait(30)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("the pool did not stop:\n" + pool.output()[-6000:]) from None
-    assert status == 0, pool.output()[-3000:]
+    assert pool.stop() == 0, pool.output()[-3000:]
     assert "killed by SIGTERM" not in pool.output()
 
 
@@ -162,12 +156,7 @@ def test_sigterm_while_the_supervisor_starts_a_child_stops_the_pool(
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1", launcher=launcher)
     poll(lambda: marker.exists() and len(marker.read_text().split()) >= 2, 30,
          "the second child's start")
-    pool.signal(signal.SIGTERM)
-    try:
-        status = pool.wait(30)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("the pool did not stop:\n" + pool.output()[-6000:]) from None
-    assert status == 0, pool.output()[-3000:]
+    assert pool.stop() == 0, pool.output()[-3000:]
     output = pool.output()
     assert output.count("SIGTERM received") == 1
     assert "killed by SIGTERM" not in output
