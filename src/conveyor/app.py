@@ -305,6 +305,16 @@ class Conveyor:
         self._sync_backend = self._sync_blocking = None
         self.portal.stop()
 
+    def rebind(self, url: str, clock: Clock | None = None) -> None:
+        """Point the app at another backend (and clock), e.g. a memory store for a test
+        (`conveyor.testing.use_memory`). The sync facade closes; each event loop opens
+        a backend for the new URL at its next use, the old ones are forgotten."""
+        self.close()
+        self._backends.clear()
+        self.url = url
+        if clock is not None:
+            self.clock = clock
+
     # --- producer -------------------------------------------------------------------
     async def enqueue_many_async(
         self, jobs: Iterable[NewJob], *, connection: Any = None

@@ -103,7 +103,7 @@ def use_memory(app: Conveyor, clock: TestClock | None = None) -> Iterator[TestCl
     clock = clock or TestClock()
     saved = (app.url, app.clock)
     url = f"memory://test-{uuid.uuid4().hex[:12]}"
-    _rebind(app, url, clock)
+    app.rebind(url, clock)
     harness = _harnesses[app] = Harness(app, clock)
     app.middleware.insert(0, harness.middleware)
     try:
@@ -111,13 +111,7 @@ def use_memory(app: Conveyor, clock: TestClock | None = None) -> Iterator[TestCl
     finally:
         app.middleware.remove(harness.middleware)
         del _harnesses[app]
-        _rebind(app, *saved)
+        app.rebind(*saved)
         drop_store(url)
 
 
-def _rebind(app: Conveyor, url: str, clock: Any) -> None:
-    """Point the app at another backend: the sync facade closes, and the backends of
-    other loops are forgotten (each loop opens one for the new URL at its next use)."""
-    app.close()
-    app._backends.clear()  # noqa: SLF001 - the app keeps no other handle on its backends
-    app.url, app.clock = url, clock
