@@ -1,0 +1,205 @@
+"""The cost of one no-op job: CPU time in the worker process and in the server, per job.
+
+    python benchmarks/cost_per_job.py                          # SQLite, PostgreSQL, Redis
+    python benchmarks/cost_per_job.py --backends redis --jobs 20000 --repeat 5
+    python benchmarks/cost_per_job.py --backends sqlite --profile   # top 15 functions
+
+Per backend and handler kind (async, sync): enqueue N no-op jobs, then run one
+`conveyor worker --burst -c 200` process over them and read, from /proc, the user+sys
+CPU the worker process used and the CPU the server's processes used meanwhile (every
+`postgres` or `redis-server` process; SQLite has none, its work is in the worker).
+A burst worker over an empty queue (start, exit) is run as well and its figures taken
+off, so what is left divided by N is the cost per job. Each figure is the min/median/max over
+`--repeat` runs. The server figure counts whatever else the server served meanwhile:
+run it on a quiet machine.
+
+`--profile` runs the worker under cProfile instead and prints Conveyor's 15
+functions with the largest cumulative time in the event-loop thread (the profiler's own overhead inflates every figure; read
+it for where the time goes, not for how much).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+POSTGRES = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("CONVEYOR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of_pid(pid: int) -> float | None:
+    """User+sys seconds process `pid` has used so far (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class ServerCpu:
+    """CPU used by the server's processes while it runs, sampled every 20 ms so that
+    the connections' own processes (PostgreSQL starts one per connection, and it
+    ends with the worker) are counted up to their last sample."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.first: dict[int, float] = {pid: cpu for pid in server_pids(backend)
+                                        if (cpu := cpu_of_pid(pid)) is not None}
+        self.last = dict(self.first)
+
+    def sample(self) -> None:
+        for pid in server_pids(self.backend):
+            cpu = cpu_of_pid(pid)
+            if cpu is not None:
+                self.first.setdefault(pid, 0.0)
+                self.last[pid] = cpu
+
+    def used(self) -> float:
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+
+def server_pids(backend: str) -> list[int]:
+    name = {"postgres": "postgres", "redis": "redis-server"}.get(backend)
+    if name is None:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def isolated_url(backend: str, folder: Path) -> str:
+    tag = uuid.uuid4().hex[:10]
+    if backend == "sqlite":
+        return f"sqlite:///{folder / f'cost-{tag}.db'}"
+    if backend == "postgres":
+        return f"{POSTGRES}?schema=cost_{tag}"
+    return f"{REDIS}?prefix=cost-{tag}"
+
+
+async def enqueue(url: str, task: str, jobs: int) -> None:
+    os.environ["CONVEYOR_URL"] = url
+    import bench_app
+
+    bench_app.app.rebind(url)
+    fn = getattr(bench_app, task)
+    for start in range(0, jobs, 1000):
+        await bench_app.app.enqueue_many_async(
+            [fn.message(i) for i in range(start, min(start + 1000, jobs))])
+    await bench_app.app.aclose()
+
+
+async def drop(backend: str, url: str) -> None:
+    if backend == "postgres":
+        import psycopg
+
+        schema = url.rsplit("schema=", 1)[1]
+        async with await psycopg.AsyncConnection.connect(POSTGRES, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    elif backend == "redis":
+        import redis.asyncio as redis
+
+        prefix = url.rsplit("prefix=", 1)[1]
+        client = redis.Redis.from_url(REDIS)
+        keys = [key async for key in client.scan_iter(f"{prefix}*", count=1000)]
+        for start in range(0, len(keys), 1000):
+            await client.delete(*keys[start:start + 1000])
+        await client.aclose()
+
+
+def worker_command(profile_to: Path | None) -> list[str]:
+    runner = [sys.executable]
+    if profile_to is not None:
+        runner += ["-m", "cProfile", "-o", str(profile_to)]
+    return [*runner, "-m", "conveyor", "worker", "bench_app:app", "-q", "bench", "-c", "200",
+            "--burst", "--log-level", "warning"]
+
+
+def one_run(backend: str, task: str, jobs: int, folder: Path,
+            profile_to: Path | None = None) -> tuple[float, float, float]:
+    """Worker CPU seconds, server CPU seconds and wall seconds of one burst worker's
+    run over `jobs` jobs (start and exit included)."""
+    url = isolated_url(backend, folder)
+    try:
+        asyncio.run(enqueue(url, task, jobs))
+        server = ServerCpu(backend)
+        started = time.perf_counter()
+        proc = subprocess.Popen(worker_command(profile_to), cwd=HERE,
+                                env={**os.environ, "CONVEYOR_URL": url,
+                                     "PYTHONPATH": str(HERE)})
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # the worker's own rusage
+            if pid:
+                break
+            server.sample()
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"the worker exited {proc.returncode}")
+        worker_cpu = usage.ru_utime + usage.ru_stime
+        server_cpu = server.used()
+        return worker_cpu, server_cpu, elapsed
+    finally:
+        asyncio.run(drop(backend, url))
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):8.1f} {statistics.median(values):8.1f} {max(values):8.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgres,redis")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="conveyor-cost-"))
+    print(f"{args.jobs} no-op jobs per run, one worker process at -c 200, {os.cpu_count()} cores")
+    print(f"{'backend':9} {'handler':7} | {'worker µs/job':^26} | {'server µs/job':^26} | "
+          f"{'drain jobs/s':^26}")
+    print(f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
+          f"| {'min':>8} {'median':>8} {'max':>8}")
+    for backend in args.backends.split(","):
+        for kind in ("async", "sync"):
+            task = f"noop_{kind}"
+            if args.profile:
+                out = folder / f"{backend}-{kind}.pstats"
+                one_run(backend, task, args.jobs, folder, profile_to=out)
+                print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
+                      "time (cProfile, the worker's event-loop thread)")
+                stats = pstats.Stats(str(out)).sort_stats("cumulative")
+                # Conveyor's own code, without the start-up (imports, CLI parsing).
+                stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
+                continue
+            # A worker over an empty queue: its start and exit, taken off every run.
+            base = [one_run(backend, task, 0, folder) for _ in range(args.repeat)]
+            base_worker, base_server, base_wall = (statistics.median(c) for c in zip(*base))
+            runs = [one_run(backend, task, args.jobs, folder) for _ in range(args.repeat)]
+            worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs]
+            server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs]
+            rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs]
+            print(f"{backend:9} {kind:7} | {spread(worker)} | {spread(server)} | {spread(rate)}")
+    print(f"(start and exit taken off: a worker over an empty queue, median of {args.repeat})")
+
+if __name__ == "__main__":
+    main()
