@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,7 +25,10 @@ from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
 from .worker_records import WORKERS_NAMESPACE
 
+log = logging.getLogger("conveyor.admin")
+
 if TYPE_CHECKING:
+    from .claim_check import ClaimCheck
     from .portal import Portal
     from .timeutil import Clock
 
@@ -95,6 +99,8 @@ class AdminApp(Protocol):
     def portal(self) -> Portal: ...
     @property
     def admin(self) -> Admin: ...
+    @property
+    def claim_check(self) -> ClaimCheck: ...  # blobs go with the jobs deleted here
     async def backend(self) -> Backend: ...
 
 
@@ -211,7 +217,17 @@ class Admin:
         async with self.recording("delete", by=by, where=where) as act:
             ids = await backend.delete_jobs(where, limit, False)
             act.add(ids)
+        await self._delete_blobs(ids)
         return ids
+
+    async def _delete_blobs(self, job_ids: builtins.list[str]) -> None:
+        """The blobs of deleted jobs go with them; a store that is down now leaves
+        orphans, which the prune loop deletes later."""
+        try:
+            await self.app.claim_check.delete_with_jobs(job_ids)
+        except Exception as exc:  # noqa: BLE001 - the jobs are deleted; see above
+            log.warning("the blobs of %d deleted jobs were not deleted (%s); the prune "
+                        "loop will", len(job_ids), exc)
 
     async def purge(self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False,
                     *, by: By = None) -> int:
@@ -269,7 +285,11 @@ class Admin:
             await (await self.app.backend()).pause_queue(queue, False)
 
     async def prune(self, completed_before: float, dead_before: float) -> int:
-        return await (await self.app.backend()).prune_jobs(completed_before, dead_before)
+        """Delete finished jobs past retention, then blobs whose job is gone."""
+        backend = await self.app.backend()
+        pruned = await backend.prune_jobs(completed_before, dead_before)
+        await self.app.claim_check.sweep_orphans(backend, self.app.clock())
+        return pruned
 
     async def migrate(self) -> builtins.list[int]:
         """Apply pending schema migrations; return the versions applied now (empty

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
 from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
+from .blobs import BlobStore
+from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
 from . import validation as valid
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles
+from .hygiene import PayloadHygiene, check_mode
 from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
@@ -62,6 +65,11 @@ class Conveyor:
         auto_migrate: bool = True,
         middleware: Sequence[Middleware] = (),
         version: str | None = None,
+        claim_check_threshold: int = DEFAULT_THRESHOLD,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        blob_store: str | BlobStore | None = None,
+        orphan_grace: Duration = DEFAULT_ORPHAN_GRACE,
+        payload_hygiene: str = "warn",
     ) -> None:
         resolved = url or os.environ.get("CONVEYOR_URL")
         if not resolved:
@@ -87,6 +95,13 @@ class Conveyor:
         # A script that exits without close() still closes the sync facade's backend;
         # the hook holds the backends, not the app, which stays free to be collected.
         self.portal = Portal(on_exit=functools.partial(_close_loop_backend, self._backends))
+        # Big arguments and results stored apart, and the enqueue-time secret check
+        # (docs/payloads.md).
+        self.claim_check = ClaimCheck(
+            self, threshold=_byte_count("claim_check_threshold", claim_check_threshold),
+            max_payload=_byte_count("max_payload", max_payload), store=blob_store,
+            orphan_grace=to_seconds(orphan_grace))
+        self.hygiene = PayloadHygiene(payload_hygiene)
         self.admin = Admin(self)
         self.jobs = Jobs(self)
         self._backend_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -120,6 +135,10 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
         idempotency_key: str | None = None,
+        claim_check_threshold: int | None = None,
+        max_payload: int | None = None,
+        redact: Sequence[str] = (),
+        payload_hygiene: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
@@ -139,6 +158,13 @@ class Conveyor:
         (`"charge:{order_id}"`), rendered at enqueue and stored with the job:
         `current_job().idempotency_key`, the same on every attempt and after a
         redrive, to pass to providers (see docs/resilience.md). Default: the job id.
+
+        Payloads (docs/payloads.md): arguments or a result over
+        `claim_check_threshold=` bytes of JSON are kept in the blob store, the job
+        holding a reference; over `max_payload=` an enqueue is refused
+        (PayloadTooLarge). Both default to the app's. `redact=("password", ...)`
+        masks those arguments wherever jobs are shown; `payload_hygiene=` ("warn",
+        "reject", "off") overrides the app's check of secret-looking arguments.
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -162,6 +188,10 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
         idempotency_key: str | None = None,
+        claim_check_threshold: int | None = None,
+        max_payload: int | None = None,
+        redact: Sequence[str] = (),
+        payload_hygiene: str | None = None,
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -191,6 +221,18 @@ class Conveyor:
                             else KeyTemplate(idempotency_key, inspect.signature(fn)))
         except ValueError as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
+        try:
+            threshold = (None if claim_check_threshold is None
+                         else _byte_count("claim_check_threshold", claim_check_threshold))
+            payload_limit = None if max_payload is None else _byte_count("max_payload",
+                                                                         max_payload)
+            hygiene = (None if payload_hygiene is None
+                       else check_mode(payload_hygiene, f"task {task_name}"))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"task {task_name}: {exc}") from None
+        if isinstance(redact, str) or not all(isinstance(k, str) and k for k in redact):
+            raise ConfigurationError(f"task {task_name}: redact= takes a tuple of argument "
+                                     f"names, not {redact!r}")
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -206,6 +248,10 @@ class Conveyor:
                 dead_on=tuple(dead_on),
             ),
             idempotency_key=key_template,
+            claim_check_threshold=threshold,
+            max_payload=payload_limit,
+            redact=frozenset(redact),
+            payload_hygiene=hygiene,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)
         self.tasks[task_name] = task
@@ -323,11 +369,11 @@ class Conveyor:
 
         Every job is checked first (`conveyor.validation`): one out of range raises
         InvalidJob and none of the batch is stored."""
-        batch = valid.check_jobs(jobs)
+        batch = valid.check_jobs(jobs, self.claim_check.max_payload_of)
         if not batch:
             return []
         backend = await self.backend()
-        enqueue: Callable[[Sequence[NewJob]], Awaitable[list[Job]]] = backend.enqueue_jobs
+        store_jobs: Callable[[Sequence[NewJob]], Awaitable[list[Job]]] = backend.enqueue_jobs
         if connection is not None:
             if not isinstance(backend, TransactionalEnqueue):
                 raise ConfigurationError(
@@ -336,8 +382,12 @@ class Conveyor:
 
             transactional = backend
 
-            async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
+            async def store_jobs(jobs: Sequence[NewJob]) -> list[Job]:
                 return await transactional.enqueue_jobs_in(connection, jobs)
+
+        async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
+            # Big payloads go to the blob store first; the jobs keep references.
+            return await store_jobs(await self.claim_check.offload(jobs))
 
         if not self.middleware:
             return handles(self, await enqueue(batch))
@@ -345,7 +395,8 @@ class Conveyor:
         async def innermost(ctx: MiddlewareContext) -> None:
             assert isinstance(ctx, EnqueueContext)
             # Again: middleware may have changed or added jobs.
-            ctx.jobs_out = await enqueue(valid.check_jobs(ctx.jobs_in))
+            ctx.jobs_out = await enqueue(valid.check_jobs(ctx.jobs_in,
+                                                          self.claim_check.max_payload_of))
 
         call = EnqueueContext(jobs_in=list(batch))
         await run_chain(self.middleware, call, innermost)
@@ -353,10 +404,11 @@ class Conveyor:
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
-        batch = valid.check_jobs(jobs)
+        batch = valid.check_jobs(jobs, self.claim_check.max_payload_of)
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
-        if connection is None and batch and not self.middleware:
+        if (connection is None and batch and not self.middleware
+                and not self.claim_check.needs_offload(batch)):
             # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()
             if self._sync_blocking is not None:
@@ -369,6 +421,12 @@ class Conveyor:
             backend = self._sync_backend
             self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend
+
+
+def _byte_count(option: str, value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ConfigurationError(f"{option}={value!r}: expected a whole number of bytes, >= 0")
+    return value
 
 
 def _app_version(given: str | None) -> str:

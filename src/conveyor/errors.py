@@ -27,6 +27,31 @@ class InvalidJob(ConveyorError, ValueError):
         self.field, self.value, self.expected = field, value, expected
 
 
+class PayloadTooLarge(InvalidJob):
+    """Arguments whose JSON text is over the task's `max_payload`; nothing of the
+    batch was stored. Store the data elsewhere and pass a reference to it."""
+
+    def __init__(self, size: int, limit: int, where: str = "") -> None:
+        ConveyorError.__init__(
+            self, f"{where + ': ' if where else ''}payload is {size:,} bytes of JSON, over "
+                  f"max_payload ({limit:,} bytes); store the data elsewhere (a file, a "
+                  "bucket, a table) and pass its id")
+        self.field, self.value, self.expected = "payload", size, f"at most {limit} bytes"
+        self.size, self.limit = size, limit
+
+
+class SecretInPayload(InvalidJob):
+    """An argument that looks like a secret, refused by `payload_hygiene="reject"`
+    (conveyor.hygiene). The message names where it is and why, never the value."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        ConveyorError.__init__(
+            self, f"{where} looks like a secret ({reason}); pass a reference to it (a "
+                  "secret manager's key, a vault path) instead, or see the task's "
+                  "payload_hygiene= (docs/payloads.md)")
+        self.field, self.value, self.expected = where, "(not shown)", "no secret"
+
+
 class SerializationError(ConveyorError, TypeError):
     """Arguments or a result that JSON cannot carry."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
@@ -62,7 +63,9 @@ class JobHandle(Generic[R]):
             self.job = job
             if job.state is JobState.COMPLETED:
                 try:
-                    return cast(R, job.result_value)
+                    # A result stored apart is read back (and checked) from the store.
+                    text = await self.app.claim_check.result_text(job)
+                    return cast(R, None if text is None else json.loads(text))
                 except (ValueError, RecursionError):
                     raise CorruptJob(f"job {job.id} completed, but its stored result cannot "
                                      f"be read: {job.corrupt}") from None

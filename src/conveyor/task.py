@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
 from .errors import ArgumentValidationError, InvalidJob, SerializationError
+from .hygiene import REDACT_META_KEY, redact_meta
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
@@ -128,6 +129,11 @@ class TaskDefaults:
     hard_time_limit: float | None = None
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
+    # Payload limits in bytes of JSON (None: the app's); see conveyor.claim_check.
+    claim_check_threshold: int | None = None
+    max_payload: int | None = None
+    redact: frozenset[str] = frozenset()  # argument keys masked wherever jobs are shown
+    payload_hygiene: str | None = None  # "warn", "reject", "off"; None: the app's
 
 
 class TaskApp(Protocol):
@@ -158,6 +164,11 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._check_arguments = argument_checker(self.signature)
+        # Names of the positional parameters, to name positional arguments in the
+        # hygiene check and in `redact=`.
+        self.positional_names = tuple(
+            p.name for p in self.signature.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -217,6 +228,12 @@ class BoundTask(Generic[P, R]):
     def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         task, opts, d = self.task, self.opts, self.task.defaults
         task.validate(args, kwargs)
+        task.app.hygiene.check(task.name, d.payload_hygiene, task.positional_names, args,
+                               kwargs, d.redact)
+        meta = (dict(opts.meta) if d.idempotency_key is None else
+                {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)})
+        if d.redact:
+            meta[REDACT_META_KEY] = redact_meta(d.redact, task.positional_names, len(args))
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay
@@ -231,8 +248,7 @@ class BoundTask(Generic[P, R]):
             unique_key=opts.unique_key,
             unique_for=opts.unique_for,
             timeout=opts.timeout if opts.timeout is not None else d.timeout,
-            meta=(dict(opts.meta) if d.idempotency_key is None else
-                  {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)}),
+            meta=meta,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

@@ -14,6 +14,8 @@ checked before any backend sees a job, so a bad value is one `InvalidJob` (a
   without control characters (PostgreSQL text refuses NUL; newlines and the like
   would forge lines in logs and the command line's output) or lone surrogates (not
   encodable as UTF-8).
+* `payload` size: at most the task's `max_payload` bytes of UTF-8 JSON (default 10 MB,
+  `Conveyor(max_payload=)`, `app.task(max_payload=)`): `PayloadTooLarge`.
 * `meta`: a JSON object of plain data, its numbers finite and its strings free of NUL
   (PostgreSQL's jsonb refuses \\u0000) and lone surrogates; `payload`: text without NUL.
 
@@ -27,12 +29,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .errors import InvalidJob
+from .errors import InvalidJob, PayloadTooLarge
 from .job import NewJob
 
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
@@ -212,6 +214,21 @@ def check_job(job: NewJob) -> NewJob:
         raise InvalidJob(exc.field, exc.value, exc.expected, f"job {job.id!r}") from None
 
 
-def check_jobs(jobs: Iterable[NewJob]) -> list[NewJob]:
-    """Every job checked before any is stored: a batch with one bad job stores none."""
-    return [check_job(job) for job in jobs]
+def payload_size(job: NewJob, limit: int) -> None:
+    """PayloadTooLarge when the payload's UTF-8 text is over `limit` bytes."""
+    if len(job.payload) * 4 <= limit:  # at most 4 bytes a character: surely under
+        return
+    size = len(job.payload.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise PayloadTooLarge(size, limit, f"job {job.id!r} ({job.task})")
+
+
+def check_jobs(jobs: Iterable[NewJob],
+               max_payload: Callable[[str], int] | None = None) -> list[NewJob]:
+    """Every job checked before any is stored: a batch with one bad job stores none.
+    `max_payload(task name)` is the largest payload in bytes each job may carry."""
+    checked = [check_job(job) for job in jobs]
+    if max_payload is not None:
+        for job in checked:
+            payload_size(job, max_payload(job.task))
+    return checked

@@ -14,6 +14,7 @@ from typing import Any
 from .. import jsontext
 from ..backends.base import QueueStats
 from ..job import Job, JobState
+from ..payload_view import shown_arguments, stored_apart
 from ..timeline import Event
 
 NONE = "-"
@@ -121,8 +122,11 @@ def json_text(value: str | None) -> str:
 
 def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
     """Every field of one job, its timeline, then its errors with their tracebacks."""
-    decoded = jsontext.arguments(job.payload)
-    if decoded is None:
+    decoded = shown_arguments(job)  # secrets masked
+    apart = stored_apart(job.payload)
+    if apart is not None:
+        args, kwargs = apart, apart
+    elif decoded is None:
         args, kwargs = f"(payload does not decode) {jsontext.cut(job.payload, 2000)}", NONE
     else:
         args = jsontext.dumps(decoded[0]) or "(cannot be shown)"
@@ -151,7 +155,7 @@ def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
         ("unique key", NONE if job.unique_key is None else
             f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
                                    if job.unique_for else "")),
-        ("result", json_text(job.result)),
+        ("result", stored_apart(job.result) or json_text(job.result)),
         ("checkpoint", json_text(job.checkpoint)),
         ("progress", _progress(job.progress)),
         ("meta", jsontext.cut(jsontext.dumps(job.meta) or "(cannot be shown)") if job.meta
@@ -196,7 +200,7 @@ def job_json(job: Job) -> dict[str, Any]:
         ok, value = jsontext.decode(data[key])
         if ok:
             data[key] = value
-    decoded = jsontext.arguments(job.payload)
+    decoded = shown_arguments(job)  # secrets masked; a reference stays as stored
     if decoded is not None:
         data["args"], data["kwargs"] = decoded
         del data["payload"]

@@ -83,7 +83,8 @@ class Dashboard:
             duration=views.format_duration, time=views.format_time, ago=views.format_ago,
             pretty_json=views.pretty_json, pretty_value=views.pretty_value,
             number=lambda n: f"{n:,}",
-            args_preview=views.args_preview, last_error=views.last_error,
+            args_preview=views.args_preview, payload_json=views.payload_json,
+            result_json=views.result_json, last_error=views.last_error,
             form_id=id_for_form, user_traceback=views.user_traceback, rate=format_rate,
         )
         # Paced redrive runs this process drives (started or resumed here, or adopted).

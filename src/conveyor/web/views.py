@@ -13,6 +13,7 @@ from ..backends.base import QueueStats
 from .. import jsontext
 from ..job import Job, JobState
 from ..minute_stats import Minute, QueueMinute
+from ..payload_view import shown_arguments, shown_payload, shown_result, stored_apart
 from .charts import Series, lines, stacked_bars
 
 STATE_ORDER = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYABLE,
@@ -155,6 +156,15 @@ def format_ago(epoch: float | None, now: float | None = None) -> str:
     return f"{format_duration(delta)} ago"
 
 
+def payload_json(job: Job) -> str:
+    """The job page's arguments: masked, or the reference of arguments stored apart."""
+    return jsontext.pretty(shown_payload(job))
+
+
+def result_json(job: Job) -> str:
+    return jsontext.pretty(shown_result(job))
+
+
 def pretty_json(text: str | None) -> str:
     """Stored JSON re-indented, or as stored when it is not JSON (escaped by the
     template), cut to a length a page can hold."""
@@ -178,8 +188,11 @@ def progress_of(job: Job) -> tuple[float, str] | None:
 
 
 def args_preview(job: Job, limit: int = 80) -> str:
-    decoded = jsontext.arguments(job.payload)
-    if decoded is None:  # a corrupt payload: shown as stored
+    decoded = shown_arguments(job)  # secrets masked
+    apart = stored_apart(job.payload)
+    if apart is not None:
+        text = apart
+    elif decoded is None:  # a corrupt payload: shown as stored
         text = job.payload
     else:
         args, kwargs = decoded

@@ -38,9 +38,10 @@ HOST = socket.gethostname()
 _DEFAULT_POLICY = RetryPolicy()
 
 
-def decode_payload(job: Job) -> tuple[list[Any], dict[str, Any]]:
+def decode_payload(job: Job, text: str | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """The (args, kwargs) of `text` (default: the job's stored payload)."""
     try:
-        data = json.loads(job.payload)
+        data = json.loads(job.payload if text is None else text)
         args, kwargs = data.get("args", []), data.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise ValueError("args must be a list and kwargs an object")
@@ -103,7 +104,9 @@ class JobExecutor:
         policy = task.defaults.retry
         ctx.retry_policy = policy  # once() sizes its records by it
         try:
-            args, kwargs = decode_payload(job)
+            # Stored apart (claim_check): read back and checked; a missing or changed
+            # blob is a CorruptPayload, a store that is down a retry.
+            args, kwargs = decode_payload(job, await self.app.claim_check.arguments_text(job))
             try:
                 task.signature.bind(*args, **kwargs)
             except TypeError as exc:
@@ -126,8 +129,10 @@ class JobExecutor:
         finally:
             _CURRENT.reset(token)
         if isinstance(outcome, Returned):
-            return Settlement(job.id, job.lease_token, JobState.COMPLETED,
-                              result=self._encode(job, outcome.value))
+            result = self._encode(job, outcome.value)
+            if result is not None:
+                result = await self.app.claim_check.stored_result(job, result)
+            return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result)
         error = outcome.error
         try:
             return self._raised(job, ctx, error, policy)

@@ -330,3 +330,6 @@ class Worker(HeldJobs):
                                                 now - self.config.dead_retention)
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)
+        swept = await self.app.claim_check.sweep_orphans(self._backend, now)
+        if swept:
+            log.info("deleted %d blobs whose job is gone", swept)

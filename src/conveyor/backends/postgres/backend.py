@@ -21,6 +21,7 @@ from ...lifecycle import IllegalTransition
 from ...claiming import claim_in_passes_async
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..sqlfiles import load_migrations
+from .blobs import PostgresBlobStore
 from . import enqueue, liveness
 from .connections import AsyncConn, log
 from .inspector import PostgresInspector
@@ -34,8 +35,16 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
     """Every Backend verb: the job lifecycle here, the operators' verbs in inspector.py,
     the shared records in records.py, the pools and connections in connections.py."""
 
+    _blobs: PostgresBlobStore | None = None  # the default blob store, made on first use
+
     def __repr__(self) -> str:
         return f"<PostgresBackend {self.config.redacted}>"
+
+    def default_blob_store(self) -> PostgresBlobStore:
+        """Blobs in a table of this schema, over this pool (ProvidesBlobStore)."""
+        if self._blobs is None:
+            self._blobs = PostgresBlobStore(self._run, self.schema, self.clock)
+        return self._blobs
 
     # --- schema -----------------------------------------------------------------------
     async def migrate(self) -> list[int]:

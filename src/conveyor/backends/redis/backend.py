@@ -32,6 +32,7 @@ from ..codec import job_from_fields
 from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
+from .blobs import RedisBlobStore
 from .keys import Keys
 from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
@@ -68,6 +69,10 @@ class RedisBackend(RedisRecords):
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
+
+    def default_blob_store(self) -> RedisBlobStore:
+        """Blobs under this prefix, on this client (ProvidesBlobStore)."""
+        return RedisBlobStore(lambda: self.client, self.keys, self.clock, self.url)
 
     # --- life of the connection -------------------------------------------------
     @property

@@ -51,6 +51,7 @@ class Keys:
         self.unique = self.base + "unique"
         self.schema = self.base + "schema"
         self.jobs = self.base + "jobs"
+        self.blobs = self.base + "blobs"  # sorted set: job digest by first blob's time
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
@@ -60,6 +61,10 @@ class Keys:
 
     def wake(self, queue: str) -> str:
         return f"{self.base}q:{queue}:wake"
+
+    def blob(self, job_digest: str) -> str:
+        """A hash of one job's blobs: `job`, `at`, and `k:<blob key>` -> bytes."""
+        return f"{self.base}blob:{job_digest}"
 
     def meta(self, namespace: str) -> str:
         return f"{self.base}meta:{namespace}"

@@ -14,9 +14,11 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from ...blobs.directory import DirectoryBlobStore
 from ...errors import ConfigurationError
 from .. import redact_url
 from ...job import Job, JobState, NewJob
@@ -65,6 +67,10 @@ class SqliteBackend:
         self._listener: WakeupListener | None = None
         self._open_lock = threading.Lock()
         self._thread_stores = threading.local()
+
+    def default_blob_store(self) -> DirectoryBlobStore:
+        """Blobs as files in `<database file>.blobs/`, beside it (ProvidesBlobStore)."""
+        return DirectoryBlobStore(Path(self.path + ".blobs"), self.clock)
 
     # --- plumbing -------------------------------------------------------------------
     async def _on_thread(self, call: Callable[[SqliteStore], T]) -> T:

@@ -1,0 +1,57 @@
+"""The PostgreSQL blob store: a table in the backend's own schema (migration 3),
+over the backend's connection pool; its SQL is in blobs.sql."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+
+from ...blobs import StoredBlob
+from ...timeutil import Clock
+from ..sqlfiles import load_queries
+
+T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
+Run = Callable[[Callable[[AsyncConn], Awaitable[T]]], Awaitable[T]]
+
+
+class PostgresBlobStore:
+    def __init__(self, run: Run[Any], schema: str, clock: Clock) -> None:
+        self._run = run
+        self.clock = clock
+        self.q = {name: text.replace("{schema}", f'"{schema}"')  # validated, see config.py
+                  for name, text in load_queries(__package__ or "conveyor.backends.postgres",
+                                                 "blobs.sql").items()}
+
+    async def _rows(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self.q[query], params)
+            return await cur.fetchall() if cur.description is not None else []
+
+        rows: list[tuple[Any, ...]] = await self._run(op)
+        return rows
+
+    async def put_blob(self, key: str, job_id: str, data: bytes) -> None:
+        await self._rows("put_blob", {"key": key, "job_id": job_id, "now": self.clock(),
+                                      "data": data})
+
+    async def get_blob(self, key: str) -> bytes | None:
+        rows = await self._rows("get_blob", {"key": key})
+        return None if not rows else bytes(rows[0][0])
+
+    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
+        async def op(conn: AsyncConn) -> int:
+            cur = await conn.execute(self.q["delete_job_blobs"], {"job_ids": list(job_ids)})
+            return cur.rowcount
+
+        deleted: int = await self._run(op)
+        return deleted
+
+    async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
+        rows = await self._rows("list_blobs", {"before": created_before, "limit": limit})
+        return [StoredBlob(str(key), str(job_id), float(at)) for key, job_id, at in rows]
+
+    async def close(self) -> None:
+        pass  # the backend owns the pool
