@@ -68,7 +68,8 @@ class BlobStore(Protocol):
         ...
 
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
-        """At most `limit` blobs written before `created_before`, oldest first."""
+        """At most `limit` blobs written before `created_before`, oldest first (Redis
+        dates every blob of a job by its first: the sweep judges jobs, not blobs)."""
         ...
 
     async def close(self) -> None: ...
