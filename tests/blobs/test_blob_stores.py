@@ -70,7 +70,7 @@ def s3_url(s3_endpoint: str, s3_credentials: None) -> str:
     return f"s3://{bucket}/blobs?endpoint_url={s3_endpoint}"
 
 
-STORES = ["directory", "postgres", "redis", "s3"]
+STORES = ["directory", "memory", "postgres", "redis", "s3"]
 
 
 @pytest.fixture(params=STORES)

@@ -22,6 +22,7 @@ from .. import IN_PROCESS_ONLY as ONE_PROCESS
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
 from . import inspector, liveness, records
+from .blobs import MemoryBlobStore
 from .store import MemoryStore
 
 _stores: dict[str, MemoryStore] = {}
@@ -78,6 +79,10 @@ class MemoryBackend:
 
     async def open(self) -> None:
         self.store  # made now, and a store inherited through a fork refused now
+
+    def default_blob_store(self) -> MemoryBlobStore:
+        """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
+        return MemoryBlobStore(self.store.blobs, self.clock)
 
     async def close(self) -> None:
         pass  # the store outlives its backends, as a database outlives a connection

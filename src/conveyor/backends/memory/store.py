@@ -27,6 +27,7 @@ from ...lifecycle import Transition, check, initial_state
 from ...claiming import claim_in_passes
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
+from .blobs import BlobTable
 from .wakeup import Wakeups
 
 S = JobState
@@ -72,6 +73,7 @@ class MemoryStore:
         self.records: dict[tuple[str, str], tuple[str, float | None]] = {}
         self.liveness_nonce = os.urandom(6).hex()
         self.held_signals: dict[str, str] = {}  # token -> worker id
+        self.blobs = BlobTable()  # big payloads kept apart (blobs.py)
 
     # --- reading and filing --------------------------------------------------------
     def job(self, job_id: str) -> Job | None:
