@@ -114,12 +114,12 @@ def findings(names: Sequence[str], args: Sequence[Any],
 
 
 def _walk(where: str, value: Any, depth: int) -> Iterator[tuple[str, str]]:
-    if value is None or type(value) in (int, float, bool):
-        return  # no credential is a number; a secret key holding one is not flagged
     leaf = where.rpartition(".")[2]
     if secret_key(leaf) and value not in (None, "", [], {}):
         yield where, f"its name {leaf!r}"
         return
+    if value is None or type(value) in (int, float, bool):
+        return  # no credential value is a number (see credential_kind)
     if isinstance(value, str):
         kind = credential_kind(value)
         if kind is not None:
