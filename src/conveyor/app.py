@@ -20,13 +20,13 @@ from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRE
 from . import validation as valid
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles
-from .hygiene import PayloadHygiene, check_mode
+from .hygiene import PayloadHygiene
 from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .retry import RetryPolicy
-from .task import Task, TaskDefaults, make_options
+from .task import Task, TaskDefaults, make_options, payload_defaults
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
@@ -65,8 +65,7 @@ class Conveyor:
         auto_migrate: bool = True,
         middleware: Sequence[Middleware] = (),
         version: str | None = None,
-        claim_check_threshold: int = DEFAULT_THRESHOLD,
-        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        claim_check_threshold: int = DEFAULT_THRESHOLD, max_payload: int = DEFAULT_MAX_PAYLOAD,
         blob_store: str | BlobStore | None = None,
         orphan_grace: Duration = DEFAULT_ORPHAN_GRACE,
         payload_hygiene: str = "warn",
@@ -95,12 +94,9 @@ class Conveyor:
         # A script that exits without close() still closes the sync facade's backend;
         # the hook holds the backends, not the app, which stays free to be collected.
         self.portal = Portal(on_exit=functools.partial(_close_loop_backend, self._backends))
-        # Big arguments and results stored apart, and the enqueue-time secret check
-        # (docs/payloads.md).
-        self.claim_check = ClaimCheck(
-            self, threshold=_byte_count("claim_check_threshold", claim_check_threshold),
-            max_payload=_byte_count("max_payload", max_payload), store=blob_store,
-            orphan_grace=to_seconds(orphan_grace))
+        # Big payloads stored apart; the enqueue-time secret check (docs/payloads.md).
+        self.claim_check = ClaimCheck(self, claim_check_threshold, max_payload, blob_store,
+                                      to_seconds(orphan_grace))
         self.hygiene = PayloadHygiene(payload_hygiene)
         self.admin = Admin(self)
         self.jobs = Jobs(self)
@@ -135,10 +131,8 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
         idempotency_key: str | None = None,
-        claim_check_threshold: int | None = None,
-        max_payload: int | None = None,
-        redact: Sequence[str] = (),
-        payload_hygiene: str | None = None,
+        claim_check_threshold: int | None = None, max_payload: int | None = None,
+        redact: Sequence[str] = (), payload_hygiene: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
@@ -159,12 +153,8 @@ class Conveyor:
         `current_job().idempotency_key`, the same on every attempt and after a
         redrive, to pass to providers (see docs/resilience.md). Default: the job id.
 
-        Payloads (docs/payloads.md): arguments or a result over
-        `claim_check_threshold=` bytes of JSON are kept in the blob store, the job
-        holding a reference; over `max_payload=` an enqueue is refused
-        (PayloadTooLarge). Both default to the app's. `redact=("password", ...)`
-        masks those arguments wherever jobs are shown; `payload_hygiene=` ("warn",
-        "reject", "off") overrides the app's check of secret-looking arguments.
+        Payloads: `claim_check_threshold=`, `max_payload=`, `redact=` and
+        `payload_hygiene=` (docs/payloads.md).
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -188,10 +178,7 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
         idempotency_key: str | None = None,
-        claim_check_threshold: int | None = None,
-        max_payload: int | None = None,
-        redact: Sequence[str] = (),
-        payload_hygiene: str | None = None,
+        **payload_options: Any,  # see payload_defaults
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -221,18 +208,7 @@ class Conveyor:
                             else KeyTemplate(idempotency_key, inspect.signature(fn)))
         except ValueError as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
-        try:
-            threshold = (None if claim_check_threshold is None
-                         else _byte_count("claim_check_threshold", claim_check_threshold))
-            payload_limit = None if max_payload is None else _byte_count("max_payload",
-                                                                         max_payload)
-            hygiene = (None if payload_hygiene is None
-                       else check_mode(payload_hygiene, f"task {task_name}"))
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"task {task_name}: {exc}") from None
-        if isinstance(redact, str) or not all(isinstance(k, str) and k for k in redact):
-            raise ConfigurationError(f"task {task_name}: redact= takes a tuple of argument "
-                                     f"names, not {redact!r}")
+        payload = payload_defaults(task_name, **payload_options)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -248,10 +224,7 @@ class Conveyor:
                 dead_on=tuple(dead_on),
             ),
             idempotency_key=key_template,
-            claim_check_threshold=threshold,
-            max_payload=payload_limit,
-            redact=frozenset(redact),
-            payload_hygiene=hygiene,
+            **payload,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)
         self.tasks[task_name] = task
@@ -369,25 +342,21 @@ class Conveyor:
 
         Every job is checked first (`conveyor.validation`): one out of range raises
         InvalidJob and none of the batch is stored."""
-        batch = valid.check_jobs(jobs, self.claim_check.max_payload_of)
+        batch = self.claim_check.checked(jobs)
         if not batch:
             return []
         backend = await self.backend()
-        store_jobs: Callable[[Sequence[NewJob]], Awaitable[list[Job]]] = backend.enqueue_jobs
-        if connection is not None:
-            if not isinstance(backend, TransactionalEnqueue):
-                raise ConfigurationError(
-                    f"{type(backend).__name__} does not support transactional enqueue (connection=)"
-                )
-
-            transactional = backend
-
-            async def store_jobs(jobs: Sequence[NewJob]) -> list[Job]:
-                return await transactional.enqueue_jobs_in(connection, jobs)
+        transactional = backend if isinstance(backend, TransactionalEnqueue) else None
+        if connection is not None and transactional is None:
+            raise ConfigurationError(
+                f"{type(backend).__name__} does not support transactional enqueue (connection=)"
+            )
 
         async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
-            # Big payloads go to the blob store first; the jobs keep references.
-            return await store_jobs(await self.claim_check.offload(jobs))
+            jobs = await self.claim_check.offload(jobs)  # big payloads to the blob store first
+            if connection is None or transactional is None:
+                return await backend.enqueue_jobs(jobs)
+            return await transactional.enqueue_jobs_in(connection, jobs)
 
         if not self.middleware:
             return handles(self, await enqueue(batch))
@@ -395,8 +364,7 @@ class Conveyor:
         async def innermost(ctx: MiddlewareContext) -> None:
             assert isinstance(ctx, EnqueueContext)
             # Again: middleware may have changed or added jobs.
-            ctx.jobs_out = await enqueue(valid.check_jobs(ctx.jobs_in,
-                                                          self.claim_check.max_payload_of))
+            ctx.jobs_out = await enqueue(self.claim_check.checked(ctx.jobs_in))
 
         call = EnqueueContext(jobs_in=list(batch))
         await run_chain(self.middleware, call, innermost)
@@ -404,7 +372,7 @@ class Conveyor:
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
-        batch = valid.check_jobs(jobs, self.claim_check.max_payload_of)
+        batch = self.claim_check.checked(jobs)
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if (connection is None and batch and not self.middleware
@@ -421,12 +389,6 @@ class Conveyor:
             backend = self._sync_backend
             self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend
-
-
-def _byte_count(option: str, value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ConfigurationError(f"{option}={value!r}: expected a whole number of bytes, >= 0")
-    return value
 
 
 def _app_version(given: str | None) -> str:

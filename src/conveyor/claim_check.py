@@ -24,17 +24,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from . import validation as valid
 from .backends.base import Backend, JobFilter
 from .blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
 from .errors import ConfigurationError, CorruptPayload
 from .job import Job, NewJob
+from .timeutil import Clock
 
-if TYPE_CHECKING:
-    from .app import Conveyor
 
 log = logging.getLogger("conveyor.claim_check")
 
@@ -44,6 +44,35 @@ DEFAULT_THRESHOLD = 256 * 1024
 DEFAULT_MAX_PAYLOAD = 10 * 1024 * 1024
 DEFAULT_ORPHAN_GRACE = 3600.0
 _SWEEP_BATCH = 500
+
+
+class _Limits(Protocol):
+    @property
+    def claim_check_threshold(self) -> int | None: ...
+    @property
+    def max_payload(self) -> int | None: ...
+
+
+class _Task(Protocol):
+    @property
+    def defaults(self) -> _Limits: ...
+
+
+class ClaimCheckApp(Protocol):
+    """What the claim-check needs of its app (a `Conveyor`): its tasks (for their
+    limits), its clock and its backend."""
+
+    @property
+    def tasks(self) -> Mapping[str, _Task]: ...
+    @property
+    def clock(self) -> Clock: ...
+    async def backend(self) -> Backend: ...
+
+
+def byte_count(option: str, value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ConfigurationError(f"{option}={value!r}: expected a whole number of bytes, >= 0")
+    return value
 
 
 def utf8_size(text: str) -> int:
@@ -99,11 +128,11 @@ def _checked(ref: BlobReference, data: bytes | None, job_id: str, what: str,
 class ClaimCheck:
     """The app's claim-check: its limits, its store, and the moves in and out."""
 
-    def __init__(self, app: Conveyor, *, threshold: int, max_payload: int,
+    def __init__(self, app: ClaimCheckApp, threshold: int, max_payload: int,
                  store: str | BlobStore | None, orphan_grace: float) -> None:
         self.app = app
-        self.threshold = threshold
-        self.max_payload = max_payload
+        self.threshold = byte_count("claim_check_threshold", threshold)
+        self.max_payload = byte_count("max_payload", max_payload)
         self.orphan_grace = orphan_grace
         self._configured = (blob_store_from_url(store, app.clock) if isinstance(store, str)
                             else store)
@@ -118,6 +147,10 @@ class ClaimCheck:
         task = self.app.tasks.get(task_name)
         limit = None if task is None else task.defaults.max_payload
         return self.max_payload if limit is None else limit
+
+    def checked(self, jobs: Iterable[NewJob]) -> list[NewJob]:
+        """`conveyor.validation.check_jobs`, each job held to its task's max_payload."""
+        return valid.check_jobs(jobs, self.max_payload_of)
 
     def needs_offload(self, jobs: Sequence[NewJob]) -> bool:
         # Under the threshold in characters, so surely under it in bytes (at most 4 each).

@@ -12,6 +12,7 @@ from .job import Job, JobState
 
 if TYPE_CHECKING:
     from .admin import Admin, Jobs
+    from .claim_check import ClaimCheck
     from .portal import Portal
 
 R = TypeVar("R")
@@ -19,7 +20,8 @@ R = TypeVar("R")
 
 class HandleApp(Protocol):
     """What a handle needs of its app (a `Conveyor`): the admin API, async and
-    sync, and the portal that runs async code for sync callers."""
+    sync, the portal that runs async code for sync callers, and the claim-check
+    that reads back a result stored apart."""
 
     @property
     def admin(self) -> Admin: ...
@@ -27,6 +29,8 @@ class HandleApp(Protocol):
     def jobs(self) -> Jobs: ...
     @property
     def portal(self) -> Portal: ...
+    @property
+    def claim_check(self) -> ClaimCheck: ...
 
 
 class JobHandle(Generic[R]):

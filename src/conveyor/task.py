@@ -6,14 +6,15 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
-from .errors import ArgumentValidationError, InvalidJob, SerializationError
-from .hygiene import REDACT_META_KEY, redact_meta
+from .claim_check import byte_count
+from .errors import ArgumentValidationError, ConfigurationError, InvalidJob, SerializationError
+from .hygiene import REDACT_META_KEY, PayloadHygiene, check_mode, redact_meta
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
@@ -120,6 +121,31 @@ def make_options(
     )
 
 
+def payload_defaults(task_name: str, *, claim_check_threshold: int | None = None,
+                     max_payload: int | None = None, redact: Sequence[str] = (),
+                     payload_hygiene: str | None = None) -> dict[str, Any]:
+    """The payload fields of a task's `TaskDefaults`, checked (docs/payloads.md)."""
+    try:
+        return {
+            "claim_check_threshold": None if claim_check_threshold is None
+            else byte_count("claim_check_threshold", claim_check_threshold),
+            "max_payload": None if max_payload is None else byte_count("max_payload",
+                                                                       max_payload),
+            "payload_hygiene": None if payload_hygiene is None
+            else check_mode(payload_hygiene, "this task"),
+            "redact": frozenset(_argument_names(redact)),
+        }
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"task {task_name}: {exc}") from None
+
+
+def _argument_names(redact: object) -> Sequence[str]:
+    if (isinstance(redact, str) or not isinstance(redact, (tuple, list, set, frozenset))
+            or not all(isinstance(k, str) and k for k in redact)):
+        raise ConfigurationError(f"redact= takes a tuple of argument names, not {redact!r}")
+    return list(redact)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskDefaults:
     queue: str = "default"
@@ -137,11 +163,14 @@ class TaskDefaults:
 
 
 class TaskApp(Protocol):
-    """What a task needs of its app (a `Conveyor`): the clock (for `delay=`) and
-    the enqueue verbs, which run the middleware and the backend."""
+    """What a task needs of its app (a `Conveyor`): the clock (for `delay=`), the
+    payload hygiene check, and the enqueue verbs, which run the middleware and the
+    backend."""
 
     @property
     def clock(self) -> Clock: ...
+    @property
+    def hygiene(self) -> PayloadHygiene: ...
     def enqueue_many(self, jobs: Iterable[NewJob], *,
                      connection: Any = None) -> list[JobHandle[Any]]: ...
     async def enqueue_many_async(self, jobs: Iterable[NewJob], *,

@@ -4,18 +4,24 @@ the worker does not import the app (which imports the layers below it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..maintenance.scheduler import SchedulerApp
 from ..middleware import Middleware
+
+if TYPE_CHECKING:
+    from ..claim_check import ClaimCheck
 
 
 class WorkerApp(SchedulerApp, Protocol):
     """The scheduler's needs (a worker runs the schedules; they include the tasks,
     the clock and the backend), the middleware around each execution, and the
-    app's version, which each failed attempt records."""
+    app's version, which each failed attempt records, and the claim-check that
+    reads big arguments back, stores big results and sweeps orphan blobs."""
 
     @property
     def version(self) -> str: ...
     @property
     def middleware(self) -> Sequence[Middleware]: ...
+    @property
+    def claim_check(self) -> ClaimCheck: ...
