@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import validation as valid
 from .backends.base import Backend, JobFilter
@@ -247,10 +247,3 @@ class ClaimCheck:
             gone += [i for i in chunk if i not in alive]
         return await store.delete_job_blobs(gone) if gone else 0
 
-
-def describe_stored(text: str | None) -> dict[str, Any] | None:
-    """A reference as people are shown it (dashboard, `jobs show`), or None."""
-    ref = reference_in(text)
-    if ref is None:
-        return None
-    return {"stored apart": ref.key, "size": ref.size, "sha256": ref.sha256}
