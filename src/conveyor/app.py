@@ -26,7 +26,7 @@ from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .retry import RetryPolicy
-from .task import Task, TaskDefaults, make_options, payload_defaults
+from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
@@ -191,18 +191,7 @@ class Conveyor:
             max_attempts = valid.max_attempts(max_attempts)
         except InvalidJob as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
-        if timeout is not None and soft_time_limit is not None:
-            raise ConfigurationError(f"task {task_name}: timeout= is soft_time_limit=; pass one")
-        soft = soft_time_limit if soft_time_limit is not None else timeout
-        soft_s = None if soft is None else to_seconds(soft)
-        hard_s = None if hard_time_limit is None else to_seconds(hard_time_limit)
-        for label, limit in (("soft_time_limit", soft_s), ("hard_time_limit", hard_s)):
-            if limit is not None and limit <= 0:
-                raise ConfigurationError(f"task {task_name}: {label} must be positive")
-        if soft_s is not None and hard_s is not None and hard_s <= soft_s:
-            raise ConfigurationError(
-                f"task {task_name}: hard_time_limit ({hard_s:g}s) must be longer than "
-                f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up")
+        soft_s, hard_s = time_limits(task_name, timeout, soft_time_limit, hard_time_limit)
         try:
             key_template = (None if idempotency_key is None
                             else KeyTemplate(idempotency_key, inspect.signature(fn)))

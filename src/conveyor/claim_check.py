@@ -134,8 +134,9 @@ class ClaimCheck:
         self.threshold = byte_count("claim_check_threshold", threshold)
         self.max_payload = byte_count("max_payload", max_payload)
         self.orphan_grace = orphan_grace
-        self._configured = (blob_store_from_url(store, app.clock) if isinstance(store, str)
-                            else store)
+        # The app's clock as it is at each call: `Conveyor.rebind` may change it.
+        self._configured = (blob_store_from_url(store, lambda: app.clock())
+                            if isinstance(store, str) else store)
 
     # --- limits -------------------------------------------------------------------
     def threshold_of(self, task_name: str) -> int:
