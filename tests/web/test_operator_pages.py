@@ -17,7 +17,7 @@ from conveyor.admin import make_filter
 from conveyor.backends.base import Settlement
 from conveyor.claiming import strict_claim
 from conveyor.job import AttemptError, JobState
-from conveyor.redrive_runs import Runs, RunStatus
+from conveyor.redrive_runs import RedriveRun, Runs, RunStatus
 from conveyor.web import create_dashboard
 from conveyor.worker.worker import WORKERS_NAMESPACE
 from dashboard_fixtures import csrf, job_url, kill, local_client, seed
@@ -228,6 +228,11 @@ def test_a_run_left_by_a_stopped_process_is_adopted_by_the_next_dashboard(
     orphan = app.portal.call(runs.start(make_filter(states=["dead"]), 50.0, by="ops"))
     assert orphan.driver is None  # as if its process died before driving it
     with local_client(create_dashboard(app, close_backend_on_shutdown=False)):
-        wait_for(lambda: app.jobs.count(make_filter(states=["dead"])) == 0, "the adopted run")
-        adopted = app.portal.call(runs.get(orphan.id))
-        assert adopted is not None and adopted.redriven == 3 and adopted.driver is not None
+        # The run's record counts a step after the step's jobs moved: wait for the record.
+        def adopted_run() -> RedriveRun | None:
+            run = app.portal.call(runs.get(orphan.id))
+            return run if run is not None and run.redriven == 3 else None
+
+        adopted = wait_for(adopted_run, "the adopted run to count its 3 redriven jobs")
+        assert adopted.driver is not None
+        assert app.jobs.count(make_filter(states=["dead"])) == 0
