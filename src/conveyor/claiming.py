@@ -5,17 +5,28 @@ Two ways to serve queues:
 
 * strict order (`-q critical,default,bulk`): an earlier queue is drained before a
   later one gets anything; every queue's quota is the whole claim.
-* weights (`-q critical=6,default=3,bulk=1`): each claim is shared out by weight,
-  with the fractions carried from claim to claim, so that even claims of one job
-  follow the weights over time (6 of every 10 from `critical` while all three have
-  work). A queue that has fewer jobs than its quota leaves the rest to the others
-  (the backend's second pass), so no slot idles while any queue has work.
+* weights (`-q critical=6,default=3,bulk=1`): the queues share the worker by weight.
+  A plan that knows the worker's slots and what runs in them (the worker's own
+  plan) gives each freed slot to the queue furthest below its share of the slots
+  (`slots * weight / total`), so what runs follows the weights even when one
+  queue's jobs take far longer than another's. A plan without that knowledge
+  shares each claim out by weight, with the fractions carried from claim to claim,
+  so that even claims of one job follow the weights over time (6 of every 10 from
+  `critical` while all three have work).
+
+  Either way a queue that has fewer jobs than its quota leaves the rest to the
+  others (the backend's second pass, heaviest queue first), so no slot idles while
+  a queue has work, with one exception that keeps a slow backlog from holding up
+  the other queues (head-of-line blocking): a queue may borrow idle slots only up
+  to `slots - (queues - 1)` of them (never fewer than its own share), so each other
+  queue always finds a slot free or already its own, and its next job starts at
+  once instead of after the borrower's slow jobs end.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import TypeVar
 
 from .backends.base import ClaimRequest, QueueQuota
@@ -28,10 +39,14 @@ class QueuePlan:
 
     >>> plan = QueuePlan(["critical", "default", "bulk"], weights=[6, 3, 1])
     >>> plan.request(10, "w1", 10.0).queues
-    (QueueQuota(name='critical', quota=6), QueueQuota(name='default', quota=3), ...)
+    (QueueQuota(name='critical', quota=6, ceiling=None), ...)
+    >>> plan = QueuePlan(["critical", "bulk"], weights=[9, 1], slots=10)
+    >>> plan.quotas(2, running={"critical": 8})  # bulk is 1 below its share
+    (QueueQuota(name='critical', quota=1, ceiling=1), QueueQuota(name='bulk', quota=1, ceiling=9))
     """
 
-    def __init__(self, queues: Sequence[str], weights: Sequence[float] | None = None) -> None:
+    def __init__(self, queues: Sequence[str], weights: Sequence[float] | None = None,
+                 slots: int | None = None) -> None:
         if not queues:
             raise ValueError("a worker needs at least one queue")
         if len(set(queues)) != len(queues):
@@ -41,23 +56,46 @@ class QueuePlan:
                 raise ValueError("give one weight per queue, or none")
             if any(not math.isfinite(w) or w <= 0 for w in weights):
                 raise ValueError(f"queue weights must be positive numbers, got {list(weights)}")
+        if slots is not None and slots < 1:
+            raise ValueError("slots must be at least 1")
         self.queues = tuple(queues)
         self.weights = None if weights is None else tuple(float(w) for w in weights)
+        self.slots = slots
         # Shares owed to each queue but not yet granted (fractions of a job).
         self._owed = [0.0] * len(self.queues)
 
     def __repr__(self) -> str:
-        if self.weights is None:
-            return f"QueuePlan({','.join(self.queues)})"
-        return "QueuePlan(" + ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights)) + ")"
+        return f"QueuePlan({self.spec})"
 
-    def request(self, limit: int, worker_id: str, lease_seconds: float) -> ClaimRequest:
-        return ClaimRequest(queues=self.quotas(limit), limit=limit, worker_id=worker_id,
+    @property
+    def spec(self) -> str:
+        """The plan as `-q` spells it: `a,b` or `a=6,b=3`."""
+        if self.weights is None:
+            return ",".join(self.queues)
+        return ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights))
+
+    def request(self, limit: int, worker_id: str, lease_seconds: float,
+                running: Mapping[str, int] | None = None) -> ClaimRequest:
+        return ClaimRequest(queues=self.quotas(limit, running), limit=limit, worker_id=worker_id,
                             lease_seconds=lease_seconds)
 
-    def quotas(self, limit: int) -> tuple[QueueQuota, ...]:
+    def quotas(self, limit: int, running: Mapping[str, int] | None = None
+               ) -> tuple[QueueQuota, ...]:
+        """The quotas of a claim of up to `limit` jobs. `running`: the worker's running
+        jobs by queue; with weights and `slots`, the claim shares slots, not claims."""
         if self.weights is None:
             return tuple(QueueQuota(name, limit) for name in self.queues)
+        ceilings: list[int | None]
+        if running is None or self.slots is None:
+            granted, ceilings = self._claim_shares(limit), [None] * len(self.queues)
+        else:
+            granted, ceilings = self._slot_shares(limit, running, self.slots)
+        # Largest quota first: the second pass (spare capacity) favours heavier queues.
+        order = sorted(range(len(self.queues)), key=lambda i: (-granted[i], -self.weights_at(i), i))
+        return tuple(QueueQuota(self.queues[i], granted[i], ceilings[i]) for i in order)
+
+    def _claim_shares(self, limit: int) -> list[int]:
+        assert self.weights is not None
         total = sum(self.weights)
         owed = [o + limit * w / total for o, w in zip(self._owed, self.weights)]
         granted = [math.floor(o) for o in owed]
@@ -65,9 +103,24 @@ class QueuePlan:
         for i in sorted(range(len(owed)), key=lambda i: granted[i] - owed[i])[: limit - sum(granted)]:
             granted[i] += 1
         self._owed = [o - g for o, g in zip(owed, granted)]
-        # Largest quota first: the second pass (spare capacity) favours heavier queues.
-        order = sorted(range(len(self.queues)), key=lambda i: (-granted[i], -self.weights_at(i), i))
-        return tuple(QueueQuota(self.queues[i], granted[i]) for i in order)
+        return granted
+
+    def _slot_shares(self, limit: int, running: Mapping[str, int], slots: int
+                     ) -> tuple[list[int], list[int | None]]:
+        """Each of `limit` free slots to the queue furthest below its share of the
+        worker's slots; ceilings keep one slot per other queue out of a borrower's reach."""
+        assert self.weights is not None
+        total = sum(self.weights)
+        shares = [slots * w / total for w in self.weights]
+        held = [running.get(name, 0) for name in self.queues]
+        granted = [0] * len(self.queues)
+        for _ in range(limit):
+            i = max(range(len(shares)),
+                    key=lambda i: (shares[i] - held[i] - granted[i], self.weights_at(i), -i))
+            granted[i] += 1
+        reach = slots - (len(self.queues) - 1)
+        ceilings = [max(0, max(math.ceil(share), reach) - h) for share, h in zip(shares, held)]
+        return [min(g, c) for g, c in zip(granted, ceilings)], list(ceilings)
 
     def weights_at(self, i: int) -> float:
         return 1.0 if self.weights is None else self.weights[i]
@@ -102,24 +155,30 @@ def claim_steps(request: ClaimRequest) -> Generator[tuple[str, int], int, None]:
     at a time: each step yields (queue, n), "claim up to n jobs from this queue in
     claim order", and is sent back how many it got. First each queue up to its quota;
     then, while short of the limit, each queue that gave its whole quota (so may
-    have more) takes what is left."""
+    have more) takes what is left, never more than its ceiling over both passes."""
     claimed = 0
-    more: list[str] = []
+    more: list[tuple[QueueQuota, int]] = []  # (queue, jobs it gave in the first pass)
     for entry in request.queues:
-        want = min(entry.quota, request.limit - claimed)
+        want = min(entry.quota, request.limit - claimed, _room(entry, 0))
         if want <= 0:
             if entry.quota <= 0:
-                more.append(entry.name)  # asked nothing yet: may take spare capacity
+                more.append((entry, 0))  # asked nothing yet: may take spare capacity
             continue
         got = yield entry.name, want
         claimed += got
         if got == want:
-            more.append(entry.name)
-    for name in more:
-        want = request.limit - claimed
-        if want <= 0:
+            more.append((entry, got))
+    for entry, gave in more:
+        want = min(request.limit - claimed, _room(entry, gave))
+        if request.limit - claimed <= 0:
             return
-        claimed += yield name, want
+        if want > 0:
+            claimed += yield entry.name, want
+
+
+def _room(entry: QueueQuota, gave: int) -> int:
+    """How many more jobs the claim may take from the queue of `entry`."""
+    return (1 << 62) if entry.ceiling is None else entry.ceiling - gave
 
 
 def claim_in_passes(request: ClaimRequest, take: Callable[[str, int], Sequence[T]]) -> list[T]:

@@ -65,3 +65,56 @@ def test_the_two_passes() -> None:
 def test_bad_queue_specs_are_refused(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_queues(spec)
+
+
+def test_a_worker_plan_shares_its_slots_by_weight() -> None:
+    plan = QueuePlan(["critical", "default", "bulk"], weights=[6, 3, 1], slots=10)
+    first = {q.name: q.quota for q in plan.quotas(10, running={})}
+    assert first == {"critical": 6, "default": 3, "bulk": 1}
+    # A freed slot goes back to the queue furthest below its share of the slots,
+    # whatever the claims so far: here bulk's slow jobs hold its one slot, so a slot
+    # freed by critical goes to critical.
+    refill = {q.name: q.quota for q in plan.quotas(1, running={"critical": 5, "default": 3,
+                                                               "bulk": 1})}
+    assert refill == {"critical": 1, "default": 0, "bulk": 0}
+
+
+def test_a_borrower_never_takes_the_slot_kept_for_each_other_queue() -> None:
+    plan = QueuePlan(["critical", "default", "bulk"], weights=[6, 3, 1], slots=10)
+    stock = {"critical": 0, "default": 0, "bulk": 1000}  # only bulk has work
+
+    def take(queue: str, n: int) -> list[str]:
+        got = min(n, stock[queue])
+        stock[queue] -= got
+        return [queue] * got
+
+    claimed = claim_in_passes(plan.request(10, "w", 1, running={}), take)
+    assert claimed == ["bulk"] * 8  # one slot each stays free for critical and default
+    # With 8 bulk jobs running, a claim of the 2 free slots takes no more bulk.
+    assert claim_in_passes(plan.request(2, "w", 1, running={"bulk": 8}), take) == []
+    stock["critical"] = 5
+    assert claim_in_passes(plan.request(2, "w", 1, running={"bulk": 8}), take) == ["critical"] * 2
+
+
+def test_a_queue_may_always_fill_its_own_share() -> None:
+    # Two slots, three queues: no slot can be kept for every other queue, and each
+    # queue may still use at least its own share (rounded up).
+    plan = QueuePlan(["a", "b", "c"], weights=[2, 1, 1], slots=2)
+    assert {q.name: q.ceiling for q in plan.quotas(2, running={})} == {"a": 1, "b": 1, "c": 1}
+
+
+def test_ceilings_bound_both_passes() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def take(queue: str, n: int) -> list[str]:
+        asked.append((queue, n))
+        return [queue] * n  # every queue has plenty
+
+    request = ClaimRequest((QueueQuota("a", 2, ceiling=3), QueueQuota("b", 0, ceiling=1)), 6, "w", 1)
+    assert claim_in_passes(request, take) == ["a", "a", "a", "b"]
+    assert asked == [("a", 2), ("a", 1), ("b", 1)]
+
+
+def test_the_plan_spells_itself_as_the_command_line_does() -> None:
+    assert parse_queues("critical=6, default=3,bulk=1.5").spec == "critical=6,default=3,bulk=1.5"
+    assert parse_queues(["a", "b"]).spec == "a,b"

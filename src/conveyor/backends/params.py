@@ -19,10 +19,14 @@ _STATE_NAMES = {state.value: state for state in JobState}
 # --- params and replies ----------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class QueueQuota:
-    """One queue of a claim and how many jobs its first pass may take from it."""
+    """One queue of a claim, how many jobs its first pass may take from it, and the
+    most the whole claim (both passes) may take from it (None: no bound beyond the
+    claim's limit). A weighted worker sets `ceiling` so that one queue never fills
+    the slots kept free for the others (conveyor.claiming)."""
 
     name: str
     quota: int
+    ceiling: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +35,8 @@ class ClaimRequest:
 
     Backends claim in two passes over `queues`, in order: first each queue up to its
     quota, then, while short of `limit`, each queue that gave its whole quota takes
-    more (an empty queue's share goes to the others). Within a queue: priority
+    more (an empty queue's share goes to the others); no queue gives more than its
+    ceiling over both passes. Within a queue: priority
     (higher first), then run_at, then insertion order. Build requests with
     `conveyor.claiming.QueuePlan`, the one place that turns a worker's queue list
     (strict order or weights) into quotas.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..app import Conveyor
+from ..claiming import QueuePlan, parse_queues
 from ..errors import ConveyorError
 from ..job import JobState
 from ..worker import ExitStatus, Worker, WorkerConfig
@@ -38,8 +39,10 @@ def register(commands: Commands) -> None:
     )
     worker.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
     worker.add_argument("--queues", "-q", action="append", type=split_csv, metavar="Q1,Q2",
-                        help="queues to work, in priority order (repeatable); default: the "
-                             "app's default queue, then every queue its tasks use")
+                        help="queues to work, in priority order (repeatable), or with weights "
+                             "that share the worker's slots: critical=6,default=3,bulk=1 "
+                             "(docs/flow-control.md); default: the app's default queue, then "
+                             "every queue its tasks use")
     worker.add_argument("--concurrency", "-c", type=positive_int, default=_DEFAULTS.concurrency,
                         help=f"jobs run at once (default {_DEFAULTS.concurrency})")
     worker.add_argument("--lease", type=positive_float, default=_DEFAULTS.lease,
@@ -125,9 +128,11 @@ def worker_command(args: argparse.Namespace) -> int:
     if args.processes and args.metrics_port:
         share_metrics_between_processes()
     observe(app, args)
-    queues = tuple(q for group in args.queues for q in group) if args.queues else default_queues(app)
     try:
-        config = WorkerConfig(queues=queues, concurrency=args.concurrency, lease=args.lease,
+        plan = (parse_queues([q for group in args.queues for q in group]) if args.queues
+                else QueuePlan(default_queues(app)))
+        config = WorkerConfig(queues=plan.queues, queue_weights=plan.weights,
+                              concurrency=args.concurrency, lease=args.lease,
                               grace_period=args.grace, poll_interval=args.poll,
                               scheduler=not args.no_scheduler, burst=args.burst,
                               max_jobs=args.max_jobs)

@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
+from ..claiming import QueuePlan
 from .config import WorkerConfig
 from .pool_child import COLD, DRAIN, RETIRING, STOP_SIGNALS, child_main
 from .pool_config import PoolConfig
@@ -122,8 +123,9 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for slot in range(self.pool.processes):
             self._start_child(slot, loop)
+        plan = QueuePlan(self.config.queues, self.config.queue_weights)
         log.info("pool started: %d processes x %d slots, queues=%s", self.pool.processes,
-                 self.config.concurrency, ",".join(self.config.queues))
+                 self.config.concurrency, plan.spec)
         await self._all_exited.wait()
         for timer in self._timers:
             timer.cancel()

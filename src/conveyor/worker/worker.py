@@ -86,7 +86,7 @@ class Worker(HeldJobs):
         self._executor = JobExecutor(app, self.id, self._thread_pool)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
         self._executor.on_runaway = self._on_runaway
-        self._queue_plan = QueuePlan(config.queues, config.queue_weights)
+        self._queue_plan = QueuePlan(config.queues, config.queue_weights, slots=config.concurrency)
 
     # --- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -132,7 +132,7 @@ class Worker(HeldJobs):
         self._completer = Completer(backend, self._on_settled)
         await self._presence.start(backend)  # the liveness signal, before the first claim
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
-                 ",".join(self.config.queues), self.config.concurrency)
+                 self._queue_plan.spec, self.config.concurrency)
         services = [
             asyncio.create_task(self._completer.run(), name="completer"),
             asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
@@ -216,7 +216,8 @@ class Worker(HeldJobs):
                     want = min(want, self.config.max_jobs - self.claimed)
                 try:
                     jobs = await self._backend.fetch_jobs(
-                        self._queue_plan.request(want, self.id, self.config.lease))
+                        self._queue_plan.request(want, self.id, self.config.lease,
+                                                 self._running_by_queue()))
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -260,6 +261,10 @@ class Worker(HeldJobs):
                         waiter.cancel()
         finally:
             stop.cancel()
+
+    def _running_by_queue(self) -> Counter[str]:
+        """What holds this worker's slots: weighted claims share slots, not claims."""
+        return Counter(r.job.queue for r in self._running.values())
 
     @staticmethod
     async def _until(stop: asyncio.Task[Literal[True]], waiting: Coroutine[Any, Any, Any]) -> None:

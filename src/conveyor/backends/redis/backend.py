@@ -202,7 +202,7 @@ class RedisBackend(RedisRecords):
         now = self.clock()
         quotas: list[str | int] = []
         for entry in request.queues:
-            quotas += [entry.name, entry.quota]
+            quotas += [entry.name, entry.quota, -1 if entry.ceiling is None else entry.ceiling]
         rows = await self.scripts.call(
             "claim", [self.keys.due, self.keys.paused],
             [float_arg(now), float_arg(now + request.lease_seconds), request.worker_id,

@@ -1,7 +1,8 @@
 -- claim.lua: stage due jobs (scheduled|retryable -> available), then claim up to
 -- `limit` available jobs (available -> running) as a ClaimRequest says, skipping
 -- paused queues: first each queue up to its quota, in the order given; then, while
--- short of the limit, each queue that gave its whole quota takes what is left. Each claim adds 1 to attempt and to lease_token (the
+-- short of the limit, each queue that gave its whole quota takes what is left, never
+-- more than its ceiling over both passes. Each claim adds 1 to attempt and to lease_token (the
 -- fencing token) and records the lease, in the same atomic step as the pop: a job
 -- is never "popped but not started".
 --
@@ -13,7 +14,8 @@
 -- ARGV[4] worker id
 -- ARGV[5] limit: most jobs to claim
 -- ARGV[6] stage_limit: most due jobs to stage in this call
--- ARGV[7..] pairs: queue name, quota (most jobs from it in the first pass)
+-- ARGV[7..] triples: queue name, quota (most jobs from it in the first pass),
+--           ceiling (most from it over both passes; -1: no bound)
 -- Returns the claimed jobs, each as HGETALL, in claim order.
 
 local now_text, lease_expires_at, worker_id = ARGV[2], ARGV[3], ARGV[4]
@@ -102,19 +104,21 @@ local function take(queue, want)
   return got
 end
 
-local more = {}
-for q = 7, #ARGV, 2 do
-  local queue, quota = ARGV[q], tonumber(ARGV[q + 1])
-  local want = math.min(quota, limit - #claimed)
+local more = {}  -- queues that may take spare capacity, with the room they have left
+for q = 7, #ARGV, 3 do
+  local queue, quota, ceiling = ARGV[q], tonumber(ARGV[q + 1]), tonumber(ARGV[q + 2])
+  local room = ceiling < 0 and limit or ceiling
+  local want = math.min(quota, limit - #claimed, room)
   if want > 0 then
-    if take(queue, want) == want then more[#more + 1] = queue end
+    local got = take(queue, want)
+    if got == want then more[#more + 1] = {queue, room - got} end
   elseif quota <= 0 then
-    more[#more + 1] = queue  -- asked nothing yet: may take spare capacity
+    more[#more + 1] = {queue, room}  -- asked nothing yet: may take spare capacity
   end
 end
-for _, queue in ipairs(more) do
+for _, entry in ipairs(more) do
   if #claimed >= limit then break end
-  take(queue, limit - #claimed)
+  take(entry[1], math.min(limit - #claimed, entry[2]))
 end
 for queue in pairs(woken) do wake(queue) end
 return claimed

@@ -1,0 +1,78 @@
+"""Flow control (docs/flow-control.md) with real worker processes: `-q` weights."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from acceptance_support import Runs, WorkerProcess
+from conveyor import Conveyor
+from conveyor.admin import make_filter
+from conveyor.job import JobState
+
+pytestmark = pytest.mark.slow
+
+WEIGHTS = {"critical": 6, "default": 3, "bulk": 1}
+
+
+def enqueue(url: str, queue: str, seconds: float, n: int) -> list[str]:
+    from jobs_app import work  # the same task the workers run
+
+    app = Conveyor(url)
+    try:
+        bound = work.options(queue=queue)
+        return [h.id for h in app.enqueue_many([bound.message(seconds) for _ in range(n)])]
+    finally:
+        app.close()
+
+
+def claimed_by_queue(url: str) -> Counter[str]:
+    """Jobs that left `available`, by queue."""
+    app = Conveyor(url)
+    try:
+        return Counter({queue: app.jobs.count(make_filter(states=[s for s in JobState
+                                                                  if s is not JobState.AVAILABLE],
+                                                          queues=[queue]))
+                        for queue in WEIGHTS})
+    finally:
+        app.close()
+
+
+def test_two_weighted_workers_share_1000_claims_by_weight(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    for queue in WEIGHTS:
+        enqueue(url, queue, 0.02, 800)  # every queue flooded past what 1000 claims take
+    spec = ",".join(f"{q}={w}" for q, w in WEIGHTS.items())
+    for _ in range(2):
+        workers.append(WorkerProcess(url, runs.path, "-q", spec, "-c", "10", "--max-jobs", "500"))
+    for worker in workers:
+        assert worker.wait(120) == 0, worker.output()
+    claimed = claimed_by_queue(url)
+    assert sum(claimed.values()) == 1000
+    for queue, weight in WEIGHTS.items():
+        share = claimed[queue] / 1000
+        assert abs(share - weight / 10) <= 0.05 * weight / 10, (queue, dict(claimed))
+    assert f"queues={spec}" in workers[0].output()
+
+
+def test_a_slow_bulk_backlog_never_holds_up_critical(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    bulk = enqueue(url, "bulk", 120.0, 10)  # far slower than the test
+    worker = WorkerProcess(url, runs.path, "-q", "critical=3,bulk=1", "-c", "4")
+    workers.append(worker)
+    runs.wait_for("start", 3)
+    critical = enqueue(url, "critical", 0.0, 8)
+    app = Conveyor(url)
+    try:
+        deadline = time.monotonic() + 30
+        while not all(app.jobs.get(i).state is JobState.COMPLETED for i in critical):
+            assert time.monotonic() < deadline, "critical jobs held up behind bulk"
+            time.sleep(0.05)
+        started = Counter(e[1] for e in runs.events() if e[0] == "start")
+        # Bulk holds 3 of the 4 slots and never the fourth; none of its jobs ended.
+        assert len(set(started) & set(bulk)) == 3
+        assert runs.count("finish") == len(critical)
+    finally:
+        app.close()
