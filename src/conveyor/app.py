@@ -25,6 +25,7 @@ from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
+from .queues import QueueSettings, QueueSettingsRegistry
 from .retry import RetryPolicy
 from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
@@ -88,6 +89,7 @@ class Conveyor:
         # Around every enqueue and every job execution; see conveyor.middleware.
         self.middleware: list[Middleware] = list(middleware)
         self.schedules: dict[str, Schedule] = {}
+        self.queues = QueueSettingsRegistry()  # flow-control settings (conveyor.queues)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
             weakref.WeakKeyDictionary()
         )
@@ -323,6 +325,15 @@ class Conveyor:
         if clock is not None:
             self.clock = clock
 
+    def queue(self, name: str, *, aging: Duration | None = None) -> QueueSettings:
+        """Declare a queue's flow-control settings (docs/flow-control.md), applied to
+        every job this app enqueues to it. `aging`: waiting this long is worth one
+        priority level. Declaring a queue again replaces its settings.
+
+        >>> app.queue("bulk", aging=timedelta(minutes=1))
+        """
+        return self.queues.declare(name, aging=aging)
+
     # --- producer -------------------------------------------------------------------
     async def enqueue_many_async(
         self, jobs: Iterable[NewJob], *, connection: Any = None
@@ -331,7 +342,7 @@ class Conveyor:
 
         Every job is checked first (`conveyor.validation`): one out of range raises
         InvalidJob and none of the batch is stored."""
-        batch = self.claim_check.checked(jobs)
+        batch = self.queues.apply(self.claim_check.checked(jobs))
         if not batch:
             return []
         backend = await self.backend()
@@ -353,7 +364,7 @@ class Conveyor:
         async def innermost(ctx: MiddlewareContext) -> None:
             assert isinstance(ctx, EnqueueContext)
             # Again: middleware may have changed or added jobs.
-            ctx.jobs_out = await enqueue(self.claim_check.checked(ctx.jobs_in))
+            ctx.jobs_out = await enqueue(self.queues.apply(self.claim_check.checked(ctx.jobs_in)))
 
         call = EnqueueContext(jobs_in=list(batch))
         await run_chain(self.middleware, call, innermost)
@@ -361,7 +372,7 @@ class Conveyor:
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
-        batch = self.claim_check.checked(jobs)
+        batch = self.queues.apply(self.claim_check.checked(jobs))
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if (connection is None and batch and not self.middleware

@@ -30,8 +30,22 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import TypeVar
 
 from .backends.base import ClaimRequest, QueueQuota
+from .validation import RUN_AT_MAX
 
 T = TypeVar("T")
+
+
+def claim_rank(priority: int, run_at: float, aging: float | None) -> tuple[int, float]:
+    """What a waiting job is claimed by within its queue: the highest first element,
+    then the lowest second (then insertion order). Without aging that is its priority
+    and run_at. With aging (seconds of waiting worth one level) a job ranks with
+    priority 0 at `run_at - priority * aging`: ordering by that ascending is ordering
+    by `priority + waited / aging` descending at any moment, so the key is fixed when
+    the job starts waiting and the backends index it (docs/flow-control.md). Clamped
+    to the range of a run_at. The backends' claim SQL and Lua say the same."""
+    if aging is None:
+        return priority, run_at
+    return 0, max(0.0, min(RUN_AT_MAX, run_at - priority * aging))
 
 
 class QueuePlan:

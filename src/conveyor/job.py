@@ -119,6 +119,9 @@ class Job:
     cancel_requested: bool = False
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # Priority aging (docs/flow-control.md): seconds of waiting worth one priority
+    # level, from the queue's setting when the job was enqueued; None: no aging.
+    aging: float | None = None
     corrupt: str | None = None
 
     @property
@@ -168,3 +171,4 @@ class NewJob:
     unique_for: float | None = None
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    aging: float | None = None  # seconds of waiting per priority level (flow control)

@@ -9,7 +9,7 @@ checked before any backend sees a job, so a bad value is one `InvalidJob` (a
 * `run_at`: from 1970 to `RUN_AT_MAX` epoch seconds (in the year 5138): Redis orders
   available jobs by run_at written as 17 digits of microseconds.
 * durations: finite seconds, at most `DURATION_MAX` (about 317 years, so now + delay
-  stays a valid run_at); `delay` and `unique_for` >= 0, `timeout` > 0.
+  stays a valid run_at); `delay` and `unique_for` >= 0, `timeout` and `aging` > 0.
 * `id`, `queue`, `task`, `unique_key`: non-empty text of at most `NAME_MAX` characters
   without control characters (PostgreSQL text refuses NUL; newlines and the like
   would forge lines in logs and the command line's output) or lone surrogates (not
@@ -192,6 +192,7 @@ def check_job(job: NewJob) -> NewJob:
             and (job.unique_key is None or _is_name(job.unique_key))
             and (job.unique_for is None or _is_seconds(job.unique_for, positive=False))
             and (job.timeout is None or _is_seconds(job.timeout, positive=True))
+            and (job.aging is None or _is_seconds(job.aging, positive=True))
             and type(job.meta) is dict and (not job.meta or _json_problem(job.meta, 0) is None)):
         return job
     try:
@@ -209,6 +210,7 @@ def check_job(job: NewJob) -> NewJob:
             timeout=None if job.timeout is None else seconds("timeout", job.timeout,
                                                              positive=True),
             meta=meta(job.meta),
+            aging=None if job.aging is None else seconds("aging", job.aging, positive=True),
         )
     except InvalidJob as exc:
         raise InvalidJob(exc.field, exc.value, exc.expected, f"job {job.id!r}") from None

@@ -1,4 +1,5 @@
-"""Flow control (docs/flow-control.md) with real worker processes: `-q` weights."""
+"""Flow control (docs/flow-control.md) with real worker processes: `-q` weights,
+priority aging."""
 
 from __future__ import annotations
 
@@ -76,3 +77,33 @@ def test_a_slow_bulk_backlog_never_holds_up_critical(
         assert runs.count("finish") == len(critical)
     finally:
         app.close()
+
+
+def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    """200 priority-10 jobs due 1,000 s ago, one a second, and a priority-0 job due
+    1,500 s ago, with aging 60 s: it ranks as if due 1,500 - 0 * 60 s ago, the 10s as
+    if due 1,600 - i s ago, so it comes 101st. Two processes of two slots each claim."""
+    from jobs_app import work
+
+    producer = Conveyor(url)
+    try:
+        producer.queue("aged", aging=60)
+        now = time.time()
+        flood = producer.enqueue_many([work.options(queue="aged", priority=10,
+                                                    run_at=now - 1000 + i).message(0.0)
+                                       for i in range(200)])
+        [low] = producer.enqueue_many([work.options(queue="aged", priority=0,
+                                                    run_at=now - 1500).message(0.0)])
+        assert producer.jobs.get(low.id).aging == 60
+    finally:
+        producer.close()
+    for _ in range(2):
+        workers.append(WorkerProcess(url, runs.path, "-q", "aged", "-c", "2", "--burst"))
+    for worker in workers:
+        assert worker.wait(120) == 0, worker.output()
+    starts = [e[1] for e in runs.events() if e[0] == "start"]
+    assert sorted(starts) == sorted([low.id, *(h.id for h in flood)])
+    # 100 rank before it; up to 4 slots claim at once, so starts may interleave by 3.
+    assert abs(starts.index(low.id) - 100) <= 3, starts.index(low.id)
+    assert set(starts[:97]) <= {h.id for h in flood[:100]}  # only jobs that rank before it

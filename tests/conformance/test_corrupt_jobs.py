@@ -44,6 +44,8 @@ CLAIMED_CASES: list[tuple[str, RawValue, str]] = [
     ("progress", b"\x80", "progress: not valid UTF-8"),
     ("cancel_requested", "maybe", "cancel_requested: not a flag"),
     ("task", b"send\xffmail", "task: not valid UTF-8"),
+    ("aging", "fast", "aging: not a number"),
+    ("aging", -60.0, "aging: not a positive number"),
 ]
 
 

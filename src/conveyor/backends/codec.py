@@ -35,7 +35,7 @@ COLUMNS: tuple[str, ...] = (
     "id", "queue", "task", "payload", "state", "priority", "attempt", "max_attempts",
     "run_at", "created_at", "started_at", "finished_at", "lease_token", "lease_expires_at",
     "worker_id", "unique_key", "unique_for", "result", "errors", "checkpoint", "progress",
-    "cancel_requested", "timeout", "meta",
+    "cancel_requested", "timeout", "meta", "aging",
 )
 _STATES = {state.value: state for state in JobState}
 # Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
@@ -125,6 +125,14 @@ def _optional_number(raw: Any) -> float | None:
         return _number(raw)
     except Unreadable as exc:
         raise Unreadable(exc.reason, None) from None
+
+
+def _optional_positive(raw: Any) -> float | None:
+    """A positive, finite number of seconds (aging), or None."""
+    value = _optional_number(raw)
+    if value is not None and not 0 < value < float("inf"):
+        raise Unreadable(f"not a positive number ({excerpt(raw)})", None)
+    return value
 
 
 def _state(raw: Any) -> JobState:
@@ -225,6 +233,7 @@ RULES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "result": (_json_text, None), "errors": (_errors, None), "checkpoint": (_json_text, None),
     "progress": (_json_text, None), "cancel_requested": (_flag, None),
     "timeout": (_optional_number, None), "meta": (_meta, None),
+    "aging": (_optional_positive, None),
 }
 assert tuple(RULES) == COLUMNS
 
@@ -283,7 +292,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     """A Job from typed values in `COLUMNS` order (the SQL backends)."""
     (id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-     result, errors, checkpoint, progress, cancel_requested, timeout, meta) = row
+     result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging) = row
     try:
         if not (type(id_) is str and _is_clean(id_) and type(queue) is str and _is_clean(queue)
                 and type(task) is str and _is_clean(task)
@@ -296,6 +305,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
                 and _float_or_none(started_at) and _float_or_none(finished_at)
                 and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
                 and _float_or_none(timeout)
+                and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
                 and _clean_or_none(worker_id) and _clean_or_none(unique_key)
                 and (cancel_requested is False or cancel_requested is True
                      or cancel_requested == 0 or cancel_requested == 1)
@@ -309,7 +319,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
             unique_key=unique_key, unique_for=unique_for, result=result,
             errors=() if errors == "[]" else _errors(errors), checkpoint=checkpoint,
             progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
-            meta={} if meta == "{}" else _meta(meta),
+            meta={} if meta == "{}" else _meta(meta), aging=aging,
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(dict(zip(COLUMNS, row, strict=True)))
@@ -335,7 +345,10 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
         started_at, finished_at = get("started_at"), get("finished_at")
         lease_expires_at, unique_for, timeout = (get("lease_expires_at"), get("unique_for"),
                                                  get("timeout"))
-        errors, meta = get("errors"), get("meta")
+        errors, meta, aging = get("errors"), get("meta"), get("aging")
+        aging = None if aging is None else float(aging)
+        if aging is not None and not 0 < aging < float("inf"):
+            raise ValueError
         priority, attempt = int(fields["priority"]), int(get("attempt", 0))
         max_attempts, lease_token = int(fields["max_attempts"]), int(get("lease_token", 0))
         if not (max_attempts >= 1 and _INT_MIN <= priority < _INT_END
@@ -356,7 +369,7 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
             result=result, errors=() if errors is None or errors == "[]" else _errors(errors),
             checkpoint=checkpoint, progress=progress, cancel_requested=cancel == "1",
             timeout=None if timeout is None else float(timeout),
-            meta={} if meta is None or meta == "{}" else _meta(meta),
+            meta={} if meta is None or meta == "{}" else _meta(meta), aging=aging,
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(fields if job_id is None else {**fields, "id": job_id})

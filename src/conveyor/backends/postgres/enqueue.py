@@ -77,6 +77,7 @@ def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> 
         "unique_fors": [opt_float(j.unique_for) for j in jobs],
         "timeouts": [opt_float(j.timeout) for j in jobs],
         "metas": [jsonb(j.meta) for j in jobs],
+        "agings": [opt_float(j.aging) for j in jobs],
     }
 
 
@@ -92,7 +93,7 @@ def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) 
         "task": job.task, "payload": job.payload, "state": initial_state(run_at, now).value,
         "priority": job.priority, "max_attempts": job.max_attempts, "run_at": run_at,
         "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
-        "meta": jsonb(job.meta),
+        "meta": jsonb(job.meta), "aging": opt_float(job.aging),
     }
 
 
@@ -108,7 +109,7 @@ def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, 
             state=initial_state(run_at, now), priority=new.priority,
             max_attempts=new.max_attempts, run_at=run_at, created_at=now,
             unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
-            meta=dict(new.meta),
+            meta=dict(new.meta), aging=opt_float(new.aging),
         )
     return out
 

@@ -38,7 +38,16 @@ INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s,
 -- and insert_jobs list them themselves, with the same casts.
 seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text
+result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging
+
+-- fragment: claim_order
+-- Claim order: priority (higher first), then run_at, then insertion; a job with aging
+-- ranks with priority 0 at run_at - priority * aging, clamped as a run_at is. Word for
+-- word the expressions of the jobs_claim index (migration 4).
+(CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
+(CASE WHEN aging IS NULL THEN run_at
+      ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END),
+seq
 
 -- fragment: job_filter
 -- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
@@ -59,9 +68,9 @@ AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text)
 -- plain parameters instead of arrays, a cheaper statement to bind and to plan.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_for, timeout, meta)
+                               created_at, unique_for, timeout, meta, aging)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
-            %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s)
+            %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
 )
@@ -76,15 +85,15 @@ SELECT i.id, pg_notify(%(channel)s, i.queue) FROM inserted AS i
 -- come back: the caller knows the rest (reading 25 columns back cost more than the insert).
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_key, unique_for, timeout, meta)
+                               created_at, unique_key, unique_for, timeout, meta, aging)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, NULL, n.unique_for, n.timeout, n.meta
+           %(now)s, NULL, n.unique_for, n.timeout, n.meta, n.aging
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(unique_fors)b::float8[], %(timeouts)b::float8[],
-                %(metas)b::jsonb[])
+                %(metas)b::jsonb[], %(agings)b::float8[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_for, timeout, meta, pos)
+                              unique_for, timeout, meta, aging, pos)
     ORDER BY n.pos
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
@@ -125,9 +134,9 @@ WITH new AS (
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(keys)b::text[], %(unique_fors)b::float8[],
-                %(timeouts)b::float8[], %(metas)b::jsonb[])
+                %(timeouts)b::float8[], %(metas)b::jsonb[], %(agings)b::float8[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_key, unique_for, timeout, meta, pos)
+                              unique_key, unique_for, timeout, meta, aging, pos)
 ), dup AS (
     SELECT n.pos,
            coalesce(
@@ -143,9 +152,9 @@ WITH new AS (
     FROM new AS n
 ), inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_key, unique_for, timeout, meta)
+                               created_at, unique_key, unique_for, timeout, meta, aging)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta
+           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging
     FROM new AS n JOIN dup USING (pos)
     WHERE dup.seq IS NULL
     ORDER BY n.pos
@@ -156,13 +165,13 @@ WITH new AS (
 SELECT dup.pos, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
        j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
-       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text
+       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
 SELECT n.pos, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
        i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
-       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text
+       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: notify_queues
@@ -196,7 +205,7 @@ WHERE j.seq = ANY (ARRAY(
     SELECT seq FROM {schema}.jobs
     WHERE state = 'available' AND queue = %(queue)s
       AND NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = %(queue)s AND q.paused)
-    ORDER BY priority DESC, run_at, seq
+    ORDER BY {claim_order}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
 -- errors and meta as text: nearly always '[]' and '{}', which the codec recognises
@@ -204,7 +213,7 @@ WHERE j.seq = ANY (ARRAY(
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
           j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
-          j.progress, j.cancel_requested, j.timeout, j.meta::text
+          j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging
 
 -- name: settle_jobs
 -- A batch of attempt outcomes in one statement. Completed: store the result.

@@ -7,6 +7,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ...claiming import claim_rank
 from ...job import Job
 from ..base import JobFilter, ascii_lower
 from ..codec import job_from_row as decode_row
@@ -29,8 +30,10 @@ def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
 
 
 def claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
-    """RETURNING has no order: sort claimed rows by priority desc, run_at, insertion."""
-    return (-row[6], row[9], row[0])
+    """RETURNING has no order: sort claimed rows (seq, then codec.COLUMNS) in claim
+    order (conveyor.claiming.claim_rank), then by insertion."""
+    priority, at = claim_rank(row[6], row[9], row[25])
+    return (-priority, at, row[0])
 
 
 def filter_params(where: JobFilter) -> dict[str, Any]:

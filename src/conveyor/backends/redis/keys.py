@@ -17,7 +17,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:due`                    | zset   | scheduled + retryable job ids by run_at (staging) |
 | `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
 | `{p}:schema`                 | string | layout version (what `migrate()` reports)         |
-| `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order |
+| `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order (with aging: score 0, `run_at - priority * aging` in place of run_at) |
 | `{p}:q:<queue>:scheduled`    | zset   | id by run_at                                      |
 | `{p}:q:<queue>:retryable`    | zset   | id by run_at                                      |
 | `{p}:q:<queue>:running`      | zset   | id by lease_expires_at (rescue scans it)          |

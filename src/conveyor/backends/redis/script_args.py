@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...claiming import claim_rank
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
 from ..base import Settlement
@@ -42,17 +43,21 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 state = initial_state(run_at, now)
             command += (
                 new.id, new.queue, new.task, new.payload, state.value, new.priority,
-                new.max_attempts, run_at_text, _rank_micros(run_at),
+                new.max_attempts, run_at_text,
+                _rank_micros(run_at if new.aging is None
+                             else claim_rank(new.priority, run_at, new.aging)[1]),
                 optional_arg(new.unique_key),
                 "" if new.unique_for is None else float_arg(new.unique_for),
                 "" if new.timeout is None else float_arg(new.timeout),
                 json.dumps(new.meta) if new.meta else "",
+                "" if new.aging is None else float_arg(new.aging),
             )
             made.append(Job(
                 id=new.id, task=new.task, queue=new.queue, payload=new.payload,
                 state=state, priority=new.priority, max_attempts=new.max_attempts,
                 run_at=run_at, created_at=now, unique_key=new.unique_key,
                 unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
+                aging=new.aging,
             ))
         commands.append(command)
     return made, commands

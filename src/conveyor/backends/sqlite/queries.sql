@@ -5,7 +5,16 @@
 -- Every query that returns jobs selects these, in conveyor.backends.codec.COLUMNS order.
 id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-result, errors, checkpoint, progress, cancel_requested, timeout, meta
+result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
+
+-- fragment: claim_order
+-- Claim order: priority (higher first), then run_at, then insertion; a job with aging
+-- ranks with priority 0 at run_at - priority * aging, clamped as a run_at is. Word for
+-- word the expressions of the conveyor_jobs_claim index (migration 4).
+(CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
+(CASE WHEN aging IS NULL THEN run_at
+      ELSE max(0.0, min(99999999999.0, run_at - priority * aging)) END),
+seq
 
 -- fragment: job_filter
 -- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
@@ -26,9 +35,9 @@ SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 
 -- name: insert_job
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                           created_at, unique_key, unique_for, timeout, meta)
+                           created_at, unique_key, unique_for, timeout, meta, aging)
 VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
-        :created_at, :unique_key, :unique_for, :timeout, :meta)
+        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging)
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id
@@ -71,10 +80,10 @@ SET state = 'running',
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
 WHERE seq IN (SELECT seq FROM conveyor_jobs
               WHERE state = 'available' AND queue = :queue
-              ORDER BY priority DESC, run_at, seq LIMIT :limit)
+              ORDER BY {claim_order} LIMIT :limit)
 RETURNING seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
           started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-          result, errors, checkpoint, progress, cancel_requested, timeout, meta
+          result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
 
 -- The fence of the writes below compares the token as a number: a stored token that
 -- is not one reads as 0, which no claim hands out, so only the rescuer (which reads

@@ -17,7 +17,7 @@ from typing import Any
 from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
-from ...claiming import claim_in_passes
+from ...claiming import claim_in_passes, claim_rank
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import job_from_row
 from .connection import Q
@@ -54,6 +54,7 @@ class SqliteStore(SqliteInspector):
                     "unique_for": new.unique_for,
                     "timeout": new.timeout,
                     "meta": json.dumps(new.meta),
+                    "aging": new.aging,
                 }
                 if db.execute(Q["insert_job"], row).rowcount == 0:
                     # The id names a finished job whose dedup window is over: replace it.
@@ -65,6 +66,7 @@ class SqliteStore(SqliteInspector):
                         state=state, priority=new.priority, max_attempts=new.max_attempts,
                         run_at=run_at, created_at=now, unique_key=new.unique_key,
                         unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
+                        aging=new.aging,
                     )
                 )
         return out
@@ -93,7 +95,7 @@ class SqliteStore(SqliteInspector):
                 # RETURNING has no order: sort by claim order, on decoded values (a
                 # corrupt priority reads as 0 instead of failing the comparison).
                 batch = sorted(((job_from_row(r[1:]), r[0], r[1]) for r in rows),
-                               key=lambda row: (-row[0].priority, row[0].run_at, row[1]))
+                               key=lambda row: _claim_key(row[0], row[1]))
                 return [job if job.id == raw_id else
                         replace(job, id=self._give_readable_id(db, seq, job.id))
                         for job, seq, raw_id in batch]
@@ -180,3 +182,8 @@ class SqliteStore(SqliteInspector):
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
+
+
+def _claim_key(job: Job, seq: int) -> tuple[int, float, int]:
+    priority, at = claim_rank(job.priority, job.run_at, job.aging)
+    return -priority, at, seq

@@ -77,6 +77,9 @@ end
 -- available index are "<run_at in microseconds, 17 digits><seq, 12 digits><id>",
 -- all scored -priority, so ZPOPMIN pops the highest priority, then the lowest member.
 -- Both numbers are clamped to their digits, so the id always starts at RANK_LEN + 1.
+-- A job with priority aging (a positive `aging` field: seconds of waiting worth one
+-- level) is scored 0 and ranked at run_at - priority * aging instead, the claim key
+-- of conveyor.claiming.claim_rank: a static key, so aging costs no scan.
 local RANK_LEN = 29
 local MAX_MICROS = 99999999999999984  -- the largest double below 10^17: 17 digits
 local function rank(run_at, seq, id)
@@ -86,10 +89,19 @@ local function rank(run_at, seq, id)
   return string.format('%017.0f%012d', micros, s) .. id
 end
 
+-- The score and the time of a job's place in the available index (see rank). An
+-- aging value that is not a positive number counts as none (the codec reports it).
+local function claim_place(f)
+  local priority, run_at = as_number(f.priority, 0), as_number(f.run_at, 0)
+  local aging = as_number(f.aging, 0)
+  if aging > 0 then return 0, run_at - priority * aging end
+  return -priority, run_at
+end
+
 local FIELDS = {
   'state', 'queue', 'priority', 'run_at', 'seq', 'rank', 'lease_token', 'attempt',
   'max_attempts', 'lease_expires_at', 'finished_at', 'unique_key', 'unique_for',
-  'worker_id', 'errors',
+  'worker_id', 'errors', 'aging',
 }
 
 -- The fields the scripts decide on, as a table (absent fields are nil, but queue
@@ -117,9 +129,10 @@ end
 -- Put a job into the index of `state` (f holds the fields the score needs).
 local function index_job(id, queue, state, f)
   if state == 'available' then
-    local r = rank(f.run_at, f.seq, id)
+    local score, at = claim_place(f)
+    local r = rank(at, f.seq, id)
     redis.call('HSET', job_key(id), 'rank', r)
-    redis.call('ZADD', state_key(queue, 'available'), -as_number(f.priority, 0), r)
+    redis.call('ZADD', state_key(queue, 'available'), score, r)
   elseif state == 'scheduled' or state == 'retryable' then
     local run_at = as_number(f.run_at, 0)
     redis.call('ZADD', state_key(queue, state), run_at, id)
