@@ -18,14 +18,15 @@ from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
 from .blobs import BlobStore
 from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
 from . import validation as valid
-from .errors import ConfigurationError, InvalidJob, UnknownTask
-from .handle import JobHandle, handles
+from .backpressure import enqueue_offering
+from .errors import ConfigurationError, InvalidJob, QueueFull, UnknownTask
+from .handle import JobHandle, handles, with_handles
 from .hygiene import PayloadHygiene
 from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
-from .queues import QueueSettings, QueueSettingsRegistry
+from .queues import OnFull, QueueSettings, QueueSettingsRegistry
 from .retry import RetryPolicy
 from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
@@ -325,14 +326,15 @@ class Conveyor:
         if clock is not None:
             self.clock = clock
 
-    def queue(self, name: str, *, aging: Duration | None = None) -> QueueSettings:
-        """Declare a queue's flow-control settings (docs/flow-control.md), applied to
-        every job this app enqueues to it. `aging`: waiting this long is worth one
-        priority level. Declaring a queue again replaces its settings.
+    def queue(self, name: str, *, aging: Duration | None = None, max_waiting: int | None = None,
+              on_full: OnFull = "reject", block_timeout: Duration = 30.0) -> QueueSettings:
+        """Declare a queue's flow-control settings (`QueueSettings`, docs/flow-control.md),
+        applied to every job this app enqueues to it; declaring again replaces them.
 
-        >>> app.queue("bulk", aging=timedelta(minutes=1))
+        >>> app.queue("bulk", aging=timedelta(minutes=1), max_waiting=10_000, on_full="block")
         """
-        return self.queues.declare(name, aging=aging)
+        return self.queues.declare(name, aging=aging, max_waiting=max_waiting, on_full=on_full,
+                                   block_timeout=block_timeout)
 
     # --- producer -------------------------------------------------------------------
     async def enqueue_many_async(
@@ -358,17 +360,21 @@ class Conveyor:
                 return await backend.enqueue_jobs(jobs)
             return await transactional.enqueue_jobs_in(connection, jobs)
 
-        if not self.middleware:
-            return handles(self, await enqueue(batch))
+        try:
+            if not self.middleware:
+                return handles(self, await enqueue_offering(enqueue, batch, self.queues))
 
-        async def innermost(ctx: MiddlewareContext) -> None:
-            assert isinstance(ctx, EnqueueContext)
-            # Again: middleware may have changed or added jobs.
-            ctx.jobs_out = await enqueue(self.queues.apply(self.claim_check.checked(ctx.jobs_in)))
+            async def innermost(ctx: MiddlewareContext) -> None:
+                assert isinstance(ctx, EnqueueContext)
+                # Again: middleware may have changed or added jobs.
+                ctx.jobs_out = await enqueue_offering(
+                    enqueue, self.queues.apply(self.claim_check.checked(ctx.jobs_in)), self.queues)
 
-        call = EnqueueContext(jobs_in=list(batch))
-        await run_chain(self.middleware, call, innermost)
-        return handles(self, call.jobs_out)
+            call = EnqueueContext(jobs_in=list(batch))
+            await run_chain(self.middleware, call, innermost)
+            return handles(self, call.jobs_out)
+        except QueueFull as full:
+            raise with_handles(self, full) from None
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
@@ -376,11 +382,15 @@ class Conveyor:
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if (connection is None and batch and not self.middleware
-                and not self.claim_check.needs_offload(batch)):
+                and not self.claim_check.needs_offload(batch)
+                and not self.queues.blocks(batch)):
             # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()
             if self._sync_blocking is not None:
-                return handles(self, self._sync_blocking.enqueue_jobs_blocking(batch))
+                try:
+                    return handles(self, self._sync_blocking.enqueue_jobs_blocking(batch))
+                except QueueFull as full:
+                    raise with_handles(self, full) from None
         return self.portal.call(self.enqueue_many_async(batch, connection=connection))
 
     def _portal_backend(self) -> Backend:

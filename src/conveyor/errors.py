@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 
 class ConveyorError(Exception):
     """Base of every error Conveyor raises on purpose."""
@@ -119,6 +123,36 @@ class CorruptJob(ConveyorError):
 class CorruptPayload(CorruptJob):
     """The stored payload (the arguments) could not be decoded: not JSON, nested too
     deeply, or not of the shape {"args": [...], "kwargs": {...}}. Dead at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedJob:
+    """A job a bounded queue refused: its id, its queue, and the queue's waiting jobs
+    then (`depth`) against its bound."""
+
+    id: str
+    queue: str
+    depth: int
+    max_waiting: int
+
+
+class QueueFull(ConveyorError):
+    """An enqueue found a bounded queue full (`app.queue(name, max_waiting=...)`).
+
+    `refused` lists the jobs not stored; `jobs` has one entry per job of the batch,
+    in order: what was stored (a JobHandle from the app, a Job from a backend), or
+    None where refused. Nothing stored is undone: the jobs that fitted are queued.
+    `queue`, `depth` and `max_waiting` are those of the first refused job."""
+
+    def __init__(self, refused: Sequence[RefusedJob], jobs: Sequence[Any]) -> None:
+        self.refused = tuple(refused)
+        self.jobs = list(jobs)
+        first = self.refused[0]
+        self.queue, self.depth, self.max_waiting = first.queue, first.depth, first.max_waiting
+        more = (f"; {len(self.refused)} of {len(self.jobs)} jobs refused"
+                if len(self.jobs) > 1 else "")
+        super().__init__(f"queue {first.queue!r} is full: {first.depth} jobs waiting "
+                         f"(max_waiting {first.max_waiting}){more}")
 
 
 class StaleLease(ConveyorError):

@@ -7,7 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from .errors import CorruptJob, JobFailed, JobNotFound
+from .errors import CorruptJob, JobFailed, JobNotFound, QueueFull
 from .job import Job, JobState
 
 if TYPE_CHECKING:
@@ -85,3 +85,9 @@ class JobHandle(Generic[R]):
 
 def handles(app: HandleApp, jobs: list[Job]) -> list[JobHandle[Any]]:
     return [JobHandle(app, job) for job in jobs]
+
+
+def with_handles(app: Conveyor, full: QueueFull) -> QueueFull:
+    """The same refusal, naming the stored jobs by handle (what callers of the app get)."""
+    return QueueFull(full.refused, [None if job is None else JobHandle(app, job)
+                                    for job in full.jobs])

@@ -154,6 +154,17 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueBound:
+    """A bound on a queue, checked by the backend as it stores a job (never stored
+    itself): at most `max_waiting` jobs waiting (scheduled, available, retryable).
+    A job that would pass it is refused, or with `shed_oldest` stored while the
+    queue's oldest waiting job is cancelled (docs/flow-control.md)."""
+
+    max_waiting: int
+    shed_oldest: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """What a producer asks a backend to store.
 
@@ -172,3 +183,4 @@ class NewJob:
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     aging: float | None = None  # seconds of waiting per priority level (flow control)
+    bound: QueueBound | None = None  # its queue's bound, from the app (conveyor.queues)

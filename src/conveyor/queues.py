@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from . import validation as valid
 from .errors import ConfigurationError, InvalidJob
-from .job import NewJob
+from .job import NewJob, QueueBound
 from .timeutil import Duration
+
+OnFull = Literal["reject", "block", "shed_oldest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +27,25 @@ class QueueSettings:
 
     `aging`: seconds of waiting worth one priority level (None: no aging). A job of
     priority p that has waited w seconds ranks as priority p + w / aging.
+
+    `max_waiting`: most jobs waiting (scheduled, available, retryable; None: no
+    bound). When an enqueue finds the queue full, `on_full` says what happens:
+    "reject" raises QueueFull at once, "block" offers the job again until there is
+    room or `block_timeout` seconds passed (then QueueFull), "shed_oldest" stores it
+    and cancels the queue's oldest waiting job, recording why.
     """
 
     name: str
     aging: float | None = None
+    max_waiting: int | None = None
+    on_full: OnFull = "reject"
+    block_timeout: float = 30.0
+
+    @property
+    def bound(self) -> QueueBound | None:
+        if self.max_waiting is None:
+            return None
+        return QueueBound(self.max_waiting, shed_oldest=self.on_full == "shed_oldest")
 
 
 class QueueSettingsRegistry:
@@ -35,21 +53,33 @@ class QueueSettingsRegistry:
 
     def __init__(self) -> None:
         self._settings: dict[str, QueueSettings] = {}
-        self._aging: dict[str, float] = {}  # the only setting jobs carry, looked up per job
+        # What jobs carry (aging, bound), by queue: looked up per enqueued job.
+        self._carried: dict[str, tuple[float | None, QueueBound | None]] = {}
 
-    def declare(self, name: str, *, aging: Duration | None = None) -> QueueSettings:
+    def declare(self, name: str, *, aging: Duration | None = None,
+                max_waiting: int | None = None, on_full: OnFull = "reject",
+                block_timeout: Duration = 30.0) -> QueueSettings:
         try:
+            if max_waiting is not None and not (
+                    type(max_waiting) is int and 1 <= max_waiting <= valid.MAX_ATTEMPTS_MAX):
+                raise InvalidJob("max_waiting", max_waiting,
+                                 f"a whole number from 1 to {valid.MAX_ATTEMPTS_MAX}")
+            if on_full not in get_args(OnFull):
+                raise InvalidJob("on_full", on_full, " or ".join(map(repr, get_args(OnFull))))
             settings = QueueSettings(
                 name=valid.name("queue", name),
                 aging=None if aging is None else valid.seconds("aging", aging, positive=True),
+                max_waiting=max_waiting, on_full=on_full,
+                block_timeout=valid.seconds("block_timeout", block_timeout),
             )
         except InvalidJob as exc:
             raise ConfigurationError(f"queue {name!r}: {exc}") from None
         self._settings[settings.name] = settings
-        if settings.aging is None:
-            self._aging.pop(settings.name, None)
+        carried = (settings.aging, settings.bound)
+        if carried == (None, None):
+            self._carried.pop(settings.name, None)
         else:
-            self._aging[settings.name] = settings.aging
+            self._carried[settings.name] = carried
         return settings
 
     def get(self, name: str) -> QueueSettings:
@@ -59,9 +89,20 @@ class QueueSettingsRegistry:
         return iter(self._settings.values())
 
     def apply(self, jobs: Iterable[NewJob]) -> list[NewJob]:
-        """The jobs with their queue's settings; a job's own `aging` wins."""
-        if not self._aging:
+        """The jobs with their queue's settings; a job's own `aging` or `bound` wins."""
+        if not self._carried:
             return list(jobs)
-        aging = self._aging
-        return [replace(job, aging=aging[job.queue])
-                if job.aging is None and job.queue in aging else job for job in jobs]
+        out = []
+        for job in jobs:
+            carried = self._carried.get(job.queue)
+            if carried is not None:
+                aging, bound = carried
+                job = replace(job, aging=job.aging if job.aging is not None else aging,
+                              bound=job.bound if job.bound is not None else bound)
+            out.append(job)
+        return out
+
+    def blocks(self, jobs: Iterable[NewJob]) -> bool:
+        """Does any job go to a queue whose producers wait for room?"""
+        return any(self.get(job.queue).on_full == "block" for job in jobs
+                   if job.queue in self._settings)

@@ -193,6 +193,7 @@ def check_job(job: NewJob) -> NewJob:
             and (job.unique_for is None or _is_seconds(job.unique_for, positive=False))
             and (job.timeout is None or _is_seconds(job.timeout, positive=True))
             and (job.aging is None or _is_seconds(job.aging, positive=True))
+            and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
             and type(job.meta) is dict and (not job.meta or _json_problem(job.meta, 0) is None)):
         return job
     try:
@@ -211,6 +212,8 @@ def check_job(job: NewJob) -> NewJob:
                                                              positive=True),
             meta=meta(job.meta),
             aging=None if job.aging is None else seconds("aging", job.aging, positive=True),
+            bound=None if job.bound is None else replace(job.bound, max_waiting=_whole(
+                "max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, "")),
         )
     except InvalidJob as exc:
         raise InvalidJob(exc.field, exc.value, exc.expected, f"job {job.id!r}") from None

@@ -1,10 +1,15 @@
 """Flow control (docs/flow-control.md) with real worker processes: `-q` weights,
-priority aging."""
+priority aging, bounded queues (with producer processes too)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +112,46 @@ def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
     # 100 rank before it; up to 4 slots claim at once, so starts may interleave by 3.
     assert abs(starts.index(low.id) - 100) <= 3, starts.index(low.id)
     assert set(starts[:97]) <= {h.id for h in flood[:100]}  # only jobs that rank before it
+
+
+def producers(url: str, queue: str, n: int, most: int, on_full: str, count: int
+              ) -> list[subprocess.Popen[str]]:
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "CONVEYOR_URL": url,
+           "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return [subprocess.Popen([sys.executable, str(here / "producer_main.py"), queue, str(n),
+                              str(most), on_full, f"p{k}"], env=env, cwd=here,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k in range(count)]
+
+
+def results(procs: list[subprocess.Popen[str]]) -> list[dict[str, list]]:  # type: ignore[type-arg]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        out.append(json.loads(stdout))
+    return out
+
+
+def test_producer_processes_never_overfill_a_bounded_queue(url: str) -> None:
+    done = results(producers(url, "bounded", 100, 120, "reject", 3))
+    stored = [i for r in done for i in r["stored"]]
+    refused = [i for r in done for i in r["refused"]]
+    assert (len(stored), len(refused)) == (120, 180)
+    assert all(depth == 120 for r in done for depth in r["depths"])
+    app = Conveyor(url)
+    try:
+        assert app.jobs.count(make_filter(queues=["bounded"])) == 120
+    finally:
+        app.close()
+
+
+def test_blocked_producers_wait_for_a_worker_to_make_room(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    procs = producers(url, "bounded", 50, 10, "block", 3)
+    workers.append(WorkerProcess(url, runs.path, "-q", "bounded", "-c", "4"))
+    done = results(procs)
+    assert [len(r["refused"]) for r in done] == [0, 0, 0]
+    runs.wait_for("finish", 150, timeout=60)
+    assert len({e[1] for e in runs.events() if e[0] == "finish"}) == 150

@@ -101,3 +101,25 @@ async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
                                      {"queue": "reports", "task": "report"}) == len(found)
     lag = registry.get_sample_value("conveyor_scheduler_lag_seconds")
     assert lag is not None and 0.0 <= lag < 2.0  # enqueued within moments of its tick
+
+
+async def test_refused_jobs_are_counted_apart_from_enqueued_ones(app: Conveyor) -> None:
+    import pytest
+
+    from conveyor.errors import QueueFull
+
+    registry = CollectorRegistry()
+    app.middleware.append(Metrics(JobMetrics(registry)))
+    app.queue("mail", max_waiting=3)
+
+    @app.task(name="send", queue="mail")
+    def send(n: int) -> None: ...
+
+    with pytest.raises(QueueFull):
+        await app.enqueue_many_async([send.message(n) for n in range(5)])
+    with pytest.raises(QueueFull):
+        await send.enqueue_async(6)
+    assert registry.get_sample_value("conveyor_jobs_enqueued_total",
+                                     {"queue": "mail", "task": "send"}) == 3
+    assert registry.get_sample_value("conveyor_jobs_refused_total",
+                                     {"queue": "mail", "task": "send"}) == 3

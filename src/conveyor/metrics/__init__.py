@@ -30,6 +30,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from ..errors import QueueFull
 from ..middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
 from ..minute_stats import outcome_names
 
@@ -49,7 +50,11 @@ class JobMetrics:
         reg = REGISTRY if registry is None else registry
         labels = ("queue", "task")
         self.enqueued = Counter("conveyor_jobs_enqueued", "Jobs handed to enqueue (duplicates "
-                                "returned by dedup included).", labels, registry=reg)
+                                "returned by dedup included, refused ones not).", labels,
+                                registry=reg)
+        self.refused = Counter("conveyor_jobs_refused", "Jobs a full bounded queue refused at "
+                               "enqueue (QueueFull; a blocked producer's, once it gave up).",
+                               labels, registry=reg)
         self.completed = Counter("conveyor_jobs_completed", "Attempts that completed the job.",
                                  labels, registry=reg)
         self.failed = Counter("conveyor_jobs_failed", "Attempts that failed, by error type "
@@ -97,12 +102,19 @@ class Metrics:
 
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
         if isinstance(ctx, EnqueueContext):
-            await call_next(ctx)
-            for new in ctx.jobs_in:
-                self.metrics.enqueued.labels(new.queue, new.task).inc()
-                lag = scheduler_lag(new.meta)
-                if lag is not None:
-                    self.metrics.scheduler_lag.set(lag)
+            refused: set[str] = set()
+            try:
+                await call_next(ctx)
+            except QueueFull as full:
+                refused = {r.id for r in full.refused}
+                raise
+            finally:
+                for new in ctx.jobs_in:
+                    counter = self.metrics.refused if new.id in refused else self.metrics.enqueued
+                    counter.labels(new.queue, new.task).inc()
+                    lag = scheduler_lag(new.meta)
+                    if lag is not None:
+                        self.metrics.scheduler_lag.set(lag)
             return
         await self._execute(call_next, ctx)
 

@@ -18,6 +18,11 @@ insert (ON CONFLICT DO NOTHING, and the loser reads the winner's row back).
 Unique keys have no such index - a completed job holds its key only for
 `unique_for` - so enqueues of one key serialise on a transaction-scoped advisory
 lock taken in a statement of its own, before the insert's snapshot.
+
+Bounded queues (conveyor.backpressure) take the full path too, with a lock per
+bounded queue taken the same way: after the insert, the queue's waiting jobs are
+counted and the excess taken back (refused) or shed, in the same transaction (one
+more round trip, for bounded queues only).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ...backpressure import bounds_of, over_bound, raise_if_refused, shed_error
+from ...errors import RefusedJob
 from ...job import Job, NewJob
 from ...lifecycle import initial_state
 from .rows import job_from_row, jsonb, opt_float
@@ -125,9 +132,48 @@ def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
     return conn.transaction()
 
 
-def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job]) -> list[Job]:
-    by_pos = {row[0] - 1: job_from_row(row, start=1) for row in rows}
-    return [by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
+def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job],
+             refused: dict[int, RefusedJob]) -> list[Job | None]:
+    by_pos = {row[0] - 1: job_from_row(row, start=2) for row in rows}
+    return [None if i in refused else by_pos.get(i) or late[job.id]
+            for i, job in enumerate(jobs)]
+
+
+def _bound_params(p: dict[str, Any], unique: Sequence[NewJob]) -> dict[str, Any] | None:
+    bounds = bounds_of(unique)
+    if not bounds:
+        return None
+    p["bound_queues"] = sorted(bounds)
+    return p
+
+
+def _over_bound(unique: Sequence[NewJob], rows: list[Any], depths: list[Any]
+                ) -> tuple[dict[int, RefusedJob], dict[str, int]]:
+    """What the bounded queues refuse (by position in `unique`) and shed."""
+    new_positions: dict[str, list[int]] = {}
+    for row in sorted(rows):
+        if row[1]:  # fresh: inserted by this call
+            new_positions.setdefault(unique[row[0] - 1].queue, []).append(row[0] - 1)
+    refused, shed, _ = over_bound(new_positions, dict(depths), bounds_of(unique))
+    return refused, shed
+
+
+def _fixes(backend: PostgresConnections, unique: Sequence[NewJob], refused: dict[int, RefusedJob],
+           shed: dict[str, int], now: float) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that take refused jobs back and shed the oldest waiting ones."""
+    q, bounds = backend.q, bounds_of(unique)
+    fixes = [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else []
+    return fixes + [(q["shed_oldest_waiting"],
+                     {"queue": queue, "n": n, "now": now,
+                      "error": shed_error(queue, bounds[queue].max_waiting, now)})
+                    for queue, n in shed.items()]
+
+
+def _by_input(answer: Sequence[int], stored: Sequence[Job | None],
+              refused: dict[int, RefusedJob]) -> tuple[list[Job | None], dict[int, RefusedJob]]:
+    """Answers and refusals by input position (a job repeated in the batch shares one)."""
+    return ([stored[pos] for pos in answer],
+            {i: refused[pos] for i, pos in enumerate(answer) if pos in refused})
 
 
 def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
@@ -141,15 +187,16 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
     if not jobs:
         return []
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None for job in unique):
-        answers = await _full_async(backend, conn, unique, now)
-        return [answers[pos] for pos in answer]
+    if any(job.unique_key is not None or job.bound is not None for job in unique):
+        stored, refused = _by_input(answer, *await _full_async(backend, conn, unique, now))
+        return raise_if_refused(jobs, stored, refused)
     cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
         *fast_path(backend, unique, now), binary=True)
     inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
-        inserted.update((j.id, j) for j in await _full_async(backend, conn, taken, now))
+        inserted.update((j.id, j) for j in (await _full_async(backend, conn, taken, now))[0]
+                        if j is not None)
     return [inserted[unique[pos].id] for pos in answer]
 
 
@@ -159,55 +206,79 @@ def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
     if not jobs:
         return []
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None for job in unique):
-        answers = _full_sync(backend, conn, unique, now)
-        return [answers[pos] for pos in answer]
+    if any(job.unique_key is not None or job.bound is not None for job in unique):
+        stored, refused = _by_input(answer, *_full_sync(backend, conn, unique, now))
+        return raise_if_refused(jobs, stored, refused)
     # A cursor of our own: the connection's cursor_factory may be a ClientCursor
     # (Django's default), which cannot return binary results.
     cur = psycopg.Cursor(conn).execute(*fast_path(backend, unique, now), binary=True)
     inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
-        inserted.update((j.id, j) for j in _full_sync(backend, conn, taken, now))
+        inserted.update((j.id, j) for j in _full_sync(backend, conn, taken, now)[0]
+                        if j is not None)
     return [inserted[unique[pos].id] for pos in answer]
 
 
 async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                      unique: Sequence[NewJob], now: float) -> list[Job]:
-    """The full dedup path for jobs unique by id and unique_key; one answer per job."""
+                      unique: Sequence[NewJob], now: float
+                      ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
+    """The full dedup path for jobs unique by id and unique_key, and for bounded
+    queues; one answer per job (None: refused), and the refusals by position."""
     q = backend.q
     p = params(backend, unique, now)
+    bounded = _bound_params(p, unique)
+    refused: dict[int, RefusedJob] = {}
     scope = _scope(conn)
     async with conn.pipeline():
         async with scope if scope is not None else nullcontext():
+            if bounded:
+                await conn.execute(q["lock_bounded_queues"], p)
             if any(k is not None for k in p["keys"]):
                 await conn.execute(q["lock_enqueue_keys"], p)
             await conn.execute(q["delete_replaced_jobs"], p)
             cur = await conn.execute(q["insert_jobs"], p)
             await conn.execute(q["notify_queues"], p)
-        rows = await cur.fetchall()
+            if bounded:
+                depths = await (await conn.execute(q["count_waiting"], p)).fetchall()
+                rows = await cur.fetchall()
+                refused, shed = _over_bound(unique, rows, depths)
+                for statement, fix in _fixes(backend, unique, refused, shed, now):
+                    await conn.execute(statement, fix)
+        rows = await cur.fetchall() if not bounded else rows
     late: dict[str, Job] = {}
     if missing := _missing(unique, rows):
         cur = await conn.execute(q["get_jobs"], {"ids": missing})
         late = {job.id: job for job in map(job_from_row, await cur.fetchall())}
-    return _answers(unique, rows, late)
+    return _answers(unique, rows, late, refused), refused
 
 
 def _full_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
-               unique: Sequence[NewJob], now: float) -> list[Job]:
+               unique: Sequence[NewJob], now: float
+               ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     q = backend.q
     p = params(backend, unique, now)
+    bounded = _bound_params(p, unique)
+    refused: dict[int, RefusedJob] = {}
     scope = _scope(conn)
     with conn.pipeline():
         with scope if scope is not None else nullcontext():
+            if bounded:
+                conn.execute(q["lock_bounded_queues"], p)
             if any(k is not None for k in p["keys"]):
                 conn.execute(q["lock_enqueue_keys"], p)
             conn.execute(q["delete_replaced_jobs"], p)
             cur = conn.execute(q["insert_jobs"], p)
             conn.execute(q["notify_queues"], p)
-        rows = cur.fetchall()
+            if bounded:
+                depths = conn.execute(q["count_waiting"], p).fetchall()
+                rows = cur.fetchall()
+                refused, shed = _over_bound(unique, rows, depths)
+                for statement, fix in _fixes(backend, unique, refused, shed, now):
+                    conn.execute(statement, fix)
+        rows = cur.fetchall() if not bounded else rows
     late: dict[str, Job] = {}
     if missing := _missing(unique, rows):
         cur = conn.execute(q["get_jobs"], {"ids": missing})
         late = {job.id: job for job in map(job_from_row, cur.fetchall())}
-    return _answers(unique, rows, late)
+    return _answers(unique, rows, late, refused), refused

@@ -128,7 +128,8 @@ WHERE j.id = n.id
 
 -- name: insert_jobs
 -- Insert the jobs that have no live duplicate (same id, else same unique_key);
--- return, per input position, the inserted row or the duplicate in its place.
+-- return, per input position, whether the row is new (fresh), then the inserted row
+-- or the duplicate in its place.
 WITH new AS (
     SELECT *
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
@@ -162,17 +163,55 @@ WITH new AS (
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 )
-SELECT dup.pos, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
+SELECT dup.pos, false AS fresh, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
        j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
        j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
-SELECT n.pos, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
+SELECT n.pos, true AS fresh, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
        i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
        i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging
 FROM inserted AS i JOIN new AS n ON n.id = i.id
+
+-- name: lock_bounded_queues
+-- Enqueues to one bounded queue (conveyor.backpressure) serialise on an advisory lock
+-- held until commit, taken in a statement of its own before the insert (as for
+-- unique keys): the count after the insert then sees every other producer's jobs.
+-- Sorted, and taken before the unique keys' locks by every enqueue: no deadlock.
+SELECT count(pg_advisory_xact_lock(hashtextextended('conveyor:queue:' || %(schema)s || ':' || q, 0)))
+FROM (SELECT DISTINCT q FROM unnest(%(bound_queues)s::text[]) AS u(q) ORDER BY q) AS sorted
+
+-- name: count_waiting
+-- Each bounded queue's waiting jobs (its depth), from the state index.
+SELECT u.q, (SELECT count(*) FROM {schema}.jobs
+             WHERE state IN ('scheduled', 'available', 'retryable') AND queue = u.q)
+FROM unnest(%(bound_queues)s::text[]) AS u(q)
+
+-- name: take_back_jobs
+-- Refused by a full queue: the batch's own new rows, not seen by anyone yet.
+DELETE FROM {schema}.jobs WHERE id = ANY (%(ids)s::text[]) AND state IN ('scheduled', 'available')
+
+-- name: shed_oldest_waiting
+-- shed_oldest: cancel a full queue's %(n)s oldest waiting jobs (by insertion), recording
+-- why in their history; each state's oldest from the state index, so the cost follows n.
+UPDATE {schema}.jobs AS j
+SET state = 'cancelled', finished_at = %(now)s,
+    errors = CASE WHEN jsonb_typeof(j.errors) = 'array'
+                       AND coalesce(jsonb_typeof(j.errors -> -1), 'object') = 'object'
+                  THEN j.errors || jsonb_build_array(%(error)s::jsonb)
+                  ELSE jsonb_build_array(%(error)s::jsonb) END
+WHERE j.seq IN (SELECT seq FROM (
+    (SELECT seq FROM {schema}.jobs WHERE state = 'scheduled' AND queue = %(queue)s
+     ORDER BY seq LIMIT %(n)s)
+    UNION ALL
+    (SELECT seq FROM {schema}.jobs WHERE state = 'available' AND queue = %(queue)s
+     ORDER BY seq LIMIT %(n)s)
+    UNION ALL
+    (SELECT seq FROM {schema}.jobs WHERE state = 'retryable' AND queue = %(queue)s
+     ORDER BY seq LIMIT %(n)s)) AS oldest
+  ORDER BY seq LIMIT %(n)s)
 
 -- name: notify_queues
 -- A wake-up hint per queue; inside a transaction it is delivered at commit (or never).

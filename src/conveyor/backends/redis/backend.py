@@ -47,6 +47,12 @@ __all__ = ["RedisBackend", "parse_redis_url"]
 log = logging.getLogger("conveyor.redis")
 
 _STAGE_LIMIT = 1000  # due jobs staged per claim call
+def _enqueue_script(jobs: Sequence[NewJob]) -> str:
+    """The bounded script only for batches that need it: it is sent with more helpers."""
+    return "enqueue_bounded" if any(job.bound is not None for job in jobs) else "enqueue"
+
+
+LAYOUT = 2  # the key layout version (keys.py); migrate() brings older prefixes to it
 _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
@@ -126,10 +132,20 @@ class RedisBackend(RedisRecords):
 
     @translated
     async def migrate(self) -> list[int]:
-        """Redis has no schema to create; the layout version is recorded once."""
-        created = await self.client.set(self.keys.schema, "1", nx=True)
+        """Redis has no schema to create; the layout version is recorded. Layout 2
+        adds each queue's waiting index (bounded queues): a prefix of layout 1 gets it
+        filled from its state indexes, one script run (it blocks Redis for about a
+        second per million waiting jobs)."""
+        applied = []
+        if await self.client.set(self.keys.schema, "1", nx=True):
+            applied.append(1)
+        if await self.client.get(self.keys.schema) == "1":
+            if not applied:  # jobs may be there already
+                await self.scripts.call("index_waiting", [self.keys.queues], [])
+            await self.client.set(self.keys.schema, str(LAYOUT))
+            applied.append(LAYOUT)
         await self._warn_if_evicting()
-        return [1] if created else []
+        return applied
 
     async def _warn_if_evicting(self) -> None:
         try:
@@ -151,9 +167,9 @@ class RedisBackend(RedisRecords):
         made, commands = self._enqueue_commands(jobs)
         replies = await self._send_idempotent(commands)
         if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
-            await self.client.script_load(script_source("enqueue"))
+            await self.client.script_load(script_source(_enqueue_script(jobs)))
             replies = await self._send_idempotent(commands)  # the lane may be taken now
-        return enqueued_jobs(made, first_error(replies))
+        return enqueued_jobs(made, first_error(replies), jobs)
 
     def _send_idempotent(self, commands: Sequence[Command]) -> Awaitable[list[Any]]:
         """Through the lane when it is free, else through the pool."""
@@ -182,9 +198,9 @@ class RedisBackend(RedisRecords):
         try:
             replies = lanes.call_many(commands)
             if any(isinstance(reply, NoScriptError) for reply in replies):
-                lanes.call_many([("SCRIPT", "LOAD", script_source("enqueue"))])
+                lanes.call_many([("SCRIPT", "LOAD", script_source(_enqueue_script(jobs)))])
                 replies = lanes.call_many(commands)
-            return enqueued_jobs(made, first_error(replies))
+            return enqueued_jobs(made, first_error(replies), jobs)
         except Exception as exc:
             conveyor_error = translate(self.url, exc)
             if conveyor_error is None:
@@ -192,7 +208,8 @@ class RedisBackend(RedisRecords):
             raise conveyor_error from exc
 
     def _enqueue_commands(self, jobs: Sequence[NewJob]) -> tuple[list[Job], list[Command]]:
-        return enqueue_commands(jobs, self.clock(), self.scripts.sha("enqueue"), self.keys)
+        return enqueue_commands(jobs, self.clock(), self.scripts.sha(_enqueue_script(jobs)),
+                                self.keys)
 
     # --- worker -------------------------------------------------------------------
     @translated

@@ -24,6 +24,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:completed`    | zset   | id by finished_at (retention by age and by count) |
 | `{p}:q:<queue>:cancelled`    | zset   | id by finished_at                                 |
 | `{p}:q:<queue>:dead`         | zset   | id by finished_at (the dead-letter queue)         |
+| `{p}:q:<queue>:waiting`      | zset   | every scheduled, available, retryable id by seq (a bounded queue's depth and oldest jobs; layout 2) |
 | `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
 | `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
 | `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
@@ -58,6 +59,9 @@ class Keys:
 
     def state(self, queue: str, state: JobState | str) -> str:
         return f"{self.base}q:{queue}:{state}"
+
+    def waiting(self, queue: str) -> str:
+        return f"{self.base}q:{queue}:waiting"
 
     def wake(self, queue: str) -> str:
         return f"{self.base}q:{queue}:wake"

@@ -11,7 +11,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...backpressure import raise_if_refused, shed_error
 from ...claiming import claim_rank
+from ...errors import RefusedJob
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
 from ..base import Settlement
@@ -33,6 +35,7 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
         now_text]
     made: list[Job] = []
     commands: list[Command] = []
+    shed_errors: dict[str, str] = {}  # per shedding queue: the record its shed jobs keep
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         command = list(head)
         for new in jobs[start:start + ENQUEUE_CHUNK]:
@@ -51,6 +54,8 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 "" if new.timeout is None else float_arg(new.timeout),
                 json.dumps(new.meta) if new.meta else "",
                 "" if new.aging is None else float_arg(new.aging),
+                "" if new.bound is None else new.bound.max_waiting,
+                _shed_error(new, now, shed_errors),
             )
             made.append(Job(
                 id=new.id, task=new.task, queue=new.queue, payload=new.payload,
@@ -63,16 +68,36 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
     return made, commands
 
 
+def _shed_error(new: NewJob, now: float, cache: dict[str, str]) -> str:
+    if new.bound is None or not new.bound.shed_oldest:
+        return ""
+    if new.queue not in cache:
+        cache[new.queue] = shed_error(new.queue, new.bound.max_waiting, now)
+    return cache[new.queue]
+
+
 def _rank_micros(run_at: float) -> str:
     """The first 17 digits of an available-index member (see keys.py), clamped to them."""
     return f"{min(max(0, int(run_at * 1e6)), 10**17 - 1):017d}"
 
 
-def enqueued_jobs(made: list[Job], replies: list[Any]) -> list[Job]:
-    """Each job as stored: the new one (reply 0) or the one it duplicates."""
+def enqueued_jobs(made: list[Job], replies: list[Any], jobs: Sequence[NewJob]) -> list[Job]:
+    """Each job as stored: the new one (reply 0) or the one it duplicates; QueueFull
+    if a bounded queue refused some (reply 'full:<depth>')."""
     flat = [reply for chunk in replies for reply in chunk]
-    return [job if reply == 0 else job_from_reply(reply)
-            for job, reply in zip(made, flat, strict=True)]
+    stored: list[Job | None] = []
+    refused: dict[int, RefusedJob] = {}
+    for pos, (job, reply) in enumerate(zip(made, flat, strict=True)):
+        if isinstance(reply, bytes):
+            reply = reply.decode()
+        if isinstance(reply, str) and reply.startswith("full:"):
+            bound = jobs[pos].bound
+            refused[pos] = RefusedJob("", job.queue, int(reply[5:]),
+                                      0 if bound is None else bound.max_waiting)
+            stored.append(None)
+        else:
+            stored.append(job if reply == 0 else job_from_reply(reply))
+    return raise_if_refused(jobs, stored, refused)
 
 
 def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,

@@ -58,6 +58,32 @@ ORDER BY seq DESC LIMIT 1
 -- finished record makes way for the new job.
 DELETE FROM conveyor_jobs WHERE id = :id AND state IN ('completed', 'cancelled', 'dead')
 
+-- name: count_waiting
+-- A bounded queue's depth (conveyor.backpressure): its waiting jobs, read from the
+-- state index; enqueue counts it once per bounded queue of a batch.
+SELECT count(*) FROM conveyor_jobs
+WHERE state IN ('scheduled', 'available', 'retryable') AND queue = :queue
+
+-- name: shed_oldest_waiting
+-- shed_oldest: cancel a full queue's :n oldest waiting jobs (by insertion), recording
+-- why in their history. Each state's oldest first, from the state index, so the cost
+-- follows :n, not the queue's depth.
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = :now,
+    errors = CASE WHEN NOT json_valid(errors) THEN json_array(json(:error))
+                  WHEN json_type(errors) = 'array' THEN json_insert(errors, '$[#]', json(:error))
+                  ELSE json_array(json(:error)) END
+WHERE seq IN (SELECT seq FROM (
+    SELECT seq FROM (SELECT seq FROM conveyor_jobs WHERE state = 'scheduled' AND queue = :queue
+                     ORDER BY seq LIMIT :n)
+    UNION ALL
+    SELECT seq FROM (SELECT seq FROM conveyor_jobs WHERE state = 'available' AND queue = :queue
+                     ORDER BY seq LIMIT :n)
+    UNION ALL
+    SELECT seq FROM (SELECT seq FROM conveyor_jobs WHERE state = 'retryable' AND queue = :queue
+                     ORDER BY seq LIMIT :n))
+  ORDER BY seq LIMIT :n)
+
 -- name: stage_due_jobs
 UPDATE conveyor_jobs SET state = 'available'
 WHERE state IN ('scheduled', 'retryable') AND run_at <= :now

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...backpressure import bounds_of, raise_if_refused
+from ...errors import RefusedJob
 from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
@@ -22,6 +24,7 @@ from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, S
 from ..codec import job_from_row
 from .connection import Q
 from .inspector import SqliteInspector
+from .room import Room
 
 
 class SqliteStore(SqliteInspector):
@@ -31,45 +34,55 @@ class SqliteStore(SqliteInspector):
     # --- producer -----------------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         now = self.clock()
-        out: list[Job] = []
+        out: list[Job | None] = []
+        refused: dict[int, RefusedJob] = {}
         with self.write() as db:
-            for new in jobs:
+            room = Room(db, now, bounds_of(jobs))
+            for pos, new in enumerate(jobs):
                 existing = self._find_duplicate(db, new, now)
                 if existing is not None:
                     out.append(existing)
                     continue
-                run_at = now if new.run_at is None else new.run_at
-                state = initial_state(run_at, now)
-                row = {
-                    "id": new.id,
-                    "queue": new.queue,
-                    "task": new.task,
-                    "payload": new.payload,
-                    "state": state.value,
-                    "priority": new.priority,
-                    "max_attempts": new.max_attempts,
-                    "run_at": run_at,
-                    "created_at": now,
-                    "unique_key": new.unique_key,
-                    "unique_for": new.unique_for,
-                    "timeout": new.timeout,
-                    "meta": json.dumps(new.meta),
-                    "aging": new.aging,
-                }
-                if db.execute(Q["insert_job"], row).rowcount == 0:
-                    # The id names a finished job whose dedup window is over: replace it.
-                    db.execute(Q["delete_finished_job"], {"id": new.id})
-                    db.execute(Q["insert_job"], row)
-                out.append(
-                    Job(
-                        id=new.id, task=new.task, queue=new.queue, payload=new.payload,
-                        state=state, priority=new.priority, max_attempts=new.max_attempts,
-                        run_at=run_at, created_at=now, unique_key=new.unique_key,
-                        unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-                        aging=new.aging,
-                    )
-                )
-        return out
+                refusal = room.take(new.queue)
+                if refusal is not None:
+                    refused[pos] = refusal
+                    out.append(None)
+                    continue
+                out.append(self._insert(db, new, now))
+            room.shed()
+        return raise_if_refused(jobs, out, refused)
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, new: NewJob, now: float) -> Job:
+        run_at = now if new.run_at is None else new.run_at
+        state = initial_state(run_at, now)
+        row = {
+            "id": new.id,
+            "queue": new.queue,
+            "task": new.task,
+            "payload": new.payload,
+            "state": state.value,
+            "priority": new.priority,
+            "max_attempts": new.max_attempts,
+            "run_at": run_at,
+            "created_at": now,
+            "unique_key": new.unique_key,
+            "unique_for": new.unique_for,
+            "timeout": new.timeout,
+            "meta": json.dumps(new.meta),
+            "aging": new.aging,
+        }
+        if db.execute(Q["insert_job"], row).rowcount == 0:
+            # The id names a finished job whose dedup window is over: replace it.
+            db.execute(Q["delete_finished_job"], {"id": new.id})
+            db.execute(Q["insert_job"], row)
+        return Job(
+            id=new.id, task=new.task, queue=new.queue, payload=new.payload,
+            state=state, priority=new.priority, max_attempts=new.max_attempts,
+            run_at=run_at, created_at=now, unique_key=new.unique_key,
+            unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
+            aging=new.aging,
+        )
 
     def _find_duplicate(self, db: sqlite3.Connection, new: NewJob, now: float) -> Job | None:
         hit = db.execute(Q["find_duplicate_by_id"], {"id": new.id, "now": now}).fetchone()

@@ -20,6 +20,9 @@ local JOBS = PREFIX .. 'jobs'  -- every job id by seq: newest-first listing
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function state_key(queue, state) return PREFIX .. 'q:' .. queue .. ':' .. state end
 local function wake_key(queue) return PREFIX .. 'q:' .. queue .. ':wake' end
+-- Every waiting (scheduled, available, retryable) job of a queue by seq: the depth a
+-- bounded queue is held to, and its oldest jobs to shed (conveyor.backpressure).
+local function waiting_key(queue) return PREFIX .. 'q:' .. queue .. ':waiting' end
 
 -- conveyor.lifecycle.ALLOWED; tests/backends/redis/test_scripts.py keeps the two in step.
 local ALLOWED = {
@@ -128,6 +131,9 @@ end
 
 -- Put a job into the index of `state` (f holds the fields the score needs).
 local function index_job(id, queue, state, f)
+  if WAITING[state] then
+    redis.call('ZADD', waiting_key(queue), as_number(f.seq, 0), id)
+  end
   if state == 'available' then
     local score, at = claim_place(f)
     local r = rank(at, f.seq, id)
@@ -145,6 +151,7 @@ local function index_job(id, queue, state, f)
 end
 
 local function unindex_job(id, f)
+  if WAITING[f.state] then redis.call('ZREM', waiting_key(f.queue), id) end
   if f.state == 'available' then
     if f.rank then redis.call('ZREM', state_key(f.queue, 'available'), f.rank) end
     redis.call('HDEL', job_key(id), 'rank')
@@ -199,6 +206,28 @@ local function append_error(id, errors, error_json)
   redis.call('HSET', job_key(id), 'errors', merged)
 end
 
+-- shed_oldest: cancel the `n` oldest waiting jobs of `queue` (by seq), each keeping
+-- `error_json` (why) in its history. An entry whose job is not waiting (written over
+-- by something else) is dropped from the index and does not count.
+local function shed_oldest(queue, n, now_text, error_json)
+  local key = waiting_key(queue)
+  while n > 0 do
+    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
+    if not oldest then return end
+    local f = load(oldest)
+    if f and WAITING[f.state] and f.queue == queue then
+      unindex_job(oldest, f)
+      redis.call('HSET', job_key(oldest), 'state', 'cancelled', 'finished_at', now_text)
+      append_error(oldest, f.errors, error_json)
+      f.finished_at = now_text
+      index_job(oldest, queue, 'cancelled', f)
+      n = n - 1
+    else
+      redis.call('ZREM', key, oldest)
+    end
+  end
+end
+
 -- A hint for idle workers (BLPOP on the queue's wake list); one token is enough.
 local function wake(queue)
   local key = wake_key(queue)
@@ -236,6 +265,83 @@ local function put_record(values, expiries, key, value, expires_at)
   else
     redis.call('ZADD', expiries, expires_at, key)
   end
+end
+
+-- The batch insert of enqueue.lua and enqueue_bounded.lua (their header says the
+-- KEYS and ARGV). `shed` cancels a full queue's oldest waiting jobs: the bounded
+-- script passes its helper, the plain one (whose jobs carry no bound) nil, so only
+-- the bounded script is sent with the helpers shedding takes.
+local function enqueue_batch(shed)
+  local now_text = ARGV[2]
+  local now = tonumber(now_text)
+  local out = {}
+  for j = 3, #ARGV, 16 do
+    local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
+    local unique_key = optional(ARGV[j + 9])
+    local key = job_key(id)
+    -- Cheap liveness check first; the full record is read only to replace it.
+    local v = redis.call('HMGET', key, 'state', 'finished_at', 'unique_for')
+    local existing = v[1] and { state = v[1], finished_at = v[2] or nil, unique_for = v[3] or nil }
+    local duplicate = nil
+    if existing and is_live(existing, now) then
+      duplicate = id
+    elseif unique_key then
+      local holder = redis.call('HGET', UNIQUE, unique_key)
+      if holder then
+        local held = load(holder)
+        if held and is_live(held, now) then duplicate = holder end
+      end
+    end
+    local max_waiting, shed_error = tonumber(ARGV[j + 14]), ARGV[j + 15]
+    local depth = max_waiting and redis.call('ZCARD', waiting_key(queue))
+    if duplicate then
+      out[#out + 1] = job_reply(duplicate)
+    elseif max_waiting and depth >= max_waiting and shed_error == '' then
+      out[#out + 1] = 'full:' .. depth
+    elseif state ~= 'scheduled' and state ~= 'available' then
+      return redis.error_reply('CONVEYOR_ILLEGAL_TRANSITION new job cannot start ' .. state)
+    else
+      if existing then delete_job(id, load(id)) end  -- finished, window over: replace it
+      if max_waiting and depth >= max_waiting then
+        shed(queue, depth - max_waiting + 1, now_text, shed_error)
+      end
+      local seq = redis.call('INCR', SEQ)
+      -- attempt and lease_token start at 0 and meta at {}: absent fields read as those
+      -- (job_from_hash; HINCRBY counts from 0), and every field less is time saved here.
+      local fields = { 'id', id, 'queue', queue, 'task', ARGV[j + 2], 'payload', ARGV[j + 3],
+        'state', state, 'priority', ARGV[j + 5], 'max_attempts', ARGV[j + 6],
+        'run_at', ARGV[j + 7], 'created_at', now_text, 'seq', seq }
+      local n = #fields
+      if unique_key then
+        fields[n + 1] = 'unique_key'; fields[n + 2] = unique_key; n = n + 2
+        redis.call('HSET', UNIQUE, unique_key, id)
+      end
+      local unique_for, timeout, meta = ARGV[j + 10], ARGV[j + 11], ARGV[j + 12]
+      local aging = ARGV[j + 13]
+      if unique_for ~= '' then fields[n + 1] = 'unique_for'; fields[n + 2] = unique_for; n = n + 2 end
+      if timeout ~= '' then fields[n + 1] = 'timeout'; fields[n + 2] = timeout; n = n + 2 end
+      if meta ~= '' then fields[n + 1] = 'meta'; fields[n + 2] = meta; n = n + 2 end
+      if aging ~= '' then fields[n + 1] = 'aging'; fields[n + 2] = aging; n = n + 2 end
+      if state == 'available' then
+        -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
+        local digits = tostring(seq)
+        local r = ARGV[j + 8] .. string.rep('0', 12 - #digits) .. digits .. id
+        fields[n + 1] = 'rank'; fields[n + 2] = r
+        redis.call('HSET', key, unpack(fields))
+        redis.call('ZADD', waiting_key(queue), seq, id)
+        -- Scored -priority, or 0 with aging (claim_place of _lib.lua)
+        redis.call('ZADD', state_key(queue, 'available'), aging == '' and -tonumber(ARGV[j + 5]) or 0, r)
+        wake(queue)
+      else
+        redis.call('HSET', key, unpack(fields))
+        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq })
+      end
+      redis.call('SADD', QUEUES, queue)
+      redis.call('ZADD', JOBS, seq, id)
+      out[#out + 1] = 0
+    end
+  end
+  return out
 end
 
 -- -- end of _lib.lua --

@@ -29,6 +29,7 @@ local limit, stage_limit = tonumber(ARGV[5]), tonumber(ARGV[6])
 -- Out of the due index and of both waiting indexes it may be in.
 local function leave_due(id, f)
   redis.call('ZREM', DUE, id)
+  redis.call('ZREM', waiting_key(f.queue), id)  -- index_job puts a waiting job back
   redis.call('ZREM', state_key(f.queue, 'scheduled'), id)
   redis.call('ZREM', state_key(f.queue, 'retryable'), id)
 end
@@ -83,6 +84,7 @@ local function take(queue, want)
   for p = 1, #popped, 2 do
     local id = string.sub(popped[p], RANK_LEN + 1)
     local key = job_key(id)
+    redis.call('ZREM', waiting_key(queue), id)  -- index_job puts a waiting job back
     if claimable(key, id, queue) then
       bump(key, 'attempt', 1000000000)
       bump(key, 'lease_token', 4611686018427387904)
