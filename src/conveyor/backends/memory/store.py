@@ -22,9 +22,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ...job import ACTIVE_STATES, Job, JobState, NewJob
+from ...backpressure import raise_if_refused, shed_error
+from ...errors import RefusedJob
+from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
-from ...claiming import claim_in_passes
+from ...claiming import claim_in_passes, claim_rank
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
@@ -68,6 +70,8 @@ class MemoryStore:
         self.available: dict[str, dict[str, tuple[int, float, int]]] = {}  # queue -> id -> order
         self.waiting: dict[str, float] = {}  # scheduled/retryable id -> run_at
         self.running: dict[str, None] = {}
+        # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
+        self.waiting_in: dict[str, dict[str, None]] = {}
         self._by_unique: dict[str, dict[str, None]] = {}  # unique key -> ids holding it
         self.paused: dict[str, bool] = {}
         self.records: dict[tuple[str, str], tuple[str, float | None]] = {}
@@ -85,9 +89,11 @@ class MemoryStore:
         was; return it as read."""
         self._unplace(job_id)
         job = decode(job_id, self.rows[job_id])
+        if job.state in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
+            self.waiting_in.setdefault(job.queue, {})[job_id] = None
         if job.state is S.AVAILABLE:
-            order = (-job.priority, job.run_at, self.seq[job_id])
-            self.available.setdefault(job.queue, {})[job_id] = order
+            priority, at = claim_rank(job.priority, job.run_at, job.aging)
+            self.available.setdefault(job.queue, {})[job_id] = (-priority, at, self.seq[job_id])
         elif job.state in (S.SCHEDULED, S.RETRYABLE):
             self.waiting[job_id] = job.run_at
         elif job.state is S.RUNNING:
@@ -102,6 +108,7 @@ class MemoryStore:
         if placed is None:
             return
         state, queue, unique_key = placed
+        self.waiting_in.get(queue, {}).pop(job_id, None)
         if state is S.AVAILABLE:
             self.available.get(queue, {}).pop(job_id, None)
         self.waiting.pop(job_id, None)
@@ -136,13 +143,23 @@ class MemoryStore:
 
     # --- producer --------------------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Job]:
-        out: list[Job] = []
+        out: list[Job | None] = []
+        refused: dict[int, RefusedJob] = {}
         with self.lock:
-            for new in jobs:
+            for pos, new in enumerate(jobs):
                 existing = self._duplicate_of(new, now)
                 if existing is not None:
                     out.append(existing)
                     continue
+                if new.bound is not None:  # conveyor.backpressure
+                    depth = len(self.waiting_in.get(new.queue, {}))
+                    if depth >= new.bound.max_waiting and not new.bound.shed_oldest:
+                        refused[pos] = RefusedJob(new.id, new.queue, depth, new.bound.max_waiting)
+                        out.append(None)
+                        continue
+                    if depth >= new.bound.max_waiting:
+                        self._shed_oldest(new.queue, depth - new.bound.max_waiting + 1,
+                                          new.bound.max_waiting, now)
                 if new.id in self.rows:  # finished, its dedup window over: replaced
                     self.delete(new.id)
                 run_at = now if new.run_at is None else float(new.run_at)
@@ -158,12 +175,21 @@ class MemoryStore:
                     "cancel_requested": False,
                     "timeout": None if new.timeout is None else float(new.timeout),
                     "meta": json.dumps(new.meta),
+                    "aging": None if new.aging is None else float(new.aging),
                 }
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
                 out.append(self._place(new.id))
         self.wakeups.notify()
-        return out
+        return raise_if_refused(jobs, out, refused)
+
+    def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
+        """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
+        why = AttemptError.from_dict(json.loads(shed_error(queue, max_waiting, now)))
+        for job_id in sorted(self.waiting_in.get(queue, {}), key=self.seq.__getitem__)[:n]:
+            job = decode(job_id, self.rows[job_id])
+            self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
+                       errors=(*job.errors, why))
 
     def _duplicate_of(self, new: NewJob, now: float) -> Job | None:
         row = self.rows.get(new.id)
