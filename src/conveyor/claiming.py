@@ -26,7 +26,7 @@ Two ways to serve queues:
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TypeVar
 
 from .backends.base import ClaimRequest, QueueQuota
@@ -203,22 +203,6 @@ def claim_in_passes(request: ClaimRequest, take: Callable[[str, int], Sequence[T
         queue, n = next(steps)
         while True:
             got = take(queue, n)
-            claimed.extend(got)
-            queue, n = steps.send(len(got))
-    except StopIteration:
-        return claimed
-
-
-async def claim_in_passes_async(
-    request: ClaimRequest, take: Callable[[str, int], Awaitable[Sequence[T]]]
-) -> list[T]:
-    """`claim_in_passes` for a `take` that awaits (a database round trip)."""
-    claimed: list[T] = []
-    steps = claim_steps(request)
-    try:
-        queue, n = next(steps)
-        while True:
-            got = await take(queue, n)
             claimed.extend(got)
             queue, n = steps.send(len(got))
     except StopIteration:

@@ -49,6 +49,13 @@ result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::tex
       ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END),
 seq
 
+-- fragment: claim_keys
+-- The claim_order keys as columns (k1 descending, then k2, then seq), to rank
+-- candidates outside the subquery that read them in index order.
+(CASE WHEN aging IS NULL THEN priority ELSE 0 END) AS k1,
+(CASE WHEN aging IS NULL THEN run_at
+      ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END) AS k2
+
 -- fragment: job_filter
 -- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
 -- filter is a NULL parameter, so one static statement serves every combination.
@@ -230,23 +237,62 @@ WHERE seq = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED))
 
 -- name: claim_jobs
--- One statement per queue: pick the first `limit` claimable rows in claim order that
--- no other worker has locked, lease them, return them. A paused queue claims nothing.
--- A count at the top of its range (written by something else) starts again at 1
--- instead of overflowing, which would fail the claim of every row of the queue.
+-- A whole ClaimRequest in one statement (one round trip, however many queues): each
+-- queue's first candidates in claim order that no other worker has locked (at most
+-- its ceiling, at most the limit; a paused queue has none), then the two passes of
+-- conveyor.claiming.claim_steps over them: first each queue up to its quota, in the
+-- request's order, while short of the limit; then the queues that gave all they were
+-- asked (or were asked nothing) take what is left, in the same order. The chosen rows
+-- are leased and returned. A count at the top of its range (written by something
+-- else) starts again at 1 instead of overflowing, which would fail the claim of every
+-- row of the queue.
+WITH req AS (
+    SELECT r.queue, r.quota, r.ceiling, r.ord
+    FROM unnest(%(queues)s::text[], %(quotas)s::int[], %(ceilings)s::int[])
+         WITH ORDINALITY AS r(queue, quota, ceiling, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = r.queue AND q.paused)
+), cand AS (
+    SELECT r.ord, r.quota, c.seq,
+           row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.k2, c.seq) AS rn
+    FROM req AS r CROSS JOIN LATERAL (
+        SELECT seq, {claim_keys}
+        FROM {schema}.jobs
+        WHERE state = 'available' AND queue = r.queue
+        ORDER BY {claim_order}
+        LIMIT LEAST(r.ceiling, %(limit)s)
+        FOR UPDATE SKIP LOCKED) AS c
+), first_ranked AS (
+    SELECT seq, ord, row_number() OVER (ORDER BY ord, rn) AS pos
+    FROM cand WHERE rn <= quota
+), first AS (
+    SELECT seq, ord FROM first_ranked WHERE pos <= %(limit)s
+), asked AS (
+    -- What the first pass asked of each queue (its quota, cut by its ceiling and by
+    -- the room the queues before it left) and what it gave.
+    SELECT r.ord, r.quota,
+           LEAST(r.quota, r.ceiling, %(limit)s - coalesce(sum(coalesce(g.n, 0)) OVER (
+               ORDER BY r.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS wanted,
+           coalesce(g.n, 0) AS gave
+    FROM req AS r LEFT JOIN (SELECT ord, count(*) AS n FROM first GROUP BY ord) AS g USING (ord)
+), second_ranked AS (
+    SELECT c.seq, row_number() OVER (ORDER BY c.ord, c.rn) AS pos
+    FROM cand AS c JOIN asked AS a USING (ord)
+    WHERE c.rn > GREATEST(a.quota, 0)
+      AND (a.quota <= 0 OR (a.wanted > 0 AND a.gave = a.wanted))
+), chosen AS (
+    SELECT seq FROM first
+    UNION ALL
+    SELECT seq FROM second_ranked WHERE pos <= %(limit)s - (SELECT count(*) FROM first)
+)
 UPDATE {schema}.jobs AS j
 SET state = 'running',
     attempt = CASE WHEN j.attempt BETWEEN 0 AND 999999999 THEN j.attempt + 1 ELSE 1 END,
     lease_token = CASE WHEN j.lease_token BETWEEN 0 AND 4611686018427387903
                        THEN j.lease_token + 1 ELSE 1 END,
     lease_expires_at = %(lease_expires_at)s, worker_id = %(worker_id)s, started_at = %(now)s
-WHERE j.seq = ANY (ARRAY(
-    SELECT seq FROM {schema}.jobs
-    WHERE state = 'available' AND queue = %(queue)s
-      AND NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = %(queue)s AND q.paused)
-    ORDER BY {claim_order}
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
+-- An array, not IN (subquery): the planner then finds each row by its key instead of
+-- hashing the chosen ones against a scan of the table.
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM chosen))
 -- errors and meta as text: nearly always '[]' and '{}', which the codec recognises
 -- without a JSON parse (two parses per claimed job showed in profiles).
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,

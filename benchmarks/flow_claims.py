@@ -1,0 +1,149 @@
+"""What flow control costs (docs/flow-control.md): claim throughput with weighted queues
+and priority aging against the plain claim, at several numbers of waiting jobs; and
+enqueue throughput into a bounded queue against an unbounded one.
+
+    python benchmarks/flow_claims.py                                  # SQLite in a temp dir
+    python benchmarks/flow_claims.py --url postgresql://postgres@127.0.0.1/test
+    python benchmarks/flow_claims.py --url redis://127.0.0.1:6379/0 --waiting 10000 100000
+
+Claims: `--claims` claims of `--batch` jobs each, by one claimer, from queues holding
+`--waiting` jobs. "plain": one queue, no aging (strict order). "weighted+aging": three
+queues served critical=6,default=3,bulk=1 (the worker's slot shares, every slot free),
+every job with aging 60 s and a priority from 0 to 9. The jobs are claimed, not run.
+Enqueue: `--enqueues` jobs one by one into a queue already holding --bound - 1000 jobs,
+with and without max_waiting=--bound (reject).
+
+Each figure is the median of --repeat runs, each on a fresh store (a fresh PostgreSQL
+schema, a fresh Redis prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from conveyor import Conveyor  # noqa: E402
+from conveyor.claiming import QueuePlan  # noqa: E402
+from conveyor.job import NewJob, QueueBound  # noqa: E402
+
+PAYLOAD = '{"args":[],"kwargs":{}}'
+QUEUES, WEIGHTS = ("critical", "default", "bulk"), (6.0, 3.0, 1.0)
+
+
+def isolated(url: str | None, folder: Path) -> str:
+    name = uuid.uuid4().hex[:10]
+    if url is None:
+        return f"sqlite:///{folder / f'{name}.db'}"
+    if url.startswith("postgresql"):
+        return f"{url}{'&' if '?' in url else '?'}schema=bench_{name}"
+    if url.startswith("redis"):
+        return f"{url}{'&' if '?' in url else '?'}prefix=bench-{name}"
+    return url
+
+
+async def cleanup(app: Conveyor, url: str) -> None:
+    backend = await app.backend()
+    if url.startswith("redis"):
+        await backend.delete_all_keys()  # type: ignore[attr-defined]
+    elif url.startswith("postgresql"):
+        import psycopg
+
+        from conveyor.backends.postgres.config import parse_postgres_url
+
+        config = parse_postgres_url(url)
+        async with await psycopg.AsyncConnection.connect(url.split("?")[0], autocommit=True) as c:
+            await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
+
+
+async def fill(app: Conveyor, waiting: int, weighted: bool) -> None:
+    backend = await app.backend()
+    for start in range(0, waiting, 2000):
+        jobs = [NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD,
+                       queue=QUEUES[n % 3] if weighted else "plain",
+                       priority=n % 10 if weighted else 0, aging=60.0 if weighted else None)
+                for n in range(start, min(waiting, start + 2000))]
+        await backend.enqueue_jobs(jobs)
+
+
+async def claim_rate(url: str, waiting: int, weighted: bool, claims: int, batch: int) -> float:
+    app = Conveyor(url)
+    try:
+        await fill(app, waiting, weighted)
+        backend = await app.backend()
+        plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
+        started = time.perf_counter()
+        got = 0
+        for _ in range(claims):
+            request = plan.request(batch, "bench", 60, running={} if weighted else None)
+            got += len(await backend.fetch_jobs(request))
+        elapsed = time.perf_counter() - started
+        assert got == claims * batch, f"claimed {got} of {claims * batch}"
+        return got / elapsed
+    finally:
+        await cleanup(app, url)
+        await app.aclose()
+
+
+async def enqueue_rate(url: str, bound: int, enqueues: int, bounded: bool) -> float:
+    app = Conveyor(url)
+    try:
+        backend = await app.backend()
+        for start in range(0, bound - 1000, 2000):
+            await backend.enqueue_jobs([NewJob(id=f"pre{n}", task="bench.noop", queue="q",
+                                               payload=PAYLOAD)
+                                        for n in range(start, min(bound - 1000, start + 2000))])
+        limit = QueueBound(bound) if bounded else None
+        started = time.perf_counter()
+        for n in range(enqueues):
+            await backend.enqueue_jobs([NewJob(id=f"e{n}", task="bench.noop", queue="q",
+                                               payload=PAYLOAD, bound=limit)])
+        return enqueues / (time.perf_counter() - started)
+    finally:
+        await cleanup(app, url)
+        await app.aclose()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=None)
+    parser.add_argument("--waiting", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--claims", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--bound", type=int, default=10_000)
+    parser.add_argument("--enqueues", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        def fresh() -> str:
+            return isolated(args.url, Path(folder))
+
+        print(f"backend: {fresh().split(':')[0]}; claims of {args.batch}, {args.claims} per run, "
+              f"median of {args.repeat}")
+        for waiting in args.waiting:
+            rates = {}
+            for weighted in (False, True):
+                runs = [await claim_rate(fresh(), waiting, weighted, args.claims, args.batch)
+                        for _ in range(args.repeat)]
+                rates[weighted] = statistics.median(runs)
+                print(f"  {waiting:>9,} waiting  {'weighted+aging' if weighted else 'plain':>14}: "
+                      f"{rates[weighted]:>9,.0f} jobs/s claimed  (runs {', '.join(f'{r:,.0f}' for r in runs)})")
+            print(f"  {waiting:>9,} waiting  weighted+aging / plain = {rates[True] / rates[False]:.0%}")
+        for bounded in (False, True):
+            runs = [await enqueue_rate(fresh(), args.bound, args.enqueues, bounded)
+                    for _ in range(args.repeat)]
+            print(f"  enqueue one by one at depth {args.bound - 1000:,}, "
+                  f"{'max_waiting=' + format(args.bound, ',') if bounded else 'unbounded':>17}: "
+                  f"{statistics.median(runs):>7,.0f} jobs/s  (runs {', '.join(f'{r:,.0f}' for r in runs)})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
