@@ -87,7 +87,7 @@ def handles(app: HandleApp, jobs: list[Job]) -> list[JobHandle[Any]]:
     return [JobHandle(app, job) for job in jobs]
 
 
-def with_handles(app: Conveyor, full: QueueFull) -> QueueFull:
+def with_handles(app: HandleApp, full: QueueFull) -> QueueFull:
     """The same refusal, naming the stored jobs by handle (what callers of the app get)."""
     return QueueFull(full.refused, [None if job is None else JobHandle(app, job)
                                     for job in full.jobs])

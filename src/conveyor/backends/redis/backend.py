@@ -39,7 +39,8 @@ from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
 from .records import RedisRecords
-from .script_args import enqueue_commands, enqueued_jobs, settle_calls, stale_settlements
+from .script_args import (enqueue_commands, enqueue_script, enqueued_jobs, settle_calls,
+                          stale_settlements)
 from .script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
@@ -47,11 +48,6 @@ __all__ = ["RedisBackend", "parse_redis_url"]
 log = logging.getLogger("conveyor.redis")
 
 _STAGE_LIMIT = 1000  # due jobs staged per claim call
-def _enqueue_script(jobs: Sequence[NewJob]) -> str:
-    """The bounded script only for batches that need it: it is sent with more helpers."""
-    return "enqueue_bounded" if any(job.bound is not None for job in jobs) else "enqueue"
-
-
 LAYOUT = 2  # the key layout version (keys.py); migrate() brings older prefixes to it
 _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
@@ -132,10 +128,8 @@ class RedisBackend(RedisRecords):
 
     @translated
     async def migrate(self) -> list[int]:
-        """Redis has no schema to create; the layout version is recorded. Layout 2
-        adds each queue's waiting index (bounded queues): a prefix of layout 1 gets it
-        filled from its state indexes, one script run (it blocks Redis for about a
-        second per million waiting jobs)."""
+        """Redis has no schema to create; the layout version is recorded. Layout 2 adds
+        each queue's waiting index: one script run fills it for a prefix of layout 1."""
         applied = []
         if await self.client.set(self.keys.schema, "1", nx=True):
             applied.append(1)
@@ -167,7 +161,7 @@ class RedisBackend(RedisRecords):
         made, commands = self._enqueue_commands(jobs)
         replies = await self._send_idempotent(commands)
         if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
-            await self.client.script_load(script_source(_enqueue_script(jobs)))
+            await self.client.script_load(script_source(enqueue_script(jobs)))
             replies = await self._send_idempotent(commands)  # the lane may be taken now
         return enqueued_jobs(made, first_error(replies), jobs)
 
@@ -198,7 +192,7 @@ class RedisBackend(RedisRecords):
         try:
             replies = lanes.call_many(commands)
             if any(isinstance(reply, NoScriptError) for reply in replies):
-                lanes.call_many([("SCRIPT", "LOAD", script_source(_enqueue_script(jobs)))])
+                lanes.call_many([("SCRIPT", "LOAD", script_source(enqueue_script(jobs)))])
                 replies = lanes.call_many(commands)
             return enqueued_jobs(made, first_error(replies), jobs)
         except Exception as exc:
@@ -208,7 +202,7 @@ class RedisBackend(RedisRecords):
             raise conveyor_error from exc
 
     def _enqueue_commands(self, jobs: Sequence[NewJob]) -> tuple[list[Job], list[Command]]:
-        return enqueue_commands(jobs, self.clock(), self.scripts.sha(_enqueue_script(jobs)),
+        return enqueue_commands(jobs, self.clock(), self.scripts.sha(enqueue_script(jobs)),
                                 self.keys)
 
     # --- worker -------------------------------------------------------------------

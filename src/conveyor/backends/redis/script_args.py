@@ -25,6 +25,11 @@ from .script_calls import ScriptCall
 ENQUEUE_CHUNK = 1000  # jobs per script call; several calls still go in one round trip
 
 
+def enqueue_script(jobs: Sequence[NewJob]) -> str:
+    """The bounded script only for batches that need it: it is sent with more helpers."""
+    return "enqueue_bounded" if any(job.bound is not None for job in jobs) else "enqueue"
+
+
 def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                      keys: Keys) -> tuple[list[Job], list[Command]]:
     """The jobs as stored when new, and the EVALSHA commands (of the enqueue script,
