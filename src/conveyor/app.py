@@ -19,8 +19,8 @@ from .blobs import BlobStore
 from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
 from . import validation as valid
 from .backpressure import enqueue_offering
-from .errors import ConfigurationError, InvalidJob, QueueFull, UnknownTask
-from .handle import JobHandle, handles, with_handles
+from .errors import ConfigurationError, InvalidJob, UnknownTask
+from .handle import JobHandle, handles, refusals_by_handle
 from .hygiene import PayloadHygiene
 from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
@@ -30,6 +30,7 @@ from .queues import OnFull, QueueSettings, QueueSettingsRegistry
 from .retry import RetryPolicy
 from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
+from .version import app_version
 
 if TYPE_CHECKING:
     from .maintenance.schedules import Schedule
@@ -82,7 +83,7 @@ class Conveyor:
             raise ConfigurationError(str(exc)) from None
         # The application's own version, recorded in every failed attempt (the dead
         # letters say which deploy failed): `version=`, else $CONVEYOR_APP_VERSION.
-        self.version = _app_version(version)
+        self.version = app_version(version)
         self.url = resolved
         self.clock = clock
         self.auto_migrate = auto_migrate
@@ -360,7 +361,7 @@ class Conveyor:
                 return await backend.enqueue_jobs(jobs)
             return await transactional.enqueue_jobs_in(connection, jobs)
 
-        try:
+        with refusals_by_handle(self):
             if not self.middleware:
                 return handles(self, await enqueue_offering(enqueue, batch, self.queues))
 
@@ -373,8 +374,6 @@ class Conveyor:
             call = EnqueueContext(jobs_in=list(batch))
             await run_chain(self.middleware, call, innermost)
             return handles(self, call.jobs_out)
-        except QueueFull as full:
-            raise with_handles(self, full) from None
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
@@ -387,10 +386,8 @@ class Conveyor:
             # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()
             if self._sync_blocking is not None:
-                try:
+                with refusals_by_handle(self):
                     return handles(self, self._sync_blocking.enqueue_jobs_blocking(batch))
-                except QueueFull as full:
-                    raise with_handles(self, full) from None
         return self.portal.call(self.enqueue_many_async(batch, connection=connection))
 
     def _portal_backend(self) -> Backend:
@@ -399,17 +396,6 @@ class Conveyor:
             backend = self._sync_backend
             self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
         return self._sync_backend
-
-
-def _app_version(given: str | None) -> str:
-    value = given if given is not None else os.environ.get("CONVEYOR_APP_VERSION", "")
-    if value == "":
-        return ""
-    try:
-        return valid.name("version", value)
-    except InvalidJob as exc:
-        source = "version=" if given is not None else "$CONVEYOR_APP_VERSION"
-        raise ConfigurationError(f"{source}: {exc}") from None
 
 
 async def _close_loop_backend(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from .errors import CorruptJob, JobFailed, JobNotFound, QueueFull
@@ -87,7 +89,12 @@ def handles(app: HandleApp, jobs: list[Job]) -> list[JobHandle[Any]]:
     return [JobHandle(app, job) for job in jobs]
 
 
-def with_handles(app: HandleApp, full: QueueFull) -> QueueFull:
-    """The same refusal, naming the stored jobs by handle (what callers of the app get)."""
-    return QueueFull(full.refused, [None if job is None else JobHandle(app, job)
-                                    for job in full.jobs])
+@contextmanager
+def refusals_by_handle(app: HandleApp) -> Iterator[None]:
+    """A QueueFull raised inside names the stored jobs by handle, as the app's callers
+    get them, instead of by Job."""
+    try:
+        yield
+    except QueueFull as full:
+        raise QueueFull(full.refused, [None if job is None else JobHandle(app, job)
+                                       for job in full.jobs]) from None
