@@ -17,7 +17,7 @@ from .backends import backend_from_url, redact_url
 from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
 from .blobs import BlobStore
 from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
-from . import validation as valid
+from . import validation as valid, version as versions
 from .backpressure import enqueue_offering
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles, refusals_by_handle
@@ -30,7 +30,6 @@ from .queues import OnFull, QueueSettings, QueueSettingsRegistry
 from .retry import RetryPolicy
 from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
-from .version import app_version
 
 if TYPE_CHECKING:
     from .maintenance.schedules import Schedule
@@ -83,7 +82,7 @@ class Conveyor:
             raise ConfigurationError(str(exc)) from None
         # The application's own version, recorded in every failed attempt (the dead
         # letters say which deploy failed): `version=`, else $CONVEYOR_APP_VERSION.
-        self.version = app_version(version)
+        self.version = versions.app_version(version)
         self.url = resolved
         self.clock = clock
         self.auto_migrate = auto_migrate
@@ -329,11 +328,7 @@ class Conveyor:
 
     def queue(self, name: str, *, aging: Duration | None = None, max_waiting: int | None = None,
               on_full: OnFull = "reject", block_timeout: Duration = 30.0) -> QueueSettings:
-        """Declare a queue's flow-control settings (`QueueSettings`, docs/flow-control.md),
-        applied to every job this app enqueues to it; declaring again replaces them.
-
-        >>> app.queue("bulk", aging=timedelta(minutes=1), max_waiting=10_000, on_full="block")
-        """
+        """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
         return self.queues.declare(name, aging=aging, max_waiting=max_waiting, on_full=on_full,
                                    block_timeout=block_timeout)
 
@@ -381,8 +376,7 @@ class Conveyor:
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if (connection is None and batch and not self.middleware
-                and not self.claim_check.needs_offload(batch)
-                and not self.queues.blocks(batch)):
+                and not self.claim_check.needs_offload(batch) and not self.queues.blocks(batch)):
             # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()
             if self._sync_blocking is not None:
