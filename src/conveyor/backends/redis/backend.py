@@ -48,7 +48,7 @@ __all__ = ["RedisBackend", "parse_redis_url"]
 log = logging.getLogger("conveyor.redis")
 
 _STAGE_LIMIT = 1000  # due jobs staged per claim call
-LAYOUT = 2  # the key layout version (keys.py); migrate() brings older prefixes to it
+LAYOUT = 2  # the key layout version (keys.py)
 _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
@@ -128,18 +128,14 @@ class RedisBackend(RedisRecords):
 
     @translated
     async def migrate(self) -> list[int]:
-        """Redis has no schema to create; the layout version is recorded. Layout 2 adds
-        each queue's waiting index: one script run fills it for a prefix of layout 1."""
-        applied = []
-        if await self.client.set(self.keys.schema, "1", nx=True):
-            applied.append(1)
-        if await self.client.get(self.keys.schema) == "1":
-            if not applied:  # jobs may be there already
-                await self.scripts.call("index_waiting", [self.keys.queues], [])
+        """Record the layout version (filling layout 2's waiting indexes for a layout 1)."""
+        created = await self.client.set(self.keys.schema, str(LAYOUT), nx=True)
+        older = not created and await self.client.get(self.keys.schema) == "1"
+        if older:  # its jobs may be waiting already: index them
+            await self.scripts.call("index_waiting", [self.keys.queues], [])
             await self.client.set(self.keys.schema, str(LAYOUT))
-            applied.append(LAYOUT)
         await self._warn_if_evicting()
-        return applied
+        return [1, LAYOUT] if created else [LAYOUT] if older else []
 
     async def _warn_if_evicting(self) -> None:
         try:
