@@ -1,5 +1,5 @@
 """Fixtures of the Redis backend's own tests: a random key prefix on the shared
-test server (deleted afterwards), and private redis-server processes for the
+test server (deleted afterwards), a backend opened on it with the test clock, and private redis-server processes for the
 tests that kill and restart one."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from backends_under_test import drop_redis_prefix, redis_url as isolated_redis_url
+from conveyor.backends.redis.backend import RedisBackend
+from conveyor.timeutil import ManualClock
 from redis_helpers import RedisServer, redis_server_binary
 
 
@@ -18,6 +20,15 @@ async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
     url = await isolated_redis_url(tmp_path)
     yield url
     await drop_redis_prefix(url)
+
+
+@pytest.fixture
+async def backend(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisBackend]:
+    b = RedisBackend(redis_url, clock=clock)
+    await b.open()
+    await b.migrate()
+    yield b
+    await b.close()
 
 
 @pytest.fixture

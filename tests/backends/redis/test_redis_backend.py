@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.crc import key_slot
@@ -28,15 +27,6 @@ from sockets import tcp_ports_of
 def job(n: int, queue: str = "default", **fields: object) -> NewJob:
     return NewJob(id=f"job-{n}", task="t", queue=queue, payload='{"args":[],"kwargs":{}}',
                   **fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def backend(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisBackend]:
-    b = RedisBackend(redis_url, clock=clock)
-    await b.open()
-    await b.migrate()
-    yield b
-    await b.close()
 
 
 def with_options(url: str, **options: object) -> str:

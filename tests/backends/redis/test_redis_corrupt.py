@@ -30,15 +30,6 @@ def job(name: str, **fields: object) -> NewJob:
 
 
 @pytest.fixture
-async def backend(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisBackend]:
-    b = RedisBackend(redis_url, clock=clock)
-    await b.open()
-    await b.migrate()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
 async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     """A client that writes and reads bytes, as another program would."""
     client = aioredis.Redis.from_url(parse_redis_url(redis_url)[0])
