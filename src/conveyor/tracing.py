@@ -17,8 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 
 from .job import JobState, NewJob
 from .middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
@@ -45,12 +54,49 @@ class Tracing:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("conveyor", __version__, tracer_provider=tracer_provider)
+        self._own_provider = tracer_provider is not None
+
+    def _off(self) -> bool:
+        """True while nothing would record a span: no provider given and none set
+        globally (the API's placeholder) or the API's no-op one. Then the middleware
+        only passes the call on: building spans nobody records cost about a third of
+        a no-op job's time in the worker (benchmarks/cost_per_job.py --profile). Read
+        per call, since an SDK may be set up after the app is made. The trace
+        context still travels through such a process (`_pass_on`)."""
+        if self._own_provider:
+            return False
+        return isinstance(trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider))
 
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
-        if isinstance(ctx, EnqueueContext):
+        if self._off():
+            await self._pass_on(call_next, ctx)
+        elif isinstance(ctx, EnqueueContext):
             await self._enqueue(call_next, ctx)
         else:
             await self._execute(call_next, ctx)
+
+    async def _pass_on(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
+        """With nothing recording, a job that came with a trace context runs inside
+        it, and the jobs it enqueues carry it on, as OpenTelemetry's API does in a
+        process without an SDK: the trace stays one across an untraced worker. Jobs
+        with no trace context pay one lookup."""
+        if isinstance(ctx, EnqueueContext):
+            current = trace.get_current_span().get_span_context()
+            if current.is_valid:
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)
+                ctx.jobs_in = [_with_meta(job, carrier) for job in ctx.jobs_in]
+            await call_next(ctx)
+            return
+        carrier_in = ctx.job.meta.get(TRACE_META_KEY)
+        if not isinstance(carrier_in, dict):
+            await call_next(ctx)
+            return
+        token = otel_context.attach(propagate.extract(carrier_in))
+        try:
+            await call_next(ctx)
+        finally:
+            otel_context.detach(token)
 
     async def _enqueue(self, call_next: CallNext, ctx: EnqueueContext) -> None:
         spans: list[Span] = []

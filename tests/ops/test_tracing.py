@@ -119,3 +119,39 @@ async def test_a_deduplicated_enqueue_names_the_job_it_got(app: Conveyor, provid
     assert len(spans) == 2
     assert "conveyor.job.deduplicated_to" not in spans[0].attributes  # type: ignore[operator]
     assert spans[1].attributes["conveyor.job.deduplicated_to"] == first.id  # type: ignore[index]
+
+
+async def test_with_nothing_recording_the_trace_context_still_travels(
+        app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    # No provider given and none set globally: the middleware builds no spans, but a
+    # job that came with a trace context runs in it and hands it to what it enqueues.
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    app.middleware.append(Tracing())
+    seen: dict[str, int] = {}
+    seen_child: list[str] = []
+
+    @app.task(name="leaf", queue="mail")
+    def leaf() -> None: ...
+
+    @app.task(name="parent", queue="mail")
+    async def parent() -> None:
+        seen["trace_id"] = trace.get_current_span().get_span_context().trace_id
+        child = await leaf.enqueue_async()
+        seen_child.append(child.id)
+
+    with provider.get_tracer("test").start_as_current_span("request") as request:
+        handle = await parent.enqueue_async()
+    untraced = await leaf.enqueue_async()  # outside any trace: nothing is added
+    async with RunningWorker(app, FAST):
+        await wait_finished(app, [handle.id, untraced.id])
+        await wait_finished(app, seen_child)
+    trace_id = request.get_span_context().trace_id
+    assert seen["trace_id"] == trace_id
+    stored = await app.admin.get(handle.id)
+    child = await app.admin.get(seen_child[0])
+    plain = await app.admin.get(untraced.id)
+    assert stored is not None and child is not None and plain is not None
+    assert set(stored.meta["trace"]) == {"traceparent"}
+    assert child.meta["trace"]["traceparent"].split("-")[1] == f"{trace_id:032x}"
+    assert "trace" not in plain.meta
+    assert [s.name for s in exporter.get_finished_spans()] == ["request"]
