@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,25 +90,34 @@ def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
     """200 priority-10 jobs due 1,000 s ago, one a second, and a priority-0 job due
     1,500.5 s ago, with aging 60 s: it ranks as if due 1,500.5 - 0 * 60 s ago, the 10s
     as if due 1,600 - i s ago, so it comes 101st (half a second apart from its
-    neighbours: no tie for rounding to break). Two processes of two slots each claim."""
+    neighbours: no tie for rounding to break). Two processes of two slots each claim:
+    the queue stays paused until both are up, or the first could drain it alone."""
     from jobs_app import work
 
     producer = Conveyor(url)
     try:
         producer.queue("aged", aging=60)
+        producer.jobs.pause("aged")
         now = time.time()
         flood = producer.enqueue_many([work.options(queue="aged", priority=10,
-                                                    run_at=now - 1000 + i).message(0.0)
+                                                    run_at=now - 1000 + i).message(0.01)
                                        for i in range(200)])
         [low] = producer.enqueue_many([work.options(queue="aged", priority=0,
-                                                    run_at=now - 1500.5).message(0.0)])
+                                                    run_at=now - 1500.5).message(0.01)])
         assert producer.jobs.get(low.id).aging == 60
+        for _ in range(2):
+            workers.append(WorkerProcess(url, runs.path, "-q", "aged", "-c", "2"))
+        deadline = time.monotonic() + 60
+        while len(producer.jobs.workers()) < 2:
+            assert time.monotonic() < deadline, [w.output() for w in workers]
+            time.sleep(0.05)
+        producer.jobs.resume("aged")
+        runs.wait_for("finish", 201, timeout=120)
     finally:
         producer.close()
-    for _ in range(2):
-        workers.append(WorkerProcess(url, runs.path, "-q", "aged", "-c", "2", "--burst"))
     for worker in workers:
-        assert worker.wait(120) == 0, worker.output()
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, worker.output()
     starts = [e[1] for e in runs.events() if e[0] == "start"]
     assert sorted(starts) == sorted([low.id, *(h.id for h in flood)])
     # The claim order, not the order the handlers logged their starts in (a process
