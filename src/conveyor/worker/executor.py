@@ -29,6 +29,7 @@ from .handler_call import (
     release_frames,
 )
 from .limits import run_async_limited, run_sync_limited
+from .thread_bridge import ThreadBridge
 
 if TYPE_CHECKING:
     from .app_protocol import WorkerApp
@@ -57,7 +58,7 @@ class JobExecutor:
     def __init__(self, app: WorkerApp, worker_id: str, thread_pool: Executor) -> None:
         self.app = app
         self.worker_id = worker_id
-        self.thread_pool = thread_pool
+        self.threads = ThreadBridge(thread_pool)
         # Told when a sync handler outlives its hard limit: its thread cannot be
         # stopped, only its process (the pool child replaces itself).
         self.on_runaway: Callable[[Job], None] = lambda job: None
@@ -124,7 +125,7 @@ class JobExecutor:
             else:
                 call = contextvars.copy_context().run
                 outcome = await run_sync_limited(
-                    self.thread_pool, lambda: call(task.fn, *args, **kwargs), soft, hard,
+                    self.threads, lambda: call(task.fn, *args, **kwargs), soft, hard,
                     on_runaway=lambda: self.on_runaway(job))
         finally:
             _CURRENT.reset(token)

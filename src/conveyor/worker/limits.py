@@ -27,11 +27,11 @@ import asyncio
 import ctypes
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
 from ..errors import HardTimeLimitExceeded, SoftTimeLimitExceeded
 from .handler_call import HandlerOutcome, Raised, await_capturing, call_capturing
+from .thread_bridge import ThreadBridge
 
 T = TypeVar("T")
 
@@ -134,15 +134,15 @@ async def _stop_coroutine(inner: asyncio.Task[Any], on_runaway: Callable[[], Non
         on_runaway()
 
 
-async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | None,
+async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: float | None,
                            hard: float | None, on_runaway: Callable[[], None]
                            ) -> HandlerOutcome[T]:
-    """Run `fn` on `pool` under the limits; see the module docstring."""
+    """Run `fn` on a pool thread under the limits; see the module docstring."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None
     call = _ThreadCall(fn)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, call)
+    future, queued = threads.submit(call)
     started = loop.time()
     try:
         if soft is None and hard is None:
@@ -163,7 +163,10 @@ async def run_sync_limited(pool: Executor, fn: Callable[[], T], soft: float | No
             if done:
                 return await _thread_outcome(future)
     except asyncio.CancelledError:
-        future.cancel()  # a cold stop or a lost lease: the thread's result is dropped
+        # A cold stop or a lost lease: the thread's result is dropped, and a call still
+        # waiting for a thread never starts.
+        future.cancel()
+        queued.cancel()
         raise
     future.cancel()  # its result, whenever it comes, is dropped
     on_runaway()
