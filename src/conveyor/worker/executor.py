@@ -108,10 +108,7 @@ class JobExecutor:
             # Stored apart (claim_check): read back and checked; a missing or changed
             # blob is a CorruptPayload, a store that is down a retry.
             args, kwargs = decode_payload(job, await self.app.claim_check.arguments_text(job))
-            try:
-                task.signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise ArgumentValidationError(f"{task.name}{task.signature}: {exc}") from None
+            task.validate(tuple(args), kwargs)  # the enqueue's check: in C when it can be
         except (CorruptPayload, ArgumentValidationError) as exc:
             return self._failed(job, exc, policy, tb=traceback.format_exc())
         soft = job.timeout if job.timeout is not None else task.defaults.timeout
