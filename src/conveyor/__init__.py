@@ -13,6 +13,7 @@ from .app import Conveyor
 from .errors import ConveyorError
 from .job import Job, JobState
 from .outcomes import Cancel, Retry, Snooze
+from .retry_budget import RetryBudget
 from .task import Task
 from .version import __version__
 from .job_context import JobContext, current_job
@@ -25,6 +26,7 @@ __all__ = [
     "JobContext",
     "JobState",
     "Retry",
+    "RetryBudget",
     "Snooze",
     "Task",
     "__version__",

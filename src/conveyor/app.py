@@ -27,7 +27,8 @@ from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .queues import OnFull, QueueSettings, QueueSettingsRegistry
-from .retry import RetryPolicy
+from .retry import RETRY_OPTIONS, task_retry_policy
+from .retry_budget import RetryBudget
 from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
@@ -133,6 +134,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
+        retry_budget: RetryBudget | None = None,
         idempotency_key: str | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
@@ -144,6 +146,8 @@ class Conveyor:
         `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
         By default TypeError, ValueError, LookupError and argument errors go dead at
         once and everything else retries with exponential backoff and full jitter.
+        `retry_budget=RetryBudget(share=0.2)` caps the task's retries per window,
+        fleet-wide, so that retries do not become the outage (docs/downstreams.md).
 
         Time limits: past `soft_time_limit=` (`timeout=` is the same option, kept
         for compatibility) `SoftTimeLimitExceeded` is raised inside the handler so it
@@ -176,12 +180,8 @@ class Conveyor:
         timeout: Duration | None = None,
         soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        dead_on: tuple[type[BaseException], ...] = (),
-        backoff_base: Duration = 1.0,
-        backoff_cap: Duration = 600.0,
         idempotency_key: str | None = None,
-        **payload_options: Any,  # see payload_defaults
+        **options: Any,  # see task_retry_policy and payload_defaults
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -200,7 +200,9 @@ class Conveyor:
                             else KeyTemplate(idempotency_key, inspect.signature(fn)))
         except ValueError as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
-        payload = payload_defaults(task_name, **payload_options)
+        retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
+                                                if k in options})
+        payload = payload_defaults(task_name, **options)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -209,12 +211,7 @@ class Conveyor:
             max_attempts=max_attempts,
             timeout=soft_s,
             hard_time_limit=hard_s,
-            retry=RetryPolicy(
-                base=to_seconds(backoff_base),
-                cap=to_seconds(backoff_cap),
-                retry_on=tuple(retry_on) if retry_on is not None else None,
-                dead_on=tuple(dead_on),
-            ),
+            retry=retry,
             idempotency_key=key_template,
             **payload,
         )

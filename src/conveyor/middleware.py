@@ -47,6 +47,9 @@ class ExecuteContext:
     job: Job
     worker_id: str
     settlement: Settlement | None = None
+    # True when the task's retry budget moved this attempt's retry to a later window
+    # (conveyor.retry_budget): the settlement's run_at is that later time.
+    retry_deferred: bool = False
 
 
 MiddlewareContext = EnqueueContext | ExecuteContext

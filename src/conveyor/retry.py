@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from .errors import ArgumentValidationError, CorruptJob, CorruptPayload
 from .outcomes import Cancel
+from .retry_budget import RetryBudget, checked_budget
+from .timeutil import Duration, to_seconds
 
 # Errors that fail the same way every time: retrying only delays the dead letter.
 DETERMINISTIC_ERRORS: tuple[type[BaseException], ...] = (
@@ -30,6 +32,7 @@ class RetryPolicy:
     cap: float = 600.0
     retry_on: tuple[type[BaseException], ...] | None = None
     dead_on: tuple[type[BaseException], ...] = ()
+    budget: RetryBudget | None = None  # most retries per window (conveyor.retry_budget)
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         ceiling = min(self.cap, self.base * (2 ** min(attempt, 62)))
@@ -59,3 +62,20 @@ class RetryPolicy:
         if self.retry_on is not None:
             return isinstance(error, self.retry_on)
         return not isinstance(error, DETERMINISTIC_ERRORS)
+
+
+RETRY_OPTIONS = ("retry_on", "dead_on", "backoff_base", "backoff_cap", "retry_budget")
+
+
+def task_retry_policy(task_name: str, *, retry_on: tuple[type[BaseException], ...] | None = None,
+                      dead_on: tuple[type[BaseException], ...] = (), backoff_base: Duration = 1.0,
+                      backoff_cap: Duration = 600.0,
+                      retry_budget: RetryBudget | None = None) -> RetryPolicy:
+    """The retry policy `@app.task(...)`'s options (`RETRY_OPTIONS`) describe, checked."""
+    return RetryPolicy(
+        base=to_seconds(backoff_base),
+        cap=to_seconds(backoff_cap),
+        retry_on=tuple(retry_on) if retry_on is not None else None,
+        dead_on=tuple(dead_on),
+        budget=checked_budget(f"task {task_name}", retry_budget),
+    )

@@ -123,3 +123,34 @@ async def test_refused_jobs_are_counted_apart_from_enqueued_ones(app: Conveyor) 
                                      {"queue": "mail", "task": "send"}) == 3
     assert registry.get_sample_value("conveyor_jobs_refused_total",
                                      {"queue": "mail", "task": "send"}) == 3
+
+
+async def test_retries_the_budget_moved_are_counted(app: Conveyor) -> None:
+    from conveyor import RetryBudget
+
+    registry = CollectorRegistry()
+    app.middleware.append(Metrics(JobMetrics(registry)))
+
+    # A day's window: the retries' own window is this one (but for one run in 86,400).
+    @app.task(name="down", max_attempts=2, backoff_base=0.01, backoff_cap=0.01,
+              retry_budget=RetryBudget(share=0, minimum=2, window=86_400))
+    def down() -> None:
+        raise ConnectionError("down")
+
+    ids = [h.id for h in app.enqueue_many([down.message() for _ in range(5)])]
+    async with RunningWorker(app, FAST):
+        async def settled() -> bool:
+            jobs = [await app.admin.get(i) for i in ids]
+            states = sorted(j.state.value for j in jobs if j is not None)
+            return states == ["dead", "dead", "retryable", "retryable", "retryable"]
+
+        await eventually(settled)
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name, {"queue": "default", "task": "down"})
+
+    # Two retries fit the budget, ran and failed again (their last attempt: dead);
+    # the other three wait for a later window.
+    assert value("conveyor_jobs_retried_total") == 5
+    assert value("conveyor_retries_deferred_total") == 3
+    assert value("conveyor_jobs_dead_total") == 2

@@ -63,6 +63,9 @@ class JobMetrics:
                                labels, registry=reg)
         self.dead = Counter("conveyor_jobs_dead", "Jobs moved to the dead-letter queue.",
                             labels, registry=reg)
+        self.retries_deferred = Counter(
+            "conveyor_retries_deferred", "Retries the task's retry budget moved to a later "
+            "window (also counted in conveyor_jobs_retried).", labels, registry=reg)
         self.in_flight = Gauge("conveyor_jobs_in_flight", "Jobs running in this process.",
                                labels, multiprocess_mode="livesum", registry=reg)
         self.run_seconds = Histogram("conveyor_job_run_seconds", "Time a handler ran, per "
@@ -133,6 +136,8 @@ class Metrics:
             error_type = None if settlement.error is None else settlement.error.type
             self.metrics.observe_outcome(ctx.job, outcome_names(settlement), error_type,
                                          time.perf_counter() - started)
+            if ctx.retry_deferred:
+                self.metrics.retries_deferred.labels(ctx.job.queue, ctx.job.task).inc()
 
 
 def scheduler_lag(meta: dict[str, object]) -> float | None:

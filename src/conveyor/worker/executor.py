@@ -19,6 +19,7 @@ from ..job_context import _CURRENT, JobContext
 from ..middleware import ExecuteContext, MiddlewareContext, run_chain
 from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
+from ..retry_budget import RetryBudget
 from ..version import __version__
 from .handler_call import (
     INTERRUPTS,
@@ -29,6 +30,7 @@ from .handler_call import (
     release_frames,
 )
 from .limits import run_async_limited, run_sync_limited
+from .retry_ledger import RetryLedger
 from .thread_bridge import ThreadBridge
 
 if TYPE_CHECKING:
@@ -59,18 +61,30 @@ class JobExecutor:
         self.app = app
         self.worker_id = worker_id
         self.threads = ThreadBridge(thread_pool)
+        self.retry_ledger = RetryLedger(self._budget_of)
+        self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
         # Told when a sync handler outlives its hard limit: its thread cannot be
         # stopped, only its process (the pool child replaces itself).
         self.on_runaway: Callable[[Job], None] = lambda job: None
 
+    def _budget_of(self, task_name: str) -> RetryBudget | None:
+        task = self.app.tasks.get(task_name)
+        return None if task is None else task.defaults.retry.budget
+
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
+        self.retry_ledger.started(job, self.app.clock())
         middleware = self.app.middleware
         if not middleware:
-            return await self._run(job, ctx)
+            settlement = await self._run(job, ctx)
+            self._deferred.discard(job.id)
+            return settlement
 
         async def innermost(call: MiddlewareContext) -> None:
             assert isinstance(call, ExecuteContext)
             call.settlement = await self._run(call.job, ctx)
+            if self._deferred:
+                call.retry_deferred = job.id in self._deferred
+                self._deferred.discard(job.id)
 
         call = ExecuteContext(job=job, worker_id=self.worker_id)
         try:
@@ -198,6 +212,10 @@ class JobExecutor:
         transient = force_retry or policy.is_transient(exc)
         if transient and job.attempt < job.max_attempts:
             delay = policy.backoff(job.attempt) if after is None else after
+            now = self.app.clock()
+            run_at, deferred = self.retry_ledger.retry_at(job, now + delay, now)
+            if deferred:
+                self._deferred.add(job.id)
             return Settlement(job.id, job.lease_token, JobState.RETRYABLE, error=err,
-                              run_at=self.app.clock() + delay)
+                              run_at=run_at)
         return Settlement(job.id, job.lease_token, JobState.DEAD, error=err)

@@ -33,6 +33,7 @@ from .held_jobs import HeldJobs, RunningJob, corrupt_outcome as corrupt_outcome
 from .liveness import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
 from .presence import Presence
 from .rescue import rescue_expired
+from .retry_ledger import SYNC_INTERVAL
 
 if TYPE_CHECKING:
     from .app_protocol import WorkerApp
@@ -144,6 +145,9 @@ class Worker(HeldJobs):
         ]
         if self._presence.liveness is not None:
             services.append(asyncio.create_task(self._presence.watch(), name="liveness"))
+        if any(task.defaults.retry.budget is not None for task in self.app.tasks.values()):
+            services.append(asyncio.create_task(
+                self._every(SYNC_INTERVAL, self._sync_retry_budgets), name="retry-budgets"))
         if scheduler is not None and scheduler.schedules:
             services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
@@ -321,6 +325,10 @@ class Worker(HeldJobs):
         except BaseException:
             self.minute_stats.restore_dirty(records)
             raise
+
+    async def _sync_retry_budgets(self) -> None:
+        assert self._backend is not None
+        await self._executor.retry_ledger.sync(self._backend, self.app.clock())
 
     async def _rescue(self) -> None:
         assert self._backend is not None
