@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import os
 import threading
 import weakref
@@ -22,14 +21,14 @@ from .backpressure import enqueue_offering
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles, refusals_by_handle
 from .hygiene import PayloadHygiene
-from .idempotency_key import KeyTemplate
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
 from .queues import OnFull, QueueSettings, QueueSettingsRegistry
 from .retry import RETRY_OPTIONS, task_retry_policy
 from .retry_budget import RetryBudget
-from .task import Task, TaskDefaults, make_options, payload_defaults, time_limits
+from .task import (Task, TaskDefaults, key_templates, make_options, payload_defaults,
+                   time_limits)
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ class Conveyor:
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
         retry_budget: RetryBudget | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, fairness_key: str | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -159,6 +158,8 @@ class Conveyor:
         (`"charge:{order_id}"`), rendered at enqueue and stored with the job:
         `current_job().idempotency_key`, the same on every attempt and after a
         redrive, to pass to providers (see docs/resilience.md). Default: the job id.
+        `fairness_key=` is one too (`"tenant:{tenant_id}"`): claims rotate across a
+        queue's keys (docs/flow-control.md).
 
         Payloads: `claim_check_threshold=`, `max_payload=`, `redact=` and
         `payload_hygiene=` (docs/payloads.md).
@@ -180,7 +181,7 @@ class Conveyor:
         timeout: Duration | None = None,
         soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, fairness_key: str | None = None,
         **options: Any,  # see task_retry_policy and payload_defaults
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
@@ -195,11 +196,7 @@ class Conveyor:
         except InvalidJob as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
         soft_s, hard_s = time_limits(task_name, timeout, soft_time_limit, hard_time_limit)
-        try:
-            key_template = (None if idempotency_key is None
-                            else KeyTemplate(idempotency_key, inspect.signature(fn)))
-        except ValueError as exc:
-            raise ConfigurationError(f"task {task_name}: {exc}") from None
+        templates = key_templates(task_name, fn, idempotency_key, fairness_key)
         retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
                                                 if k in options})
         payload = payload_defaults(task_name, **options)
@@ -212,7 +209,7 @@ class Conveyor:
             timeout=soft_s,
             hard_time_limit=hard_s,
             retry=retry,
-            idempotency_key=key_template,
+            **templates,  # type: ignore[arg-type]
             **payload,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)

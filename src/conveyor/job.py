@@ -184,3 +184,7 @@ class NewJob:
     meta: dict[str, Any] = field(default_factory=dict)
     aging: float | None = None  # seconds of waiting per priority level (flow control)
     bound: QueueBound | None = None  # its queue's bound, from the app (conveyor.queues)
+    # Tenant fairness (conveyor.fairness): claims rotate across the keys of a queue;
+    # a weight w gives the key w turns to a weight-1 key's one. Used at enqueue only.
+    fairness_key: str | None = None
+    fairness_weight: float | None = None

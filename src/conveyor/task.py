@@ -15,6 +15,7 @@ from . import validation as valid
 from .claim_check import byte_count
 from .errors import ArgumentValidationError, ConfigurationError, InvalidJob, SerializationError
 from .hygiene import REDACT_META_KEY, PayloadHygiene, check_mode, redact_meta
+from .fairness import FAIRNESS_META_KEY
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
@@ -84,6 +85,8 @@ class JobOptions:
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     connection: Any = None  # a caller's own DB connection, for transactional enqueue
+    fairness_key: str | None = None  # over the task's template (conveyor.fairness)
+    fairness_weight: float | None = None
 
 
 _NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
@@ -102,6 +105,8 @@ def make_options(
     timeout: Duration | None = None,
     meta: dict[str, Any] | None = None,
     connection: Any = None,
+    fairness_key: str | None = None,
+    fairness_weight: float | None = None,
 ) -> JobOptions:
     """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
@@ -118,7 +123,23 @@ def make_options(
         timeout=None if timeout is None else valid.seconds("timeout", timeout, positive=True),
         meta={} if meta is None else dict(valid.meta(meta)),
         connection=connection,
+        fairness_key=None if fairness_key is None else valid.name("fairness_key", fairness_key),
+        fairness_weight=None if fairness_weight is None
+        else valid.fairness_weight(fairness_weight),
     )
+
+
+def key_templates(task_name: str, fn: Callable[..., Any], idempotency_key: str | None,
+                  fairness_key: str | None) -> dict[str, KeyTemplate | None]:
+    """A task's argument templates (`idempotency_key=`, `fairness_key=`), checked
+    against its signature: one template rule for both (conveyor.idempotency_key)."""
+    signature = inspect.signature(fn)
+    try:
+        return {name: None if template is None else KeyTemplate(template, signature, name)
+                for name, template in (("idempotency_key", idempotency_key),
+                                       ("fairness_key", fairness_key))}
+    except ValueError as exc:
+        raise ConfigurationError(f"task {task_name}: {exc}") from None
 
 
 def time_limits(task_name: str, timeout: Duration | None, soft_time_limit: Duration | None,
@@ -173,6 +194,7 @@ class TaskDefaults:
     hard_time_limit: float | None = None
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
+    fairness_key: KeyTemplate | None = None  # rendered at enqueue (conveyor.fairness)
     # Payload limits in bytes of JSON (None: the app's); see conveyor.claim_check.
     claim_check_threshold: int | None = None
     max_payload: int | None = None
@@ -239,7 +261,8 @@ class Task(Generic[P, R]):
 
     def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue with options: queue, priority, delay, run_at, job_id, unique_key,
-        unique_for, max_attempts, timeout, meta, connection.
+        unique_for, max_attempts, timeout, meta, connection, fairness_key,
+        fairness_weight.
 
         >>> send_welcome.options(delay=timedelta(seconds=30), job_id="welcome:42").enqueue(42)
         """
@@ -281,6 +304,11 @@ class BoundTask(Generic[P, R]):
                 {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)})
         if d.redact:
             meta[REDACT_META_KEY] = redact_meta(d.redact, task.positional_names, len(args))
+        fairness_key = opts.fairness_key
+        if fairness_key is None and d.fairness_key is not None:
+            fairness_key = d.fairness_key.render(args, kwargs)
+        if fairness_key is not None:
+            meta[FAIRNESS_META_KEY] = fairness_key  # shown with the job
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay
@@ -296,6 +324,8 @@ class BoundTask(Generic[P, R]):
             unique_for=opts.unique_for,
             timeout=opts.timeout if opts.timeout is not None else d.timeout,
             meta=meta,
+            fairness_key=fairness_key,
+            fairness_weight=opts.fairness_weight,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

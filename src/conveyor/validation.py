@@ -177,6 +177,22 @@ def payload(value: object, where: str = "") -> str:
     raise InvalidJob("payload", value, "JSON text without NUL characters", where)
 
 
+WEIGHT_MIN, WEIGHT_MAX = 0.01, 1000.0  # conveyor.fairness: steps of 100,000 to 1 units
+
+
+def _is_weight(value: object) -> bool:
+    return type(value) is float and WEIGHT_MIN <= value <= WEIGHT_MAX  # NaN fails
+
+
+def fairness_weight(value: object, where: str = "") -> float:
+    """A fairness key's weight: a number from WEIGHT_MIN to WEIGHT_MAX."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and _is_weight(float(value)):
+        return float(value)
+    raise InvalidJob("fairness_weight", value, f"a number from {WEIGHT_MIN:g} to {WEIGHT_MAX:g}",
+                     where)
+
+
 # --- whole jobs ---------------------------------------------------------------------------
 def check_job(job: NewJob) -> NewJob:
     """`job` if every field is in range, or a copy with plain values where a field
@@ -194,6 +210,8 @@ def check_job(job: NewJob) -> NewJob:
             and (job.timeout is None or _is_seconds(job.timeout, positive=True))
             and (job.aging is None or _is_seconds(job.aging, positive=True))
             and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
+            and (job.fairness_key is None or _is_name(job.fairness_key))
+            and (job.fairness_weight is None or _is_weight(job.fairness_weight))
             and type(job.meta) is dict and (not job.meta or _json_problem(job.meta, 0) is None)):
         return job
     try:
@@ -214,6 +232,10 @@ def check_job(job: NewJob) -> NewJob:
             aging=None if job.aging is None else seconds("aging", job.aging, positive=True),
             bound=None if job.bound is None else replace(job.bound, max_waiting=_whole(
                 "max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, "")),
+            fairness_key=None if job.fairness_key is None else name("fairness_key",
+                                                                   job.fairness_key),
+            fairness_weight=None if job.fairness_weight is None
+            else fairness_weight(job.fairness_weight),
         )
     except InvalidJob as exc:
         raise InvalidJob(exc.field, exc.value, exc.expected, f"job {job.id!r}") from None

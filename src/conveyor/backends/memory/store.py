@@ -27,6 +27,7 @@ from ...errors import RefusedJob
 from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
 from ...claiming import claim_in_passes, claim_rank
+from ...fairness import VtimeAssigner, claimed_vtime
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
@@ -67,7 +68,12 @@ class MemoryStore:
         self._next_seq = 0
         # Where each job is filed: (state, queue, unique key) as last placed.
         self._placed: dict[str, tuple[JobState, str, str | None]] = {}
-        self.available: dict[str, dict[str, tuple[int, float, int]]] = {}  # queue -> id -> order
+        # queue -> id -> claim order: (-priority, fairness vtime or 0, run_at, seq)
+        self.available: dict[str, dict[str, tuple[int, int, float, int]]] = {}
+        # Tenant fairness (conveyor.fairness): last vtime per (queue, key), per queue
+        # the vtime its claims reached.
+        self.fair_last: dict[tuple[str, str], int] = {}
+        self.fair_queue: dict[str, int] = {}
         self.waiting: dict[str, float] = {}  # scheduled/retryable id -> run_at
         self.running: dict[str, None] = {}
         # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
@@ -93,7 +99,9 @@ class MemoryStore:
             self.waiting_in.setdefault(job.queue, {})[job_id] = None
         if job.state is S.AVAILABLE:
             priority, at = claim_rank(job.priority, job.run_at, job.aging)
-            self.available.setdefault(job.queue, {})[job_id] = (-priority, at, self.seq[job_id])
+            vtime = self.rows[job_id].get("fair_vtime") or 0
+            self.available.setdefault(job.queue, {})[job_id] = (-priority, vtime, at,
+                                                                self.seq[job_id])
         elif job.state in (S.SCHEDULED, S.RETRYABLE):
             self.waiting[job_id] = job.run_at
         elif job.state is S.RUNNING:
@@ -146,6 +154,8 @@ class MemoryStore:
         out: list[Job | None] = []
         refused: dict[int, RefusedJob] = {}
         with self.lock:
+            vtimes = VtimeAssigner(lambda q, k: self.fair_last.get((q, k), 0),
+                                   lambda q: self.fair_queue.get(q, 0))
             for pos, new in enumerate(jobs):
                 existing = self._duplicate_of(new, now)
                 if existing is not None:
@@ -176,10 +186,12 @@ class MemoryStore:
                     "timeout": None if new.timeout is None else float(new.timeout),
                     "meta": json.dumps(new.meta),
                     "aging": None if new.aging is None else float(new.aging),
+                    "fair_vtime": vtimes.assign(new),
                 }
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
                 out.append(self._place(new.id))
+            self.fair_last.update(vtimes.last)
         self.wakeups.notify()
         return raise_if_refused(jobs, out, refused)
 
@@ -215,6 +227,9 @@ class MemoryStore:
                     return []
                 ready = self.available.get(queue, {})
                 chosen = heapq.nsmallest(n, ready, key=ready.__getitem__)
+                reached = claimed_vtime([self.rows[job_id].get("fair_vtime") for job_id in chosen])
+                if reached is not None:
+                    self.fair_queue[queue] = max(self.fair_queue.get(queue, 0), reached)
                 return [self._claim(job_id, request, now) for job_id in chosen]
 
             return claim_in_passes(request, take)

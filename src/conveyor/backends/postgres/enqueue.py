@@ -19,6 +19,12 @@ Unique keys have no such index - a completed job holds its key only for
 `unique_for` - so enqueues of one key serialise on a transaction-scoped advisory
 lock taken in a statement of its own, before the insert's snapshot.
 
+Jobs with a fairness key (conveyor.fairness) take the full path too, after one more
+round trip that reserves their virtual times (assign_fair_vtimes, in autocommit its
+own short transaction, so producers of one key queue on its row only for that
+statement); a reserved turn whose job turns out a duplicate is a gap, which only
+moves that key's next job one turn later.
+
 Bounded queues (conveyor.backpressure) take the full path too, with a lock per
 bounded queue taken the same way: after the insert, the queue's waiting jobs are
 counted and the excess taken back (refused) or shed, in the same transaction (one
@@ -36,6 +42,7 @@ from psycopg.pq import TransactionStatus
 
 from ...backpressure import bounds_of, over_bound, raise_if_refused, shed_error
 from ...errors import RefusedJob
+from ...fairness import spread, vtime_step
 from ...job import Job, NewJob
 from ...lifecycle import initial_state
 from .rows import job_from_row, jsonb, opt_float
@@ -85,7 +92,19 @@ def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> 
         "timeouts": [opt_float(j.timeout) for j in jobs],
         "metas": [jsonb(j.meta) for j in jobs],
         "agings": [opt_float(j.aging) for j in jobs],
+        "fair_vtimes": [0] * len(jobs),
     }
+
+
+def fair_params(backend: PostgresConnections, jobs: Sequence[NewJob]) -> dict[str, Any] | None:
+    """What assign_fair_vtimes reserves for the batch's jobs with a fairness key (None:
+    it has none, and pays nothing)."""
+    keyed = [j for j in jobs if j.fairness_key is not None]
+    if not keyed:
+        return None
+    return {"schema": backend.schema, "fair_queues": [j.queue for j in keyed],
+            "fair_keys": [j.fairness_key for j in keyed],
+            "fair_steps": [vtime_step(j.fairness_weight) for j in keyed]}
 
 
 def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
@@ -187,7 +206,8 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
     if not jobs:
         return []
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None or job.bound is not None for job in unique):
+    if any(job.unique_key is not None or job.bound is not None
+           or job.fairness_key is not None for job in unique):
         stored, refused = _by_input(answer, *await _full_async(backend, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
@@ -206,7 +226,8 @@ def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
     if not jobs:
         return []
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None or job.bound is not None for job in unique):
+    if any(job.unique_key is not None or job.bound is not None
+           or job.fairness_key is not None for job in unique):
         stored, refused = _by_input(answer, *_full_sync(backend, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     # A cursor of our own: the connection's cursor_factory may be a ClientCursor
@@ -227,6 +248,9 @@ async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnectio
     queues; one answer per job (None: refused), and the refusals by position."""
     q = backend.q
     p = params(backend, unique, now)
+    if (fair := fair_params(backend, unique)) is not None:  # one round trip more
+        cur = await conn.execute(q["assign_fair_vtimes"], fair)
+        p["fair_vtimes"] = spread(unique, {(r[0], r[1]): r[2] for r in await cur.fetchall()})
     bounded = _bound_params(p, unique)
     refused: dict[int, RefusedJob] = {}
     scope = _scope(conn)
@@ -258,6 +282,9 @@ def _full_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
                ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     q = backend.q
     p = params(backend, unique, now)
+    if (fair := fair_params(backend, unique)) is not None:
+        p["fair_vtimes"] = spread(unique, {(r[0], r[1]): r[2] for r in
+                                           conn.execute(q["assign_fair_vtimes"], fair).fetchall()})
     bounded = _bound_params(p, unique)
     refused: dict[int, RefusedJob] = {}
     scope = _scope(conn)

@@ -41,20 +41,44 @@ started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, u
 result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging
 
 -- fragment: claim_order
--- Claim order: priority (higher first), then run_at, then insertion; a job with aging
--- ranks with priority 0 at run_at - priority * aging, clamped as a run_at is. Word for
--- word the expressions of the jobs_claim index (migration 4).
+-- Claim order: priority (higher first), then the fairness vtime (0 without a key),
+-- then run_at, then insertion; a job with aging ranks with priority 0 at
+-- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
+-- the jobs_claim index (migration 5).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
+fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
       ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END),
 seq
 
 -- fragment: claim_keys
--- The claim_order keys as columns (k1 descending, then k2, then seq), to rank
--- candidates outside the subquery that read them in index order.
+-- The claim_order keys as columns (k1 descending, then kf, then k2, then seq), to
+-- rank candidates outside the subquery that read them in index order.
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) AS k1,
+fair_vtime AS kf,
 (CASE WHEN aging IS NULL THEN run_at
       ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END) AS k2
+
+-- fragment: fair_advance
+-- Tenant fairness (conveyor.fairness): each queue's vtime moves up to the largest vtime
+-- its claim took. Only claims that took jobs with a fairness key write (unkeyed jobs
+-- have vtime 0); the queues' rows are locked in name order first, so two claims of
+-- several fair queues never wait for each other in a cycle.
+fair_claimed AS (
+    SELECT r.queue, max(c.kf) AS vtime
+    FROM cand AS c JOIN (SELECT seq FROM chosen) AS ch USING (seq) JOIN req AS r USING (ord)
+    WHERE c.kf > 0
+    GROUP BY r.queue
+), fair_locked AS (
+    SELECT f.queue FROM {schema}.fair_queues AS f
+    WHERE f.queue IN (SELECT queue FROM fair_claimed)
+    ORDER BY f.queue
+    FOR UPDATE
+), fair_advanced AS (
+    UPDATE {schema}.fair_queues AS f SET vtime = GREATEST(f.vtime, m.vtime)
+    FROM fair_locked AS l JOIN fair_claimed AS m USING (queue)
+    WHERE f.queue = l.queue
+)
 
 -- fragment: job_filter
 -- The admin filter (JobFilter) shared by listing, counting and redrive: an absent
@@ -142,9 +166,10 @@ WITH new AS (
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(keys)b::text[], %(unique_fors)b::float8[],
-                %(timeouts)b::float8[], %(metas)b::jsonb[], %(agings)b::float8[])
+                %(timeouts)b::float8[], %(metas)b::jsonb[], %(agings)b::float8[],
+                %(fair_vtimes)b::bigint[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_key, unique_for, timeout, meta, aging, pos)
+                              unique_key, unique_for, timeout, meta, aging, fair_vtime, pos)
 ), dup AS (
     SELECT n.pos,
            coalesce(
@@ -160,9 +185,10 @@ WITH new AS (
     FROM new AS n
 ), inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_key, unique_for, timeout, meta, aging)
+                               created_at, unique_key, unique_for, timeout, meta, aging,
+                               fair_vtime)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging
+           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging, n.fair_vtime
     FROM new AS n JOIN dup USING (pos)
     WHERE dup.seq IS NULL
     ORDER BY n.pos
@@ -253,7 +279,7 @@ WITH req AS (
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = r.queue AND q.paused)
 ), cand AS (
     SELECT r.ord, r.quota, c.seq,
-           row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.k2, c.seq) AS rn
+           c.kf, row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.kf, c.k2, c.seq) AS rn
     FROM req AS r CROSS JOIN LATERAL (
         SELECT seq, {claim_keys}
         FROM {schema}.jobs
@@ -283,7 +309,7 @@ WITH req AS (
     SELECT seq FROM first
     UNION ALL
     SELECT seq FROM second_ranked WHERE pos <= %(limit)s - (SELECT count(*) FROM first)
-)
+), {fair_advance}
 UPDATE {schema}.jobs AS j
 SET state = 'running',
     attempt = CASE WHEN j.attempt BETWEEN 0 AND 999999999 THEN j.attempt + 1 ELSE 1 END,
@@ -542,3 +568,31 @@ SELECT extract(epoch FROM pg_postmaster_start_time())::text AS epoch,
                    AND l.database = (SELECT oid FROM pg_database
                                      WHERE datname = current_database())
                    AND l.classid = k.key1::oid AND l.objid = k.key2::oid)) AS gone
+
+-- name: assign_fair_vtimes
+-- Tenant fairness (conveyor.fairness), for a batch with fairness keys, before its
+-- insert: reserve each (queue, key)'s vtimes, `steps` (the sum of its jobs' steps)
+-- after max(its last vtime, its queue's vtime), and return the new last vtime; the
+-- caller hands them out in batch order. Keys in order, so concurrent producers lock
+-- them in one order. The queue's row is made here (the claim only updates it).
+WITH n AS (
+    SELECT u.queue, u.key, sum(u.step)::bigint AS steps
+    FROM unnest(%(fair_queues)s::text[], %(fair_keys)s::text[], %(fair_steps)s::bigint[])
+         AS u(queue, key, step)
+    GROUP BY u.queue, u.key
+), made AS (
+    INSERT INTO {schema}.fair_queues (queue, vtime)
+    SELECT DISTINCT queue, 0 FROM n ORDER BY queue
+    ON CONFLICT (queue) DO NOTHING
+)
+INSERT INTO {schema}.fair_keys AS f (queue, key, last_vtime)
+SELECT n.queue, n.key,
+       coalesce((SELECT q.vtime FROM {schema}.fair_queues AS q WHERE q.queue = n.queue), 0)
+       + n.steps
+FROM n ORDER BY n.queue, n.key
+-- max(last, queue) + steps, written as max(last - queue, 0) + (queue + steps)
+ON CONFLICT (queue, key) DO UPDATE
+SET last_vtime = GREATEST(f.last_vtime - coalesce(
+        (SELECT q.vtime FROM {schema}.fair_queues AS q WHERE q.queue = f.queue), 0), 0)
+    + excluded.last_vtime
+RETURNING f.queue, f.key, f.last_vtime

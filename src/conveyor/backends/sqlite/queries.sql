@@ -8,10 +8,12 @@ started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, u
 result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
 
 -- fragment: claim_order
--- Claim order: priority (higher first), then run_at, then insertion; a job with aging
--- ranks with priority 0 at run_at - priority * aging, clamped as a run_at is. Word for
--- word the expressions of the conveyor_jobs_claim index (migration 4).
+-- Claim order: priority (higher first), then the fairness vtime (0 without a key),
+-- then run_at, then insertion; a job with aging ranks with priority 0 at
+-- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
+-- the conveyor_jobs_claim index (migration 5).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
+fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
       ELSE max(0.0, min(99999999999.0, run_at - priority * aging)) END),
 seq
@@ -35,9 +37,9 @@ SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 
 -- name: insert_job
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                           created_at, unique_key, unique_for, timeout, meta, aging)
+                           created_at, unique_key, unique_for, timeout, meta, aging, fair_vtime)
 VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
-        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging)
+        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging, :fair_vtime)
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id
@@ -109,7 +111,23 @@ WHERE seq IN (SELECT seq FROM conveyor_jobs
               ORDER BY {claim_order} LIMIT :limit)
 RETURNING seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
           started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-          result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
+          result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
+          fair_vtime
+
+-- name: advance_fair_queue
+-- The queue's vtime moves up to the largest its claim took (conveyor.fairness).
+INSERT INTO conveyor_fair_queues (queue, vtime) VALUES (:queue, :vtime)
+ON CONFLICT (queue) DO UPDATE SET vtime = max(vtime, excluded.vtime)
+
+-- name: fair_queue_vtime
+SELECT vtime FROM conveyor_fair_queues WHERE queue = :queue
+
+-- name: fair_key_vtime
+SELECT last_vtime FROM conveyor_fair_keys WHERE queue = :queue AND key = :key
+
+-- name: set_fair_key_vtime
+INSERT INTO conveyor_fair_keys (queue, key, last_vtime) VALUES (:queue, :key, :vtime)
+ON CONFLICT (queue, key) DO UPDATE SET last_vtime = excluded.last_vtime
 
 -- The fence of the writes below compares the token as a number: a stored token that
 -- is not one reads as 0, which no claim hands out, so only the rescuer (which reads

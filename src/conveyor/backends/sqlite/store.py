@@ -20,6 +20,7 @@ from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ...claiming import claim_in_passes, claim_rank
+from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import job_from_row
 from .connection import Q
@@ -38,6 +39,7 @@ class SqliteStore(SqliteInspector):
         refused: dict[int, RefusedJob] = {}
         with self.write() as db:
             room = Room(db, now, bounds_of(jobs))
+            vtimes = fair_vtimes(db)
             for pos, new in enumerate(jobs):
                 existing = self._find_duplicate(db, new, now)
                 if existing is not None:
@@ -48,12 +50,15 @@ class SqliteStore(SqliteInspector):
                     refused[pos] = refusal
                     out.append(None)
                     continue
-                out.append(self._insert(db, new, now))
+                out.append(self._insert(db, new, now, vtimes.assign(new) or 0))
             room.shed()
+            db.executemany(Q["set_fair_key_vtime"], [
+                {"queue": queue, "key": key, "vtime": vtime}
+                for (queue, key), vtime in vtimes.last.items()])
         return raise_if_refused(jobs, out, refused)
 
     @staticmethod
-    def _insert(db: sqlite3.Connection, new: NewJob, now: float) -> Job:
+    def _insert(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int) -> Job:
         run_at = now if new.run_at is None else new.run_at
         state = initial_state(run_at, now)
         row = {
@@ -71,6 +76,7 @@ class SqliteStore(SqliteInspector):
             "timeout": new.timeout,
             "meta": json.dumps(new.meta),
             "aging": new.aging,
+            "fair_vtime": fair_vtime,
         }
         if db.execute(Q["insert_job"], row).rowcount == 0:
             # The id names a finished job whose dedup window is over: replace it.
@@ -104,14 +110,18 @@ class SqliteStore(SqliteInspector):
             def take(queue: str, n: int) -> list[Job]:
                 if queue in paused:
                     return []
-                rows = db.execute(Q["claim_jobs"], {**params, "queue": queue, "limit": n})
+                rows = db.execute(Q["claim_jobs"],
+                                  {**params, "queue": queue, "limit": n}).fetchall()
                 # RETURNING has no order: sort by claim order, on decoded values (a
                 # corrupt priority reads as 0 instead of failing the comparison).
-                batch = sorted(((job_from_row(r[1:]), r[0], r[1]) for r in rows),
-                               key=lambda row: _claim_key(row[0], row[1]))
+                batch = sorted(((job_from_row(r[1:-1]), r[0], r[1], as_vtime(r[-1])) for r in rows),
+                               key=lambda row: _claim_key(row[0], row[3], row[1]))
+                reached = claimed_vtime([row[3] for row in batch])
+                if reached:
+                    db.execute(Q["advance_fair_queue"], {"queue": queue, "vtime": reached})
                 return [job if job.id == raw_id else
                         replace(job, id=self._give_readable_id(db, seq, job.id))
-                        for job, seq, raw_id in batch]
+                        for job, seq, raw_id, _ in batch]
 
             return claim_in_passes(request, take)
 
@@ -197,6 +207,18 @@ class SqliteStore(SqliteInspector):
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
 
 
-def _claim_key(job: Job, seq: int) -> tuple[int, float, int]:
+def _claim_key(job: Job, fair_vtime: int, seq: int) -> tuple[int, int, float, int]:
     priority, at = claim_rank(job.priority, job.run_at, job.aging)
-    return -priority, at, seq
+    return -priority, fair_vtime, at, seq
+
+
+def fair_vtimes(db: sqlite3.Connection) -> VtimeAssigner:
+    """The vtimes of a batch, read from the fairness tables (written back by the caller)."""
+    def read_last(queue: str, key: str) -> int:
+        row = db.execute(Q["fair_key_vtime"], {"queue": queue, "key": key}).fetchone()
+        return 0 if row is None else as_vtime(row[0])
+
+    def read_queue(queue: str) -> int:
+        row = db.execute(Q["fair_queue_vtime"], {"queue": queue}).fetchone()
+        return 0 if row is None else as_vtime(row[0])
+    return VtimeAssigner(read_last, read_queue)
