@@ -34,7 +34,7 @@ __all__ = ["FAIRNESS_META_KEY", "VTIME_UNIT", "WEIGHT_MAX", "WEIGHT_MIN", "Vtime
 
 FAIRNESS_META_KEY = "fairness_key"  # the rendered key, shown with the job
 VTIME_UNIT = 1000  # one turn of a weight-1 key
-VTIME_MAX = 10**17 - 1  # 17 digits: Redis writes a vtime so; 10**11 turns of a queue
+VTIME_MAX = 2**53 - 1  # what Lua counts exactly (Redis); 9 * 10**12 turns of a queue
 
 
 def vtime_step(weight: float | None) -> int:

@@ -17,7 +17,9 @@ own prefix (one `Conveyor` app each).
 | `{p}:due`                    | zset   | scheduled + retryable job ids by run_at (staging) |
 | `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
 | `{p}:schema`                 | string | layout version (what `migrate()` reports)         |
-| `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order (with aging: score 0, `run_at - priority * aging` in place of run_at) |
+| `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order (with aging: score 0, `run_at - priority * aging` in place of run_at; with a fairness key: `v<vtime:17>` in front) |
+| `{p}:q:<queue>:fair`         | hash   | fairness key -> vtime of its last enqueued job (conveyor.fairness) |
+| `{p}:q:<queue>:vtime`        | string | the vtime the queue's claims reached (17 digits)  |
 | `{p}:q:<queue>:scheduled`    | zset   | id by run_at                                      |
 | `{p}:q:<queue>:retryable`    | zset   | id by run_at                                      |
 | `{p}:q:<queue>:running`      | zset   | id by lease_expires_at (rescue scans it)          |
@@ -39,6 +41,7 @@ from ...job import JobState
 
 INDEXED_STATES: tuple[JobState, ...] = tuple(JobState)
 RANK_LEN = 29  # digits in front of the id in an available-index member
+FAIR_LEN = 18  # "v<vtime:17>" in front of those, for a job with a fairness key
 
 
 class Keys:
@@ -83,8 +86,9 @@ class Keys:
 
 
 def id_from_rank(member: str) -> str:
-    return member[RANK_LEN:]
+    return member[FAIR_LEN + RANK_LEN:] if member.startswith("v") else member[RANK_LEN:]
 
 
 def micros_from_rank(member: str) -> int:
-    return int(member[:17])
+    start = FAIR_LEN if member.startswith("v") else 0
+    return int(member[start:start + 17])

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...backpressure import raise_if_refused, shed_error
 from ...claiming import claim_rank
+from ...fairness import vtime_step
 from ...errors import RefusedJob
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
@@ -61,6 +62,8 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 "" if new.aging is None else float_arg(new.aging),
                 "" if new.bound is None else new.bound.max_waiting,
                 _shed_error(new, now, shed_errors),
+                optional_arg(new.fairness_key),
+                "" if new.fairness_key is None else vtime_step(new.fairness_weight),
             )
             made.append(Job(
                 id=new.id, task=new.task, queue=new.queue, payload=new.payload,

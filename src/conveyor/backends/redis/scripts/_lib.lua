@@ -84,6 +84,52 @@ end
 -- level) is scored 0 and ranked at run_at - priority * aging instead, the claim key
 -- of conveyor.claiming.claim_rank: a static key, so aging costs no scan.
 local RANK_LEN = 29
+-- Tenant fairness (conveyor.fairness): a job with a fairness key has a `fair_vtime`
+-- field (17 digits), and its member is "v<vtime:17>" in front of the one above, so
+-- within one score its queue's keyed jobs follow the unkeyed ones ('v' sorts after
+-- every digit: vtime 0) by vtime, then run_at, then seq. Members without the prefix
+-- (every one written before fairness) read as ever.
+local FAIR_LEN = 18
+local VTIME_MAX = 9007199254740991  -- 2^53 - 1: Lua's doubles count whole numbers to it
+local function fair_prefix(fair_vtime)
+  if not fair_vtime then return '' end
+  local v = math.max(0, math.min(math.floor(as_number(fair_vtime, 0)), VTIME_MAX))
+  return string.format('v%017.0f', v)
+end
+
+-- The id of an available-index member.
+local function rank_id(member)
+  if string.byte(member, 1) == 118 then return string.sub(member, FAIR_LEN + RANK_LEN + 1) end
+  return string.sub(member, RANK_LEN + 1)
+end
+
+local function fair_key(queue) return PREFIX .. 'q:' .. queue .. ':fair' end
+local function vtime_key(queue) return PREFIX .. 'q:' .. queue .. ':vtime' end
+
+-- A new job's vtime (as 17 digits) for `key` in `queue`, recorded as the key's last:
+-- max(the key's last, the queue's) + step.
+local function next_vtime(queue, key, step)
+  local last = as_number(redis.call('HGET', fair_key(queue), key), 0)
+  local present = as_number(redis.call('GET', vtime_key(queue)), 0)
+  local v = math.min(math.max(last, present) + step, VTIME_MAX)
+  local text = string.format('%017.0f', v)
+  redis.call('HSET', fair_key(queue), key, text)
+  return text
+end
+
+-- A claim of `queue` took keyed jobs up to vtime `reached`: the queue's vtime moves up.
+local function advance_vtime(queue, reached)
+  if as_number(redis.call('GET', vtime_key(queue)), 0) < reached then
+    redis.call('SET', vtime_key(queue), string.format('%017.0f', reached))
+  end
+end
+
+-- The vtime of a claimed member, or nil for an unkeyed one.
+local function member_vtime(member)
+  if string.byte(member, 1) ~= 118 then return nil end
+  return as_number(string.sub(member, 2, FAIR_LEN), nil)
+end
+
 local MAX_MICROS = 99999999999999984  -- the largest double below 10^17: 17 digits
 local function rank(run_at, seq, id)
   local micros = math.floor(as_number(run_at, 0) * 1000000)
@@ -104,7 +150,7 @@ end
 local FIELDS = {
   'state', 'queue', 'priority', 'run_at', 'seq', 'rank', 'lease_token', 'attempt',
   'max_attempts', 'lease_expires_at', 'finished_at', 'unique_key', 'unique_for',
-  'worker_id', 'errors', 'aging',
+  'worker_id', 'errors', 'aging', 'fair_vtime',
 }
 
 -- The fields the scripts decide on, as a table (absent fields are nil, but queue
@@ -136,7 +182,7 @@ local function index_job(id, queue, state, f)
   end
   if state == 'available' then
     local score, at = claim_place(f)
-    local r = rank(at, f.seq, id)
+    local r = fair_prefix(f.fair_vtime) .. rank(at, f.seq, id)
     redis.call('HSET', job_key(id), 'rank', r)
     redis.call('ZADD', state_key(queue, 'available'), score, r)
   elseif state == 'scheduled' or state == 'retryable' then
@@ -275,7 +321,7 @@ local function enqueue_batch(shed)
   local now_text = ARGV[2]
   local now = tonumber(now_text)
   local out = {}
-  for j = 3, #ARGV, 16 do
+  for j = 3, #ARGV, 18 do
     local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
     local unique_key = optional(ARGV[j + 9])
     local key = job_key(id)
@@ -322,10 +368,16 @@ local function enqueue_batch(shed)
       if timeout ~= '' then fields[n + 1] = 'timeout'; fields[n + 2] = timeout; n = n + 2 end
       if meta ~= '' then fields[n + 1] = 'meta'; fields[n + 2] = meta; n = n + 2 end
       if aging ~= '' then fields[n + 1] = 'aging'; fields[n + 2] = aging; n = n + 2 end
+      local fairness_key, fair_vtime = optional(ARGV[j + 16]), nil
+      if fairness_key then
+        fair_vtime = next_vtime(queue, fairness_key, as_number(ARGV[j + 17], 1000))
+        fields[n + 1] = 'fair_vtime'; fields[n + 2] = fair_vtime; n = n + 2
+      end
       if state == 'available' then
         -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
         local digits = tostring(seq)
         local r = ARGV[j + 8] .. string.rep('0', 12 - #digits) .. digits .. id
+        if fair_vtime then r = 'v' .. fair_vtime .. r end
         fields[n + 1] = 'rank'; fields[n + 2] = r
         redis.call('HSET', key, unpack(fields))
         redis.call('ZADD', waiting_key(queue), seq, id)

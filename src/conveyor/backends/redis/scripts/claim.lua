@@ -79,10 +79,10 @@ end
 -- Claim up to `want` jobs from one queue; returns how many it got.
 local function take(queue, want)
   if want <= 0 or redis.call('HGET', PAUSED, queue) == '1' then return 0 end
-  local got = 0
+  local got, reached = 0, nil
   local popped = redis.call('ZPOPMIN', state_key(queue, 'available'), want)
   for p = 1, #popped, 2 do
-    local id = string.sub(popped[p], RANK_LEN + 1)
+    local id = rank_id(popped[p])
     local key = job_key(id)
     redis.call('ZREM', waiting_key(queue), id)  -- index_job puts a waiting job back
     if claimable(key, id, queue) then
@@ -96,8 +96,10 @@ local function take(queue, want)
       redis.call('ZADD', state_key(queue, 'running'), lease_expires_at, id)
       claimed[#claimed + 1] = job_reply(id)
       got = got + 1
+      reached = math.max(reached or 0, member_vtime(popped[p]) or 0)
     end
   end
+  if reached and reached > 0 then advance_vtime(queue, reached) end
   woken[queue] = nil
   -- Work left behind: wake the next idle worker (a chain of wake-ups, no herd).
   if #claimed >= limit and redis.call('ZCARD', state_key(queue, 'available')) > 0 then

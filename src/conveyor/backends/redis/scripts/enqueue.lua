@@ -7,14 +7,16 @@
 -- KEYS[5] <prefix>jobs    every job id by seq (newest-first listing)
 -- ARGV[1] key prefix, e.g. "{conveyor}:"
 -- ARGV[2] now (epoch seconds; also created_at)
--- ARGV[3..] 14 arguments per job, all strings (no number goes through Lua's 14-digit
+-- ARGV[3..] 18 arguments per job, all strings (no number goes through Lua's 14-digit
 --         formatting): id, queue, task, payload, state (scheduled|available, decided
 --         by the caller from run_at and now), priority, max_attempts, run_at,
 --         the claim time in whole microseconds (17 digits, for the claim rank: run_at,
 --         or with aging run_at - priority * aging), unique_key ('' when absent, else
 --         '~' .. key: an empty key is a key), unique_for?, timeout?, meta?, aging?,
 --         max_waiting? (the queue's bound, conveyor.backpressure), shed_error? (with
---         a queue that sheds: the record a shed job keeps)   (? = optional: '' when absent)
+--         a queue that sheds: the record a shed job keeps), fairness_key ('' when
+--         absent, else '~' .. key), the vtime step of its weight (conveyor.fairness)
+--         (? = optional: '' when absent)
 -- Returns one entry per job: 0 when inserted, the existing job (HGETALL) that this
 -- one duplicates (same id, or same unique_key; active, or completed within its
 -- unique_for window), or 'full:<depth>' when its bounded queue had no room. A

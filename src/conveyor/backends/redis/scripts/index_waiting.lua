@@ -10,7 +10,7 @@ local indexed = 0
 for _, queue in ipairs(redis.call('SMEMBERS', QUEUES)) do
   for state in pairs(WAITING) do
     for _, member in ipairs(redis.call('ZRANGE', state_key(queue, state), 0, -1)) do
-      local id = state == 'available' and string.sub(member, RANK_LEN + 1) or member
+      local id = state == 'available' and rank_id(member) or member
       local seq = redis.call('HGET', job_key(id), 'seq')
       if seq then
         redis.call('ZADD', waiting_key(queue), as_number(seq, 0), id)
