@@ -182,3 +182,40 @@ def test_blocked_producers_wait_for_a_worker_to_make_room(
     assert [len(r["refused"]) for r in done] == [0, 0, 0]
     runs.wait_for("finish", 150, timeout=60)
     assert len({e[1] for e in runs.events() if e[0] == "finish"}) == 150
+
+
+def test_a_newcomer_tenant_waits_a_bounded_number_of_claims_behind_a_backlog(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    """Tenant fairness with two worker processes of two slots: a tenant with 1,000
+    queued jobs, claims under way, then a tenant with 10. By the rule (two keys) the
+    newcomer's m-th job is claimed within 2m claims of its enqueue, so at most 10 of the
+    backlog's jobs start between the enqueue and the newcomer's last start; 4 more are
+    allowed for the claims already in flight in the two processes (two slots each).
+    First come, first served would start about 900 in between."""
+    from jobs_app import work
+
+    app = Conveyor(url)
+    try:
+        big = [h.id for h in app.enqueue_many([
+            work.options(queue="fair", fairness_key="tenant:big").message(0.02)
+            for _ in range(1000)])]
+        for _ in range(2):
+            workers.append(WorkerProcess(url, runs.path, "-q", "fair", "-c", "2"))
+        runs.wait_for("start", 100, timeout=60)
+        small = [h.id for h in app.enqueue_many([
+            work.options(queue="fair", fairness_key="tenant:small").message(0.0)
+            for _ in range(10)])]
+        deadline = time.monotonic() + 60
+        while not all(app.jobs.get(i).state is JobState.COMPLETED for i in small):
+            assert time.monotonic() < deadline, "the newcomer's jobs waited behind the backlog"
+            time.sleep(0.05)
+        jobs = {i: app.jobs.get(i) for i in big + small}
+    finally:
+        app.close()
+    enqueued_at = min(jobs[i].created_at for i in small)
+    last_start = max(jobs[i].started_at for i in small)
+    between = [i for i in big if jobs[i].started_at is not None
+               and enqueued_at <= jobs[i].started_at <= last_start]
+    assert len(between) <= 10 + 4, len(between)
+    # The backlog was still there: most of it started after the newcomer's last job.
+    assert sum(jobs[i].started_at is None or jobs[i].started_at > last_start for i in big) > 500
