@@ -1,6 +1,7 @@
 """What flow control costs (docs/flow-control.md): claim throughput with weighted queues
-and priority aging against the plain claim, at several numbers of waiting jobs; and
-enqueue throughput into a bounded queue against an unbounded one.
+and priority aging, and with tenant fairness, against the plain claim, at several
+numbers of waiting jobs; and enqueue throughput into a bounded queue against an
+unbounded one.
 
     python benchmarks/flow_claims.py                                  # SQLite in a temp dir
     python benchmarks/flow_claims.py --url postgresql://postgres@127.0.0.1/test
@@ -9,7 +10,10 @@ enqueue throughput into a bounded queue against an unbounded one.
 Claims: `--claims` claims of `--batch` jobs each, by one claimer, from queues holding
 `--waiting` jobs. "plain": one queue, no aging (strict order). "weighted+aging": three
 queues served critical=6,default=3,bulk=1 (the worker's slot shares, every slot free),
-every job with aging 60 s and a priority from 0 to 9. The jobs are claimed, not run.
+every job with aging 60 s and a priority from 0 to 9. "weighted+fair": the same three
+weighted queues, every job with one of `--keys` fairness keys (round robin; every tenth
+key of weight 3, the others 1), no aging. The jobs are claimed, not run. `--modes`
+picks which run (default all three); `--no-enqueue` skips the enqueue figures.
 Enqueue: `--enqueues` jobs one by one into a queue already holding --bound - 1000 jobs,
 with and without max_waiting=--bound (reject).
 
@@ -63,21 +67,34 @@ async def cleanup(app: Conveyor, url: str) -> None:
             await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
 
 
-async def fill(app: Conveyor, waiting: int, weighted: bool) -> None:
+MODES = ("plain", "weighted+aging", "weighted+fair")
+
+
+def bench_job(n: int, mode: str, keys: int) -> NewJob:
+    if mode == "plain":
+        return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="plain")
+    if mode == "weighted+aging":
+        return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
+                      priority=n % 10, aging=60.0)
+    key = n % keys
+    return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
+                  fairness_key=f"tenant:{key}", fairness_weight=3.0 if key % 10 == 0 else None)
+
+
+async def fill(app: Conveyor, waiting: int, mode: str, keys: int) -> None:
     backend = await app.backend()
     for start in range(0, waiting, 2000):
-        jobs = [NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD,
-                       queue=QUEUES[n % 3] if weighted else "plain",
-                       priority=n % 10 if weighted else 0, aging=60.0 if weighted else None)
-                for n in range(start, min(waiting, start + 2000))]
-        await backend.enqueue_jobs(jobs)
+        await backend.enqueue_jobs([bench_job(n, mode, keys)
+                                    for n in range(start, min(waiting, start + 2000))])
 
 
-async def claim_rate(url: str, waiting: int, weighted: bool, claims: int, batch: int) -> float:
+async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
+                     keys: int) -> float:
     app = Conveyor(url)
     try:
-        await fill(app, waiting, weighted)
+        await fill(app, waiting, mode, keys)
         backend = await app.backend()
+        weighted = mode != "plain"
         plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
         started = time.perf_counter()
         got = 0
@@ -121,6 +138,9 @@ async def main() -> None:
     parser.add_argument("--bound", type=int, default=10_000)
     parser.add_argument("--enqueues", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--no-enqueue", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         def fresh() -> str:
@@ -130,14 +150,18 @@ async def main() -> None:
               f"median of {args.repeat}")
         for waiting in args.waiting:
             rates = {}
-            for weighted in (False, True):
-                runs = [await claim_rate(fresh(), waiting, weighted, args.claims, args.batch)
+            for mode in args.modes:
+                runs = [await claim_rate(fresh(), waiting, mode, args.claims, args.batch,
+                                         args.keys)
                         for _ in range(args.repeat)]
-                rates[weighted] = statistics.median(runs)
-                print(f"  {waiting:>9,} waiting  {'weighted+aging' if weighted else 'plain':>14}: "
-                      f"{rates[weighted]:>9,.0f} jobs/s claimed  (runs {', '.join(f'{r:,.0f}' for r in runs)})")
-            print(f"  {waiting:>9,} waiting  weighted+aging / plain = {rates[True] / rates[False]:.0%}")
-        for bounded in (False, True):
+                rates[mode] = statistics.median(runs)
+                print(f"  {waiting:>9,} waiting  {mode:>14}: {rates[mode]:>9,.0f} jobs/s "
+                      f"claimed  (runs {', '.join(f'{r:,.0f}' for r in runs)})", flush=True)
+            for mode in rates:
+                if mode != "plain" and "plain" in rates:
+                    print(f"  {waiting:>9,} waiting  {mode} / plain = "
+                          f"{rates[mode] / rates['plain']:.0%}")
+        for bounded in (() if args.no_enqueue else (False, True)):
             runs = [await enqueue_rate(fresh(), args.bound, args.enqueues, bounded)
                     for _ in range(args.repeat)]
             print(f"  enqueue one by one at depth {args.bound - 1000:,}, "

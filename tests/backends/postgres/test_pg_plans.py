@@ -123,3 +123,47 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
                 name, indexes(plan))
     finally:
         await backend.close()
+
+
+async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
+    """Tenant fairness (migration 5): with 20,000 keyed jobs over 1,000 keys waiting,
+    the claim still reads the first entries of jobs_claim in order (the vtime is an
+    index column, not a sort), and the enqueue's reservation upserts each key's row by
+    its primary key."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
+                created_at, fair_vtime)
+                SELECT 'j' || g, 'q', 't', '{{}}', 'available', 20, 0, 0, 1000 * (g / 1000 + 1)
+                FROM generate_series(1, 20000) AS g""")
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".fair_keys (queue, key, last_vtime)
+                SELECT 'q', 'tenant:' || g, 20000 FROM generate_series(1, 1000) AS g""")
+        admin_conn.execute(f"""INSERT INTO "{schema}".fair_queues VALUES ('q', 1000)""")
+        for table in ("jobs", "fair_keys", "fair_queues"):
+            admin_conn.execute(f'ANALYZE "{schema}".{table}')
+        statements = {
+            "claim_jobs": {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [100, 100],
+                           "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9},
+            "assign_fair_vtimes": {"schema": schema, "fair_queues": ["q", "q"],
+                                   "fair_keys": ["tenant:7", "tenant:8"],
+                                   "fair_steps": [1000, 1000]},
+        }
+        for name, params in statements.items():
+            with admin_conn.transaction(force_rollback=True):
+                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
+                                         params).fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
+            nodes = scans(plan)
+            assert not {"Seq Scan jobs", "Seq Scan fair_keys"} & set(nodes), (name, nodes)
+            if name == "claim_jobs":
+                assert "jobs_claim" in indexes(plan) and not sorted_scans(plan), nodes
+            else:  # an upsert of the batch's keys, not a read of every key's row
+                assert plan["Conflict Arbiter Indexes"] == ["fair_keys_pkey"], plan
+    finally:
+        await backend.close()
