@@ -167,7 +167,9 @@ class JobQueries:
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority
         (one score) members sort by run_at, so the first member of each priority is
-        a candidate: one O(log n) step per distinct priority, not a full scan."""
+        a candidate: one O(log n) step per distinct priority, not a full scan. Keyed
+        members (tenant fairness) sort by vtime first, so for a queue of keyed jobs the
+        candidate is the job next in line, which may be younger than the oldest."""
         key = self.keys.state(queue, JobState.AVAILABLE)
         best: str | None = None
         floor = "-inf"
