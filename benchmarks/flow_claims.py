@@ -10,10 +10,11 @@ unbounded one.
 Claims: `--claims` claims of `--batch` jobs each, by one claimer, from queues holding
 `--waiting` jobs. "plain": one queue, no aging (strict order). "weighted+aging": three
 queues served critical=6,default=3,bulk=1 (the worker's slot shares, every slot free),
-every job with aging 60 s and a priority from 0 to 9. "weighted+fair": the same three
-weighted queues, every job with one of `--keys` fairness keys (round robin; every tenth
-key of weight 3, the others 1), no aging. The jobs are claimed, not run. `--modes`
-picks which run (default all three); `--no-enqueue` skips the enqueue figures.
+every job with aging 60 s and a priority from 0 to 9. "fair": the plain queue, every job
+with one of `--keys` fairness keys (round robin; every tenth key of weight 3, the others
+1). "weighted+fair": the three weighted queues, with those keys, no aging. The jobs are
+claimed, not run. `--modes` picks which run (default all four); `--no-enqueue` skips the
+enqueue figures.
 Enqueue: `--enqueues` jobs one by one into a queue already holding --bound - 1000 jobs,
 with and without max_waiting=--bound (reject).
 
@@ -67,7 +68,7 @@ async def cleanup(app: Conveyor, url: str) -> None:
             await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
 
 
-MODES = ("plain", "weighted+aging", "weighted+fair")
+MODES = ("plain", "fair", "weighted+aging", "weighted+fair")
 
 
 def bench_job(n: int, mode: str, keys: int) -> NewJob:
@@ -77,7 +78,8 @@ def bench_job(n: int, mode: str, keys: int) -> NewJob:
         return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
                       priority=n % 10, aging=60.0)
     key = n % keys
-    return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
+    return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD,
+                  queue="plain" if mode == "fair" else QUEUES[n % 3],
                   fairness_key=f"tenant:{key}", fairness_weight=3.0 if key % 10 == 0 else None)
 
 
@@ -94,7 +96,7 @@ async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
     try:
         await fill(app, waiting, mode, keys)
         backend = await app.backend()
-        weighted = mode != "plain"
+        weighted = mode.startswith("weighted")
         plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
         started = time.perf_counter()
         got = 0

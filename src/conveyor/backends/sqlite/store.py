@@ -106,6 +106,7 @@ class SqliteStore(SqliteInspector):
         with self.write() as db:
             db.execute(Q["stage_due_jobs"], {"now": now})
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
+            reached: dict[str, int] = {}  # the largest vtime claimed, by queue
 
             def take(queue: str, n: int) -> list[Job]:
                 if queue in paused:
@@ -114,16 +115,20 @@ class SqliteStore(SqliteInspector):
                                   {**params, "queue": queue, "limit": n}).fetchall()
                 # RETURNING has no order: sort by claim order, on decoded values (a
                 # corrupt priority reads as 0 instead of failing the comparison).
-                batch = sorted(((job_from_row(r[1:-1]), r[0], r[1], as_vtime(r[-1])) for r in rows),
-                               key=lambda row: _claim_key(row[0], row[3], row[1]))
-                reached = claimed_vtime([row[3] for row in batch])
-                if reached:
-                    db.execute(Q["advance_fair_queue"], {"queue": queue, "vtime": reached})
+                batch = sorted(((job_from_row(r[1:-1]), r[0], r[1], as_vtime(r[-1]))
+                                for r in rows), key=lambda row: _claim_key(row[0], row[3], row[1]))
+                top = claimed_vtime([row[3] for row in batch])
+                if top:
+                    reached[queue] = max(top, reached.get(queue, 0))
                 return [job if job.id == raw_id else
                         replace(job, id=self._give_readable_id(db, seq, job.id))
                         for job, seq, raw_id, _ in batch]
 
-            return claim_in_passes(request, take)
+            claimed = claim_in_passes(request, take)
+            if reached:  # one statement per claim, only for claims of keyed jobs
+                db.executemany(Q["advance_fair_queue"], [{"queue": q, "vtime": v}
+                                                         for q, v in reached.items()])
+            return claimed
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         now = self.clock()
