@@ -84,6 +84,15 @@ def sorted_scans(plan: dict[str, Any], under_sort: bool = False) -> list[str]:
     return found
 
 
+def plan_of(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The planner's plan of `statement` (EXPLAIN, in a transaction rolled back)."""
+    with conn.transaction(force_rollback=True):
+        row = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
+    assert row is not None
+    plan: dict[str, Any] = row[0][0]["Plan"]
+    return plan
+
+
 def indexes(plan: dict[str, Any]) -> set[str]:
     found = {plan["Index Name"]} if "Index Name" in plan else set()
     for child in plan.get("Plans", []):
@@ -113,11 +122,7 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
                             "refunds": [False] * 50},
         }
         for name, params in statements.items():
-            with admin_conn.transaction(force_rollback=True):
-                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
-                                         params).fetchone()
-            assert row is not None
-            plan = row[0][0]["Plan"]
+            plan = plan_of(admin_conn, backend.q[name], params)
             assert "Seq Scan jobs" not in scans(plan), name
             assert "jobs_lease" not in indexes(plan) and "jobs_id_key" in indexes(plan), (
                 name, indexes(plan))
@@ -154,11 +159,7 @@ async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
                                    "fair_steps": [1000, 1000]},
         }
         for name, params in statements.items():
-            with admin_conn.transaction(force_rollback=True):
-                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
-                                         params).fetchone()
-            assert row is not None
-            plan = row[0][0]["Plan"]
+            plan = plan_of(admin_conn, backend.q[name], params)
             nodes = scans(plan)
             assert not {"Seq Scan jobs", "Seq Scan fair_keys"} & set(nodes), (name, nodes)
             if name == "claim_jobs":
