@@ -121,3 +121,24 @@ async def test_the_task_renders_its_fairness_key(app: Conveyor, backend: Backend
         report.options(fairness_weight=0)
     with pytest.raises(InvalidJob, match="fairness_weight"):
         await app.enqueue_many_async([new_job(fairness_weight=1e6)])
+
+
+async def test_claimers_of_two_fair_queues_in_either_order_each_get_their_own_jobs(
+        backend: Backend) -> None:
+    """Claims move each fair queue's vtime (PostgreSQL: a row per queue, locked in name
+    order): four claimers naming the queues in both orders all get through, and every
+    job goes to exactly one of them."""
+    for queue in ("a", "b"):
+        await backend.enqueue_jobs([new_job(id=f"{queue}-{i:03d}", queue=queue,
+                                            fairness_key=f"t{i % 4}") for i in range(200)])
+
+    async def claimer(n: int) -> list[str]:
+        order = ["a", "b"] if n % 2 else ["b", "a"]
+        got: list[str] = []
+        while jobs := await backend.fetch_jobs(strict_claim(order, 5, f"w{n}", 30)):
+            got += [job.id for job in jobs]
+        return got
+
+    claimed = [i for ids in await asyncio.gather(*(claimer(n) for n in range(CLAIMERS)))
+               for i in ids]
+    assert len(claimed) == len(set(claimed)) == 400
