@@ -17,10 +17,13 @@ from .retry_budget import RetryBudget
 from .task import Task
 from .version import __version__
 from .job_context import JobContext, current_job
+from .workflow_inputs import Failure
+from .workflows import chain, chord, group
 
 __all__ = [
     "Cancel",
     "Conveyor",
+    "Failure",
     "ConveyorError",
     "Job",
     "JobContext",
@@ -30,5 +33,8 @@ __all__ = [
     "Snooze",
     "Task",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
+    "group",
 ]

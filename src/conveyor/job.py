@@ -15,6 +15,7 @@ from typing import Any
 
 
 class JobState(StrEnum):
+    BLOCKED = "blocked"  # a workflow member waiting for its parents to end (never claimed)
     SCHEDULED = "scheduled"  # waiting for run_at (delayed or snoozed)
     AVAILABLE = "available"  # ready to be claimed
     RUNNING = "running"  # leased by a worker
@@ -25,7 +26,8 @@ class JobState(StrEnum):
 
 
 ACTIVE_STATES = frozenset(
-    {JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE}
+    {JobState.BLOCKED, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING,
+     JobState.RETRYABLE}
 )
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD})
 
@@ -188,3 +190,8 @@ class NewJob:
     # a weight w gives the key w turns to a weight-1 key's one. Used at enqueue only.
     fairness_key: str | None = None
     fairness_weight: float | None = None
+    # Workflows (docs/workflows.md): the jobs that must end first. The job is stored
+    # `blocked` until they have; a parent that ends dead or cancelled cancels it,
+    # unless `allow_failure`, which lets it run with the failure as its input.
+    depends_on: tuple[str, ...] = ()
+    allow_failure: bool = False

@@ -28,9 +28,12 @@ class Transition(StrEnum):
     RESCUE = "rescue"  # lease expired (worker died); counts as an attempt
     CANCEL = "cancel"  # operator cancelled it (waiting), or the handler honoured a cancel request
     REDRIVE = "redrive"  # operator sent a dead/cancelled job back to work
+    UNBLOCK = "unblock"  # every parent of a blocked workflow member ended: it may run
 
 
 TRANSITIONS: dict[tuple[JobState, JobState], frozenset[Transition]] = {
+    (S.BLOCKED, S.AVAILABLE): frozenset({Transition.UNBLOCK}),
+    (S.BLOCKED, S.CANCELLED): frozenset({Transition.CANCEL}),  # a parent failed, or an operator
     (S.SCHEDULED, S.AVAILABLE): frozenset({Transition.STAGE}),
     (S.RETRYABLE, S.AVAILABLE): frozenset({Transition.STAGE}),
     (S.AVAILABLE, S.RUNNING): frozenset({Transition.CLAIM}),

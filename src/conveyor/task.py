@@ -19,6 +19,7 @@ from .fairness import FAIRNESS_META_KEY
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .retry import RetryPolicy
+from .signature import Signature
 from .timeutil import Clock, Duration, to_seconds
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class JobOptions:
     connection: Any = None  # a caller's own DB connection, for transactional enqueue
     fairness_key: str | None = None  # over the task's template (conveyor.fairness)
     fairness_weight: float | None = None
+    depends_on: tuple[str, ...] = ()  # job ids that must end first (docs/workflows.md)
+    allow_failure: bool | None = None  # run even if a parent ended dead or cancelled
 
 
 _NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
@@ -107,6 +110,8 @@ def make_options(
     connection: Any = None,
     fairness_key: str | None = None,
     fairness_weight: float | None = None,
+    depends_on: Iterable[Any] = (),
+    allow_failure: bool | None = None,
 ) -> JobOptions:
     """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
@@ -126,6 +131,8 @@ def make_options(
         fairness_key=None if fairness_key is None else valid.name("fairness_key", fairness_key),
         fairness_weight=None if fairness_weight is None
         else valid.fairness_weight(fairness_weight),
+        depends_on=tuple(job_id_of(parent) for parent in depends_on),
+        allow_failure=allow_failure,
     )
 
 
@@ -140,6 +147,14 @@ def key_templates(task_name: str, fn: Callable[..., Any], idempotency_key: str |
                                        ("fairness_key", fairness_key))}
     except ValueError as exc:
         raise ConfigurationError(f"task {task_name}: {exc}") from None
+
+
+def job_id_of(parent: Any) -> str:
+    """A parent named by its id, or by anything with an `id` (a JobHandle, a Job)."""
+    job_id = parent if isinstance(parent, str) else getattr(parent, "id", None)
+    if not isinstance(job_id, str):
+        raise InvalidJob("depends_on", parent, "job ids or job handles")
+    return valid.name("depends_on", job_id)
 
 
 def time_limits(task_name: str, timeout: Duration | None, soft_time_limit: Duration | None,
@@ -272,6 +287,14 @@ class Task(Generic[P, R]):
         """The job this call would enqueue, for `app.enqueue_many`."""
         return BoundTask(self, _NO_OPTIONS).message(*args, **kwargs)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call as a workflow step (`conveyor.workflows.chain`, `group`, `chord`)."""
+        return BoundTask(self, _NO_OPTIONS).s(*args, **kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that receives no result from the step before it."""
+        return BoundTask(self, _NO_OPTIONS).si(*args, **kwargs)
+
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         return self.app.enqueue_many([self.message(*args, **kwargs)])[0]
 
@@ -295,10 +318,26 @@ class BoundTask(Generic[P, R]):
             changes["delay"] = None
         return BoundTask(self.task, replace(self.opts, **changes))
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call as a workflow step (`conveyor.workflows`): in a chain it receives
+        the previous step's result as its first argument."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that receives no result from the step before it."""
+        return Signature(self, args, kwargs, takes_input=False)
+
     def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+        return self.job_of(args, kwargs)
+
+    def job_of(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+               takes_input: bool = False) -> NewJob:
+        """The job of this call; `takes_input`: a workflow step whose first argument
+        comes from its parents when it runs (checked here as a placeholder)."""
         task, opts, d = self.task, self.opts, self.task.defaults
-        task.validate(args, kwargs)
-        task.app.hygiene.check(task.name, d.payload_hygiene, task.positional_names, args,
+        checked = (None, *args) if takes_input else args
+        task.validate(checked, kwargs)
+        task.app.hygiene.check(task.name, d.payload_hygiene, task.positional_names, checked,
                                kwargs, d.redact)
         meta = (dict(opts.meta) if d.idempotency_key is None else
                 {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)})
@@ -326,6 +365,8 @@ class BoundTask(Generic[P, R]):
             meta=meta,
             fairness_key=fairness_key,
             fairness_weight=opts.fairness_weight,
+            depends_on=opts.depends_on,
+            allow_failure=bool(opts.allow_failure),
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

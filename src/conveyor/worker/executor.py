@@ -21,6 +21,7 @@ from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..retry_budget import RetryBudget
 from ..version import __version__
+from ..workflow_inputs import WORKFLOW_META_KEY, parent_inputs
 from .handler_call import (
     INTERRUPTS,
     HandlerOutcome,
@@ -122,6 +123,9 @@ class JobExecutor:
             # Stored apart (claim_check): read back and checked; a missing or changed
             # blob is a CorruptPayload, a store that is down a retry.
             args, kwargs = decode_payload(job, await self.app.claim_check.arguments_text(job))
+            if WORKFLOW_META_KEY in job.meta:  # a workflow member: its parents' results first
+                args = [*await parent_inputs(await self.app.backend(), self.app.claim_check,
+                                             job), *args]
             task.validate(tuple(args), kwargs)  # the enqueue's check: in C when it can be
         except (CorruptPayload, ArgumentValidationError) as exc:
             return self._failed(job, exc, policy, tb=traceback.format_exc())

@@ -28,6 +28,7 @@ from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
 from ...claiming import claim_in_passes, claim_rank
 from ...fairness import VtimeAssigner, claimed_vtime
+from ...dependencies import check_parents, dependency_error, release, start_of
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
@@ -156,12 +157,13 @@ class MemoryStore:
         with self.lock:
             vtimes = VtimeAssigner(lambda q, k: self.fair_last.get((q, k), 0),
                                    lambda q: self.fair_queue.get(q, 0))
+            check_parents(jobs, self.rows.__contains__)
             for pos, new in enumerate(jobs):
                 existing = self._duplicate_of(new, now)
                 if existing is not None:
                     out.append(existing)
                     continue
-                if new.bound is not None:  # conveyor.backpressure
+                if new.bound is not None and not new.depends_on:  # conveyor.backpressure
                     depth = len(self.waiting_in.get(new.queue, {}))
                     if depth >= new.bound.max_waiting and not new.bound.shed_oldest:
                         refused[pos] = RefusedJob(new.id, new.queue, depth, new.bound.max_waiting)
@@ -173,9 +175,14 @@ class MemoryStore:
                 if new.id in self.rows:  # finished, its dedup window over: replaced
                     self.delete(new.id)
                 run_at = now if new.run_at is None else float(new.run_at)
+                state = initial_state(run_at, now)
+                if new.depends_on:
+                    start = start_of(new.id, new.depends_on, self._states(new.depends_on),
+                                     new.allow_failure, state)
+                    state = start.state
                 self.rows[new.id] = {
                     "id": new.id, "queue": new.queue, "task": new.task, "payload": new.payload,
-                    "state": initial_state(run_at, now).value, "priority": new.priority,
+                    "state": state.value, "priority": new.priority,
                     "attempt": 0, "max_attempts": new.max_attempts, "run_at": run_at,
                     "created_at": float(now), "started_at": None, "finished_at": None,
                     "lease_token": 0, "lease_expires_at": None, "worker_id": None,
@@ -190,10 +197,55 @@ class MemoryStore:
                 }
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
+                if new.depends_on:
+                    self._link(new.id, start, new.allow_failure, now)
                 out.append(self._place(new.id))
             self.fair_last.update(vtimes.last)
         self.wakeups.notify()
         return raise_if_refused(jobs, out, refused)
+
+    def _states(self, ids: Sequence[str]) -> dict[str, JobState | None]:
+        return {i: (None if i not in self.rows else decode(i, self.rows[i]).state) for i in ids}
+
+    def _link(self, job_id: str, start: Any, allow_failure: bool, now: float) -> None:
+        """Record a new dependant's waiting (conveyor.dependencies)."""
+        row = self.rows[job_id]
+        row["pending_parents"], row["allow_failure"] = len(start.pending), allow_failure
+        for parent in start.pending:
+            self.rows[parent].setdefault("dependants", []).append(job_id)
+        if start.failed_parent is not None:
+            row["finished_at"] = now
+            row["errors"] = (AttemptError.from_dict(json.loads(
+                dependency_error(*start.failed_parent, now))),)
+
+    def _release_dependants(self, parent_id: str, now: float) -> int:
+        """A parent ended: apply conveyor.dependencies.release to its blocked dependants,
+        cancelling onwards through the dependants of those it cancels."""
+        ended, unblocked = [parent_id], 0
+        while ended:
+            parent = ended.pop()
+            row = self.rows.get(parent)
+            if row is None or not row.get("dependants"):
+                continue
+            state = decode(parent, row).state
+            for child in row["dependants"]:
+                child_row = self.rows.get(child)
+                if child_row is None or child_row.get("state") != S.BLOCKED.value:
+                    continue
+                new, left = release(state, bool(child_row.get("allow_failure")),
+                                    int(child_row.get("pending_parents") or 0))
+                child_row["pending_parents"] = left
+                if new is S.CANCELLED:
+                    why = AttemptError.from_dict(json.loads(
+                        dependency_error(parent, state.value, now)))
+                    job = decode(child, child_row)
+                    self._move(child, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
+                               finished_at=now, errors=(*job.errors, why))
+                    ended.append(child)
+                elif new is S.AVAILABLE:
+                    self._move(child, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=now)
+                    unblocked += 1
+        return unblocked
 
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
         """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
@@ -254,6 +306,7 @@ class MemoryStore:
 
     def settle_jobs(self, settlements: Sequence[Settlement], now: float) -> list[str]:
         stale: list[str] = []
+        unblocked = 0
         with self.lock:
             for s in settlements:  # all or nothing: refuse an illegal outcome up front
                 check(S.RUNNING, s.state)
@@ -266,6 +319,7 @@ class MemoryStore:
                 if s.state is S.COMPLETED:
                     self._move(s.job_id, S.RUNNING, S.COMPLETED, Transition.COMPLETE,
                                result=s.result, finished_at=now, lease_expires_at=None)
+                    unblocked += self._release_dependants(s.job_id, now)
                 elif s.refund_attempt:
                     self._move(s.job_id, S.RUNNING, s.state, None, run_at=run_at,
                                lease_expires_at=None, attempt=max(job.attempt - 1, 0))
@@ -275,7 +329,9 @@ class MemoryStore:
                     self._move(s.job_id, S.RUNNING, s.state, None, run_at=run_at,
                                lease_expires_at=None, finished_at=now if ended else None,
                                errors=errors)
-        if any(s.state in (S.AVAILABLE, S.SCHEDULED) for s in settlements):
+                    if ended:
+                        unblocked += self._release_dependants(s.job_id, now)
+        if unblocked or any(s.state in (S.AVAILABLE, S.SCHEDULED) for s in settlements):
             self.wakeups.notify()
         return stale
 

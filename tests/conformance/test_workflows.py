@@ -1,0 +1,179 @@
+"""Workflows (docs/workflows.md): jobs that wait on others, on every backend.
+
+The backend rules first (depends_on, the `blocked` state, release when parents
+end, the failure policy), then chain, group and chord run by a real worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, Failure, chain, chord, group
+from conveyor.backends.base import Backend, JobFilter, Settlement
+from conveyor.claiming import strict_claim
+from conveyor.dependencies import DEPENDENCY_FAILED
+from conveyor.errors import InvalidJob, JobFailed
+from conveyor.job import JobState
+from conveyor.timeutil import ManualClock
+from conveyor.worker import WorkerConfig
+from helpers import RunningWorker, claim_one, complete, error, new_job, state_of
+
+S = JobState
+
+
+async def claim_all(backend: Backend, n: int = 10) -> list[Any]:
+    return await backend.fetch_jobs(strict_claim(["default"], n, "w1", 30))
+
+
+async def test_dependant_is_blocked_never_claimed_and_not_waiting_work(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="p"), new_job(id="c", depends_on=("p",))])
+    assert await state_of(backend, "c") is S.BLOCKED
+    claimed = await claim_all(backend)
+    assert [j.id for j in claimed] == ["p"]
+    stats = {q.queue: q for q in await backend.queue_stats()}["default"]
+    assert stats.counts.get(S.BLOCKED) == 1 and stats.counts.get(S.AVAILABLE, 0) == 0
+    assert await backend.count_jobs(JobFilter(states=(S.BLOCKED,))) == 1
+
+
+async def test_last_parent_to_complete_makes_the_dependant_available(
+        backend: Backend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b"),
+                                new_job(id="c", depends_on=("a", "b"))])
+    a, b = sorted(await claim_all(backend), key=lambda j: j.id)
+    assert await backend.settle_jobs([complete(a, "1")]) == []
+    assert await state_of(backend, "c") is S.BLOCKED
+    clock.advance(5)
+    assert await backend.settle_jobs([complete(b, "2")]) == []
+    c = await backend.get_job("c")
+    assert c is not None and c.state is S.AVAILABLE and c.run_at == clock.now
+    assert [j.id for j in await claim_all(backend)] == ["c"]
+
+
+async def test_both_parents_settled_in_one_batch_release_once(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b"),
+                                new_job(id="c", depends_on=("a", "b"))])
+    jobs = await claim_all(backend)
+    assert await backend.settle_jobs([complete(j) for j in jobs]) == []
+    assert await state_of(backend, "c") is S.AVAILABLE
+    assert [j.id for j in await claim_all(backend)] == ["c"]
+
+
+async def test_parents_already_ended_at_enqueue(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="done"), new_job(id="bad", max_attempts=1)])
+    bad, done = sorted(await claim_all(backend), key=lambda j: j.id)
+    await backend.settle_jobs([complete(done),
+                               Settlement(bad.id, bad.lease_token, S.DEAD, error=error(1))])
+    await backend.enqueue_jobs([new_job(id="ok", depends_on=("done",)),
+                                new_job(id="lost", depends_on=("done", "bad")),
+                                new_job(id="tolerant", depends_on=("bad",), allow_failure=True)])
+    assert await state_of(backend, "ok") is S.AVAILABLE
+    assert await state_of(backend, "tolerant") is S.AVAILABLE
+    lost = await backend.get_job("lost")
+    assert lost is not None and lost.state is S.CANCELLED
+    assert [(e.type, e.message) for e in lost.errors] == [
+        (DEPENDENCY_FAILED, "parent job bad ended dead")]
+
+
+async def test_unknown_parent_refuses_the_batch(backend: Backend) -> None:
+    with pytest.raises(InvalidJob, match="depends_on"):
+        await backend.enqueue_jobs([new_job(id="x"), new_job(id="y", depends_on=("nope",))])
+    assert await backend.get_job("x") is None and await backend.get_job("y") is None
+
+
+async def test_dead_parent_cancels_dependants_onwards_with_the_reason(
+        backend: Backend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([new_job(id="a", max_attempts=1),
+                                new_job(id="b", depends_on=("a",)),
+                                new_job(id="c", depends_on=("b",)),
+                                new_job(id="t", depends_on=("a",), allow_failure=True)])
+    a = await claim_one(backend)
+    clock.advance(3)
+    await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
+    b, c = await backend.get_job("b"), await backend.get_job("c")
+    assert b is not None and b.state is S.CANCELLED and b.finished_at == clock.now
+    assert [(e.type, e.message) for e in b.errors] == [(DEPENDENCY_FAILED,
+                                                        "parent job a ended dead")]
+    assert c is not None and c.state is S.CANCELLED
+    assert [(e.type, e.message) for e in c.errors] == [(DEPENDENCY_FAILED,
+                                                        "parent job b ended cancelled")]
+    assert await state_of(backend, "t") is S.AVAILABLE  # allow_failure: it runs
+
+
+async def test_retry_of_a_parent_keeps_the_dependant_blocked(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
+    a = await claim_one(backend)
+    await backend.settle_jobs([Settlement(a.id, a.lease_token, S.RETRYABLE, error=error(1),
+                                          run_at=0.0)])
+    assert await state_of(backend, "b") is S.BLOCKED
+    a = await claim_one(backend)
+    await backend.settle_jobs([complete(a)])
+    assert await state_of(backend, "b") is S.AVAILABLE
+
+
+# --- the workflow API, run by a worker -------------------------------------------------
+def workflow_tasks(app: Conveyor) -> dict[str, Any]:
+    @app.task(name="wf.add", max_attempts=1)
+    def add(x: int, y: int = 0) -> int:
+        return x + y
+
+    @app.task(name="wf.total", max_attempts=1)
+    def total(values: list[Any], extra: int = 0) -> Any:
+        return sum(v for v in values if isinstance(v, int)) + extra
+
+    @app.task(name="wf.boom", max_attempts=1)
+    def boom(*_: Any) -> None:
+        raise ValueError("no")
+
+    @app.task(name="wf.seen", max_attempts=1)
+    def seen(value: Any) -> Any:
+        return {"type": value.type, "state": value.state} if isinstance(value, Failure) \
+            else value
+
+    return {"add": add, "total": total, "boom": boom, "seen": seen}
+
+
+async def run_until_done(app: Conveyor, handle: Any, timeout: float = 20.0) -> Any:
+    async with RunningWorker(app, WorkerConfig(queues=("default",), concurrency=4,
+                                               poll_interval=0.05)):
+        return await handle.result_async(timeout)
+
+
+async def test_chain_passes_each_result_on(live_app: Conveyor) -> None:
+    t = workflow_tasks(live_app)
+    flow = chain(t["add"].s(1, 2), t["add"].s(10), t["add"].si(100, 1), t["add"].s())
+    handle = await flow.enqueue_async()
+    assert [(await live_app.admin.get(h.id)).state for h in handle.jobs] == [  # type: ignore[union-attr]
+        S.AVAILABLE, S.BLOCKED, S.BLOCKED, S.BLOCKED]
+    assert await run_until_done(live_app, handle) == 101
+
+
+async def test_group_then_chord_callback_gets_results_in_order(live_app: Conveyor) -> None:
+    t = workflow_tasks(live_app)
+    handle = await chord(group(t["add"].s(i, i) for i in range(5)),
+                         t["total"].s(extra=1)).enqueue_async()
+    assert await run_until_done(live_app, handle) == sum(2 * i for i in range(5)) + 1
+    parallel = await group(t["add"].s(1), t["add"].s(2)).enqueue_async()
+    assert await run_until_done(live_app, parallel) == [1, 2]
+
+
+async def test_failed_member_cancels_the_callback_and_allow_failure_passes_it(
+        live_app: Conveyor) -> None:
+    t = workflow_tasks(live_app)
+    strict = await chord([t["add"].s(1), t["boom"].s()], t["total"].s()).enqueue_async()
+    with pytest.raises(JobFailed, match=DEPENDENCY_FAILED):
+        await run_until_done(live_app, strict)
+    callback = await live_app.admin.get(strict.exits[0].id)
+    assert callback is not None and callback.state is S.CANCELLED
+    tolerant = await chain(t["boom"].s(), t["seen"].s(), allow_failure=True).enqueue_async()
+    assert await run_until_done(live_app, tolerant) == {"type": "ValueError", "state": "dead"}
+
+
+async def test_depends_on_by_hand(live_app: Conveyor) -> None:
+    t = workflow_tasks(live_app)
+    first = await t["add"].enqueue_async(5)
+    second = await t["add"].options(depends_on=[first]).enqueue_async(6)
+    assert (await live_app.admin.get(second.id)).state is S.BLOCKED  # type: ignore[union-attr]
+    async with RunningWorker(live_app, WorkerConfig(queues=("default",), poll_interval=0.05)):
+        assert await second.result_async(20) == 6  # no input by hand: its own arguments
+        assert await first.result_async(20) == 5
