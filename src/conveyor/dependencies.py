@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .errors import InvalidJob
 from .job import JobState, NewJob
@@ -98,3 +99,42 @@ def release(parent_state: JobState, allow_failure: bool, pending_parents: int
         return S.CANCELLED, pending_parents
     left = pending_parents - 1
     return (S.AVAILABLE if left <= 0 else S.BLOCKED), left
+
+
+class DependantRows(Protocol):
+    """The reads and writes `release_dependants` makes, inside the caller's atomic
+    step (the memory store's lock, SQLite's write transaction)."""
+
+    def dependants(self, job_id: str) -> Sequence[str]: ...
+
+    def blocked(self, job_id: str) -> tuple[bool, int] | None:
+        """(allow_failure, pending_parents) of a blocked job; None if not blocked."""
+        ...
+
+    def count_down(self, job_id: str, pending_parents: int) -> None: ...
+    def unblock(self, job_id: str) -> None: ...
+    def cancel(self, job_id: str, error_json: str) -> None: ...
+
+
+def release_dependants(rows: DependantRows, parent_id: str, parent_state: JobState,
+                       now: float) -> int:
+    """A parent ended in `parent_state`: apply `release` to each of its blocked
+    dependants, and onwards to the dependants of those it cancels. Returns how many
+    became available (the caller wakes idle workers)."""
+    ended, unblocked = [(parent_id, parent_state)], 0
+    while ended:
+        parent, state = ended.pop()
+        for child in rows.dependants(parent):
+            found = rows.blocked(child)
+            if found is None:
+                continue
+            new, left = release(state, found[0], found[1])
+            if new is S.CANCELLED:
+                rows.cancel(child, dependency_error(parent, state.value, now))
+                ended.append((child, S.CANCELLED))
+            elif new is S.AVAILABLE:
+                rows.unblock(child)
+                unblocked += 1
+            else:
+                rows.count_down(child, left)
+    return unblocked

@@ -27,8 +27,8 @@ from ...errors import RefusedJob
 from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
 from ...claiming import claim_in_passes, claim_rank
+from ...dependencies import check_parents, dependency_error, release_dependants, start_of
 from ...fairness import VtimeAssigner, claimed_vtime
-from ...dependencies import check_parents, dependency_error, release, start_of
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
@@ -219,33 +219,10 @@ class MemoryStore:
                 dependency_error(*start.failed_parent, now))),)
 
     def _release_dependants(self, parent_id: str, now: float) -> int:
-        """A parent ended: apply conveyor.dependencies.release to its blocked dependants,
-        cancelling onwards through the dependants of those it cancels."""
-        ended, unblocked = [parent_id], 0
-        while ended:
-            parent = ended.pop()
-            row = self.rows.get(parent)
-            if row is None or not row.get("dependants"):
-                continue
-            state = decode(parent, row).state
-            for child in row["dependants"]:
-                child_row = self.rows.get(child)
-                if child_row is None or child_row.get("state") != S.BLOCKED.value:
-                    continue
-                new, left = release(state, bool(child_row.get("allow_failure")),
-                                    int(child_row.get("pending_parents") or 0))
-                child_row["pending_parents"] = left
-                if new is S.CANCELLED:
-                    why = AttemptError.from_dict(json.loads(
-                        dependency_error(parent, state.value, now)))
-                    job = decode(child, child_row)
-                    self._move(child, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
-                               finished_at=now, errors=(*job.errors, why))
-                    ended.append(child)
-                elif new is S.AVAILABLE:
-                    self._move(child, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=now)
-                    unblocked += 1
-        return unblocked
+        if not self.rows[parent_id].get("dependants"):
+            return 0  # the one check a job outside a workflow pays
+        return release_dependants(_Dependants(self, now), parent_id,
+                                  decode(parent_id, self.rows[parent_id]).state, now)
 
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
         """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
@@ -391,6 +368,35 @@ class MemoryStore:
             if placed is None or placed[0] is state:
                 return
             self._move(job_id, placed[0], state, None)
+
+
+class _Dependants:
+    """conveyor.dependencies.DependantRows on the store's rows (under its lock)."""
+
+    def __init__(self, store: MemoryStore, now: float) -> None:
+        self.store, self.now = store, now
+
+    def dependants(self, job_id: str) -> list[str]:
+        return list(self.store.rows.get(job_id, {}).get("dependants") or ())
+
+    def blocked(self, job_id: str) -> tuple[bool, int] | None:
+        row = self.store.rows.get(job_id)
+        if row is None or row.get("state") != S.BLOCKED.value:
+            return None
+        return bool(row.get("allow_failure")), int(row.get("pending_parents") or 0)
+
+    def count_down(self, job_id: str, pending_parents: int) -> None:
+        self.store.rows[job_id]["pending_parents"] = pending_parents
+
+    def unblock(self, job_id: str) -> None:
+        self.store._move(job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now,
+                         pending_parents=0)
+
+    def cancel(self, job_id: str, error_json: str) -> None:
+        errors = decode(job_id, self.store.rows[job_id]).errors
+        why = AttemptError.from_dict(json.loads(error_json))
+        self.store._move(job_id, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
+                         finished_at=self.now, errors=(*errors, why))
 
 
 def decode(job_id: str, row: Row) -> Job:

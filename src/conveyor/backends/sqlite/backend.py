@@ -146,10 +146,10 @@ class SqliteBackend:
         return await self._on_thread(lambda s: s.fetch_jobs(request))
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        stale = await self._on_thread(lambda s: s.settle_jobs(settlements))
-        if self._sender is not None and any(
+        stale, unblocked = await self._on_thread(lambda s: s.settle_jobs(settlements))
+        if self._sender is not None and (unblocked or any(
             s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements
-        ):
+        )):
             self._sender.notify()
         return stale
 

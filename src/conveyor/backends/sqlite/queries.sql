@@ -45,13 +45,13 @@ ON CONFLICT (id) DO NOTHING
 -- name: find_duplicate_by_id
 SELECT {job_columns} FROM conveyor_jobs
 WHERE id = :id
-  AND (state IN ('scheduled', 'available', 'running', 'retryable')
+  AND (state IN ('blocked', 'scheduled', 'available', 'running', 'retryable')
        OR (state = 'completed' AND finished_at + unique_for > :now))
 
 -- name: find_duplicate_by_unique_key
 SELECT {job_columns} FROM conveyor_jobs
 WHERE unique_key = :unique_key
-  AND (state IN ('scheduled', 'available', 'running', 'retryable')
+  AND (state IN ('blocked', 'scheduled', 'available', 'running', 'retryable')
        OR (state = 'completed' AND finished_at + unique_for > :now))
 ORDER BY seq DESC LIMIT 1
 
@@ -137,6 +137,7 @@ ON CONFLICT (queue, key) DO UPDATE SET last_vtime = excluded.last_vtime
 UPDATE conveyor_jobs
 SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
+RETURNING dependants IS NOT NULL
 
 -- name: fail_job
 -- Retry (retryable, run_at) or dead-letter (dead, finished_at): appends the attempt's
@@ -150,6 +151,7 @@ SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
                   WHEN json_type(errors) = 'array' THEN json_insert(errors, '$[#]', json(:error))
                   ELSE json_array(json(:error)) END
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
+RETURNING dependants IS NOT NULL
 
 -- name: return_job
 -- Snooze or release: back to waiting without using the attempt.
@@ -282,3 +284,42 @@ DELETE FROM conveyor_meta WHERE namespace = :namespace AND key = :key
 
 -- name: delete_expired_records
 DELETE FROM conveyor_meta WHERE expires_at IS NOT NULL AND expires_at <= :now
+
+-- Workflows (docs/workflows.md, conveyor.dependencies): jobs blocked on others.
+
+-- name: states_of_jobs
+SELECT id, state FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: link_dependant
+-- A new dependant's count of parents to wait for; its history when a parent already failed.
+UPDATE conveyor_jobs
+SET pending_parents = :pending_parents, allow_failure = :allow_failure,
+    finished_at = CASE WHEN :error IS NULL THEN finished_at ELSE :now END,
+    errors = CASE WHEN :error IS NULL THEN errors ELSE json_array(json(:error)) END
+WHERE id = :id
+
+-- name: add_dependant
+UPDATE conveyor_jobs
+SET dependants = CASE WHEN json_valid(dependants) AND json_type(dependants) = 'array'
+                      THEN json_insert(dependants, '$[#]', :child) ELSE json_array(:child) END
+WHERE id = :id
+
+-- name: dependants_of
+SELECT dependants FROM conveyor_jobs WHERE id = :id
+
+-- name: blocked_job
+SELECT allow_failure, pending_parents FROM conveyor_jobs WHERE id = :id AND state = 'blocked'
+
+-- name: count_down_parents
+UPDATE conveyor_jobs SET pending_parents = :pending_parents WHERE id = :id AND state = 'blocked'
+
+-- name: unblock_job
+UPDATE conveyor_jobs SET state = 'available', run_at = :now, pending_parents = 0
+WHERE id = :id AND state = 'blocked'
+
+-- name: cancel_blocked_job
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = :now,
+    errors = CASE WHEN json_valid(errors) AND json_type(errors) = 'array'
+                  THEN json_insert(errors, '$[#]', json(:error)) ELSE json_array(json(:error)) END
+WHERE id = :id AND state = 'blocked'

@@ -20,12 +20,17 @@ from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
 from ...claiming import claim_in_passes, claim_rank
+from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import job_from_row
 from .connection import Q
+from .dependants import SqliteDependants, link, states_of
 from .inspector import SqliteInspector
 from .room import Room
+
+
+ENDED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 
 
 class SqliteStore(SqliteInspector):
@@ -38,12 +43,18 @@ class SqliteStore(SqliteInspector):
         out: list[Job | None] = []
         refused: dict[int, RefusedJob] = {}
         with self.write() as db:
+            if any(new.depends_on for new in jobs):  # a workflow (conveyor.dependencies)
+                stored = states_of(db, [p for new in jobs for p in new.depends_on])
+                check_parents(jobs, stored.__contains__)
             room = Room(db, now, bounds_of(jobs))
             vtimes = fair_vtimes(db)
             for pos, new in enumerate(jobs):
                 existing = self._find_duplicate(db, new, now)
                 if existing is not None:
                     out.append(existing)
+                    continue
+                if new.depends_on:  # blocked jobs take no room in a bounded queue
+                    out.append(self._insert_dependant(db, new, now, vtimes.assign(new) or 0))
                     continue
                 refusal = room.take(new.queue)
                 if refusal is not None:
@@ -57,10 +68,23 @@ class SqliteStore(SqliteInspector):
                 for (queue, key), vtime in vtimes.last.items()])
         return raise_if_refused(jobs, out, refused)
 
-    @staticmethod
-    def _insert(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int) -> Job:
+    def _insert_dependant(self, db: sqlite3.Connection, new: NewJob, now: float,
+                          fair_vtime: int) -> Job:
         run_at = now if new.run_at is None else new.run_at
-        state = initial_state(run_at, now)
+        states = {i: JobState(v) for i, v in states_of(db, new.depends_on).items()}
+        start = start_of(new.id, new.depends_on, states, new.allow_failure,
+                         initial_state(run_at, now))
+        self._insert(db, new, now, fair_vtime, start.state)
+        link(db, new.id, start, new.allow_failure, now)
+        job = self._get(db, new.id)
+        assert job is not None
+        return job
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int,
+                state: JobState | None = None) -> Job:
+        run_at = now if new.run_at is None else new.run_at
+        state = initial_state(run_at, now) if state is None else state
         row = {
             "id": new.id,
             "queue": new.queue,
@@ -130,9 +154,10 @@ class SqliteStore(SqliteInspector):
                                                          for q, v in reached.items()])
             return claimed
 
-    def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+    def settle_jobs(self, settlements: Sequence[Settlement]) -> tuple[list[str], int]:
+        """The stale ids, and how many dependants became available."""
         now = self.clock()
-        stale = []
+        stale, unblocked = [], 0
         with self.write() as db:
             for s in settlements:
                 params: dict[str, Any] = {"id": s.job_id, "token": s.token, "now": now}
@@ -148,9 +173,13 @@ class SqliteStore(SqliteInspector):
                         Q["fail_job"],
                         {**params, "state": s.state.value, "run_at": s.run_at, "error": error},
                     )
-                if cursor.rowcount == 0:
+                applied = cursor.fetchone()
+                if applied is None:
                     stale.append(s.job_id)
-        return stale
+                elif applied[0] and s.state in ENDED:  # it has dependants: release them
+                    unblocked += release_dependants(SqliteDependants(db, now), s.job_id,
+                                                    s.state, now)
+        return stale, unblocked
 
     def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         now = self.clock()

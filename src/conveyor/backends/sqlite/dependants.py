@@ -1,0 +1,58 @@
+"""Workflows on SQLite (conveyor.dependencies): linking a new dependant to its
+parents and releasing dependants when a parent ends, inside the caller's write
+transaction (SQLite serialises writers, so the count of a dependant whose last two
+parents end at once is decremented by one transaction after the other)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from ...dependencies import DependantRows, Start, dependency_error
+from .connection import Q
+
+
+def states_of(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+    return dict(db.execute(Q["states_of_jobs"], {"ids": json.dumps(list(ids))}).fetchall())
+
+
+def link(db: sqlite3.Connection, job_id: str, start: Start, allow_failure: bool,
+         now: float) -> None:
+    """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
+    error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
+    db.execute(Q["link_dependant"], {"id": job_id, "pending_parents": len(start.pending),
+                                     "allow_failure": int(allow_failure), "error": error,
+                                     "now": now})
+    for parent in start.pending:
+        db.execute(Q["add_dependant"], {"id": parent, "child": job_id})
+
+
+class SqliteDependants(DependantRows):
+    def __init__(self, db: sqlite3.Connection, now: float) -> None:
+        self.db, self.now = db, now
+
+    def dependants(self, job_id: str) -> list[str]:
+        row = self.db.execute(Q["dependants_of"], {"id": job_id}).fetchone()
+        try:
+            ids = json.loads(row[0]) if row is not None and row[0] is not None else []
+        except ValueError:  # a damaged list releases nothing rather than failing the settle
+            return []
+        return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+    def blocked(self, job_id: str) -> tuple[bool, int] | None:
+        row = self.db.execute(Q["blocked_job"], {"id": job_id}).fetchone()
+        if row is None:
+            return None
+        pending = row[1] if isinstance(row[1], int) else 0
+        return bool(row[0]), pending
+
+    def count_down(self, job_id: str, pending_parents: int) -> None:
+        self.db.execute(Q["count_down_parents"], {"id": job_id, "pending_parents": pending_parents})
+
+    def unblock(self, job_id: str) -> None:
+        self.db.execute(Q["unblock_job"], {"id": job_id, "now": self.now})
+
+    def cancel(self, job_id: str, error_json: str) -> None:
+        self.db.execute(Q["cancel_blocked_job"], {"id": job_id, "now": self.now,
+                                                  "error": error_json})
