@@ -370,6 +370,7 @@ class Conveyor:
         # Middleware is async, so it runs on the portal loop; the caller's contextvars
         # (its current span, say) go along, as run_coroutine_threadsafe copies them.
         if (connection is None and batch and not self.middleware
+                and not any(new.depends_on for new in batch)
                 and not self.claim_check.needs_offload(batch) and not self.queues.blocks(batch)):
             # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()

@@ -18,6 +18,7 @@ from psycopg_pool import PoolTimeout
 from ...errors import ConfigurationError, StaleLease
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
+from ...version import __version__
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..sqlfiles import load_migrations
 from .blobs import PostgresBlobStore
@@ -156,6 +157,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             "errors": [None if s.error is None else jsonb(s.error.to_dict()) for s in settlements],
             "run_ats": [None if s.run_at is None else float(s.run_at) for s in settlements],
             "refunds": [s.refund_attempt for s in settlements],
+            "version": __version__,
         }
         wakes = any(s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements)
 
@@ -164,7 +166,10 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                 cur = await conn.execute(self.q["settle_jobs"], params)
                 if wakes:  # snoozed or released jobs: someone may claim them now
                     await self._notify(conn)
-                return {row[0] for row in await cur.fetchall()}
+                rows = await cur.fetchall()
+            if not wakes and any(row[1] for row in rows):  # dependants became available
+                await self._notify(conn)
+            return {row[0] for row in rows}
 
         applied = await self._run(op)
         return [s.job_id for s in settlements if s.job_id not in applied]
@@ -218,8 +223,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
             yield conn
             params = {"id": lease.job_id, "token": lease.token, "result": result,
-                      "now": self.clock()}
-            if (await conn.execute(self.q["complete_job"], params)).rowcount != 1:
+                      "now": self.clock(), "version": __version__}
+            if await (await conn.execute(self.q["complete_job"], params)).fetchone() is None:
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
                                  "transaction; rolled back")
 
@@ -236,8 +241,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
                 yield conn
                 params = {"id": lease.job_id, "token": lease.token, "result": result,
-                          "now": self.clock()}
-                if conn.execute(self.q["complete_job"], params).rowcount != 1:
+                          "now": self.clock(), "version": __version__}
+                if conn.execute(self.q["complete_job"], params).fetchone() is None:
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
                                      "transaction; rolled back")
         except (PoolTimeout, psycopg.OperationalError) as exc:

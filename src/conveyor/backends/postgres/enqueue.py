@@ -41,10 +41,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ...backpressure import bounds_of, over_bound, raise_if_refused, shed_error
-from ...errors import RefusedJob
+from ...errors import ConfigurationError, RefusedJob
 from ...fairness import spread, vtime_step
 from ...job import Job, NewJob
 from ...lifecycle import initial_state
+from .dependants import enqueue_with_parents, has_dependants
 from .rows import job_from_row, jsonb, opt_float
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, 
     return out
 
 
-def _scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+def transaction_scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
     """The transaction to enqueue in. A non-autocommit connection with nothing open
     is left to begin one implicitly and keep it open: `conn.transaction()` would
     commit at the end of the block, behind the caller's back. Otherwise a
@@ -205,6 +206,11 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
                         jobs: Sequence[NewJob], now: float) -> list[Job]:
     if not jobs:
         return []
+    if has_dependants(jobs):
+        async def plain(new: NewJob) -> Job:
+            return (await enqueue_async(backend, conn, [new], now))[0]
+
+        return await enqueue_with_parents(backend, conn, jobs, now, transaction_scope(conn), plain)
     unique, answer = plan(jobs, now)
     if any(job.unique_key is not None or job.bound is not None
            or job.fairness_key is not None for job in unique):
@@ -225,6 +231,9 @@ def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
     """The same on a sync connection (a caller's own, for transactional enqueue)."""
     if not jobs:
         return []
+    if has_dependants(jobs):
+        raise ConfigurationError("jobs with depends_on are enqueued on an async connection "
+                                 "(psycopg.AsyncConnection) or without connection=")
     unique, answer = plan(jobs, now)
     if any(job.unique_key is not None or job.bound is not None
            or job.fairness_key is not None for job in unique):
@@ -253,7 +262,7 @@ async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnectio
         p["fair_vtimes"] = spread(unique, {(r[0], r[1]): r[2] for r in await cur.fetchall()})
     bounded = _bound_params(p, unique)
     refused: dict[int, RefusedJob] = {}
-    scope = _scope(conn)
+    scope = transaction_scope(conn)
     async with conn.pipeline():
         async with scope if scope is not None else nullcontext():
             if bounded:
@@ -287,7 +296,7 @@ def _full_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
                                            conn.execute(q["assign_fair_vtimes"], fair).fetchall()})
     bounded = _bound_params(p, unique)
     refused: dict[int, RefusedJob] = {}
-    scope = _scope(conn)
+    scope = transaction_scope(conn)
     with conn.pipeline():
         with scope if scope is not None else nullcontext():
             if bounded:

@@ -94,6 +94,18 @@ AND (%(error_type)s::text IS NULL
                   'abcdefghijklmnopqrstuvwxyz') = %(error_type)s::text)
 AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 
+-- fragment: release_dependants
+-- Workflows (conveyor.dependencies): the dependants of the jobs `settled` just ended,
+-- released in the same statement, by child id (one lock order for every settle). No
+-- row here (HAVING) when none of them has dependants: the function is not called.
+SELECT {schema}.release_dependants(array_agg(d.child ORDER BY d.child),
+                                   array_agg(t.id ORDER BY d.child),
+                                   array_agg(t.state ORDER BY d.child),
+                                   %(now)s::float8, %(version)s::text) AS unblocked
+FROM settled AS t CROSS JOIN LATERAL unnest(t.dependants) AS d(child)
+WHERE t.state IN ('completed', 'dead', 'cancelled')
+HAVING count(*) > 0
+
 -- name: insert_new_job
 -- `insert_new_jobs` for a batch of one (enqueue one by one is the common call):
 -- plain parameters instead of arrays, a cheaper statement to bind and to plan.
@@ -154,7 +166,7 @@ WHERE j.id = n.id
   AND NOT EXISTS (
       SELECT 1 FROM {schema}.jobs AS d
       WHERE n.unique_key IS NOT NULL AND d.unique_key = n.unique_key
-        AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+        AND (d.state IN ('blocked', 'scheduled', 'available', 'running', 'retryable')
              OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s)))
 
 -- name: insert_jobs
@@ -175,11 +187,11 @@ WITH new AS (
            coalesce(
                (SELECT d.seq FROM {schema}.jobs AS d
                 WHERE d.id = n.id
-                  AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+                  AND (d.state IN ('blocked', 'scheduled', 'available', 'running', 'retryable')
                        OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s))),
                (SELECT d.seq FROM {schema}.jobs AS d
                 WHERE n.unique_key IS NOT NULL AND d.unique_key = n.unique_key
-                  AND (d.state IN ('scheduled', 'available', 'running', 'retryable')
+                  AND (d.state IN ('blocked', 'scheduled', 'available', 'running', 'retryable')
                        OR (d.state = 'completed' AND d.finished_at + d.unique_for > %(now)s))
                 ORDER BY d.seq DESC LIMIT 1)) AS seq
     FROM new AS n
@@ -344,7 +356,7 @@ WITH s AS (
     WHERE id = ANY (%(ids)b::text[]) AND state = 'running'
     ORDER BY id
     FOR UPDATE
-)
+), settled AS (
 UPDATE {schema}.jobs AS j
 SET state = s.state,
     run_at = coalesce(s.run_at, j.run_at),
@@ -363,7 +375,11 @@ SET state = s.state,
 FROM s
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
   AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.state, j.dependants
+), released AS (
+    {release_dependants}
+)
+SELECT id, (SELECT unblocked FROM released) FROM settled
 
 -- name: heartbeat_jobs
 -- Locks in id order, as settle_jobs does (see there).
@@ -390,9 +406,17 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 SELECT 1 FROM {schema}.jobs WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 
 -- name: complete_job
-UPDATE {schema}.jobs
-SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+-- Completes inside the caller's transaction (complete_in_transaction), releasing
+-- dependants as settle_jobs does.
+WITH settled AS (
+    UPDATE {schema}.jobs
+    SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
+    WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+    RETURNING id, state, dependants
+), released AS (
+    {release_dependants}
+)
+SELECT id, (SELECT unblocked FROM released) FROM settled
 
 -- name: find_leases
 -- Running jobs whose lease expired, or held by workers known to be dead; the
@@ -596,3 +620,32 @@ SET last_vtime = GREATEST(f.last_vtime - coalesce(
         (SELECT q.vtime FROM {schema}.fair_queues AS q WHERE q.queue = f.queue), 0), 0)
     + excluded.last_vtime
 RETURNING f.queue, f.key, f.last_vtime
+
+-- Workflows (docs/workflows.md, conveyor.dependencies): enqueue of jobs blocked on others.
+
+-- name: lock_parents
+-- The parents of a batch's dependants, locked in id order: a parent ending meanwhile
+-- waits for this enqueue, then finds the dependant in its `dependants` (settle_jobs).
+SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR UPDATE
+
+-- name: insert_dependant
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                               created_at, finished_at, unique_for, timeout, meta, aging,
+                               pending_parents, allow_failure, errors)
+    VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
+            %(run_at)s, %(now)s, CASE WHEN %(state)s = 'cancelled' THEN %(now)s::float8 END,
+            %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s, %(pending_parents)s,
+            %(allow_failure)s,
+            CASE WHEN %(error)s::jsonb IS NULL THEN '[]'::jsonb
+                 ELSE jsonb_build_array(%(error)s::jsonb) END)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {job_columns}
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM inserted WHERE state = 'available'
+)
+SELECT *, (SELECT count(*) FROM woken) FROM inserted
+
+-- name: add_dependant
+UPDATE {schema}.jobs SET dependants = array_append(dependants, %(child)s::text)
+WHERE id = ANY(%(ids)s::text[])
