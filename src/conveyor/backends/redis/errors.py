@@ -11,7 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...errors import BackendUnavailable, ConfigurationError
+from ...errors import BackendUnavailable, ConfigurationError, InvalidJob
 from ...job import JobState
 from ...lifecycle import IllegalTransition
 from .. import redact_url
@@ -21,6 +21,7 @@ T = TypeVar("T")
 
 # The error a script's state guard raises: this prefix, then "old>new".
 ILLEGAL_TRANSITION = "CONVEYOR_ILLEGAL_TRANSITION"
+UNKNOWN_PARENT = "CONVEYOR_UNKNOWN_PARENT"  # enqueue_dependants.lua: "<id> <parent>"
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -35,6 +36,10 @@ def translate(url: str, exc: Exception) -> Exception | None:
         return BackendUnavailable(
             f"Redis at {redact_url(url)} is unreachable ({type(exc).__name__}: {exc}). "
             "Retry later; re-enqueueing the same job id is safe (it deduplicates).")
+    if isinstance(exc, ResponseError) and UNKNOWN_PARENT in str(exc):
+        child, _, parent = str(exc).split(UNKNOWN_PARENT, 1)[1].strip().partition(" ")
+        return InvalidJob("depends_on", parent, "the id of a stored job (or another job's)",
+                          where=child)
     if isinstance(exc, ResponseError) and ILLEGAL_TRANSITION in str(exc):
         old, _, new = str(exc).split(ILLEGAL_TRANSITION, 1)[1].strip().partition(">")
         return IllegalTransition(JobState(old), JobState(new))

@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 
 SCRIPT_NAMES = (
-    "enqueue", "enqueue_bounded", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
+    "enqueue", "enqueue_bounded", "enqueue_dependants", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
     "find_leases", "prune", "cancel", "cancel_waiting", "redrive", "delete", "force_state",
     "put_record", "set_record_if", "incr_record", "delete_record", "index_waiting",
 )

@@ -13,10 +13,11 @@ from typing import Any
 
 from ...backpressure import raise_if_refused, shed_error
 from ...claiming import claim_rank
+from ...errors import InvalidJob, RefusedJob
 from ...fairness import vtime_step
-from ...errors import RefusedJob
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
+from ...version import __version__
 from ..base import Settlement
 from .codec import float_arg, job_from_reply, optional_arg
 from .keys import Keys
@@ -27,8 +28,20 @@ ENQUEUE_CHUNK = 1000  # jobs per script call; several calls still go in one roun
 
 
 def enqueue_script(jobs: Sequence[NewJob]) -> str:
-    """The bounded script only for batches that need it: it is sent with more helpers."""
+    """The bounded script only for batches that need it: it is sent with more helpers;
+    the dependants' one for a workflow (conveyor.dependencies)."""
+    if any(job.depends_on for job in jobs):
+        return "enqueue_dependants"
     return "enqueue_bounded" if any(job.bound is not None for job in jobs) else "enqueue"
+
+
+def _links(jobs: Sequence[NewJob]) -> list[str]:
+    """The dependants script's ARGV[3] (nothing for the other enqueue scripts)."""
+    if not any(job.depends_on for job in jobs):
+        return []
+    return [json.dumps({"v": __version__, "jobs": {
+        job.id: {"p": list(job.depends_on), "a": job.allow_failure}
+        for job in jobs if job.depends_on}})]
 
 
 def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
@@ -36,9 +49,12 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
     """The jobs as stored when new, and the EVALSHA commands (of the enqueue script,
     `sha`) that store them."""
     now_text = float_arg(now)
+    links = _links(jobs)
     head: list[str | int] = [
         "EVALSHA", sha, 5, keys.seq, keys.due, keys.unique, keys.queues, keys.jobs, keys.base,
-        now_text]
+        now_text, *links]
+    if links and len(jobs) > ENQUEUE_CHUNK:  # a workflow is one script call, all or nothing
+        raise InvalidJob("jobs", len(jobs), f"at most {ENQUEUE_CHUNK} jobs in a workflow batch")
     made: list[Job] = []
     commands: list[Command] = []
     shed_errors: dict[str, str] = {}  # per shedding queue: the record its shed jobs keep
@@ -60,7 +76,7 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 "" if new.timeout is None else float_arg(new.timeout),
                 json.dumps(new.meta) if new.meta else "",
                 "" if new.aging is None else float_arg(new.aging),
-                "" if new.bound is None else new.bound.max_waiting,
+                "" if new.bound is None or new.depends_on else new.bound.max_waiting,
                 _shed_error(new, now, shed_errors),
                 optional_arg(new.fairness_key),
                 "" if new.fairness_key is None else vtime_step(new.fairness_weight),
@@ -112,8 +128,8 @@ def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
                  max_completed: int, max_dead: int) -> list[ScriptCall]:
     """One call per settle script that has work: complete, fail, release."""
     now_text = float_arg(now)
-    complete: list[str | int] = [now_text, max_completed]
-    fail: list[str | int] = [now_text, max_completed, max_dead]
+    complete: list[str | int] = [now_text, max_completed, __version__]
+    fail: list[str | int] = [now_text, max_completed, max_dead, __version__]
     release: list[str | int] = []
     for s in settlements:
         if s.state is JobState.COMPLETED:
@@ -126,9 +142,9 @@ def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
             error = None if s.error is None else json.dumps(s.error.to_dict())
             fail += [s.job_id, s.token, s.state.value, run_at, optional_arg(error)]
     calls: list[ScriptCall] = []
-    if len(complete) > 2:
+    if len(complete) > 3:
         calls.append(("complete", [keys.unique], complete))
-    if len(fail) > 3:
+    if len(fail) > 4:
         calls.append(("fail", [keys.due, keys.unique], fail))
     if release:
         calls.append(("release", [keys.due], release))

@@ -33,10 +33,12 @@ local ALLOWED = {
   ['scheduled>cancelled'] = true, ['available>cancelled'] = true,
   ['retryable>cancelled'] = true,
   ['dead>available'] = true, ['cancelled>available'] = true,
+  ['blocked>available'] = true, ['blocked>cancelled'] = true,
 }
-local ACTIVE = { scheduled = true, available = true, running = true, retryable = true }
-local KNOWN = { scheduled = true, available = true, running = true, retryable = true,
-  completed = true, cancelled = true, dead = true }
+local ACTIVE = { blocked = true, scheduled = true, available = true, running = true,
+  retryable = true }
+local KNOWN = { blocked = true, scheduled = true, available = true, running = true,
+  retryable = true, completed = true, cancelled = true, dead = true }
 local WAITING = { scheduled = true, available = true, retryable = true }
 local FINISHED = { completed = true, cancelled = true, dead = true }
 
@@ -150,7 +152,7 @@ end
 local FIELDS = {
   'state', 'queue', 'priority', 'run_at', 'seq', 'rank', 'lease_token', 'attempt',
   'max_attempts', 'lease_expires_at', 'finished_at', 'unique_key', 'unique_for',
-  'worker_id', 'errors', 'aging', 'fair_vtime',
+  'worker_id', 'errors', 'aging', 'fair_vtime', 'dependants',
 }
 
 -- The fields the scripts decide on, as a table (absent fields are nil, but queue
@@ -313,15 +315,121 @@ local function put_record(values, expiries, key, value, expires_at)
   end
 end
 
+-- Workflows (conveyor.dependencies, docs/workflows.md). A blocked job holds
+-- `pending_parents` (its parents not ended) and `allow_failure` ('1' or absent); a
+-- parent holds `dependants`, a JSON array of the ids blocked on it (absent for none:
+-- all a job outside a workflow pays is that field in load()). The error record of a
+-- dependant cancelled by its parent: conveyor.dependencies.dependency_error's.
+local function dependency_error(parent, parent_state, now_text, version)
+  return '{"attempt":0,"at":' .. now_text .. ',"type":"DependencyFailed","message":'
+    .. cjson.encode('parent job ' .. parent .. ' ended ' .. parent_state)
+    .. ',"traceback":"","worker_id":"","host":"","version":' .. cjson.encode(version)
+    .. ',"app_version":""}'
+end
+
+-- The ids of a `dependants` field; a damaged one releases nothing (never fails the script).
+local function dependant_ids(text)
+  local ok, ids = pcall(cjson.decode, text or '[]')
+  if not ok or type(ids) ~= 'table' then return {} end
+  local out = {}
+  for _, id in ipairs(ids) do
+    if type(id) == 'string' then out[#out + 1] = id end
+  end
+  return out
+end
+
+-- conveyor.dependencies.release_dependants: `parent` ended in `parent_state` (f: its
+-- fields as loaded). Each blocked dependant loses one pending parent and becomes
+-- available at zero; a dead or cancelled parent cancels it instead (unless
+-- allow_failure), and the walk goes on to that one's dependants. The script is
+-- atomic, so two parents ending at once are two scripts, one after the other.
+local function release_dependants(parent, parent_state, f, now_text, version)
+  local walk = { { parent, parent_state, f.dependants } }
+  while #walk > 0 do
+    local item = table.remove(walk)
+    for _, child in ipairs(dependant_ids(item[3])) do
+      local c = load(child)
+      if c and c.state == 'blocked' then
+        local key = job_key(child)
+        local extra = redis.call('HMGET', key, 'allow_failure', 'pending_parents')
+        if (item[2] == 'dead' or item[2] == 'cancelled') and extra[1] ~= '1' then
+          unindex_job(child, c)
+          redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now_text)
+          append_error(child, c.errors, dependency_error(item[1], item[2], now_text, version))
+          c.finished_at = now_text
+          index_job(child, c.queue, 'cancelled', c)
+          if c.dependants then walk[#walk + 1] = { child, 'cancelled', c.dependants } end
+        else
+          local left = math.floor(as_number(extra[2], 0)) - 1
+          if left <= 0 then
+            unindex_job(child, c)
+            redis.call('HSET', key, 'state', 'available', 'run_at', now_text,
+              'pending_parents', '0')
+            c.run_at = now_text
+            index_job(child, c.queue, 'available', c)
+            wake(c.queue)
+          else
+            redis.call('HSET', key, 'pending_parents', tostring(left))
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Where a new dependant starts (conveyor.dependencies.start_of): its state ('blocked',
+-- `ready` with nothing to wait for, or 'cancelled' by a parent that already failed),
+-- the parents it waits for, and the failed parent's (id, state).
+local function dependant_start(link, ready)
+  local pending, failed = {}, nil
+  local seen = {}
+  for _, parent in ipairs(link.p) do
+    if not seen[parent] then
+      seen[parent] = true
+      local state = redis.call('HGET', job_key(parent), 'state')
+      if (state == 'dead' or state == 'cancelled') and not link.a then
+        if not failed then failed = { parent, state } end
+      elseif state ~= 'completed' and state ~= 'dead' and state ~= 'cancelled' then
+        pending[#pending + 1] = parent
+      end
+    end
+  end
+  if failed then return 'cancelled', {}, failed end
+  if #pending > 0 then return 'blocked', pending, nil end
+  return ready, pending, nil
+end
+
+-- A batch naming a parent that is neither stored nor earlier in the batch is refused
+-- whole, before anything is written.
+local function check_parents(links, first)
+  local earlier = {}
+  for j = first, #ARGV, 18 do
+    local id = ARGV[j]
+    local link = links[id]
+    if link then
+      for _, parent in ipairs(link.p) do
+        if parent == id or (not earlier[parent]
+            and redis.call('EXISTS', job_key(parent)) == 0) then
+          return redis.error_reply('CONVEYOR_UNKNOWN_PARENT ' .. id .. ' ' .. parent)
+        end
+      end
+    end
+    earlier[id] = true
+  end
+  return nil
+end
+
 -- The batch insert of enqueue.lua and enqueue_bounded.lua (their header says the
 -- KEYS and ARGV). `shed` cancels a full queue's oldest waiting jobs: the bounded
 -- script passes its helper, the plain one (whose jobs carry no bound) nil, so only
 -- the bounded script is sent with the helpers shedding takes.
-local function enqueue_batch(shed)
+-- With `links` (enqueue_dependants.lua: job id -> {p = parents, a = allow_failure}),
+-- the jobs start at ARGV[4] and the linked ones start where dependant_start says.
+local function enqueue_batch(shed, links, version)
   local now_text = ARGV[2]
   local now = tonumber(now_text)
   local out = {}
-  for j = 3, #ARGV, 18 do
+  for j = links and 4 or 3, #ARGV, 18 do
     local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
     local unique_key = optional(ARGV[j + 9])
     local key = job_key(id)
@@ -347,6 +455,8 @@ local function enqueue_batch(shed)
     elseif state ~= 'scheduled' and state ~= 'available' then
       return redis.error_reply('CONVEYOR_ILLEGAL_TRANSITION new job cannot start ' .. state)
     else
+      local link, pending, failed = links and links[id], nil, nil
+      if link then state, pending, failed = dependant_start(link, state) end
       if existing then delete_job(id, load(id)) end  -- finished, window over: replace it
       if max_waiting and depth >= max_waiting then
         shed(queue, depth - max_waiting + 1, now_text, shed_error)
@@ -373,6 +483,21 @@ local function enqueue_batch(shed)
         fair_vtime = next_vtime(queue, fairness_key, as_number(ARGV[j + 17], 1000))
         fields[n + 1] = 'fair_vtime'; fields[n + 2] = fair_vtime; n = n + 2
       end
+      if link then
+        fields[n + 1] = 'pending_parents'; fields[n + 2] = tostring(#pending); n = n + 2
+        if link.a then fields[n + 1] = 'allow_failure'; fields[n + 2] = '1'; n = n + 2 end
+        if failed then
+          fields[n + 1] = 'finished_at'; fields[n + 2] = now_text; n = n + 2
+          fields[n + 1] = 'errors'; n = n + 2
+          fields[n] = '[' .. dependency_error(failed[1], failed[2], now_text, version) .. ']'
+        end
+        for _, parent in ipairs(pending) do
+          local parent_key = job_key(parent)
+          local ids = dependant_ids(redis.call('HGET', parent_key, 'dependants'))
+          ids[#ids + 1] = id
+          redis.call('HSET', parent_key, 'dependants', cjson.encode(ids))
+        end
+      end
       if state == 'available' then
         -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
         local digits = tostring(seq)
@@ -386,7 +511,7 @@ local function enqueue_batch(shed)
         wake(queue)
       else
         redis.call('HSET', key, unpack(fields))
-        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq })
+        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq, finished_at = now_text })
       end
       redis.call('SADD', QUEUES, queue)
       redis.call('ZADD', JOBS, seq, id)

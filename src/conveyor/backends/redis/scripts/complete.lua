@@ -4,13 +4,15 @@
 -- ARGV[1] key prefix
 -- ARGV[2] now (finished_at)
 -- ARGV[3] max_completed: most completed jobs kept per queue (<= 0: no bound)
--- ARGV[4..] triples: id, lease token, result? ('' or '~' .. JSON text)
+-- ARGV[4] Conveyor's version (the error record of a dependant cancelled onwards)
+-- ARGV[5..] triples: id, lease token, result? ('' or '~' .. JSON text)
+-- A job with dependants releases them (release_dependants), in this same script.
 -- Returns {id, code} pairs for the jobs not changed: code "stale" (not running or
 -- another token) or "illegal".
 
-local now_text, max_completed = ARGV[2], tonumber(ARGV[3])
+local now_text, max_completed, version = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local rejected = {}
-for a = 4, #ARGV, 3 do
+for a = 5, #ARGV, 3 do
   local id = ARGV[a]
   local f = load(id)
   if not holds_lease(f, ARGV[a + 1]) then
@@ -30,6 +32,7 @@ for a = 4, #ARGV, 3 do
     end
     f.finished_at = now_text
     index_job(id, f.queue, 'completed', f)
+    if f.dependants then release_dependants(id, 'completed', f, now_text, version) end
     trim_finished(f.queue, 'completed', max_completed)
   end
 end

@@ -8,13 +8,15 @@
 -- ARGV[2] now (finished_at of dead/cancelled)
 -- ARGV[3] max_completed: most cancelled jobs kept per queue (<= 0: no bound)
 -- ARGV[4] max_dead: most dead jobs kept per queue (<= 0: no bound)
--- ARGV[5..] groups of 5: id, lease token, new state, run_at?, error? (JSON object)
+-- ARGV[5] Conveyor's version (the error record of a dependant cancelled)
+-- ARGV[6..] groups of 5: id, lease token, new state, run_at?, error? (JSON object)
+-- A dead or cancelled job with dependants releases them (release_dependants) here.
 -- Returns {id, code} pairs for the jobs not changed ("stale" or "illegal").
 
 local now_text = ARGV[2]
-local max_completed, max_dead = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_completed, max_dead, version = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local rejected = {}
-for a = 5, #ARGV, 5 do
+for a = 6, #ARGV, 5 do
   local id, new_state = ARGV[a], ARGV[a + 2]
   local f = load(id)
   if not holds_lease(f, ARGV[a + 1]) then
@@ -38,6 +40,9 @@ for a = 5, #ARGV, 5 do
     local error_json = optional(ARGV[a + 4])
     if error_json then append_error(id, f.errors, error_json) end
     index_job(id, f.queue, new_state, f)
+    if f.dependants and (new_state == 'dead' or new_state == 'cancelled') then
+      release_dependants(id, new_state, f, now_text, version)
+    end
     if new_state == 'dead' then
       trim_finished(f.queue, 'dead', max_dead)
     elseif new_state == 'cancelled' then
