@@ -367,12 +367,11 @@ class Conveyor:
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
         batch = self.queues.apply(self.claim_check.checked(jobs))
-        # Middleware is async, so it runs on the portal loop; the caller's contextvars
-        # (its current span, say) go along, as run_coroutine_threadsafe copies them.
+        # Middleware is async: it runs on the portal loop, with the caller's contextvars
+        # (its span, say); so does a workflow. Else a blocking backend skips the portal hop.
         if (connection is None and batch and not self.middleware
                 and not any(new.depends_on for new in batch)
                 and not self.claim_check.needs_offload(batch) and not self.queues.blocks(batch)):
-            # A backend that can enqueue from the caller's thread skips the portal hop.
             self._portal_backend()
             if self._sync_blocking is not None:
                 with refusals_by_handle(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from conveyor import Conveyor, current_job
 from runs_log import record
@@ -39,3 +40,26 @@ if os.environ.get("PERIODIC_EVERY"):
     @app.task(name="tick")
     def tick() -> None:
         record("tick")
+
+
+@app.task(name="chord_member", max_attempts=1)
+def chord_member(chord: str, value: int) -> int:
+    """Both members of a chord return at the same instant: each waits until the other
+    started (so they run at once, on two workers), then until the same clock tick."""
+    from runs_log import read
+
+    record(f"member-{chord}")
+    path = os.environ["RUNS_LOG"]
+    deadline = time.monotonic() + 30
+    while len(starts := [e.at for e in read(Path(path)) if e.kind == f"member-{chord}"]) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the other member of chord {chord} never started")
+        time.sleep(0.002)
+    time.sleep(max(0.0, max(starts) + 0.1 - time.time()))  # the same instant for both
+    return value
+
+
+@app.task(name="chord_callback", max_attempts=1)
+def chord_callback(results: list[int], chord: str) -> list[int]:
+    record(f"callback-{chord}")
+    return results

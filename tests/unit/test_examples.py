@@ -105,3 +105,15 @@ def test_testing_example_runs_its_tests_without_any_server(tmp_path: Path) -> No
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[-1].startswith("4 passed"), run.stdout
     assert not (folder / "shop-jobs.db").exists()
+
+
+def test_etl_fanout(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(EXAMPLES / "etl_fanout.py"), str(tmp_path / "e.db")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "loaded 6 rows into sales: total 98",
+        *["  etl.extract   completed after 0 parent(s)",
+          "  etl.transform completed after 1 parent(s)"] * 3,
+        "  etl.load      completed after 3 parent(s)",
+    ]

@@ -27,11 +27,12 @@ from ...errors import RefusedJob
 from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
 from ...claiming import claim_in_passes, claim_rank
-from ...dependencies import check_parents, dependency_error, release_dependants, start_of
+from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, claimed_vtime
 from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
+from .dependants import MemoryDependants, link, states_of
 from .wakeup import Wakeups
 
 S = JobState
@@ -177,7 +178,7 @@ class MemoryStore:
                 run_at = now if new.run_at is None else float(new.run_at)
                 state = initial_state(run_at, now)
                 if new.depends_on:
-                    start = start_of(new.id, new.depends_on, self._states(new.depends_on),
+                    start = start_of(new.id, new.depends_on, states_of(self, new.depends_on),
                                      new.allow_failure, state)
                     state = start.state
                 self.rows[new.id] = {
@@ -198,30 +199,16 @@ class MemoryStore:
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
                 if new.depends_on:
-                    self._link(new.id, start, new.allow_failure, now)
+                    link(self, new.id, start, new.allow_failure, now)
                 out.append(self._place(new.id))
             self.fair_last.update(vtimes.last)
         self.wakeups.notify()
         return raise_if_refused(jobs, out, refused)
 
-    def _states(self, ids: Sequence[str]) -> dict[str, JobState | None]:
-        return {i: (None if i not in self.rows else decode(i, self.rows[i]).state) for i in ids}
-
-    def _link(self, job_id: str, start: Any, allow_failure: bool, now: float) -> None:
-        """Record a new dependant's waiting (conveyor.dependencies)."""
-        row = self.rows[job_id]
-        row["pending_parents"], row["allow_failure"] = len(start.pending), allow_failure
-        for parent in start.pending:
-            self.rows[parent].setdefault("dependants", []).append(job_id)
-        if start.failed_parent is not None:
-            row["finished_at"] = now
-            row["errors"] = (AttemptError.from_dict(json.loads(
-                dependency_error(*start.failed_parent, now))),)
-
     def _release_dependants(self, parent_id: str, now: float) -> int:
         if not self.rows[parent_id].get("dependants"):
             return 0  # the one check a job outside a workflow pays
-        return release_dependants(_Dependants(self, now), parent_id,
+        return release_dependants(MemoryDependants(self, now), parent_id,
                                   decode(parent_id, self.rows[parent_id]).state, now)
 
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
@@ -368,35 +355,6 @@ class MemoryStore:
             if placed is None or placed[0] is state:
                 return
             self._move(job_id, placed[0], state, None)
-
-
-class _Dependants:
-    """conveyor.dependencies.DependantRows on the store's rows (under its lock)."""
-
-    def __init__(self, store: MemoryStore, now: float) -> None:
-        self.store, self.now = store, now
-
-    def dependants(self, job_id: str) -> list[str]:
-        return list(self.store.rows.get(job_id, {}).get("dependants") or ())
-
-    def blocked(self, job_id: str) -> tuple[bool, int] | None:
-        row = self.store.rows.get(job_id)
-        if row is None or row.get("state") != S.BLOCKED.value:
-            return None
-        return bool(row.get("allow_failure")), int(row.get("pending_parents") or 0)
-
-    def count_down(self, job_id: str, pending_parents: int) -> None:
-        self.store.rows[job_id]["pending_parents"] = pending_parents
-
-    def unblock(self, job_id: str) -> None:
-        self.store._move(job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now,
-                         pending_parents=0)
-
-    def cancel(self, job_id: str, error_json: str) -> None:
-        errors = decode(job_id, self.store.rows[job_id]).errors
-        why = AttemptError.from_dict(json.loads(error_json))
-        self.store._move(job_id, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
-                         finished_at=self.now, errors=(*errors, why))
 
 
 def decode(job_id: str, row: Row) -> Job:

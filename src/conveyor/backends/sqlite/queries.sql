@@ -159,6 +159,7 @@ UPDATE conveyor_jobs
 SET state = :state, run_at = coalesce(:run_at, run_at), lease_expires_at = NULL,
     attempt = max(CAST(attempt AS INTEGER) - 1, 0)
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
+RETURNING dependants IS NOT NULL
 
 -- name: heartbeat_job
 UPDATE conveyor_jobs SET lease_expires_at = :lease_expires_at

@@ -1,0 +1,74 @@
+"""Workflows on the memory store (conveyor.dependencies): a new dependant's link to
+its parents, and the rows `release_dependants` reads and writes, under the store's
+lock. The fields live in each row beside the codec's (`dependants`,
+`pending_parents`, `allow_failure`), as the SQL backends keep them in columns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ...dependencies import Start, dependency_error
+from ...job import AttemptError, Job, JobState
+from ...lifecycle import Transition
+
+S = JobState
+
+
+class MemoryStore(Protocol):
+    """What this needs of conveyor.backends.memory.store.MemoryStore."""
+
+    rows: dict[str, dict[str, Any]]
+
+    def job(self, job_id: str) -> Job | None: ...
+
+    def _move(self, job_id: str, old: JobState, new: JobState, why: Transition | None,
+              **fields: Any) -> Job: ...
+
+
+def states_of(store: MemoryStore, ids: Sequence[str]) -> dict[str, JobState | None]:
+    jobs = {i: store.job(i) for i in ids}
+    return {i: None if job is None else job.state for i, job in jobs.items()}
+
+
+def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now: float) -> None:
+    """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
+    row = store.rows[job_id]
+    row["pending_parents"], row["allow_failure"] = len(start.pending), allow_failure
+    for parent in start.pending:
+        store.rows[parent].setdefault("dependants", []).append(job_id)
+    if start.failed_parent is not None:
+        row["finished_at"] = now
+        row["errors"] = (AttemptError.from_dict(json.loads(
+            dependency_error(*start.failed_parent, now))),)
+
+
+class MemoryDependants:
+    """conveyor.dependencies.DependantRows on the store's rows (under its lock)."""
+
+    def __init__(self, store: MemoryStore, now: float) -> None:
+        self.store, self.now = store, now
+
+    def dependants(self, job_id: str) -> list[str]:
+        return list(self.store.rows.get(job_id, {}).get("dependants") or ())
+
+    def blocked(self, job_id: str) -> tuple[bool, int] | None:
+        row = self.store.rows.get(job_id)
+        if row is None or row.get("state") != S.BLOCKED.value:
+            return None
+        return bool(row.get("allow_failure")), int(row.get("pending_parents") or 0)
+
+    def count_down(self, job_id: str, pending_parents: int) -> None:
+        self.store.rows[job_id]["pending_parents"] = pending_parents
+
+    def unblock(self, job_id: str) -> None:
+        self.store._move(job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now,
+                         pending_parents=0)
+
+    def cancel(self, job_id: str, error_json: str) -> None:
+        job = self.store.job(job_id)
+        errors = () if job is None else job.errors
+        why = AttemptError.from_dict(json.loads(error_json))
+        self.store._move(job_id, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
+                         finished_at=self.now, errors=(*errors, why))
