@@ -152,6 +152,17 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id} {len(self.jobs)} jobs>"
 
+    async def cancel_async(self) -> list[Any]:
+        """Cancel what has not started (blocked or waiting members, and onwards what
+        depends on them); ask running members to stop. Returns the members as they are."""
+        if not self.jobs:
+            return []
+        admin = self.jobs[0].app.admin
+        return [await admin.cancel(handle.id) for handle in self.jobs]
+
+    def cancel(self) -> list[Any]:
+        return self.jobs[0].app.portal.call(self.cancel_async()) if self.jobs else []
+
     def result(self, timeout: float | None = None) -> Any:
         """Wait until the last members finished; raise JobFailed if one failed."""
         results = [handle.result(timeout) for handle in self.exits]

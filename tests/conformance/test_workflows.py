@@ -177,3 +177,31 @@ async def test_depends_on_by_hand(live_app: Conveyor) -> None:
     async with RunningWorker(live_app, WorkerConfig(queues=("default",), poll_interval=0.05)):
         assert await second.result_async(20) == 6  # no input by hand: its own arguments
         assert await first.result_async(20) == 5
+
+
+async def test_cancelling_a_member_that_has_not_started_cancels_what_depends_on_it(
+        backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",)),
+                                new_job(id="c", depends_on=("b",)),
+                                new_job(id="t", depends_on=("b",), allow_failure=True)])
+    cancelled = await backend.cancel_job("b")  # blocked: cancelled at once
+    assert cancelled is not None and cancelled.state is S.CANCELLED
+    c = await backend.get_job("c")
+    assert c is not None and c.state is S.CANCELLED
+    assert [(e.type, e.message) for e in c.errors] == [(DEPENDENCY_FAILED,
+                                                        "parent job b ended cancelled")]
+    assert await state_of(backend, "t") is S.AVAILABLE
+    assert await state_of(backend, "a") is S.AVAILABLE  # its parent runs on
+    await backend.enqueue_jobs([new_job(id="d", depends_on=("a",))])
+    assert (await backend.cancel_job("a")).state is S.CANCELLED  # type: ignore[union-attr]
+    assert await state_of(backend, "d") is S.CANCELLED
+
+
+async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conveyor) -> None:
+    t = workflow_tasks(live_app)
+    handle = await chain(t["add"].s(1), group(t["add"].s(), t["add"].s()),
+                         t["total"].s()).enqueue_async()
+    members = await handle.cancel_async()
+    assert [m.state for m in members] == [S.CANCELLED] * 4
+    with pytest.raises(JobFailed):
+        await handle.result_async(5)

@@ -92,7 +92,12 @@ def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
     with store.lock:
         if job_id not in store.rows:
             return None
-        if not _cancel_waiting(store, job_id, now) and store.job(job_id).state is S.RUNNING:  # type: ignore[union-attr]
+        state = store.job(job_id).state  # type: ignore[union-attr]
+        if state is S.BLOCKED:
+            store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+        if state is S.BLOCKED or _cancel_waiting(store, job_id, now):
+            store._release_dependants(job_id, now)  # a workflow member: onwards (docs/workflows.md)
+        elif state is S.RUNNING:
             store.rows[job_id]["cancel_requested"] = True
         return store.job(job_id)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...errors import JobNotFound
 from ...job import TERMINAL_STATES, Job
+from ...version import __version__
 from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
 from .connections import AsyncConn, PostgresConnections
 from .rows import filter_params, job_from_row
@@ -42,11 +43,12 @@ class PostgresInspector(PostgresConnections):
         return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        params = {"id": job_id, "now": self.clock()}
+        params = {"id": job_id, "now": self.clock(), "version": __version__}
 
         async def op(conn: AsyncConn) -> None:
             async with conn.transaction():
-                if (await conn.execute(self.q["cancel_waiting_job"], params)).rowcount == 0:
+                cur = await conn.execute(self.q["cancel_waiting_job"], params)
+                if await cur.fetchone() is None:
                     await conn.execute(self.q["request_cancel_running_job"], params)
 
         await self._run(op)

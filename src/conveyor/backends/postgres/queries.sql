@@ -448,8 +448,16 @@ SELECT {job_columns}
 FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[])
 
 -- name: cancel_waiting_job
-UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
-WHERE id = %(id)s AND state IN ('scheduled', 'available', 'retryable')
+-- An operator's cancel of one job that has not started: waiting, or blocked on its
+-- parents (a workflow member); its dependants are released in the same statement.
+WITH settled AS (
+    UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
+    WHERE id = %(id)s AND state IN ('blocked', 'scheduled', 'available', 'retryable')
+    RETURNING id, state, dependants
+), released AS (
+    {release_dependants}
+)
+SELECT id, (SELECT unblocked FROM released) FROM settled
 
 -- name: request_cancel_running_job
 UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'

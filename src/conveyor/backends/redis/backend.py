@@ -39,8 +39,8 @@ from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
 from .records import RedisRecords
-from .script_args import (enqueue_commands, enqueue_script, enqueued_jobs, settle_calls,
-                          stale_settlements)
+from .script_args import (cancel_args, enqueue_commands, enqueue_script, enqueued_jobs,
+                          settle_calls, stale_settlements)
 from .script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
@@ -325,7 +325,7 @@ class RedisBackend(RedisRecords):
     @translated
     async def cancel_job(self, job_id: str) -> Job | None:
         row = await self.scripts.call(
-            "cancel", [self.keys.due], [float_arg(self.clock()), job_id, self.max_completed])
+            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, self.max_completed))
         return job_from_reply(row) if row else None
 
     @translated

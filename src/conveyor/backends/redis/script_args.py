@@ -166,3 +166,8 @@ def stale_settlements(settlements: Sequence[Settlement], replies: Sequence[Any])
         target = next(s.state for s in settlements if s.job_id == illegal)
         raise IllegalTransition(JobState.RUNNING, target)
     return stale
+
+
+def cancel_args(now: float, job_id: str, max_completed: int) -> list[str | int]:
+    """cancel.lua's ARGV after the prefix."""
+    return [float_arg(now), job_id, max_completed, __version__]

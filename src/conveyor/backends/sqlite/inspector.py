@@ -10,11 +10,13 @@ from typing import Any
 
 from ...errors import JobNotFound
 from ...escaping import readable_text
-from ...job import TERMINAL_STATES, Job
+from ...dependencies import release_dependants
+from ...job import TERMINAL_STATES, Job, JobState
 from ..base import (JobFilter, QueueStats, ascii_lower, queue_stats_from_rows, redrive_scope,
                     waiting_scope)
 from ..codec import job_from_row
 from .connection import Q, SqliteConnection
+from .dependants import SqliteDependants
 
 
 def _filter_params(where: JobFilter) -> dict[str, Any]:
@@ -55,9 +57,13 @@ class SqliteInspector(SqliteConnection):
 
     def cancel_job(self, job_id: str) -> Job | None:
         with self.write() as db:
-            params = {"id": job_id, "now": self.clock()}
-            if db.execute(Q["cancel_waiting_job"], params).rowcount == 0:
+            now = self.clock()
+            params = {"id": job_id, "now": now}
+            cancelled = db.execute(Q["cancel_not_started_job"], params).fetchone()
+            if cancelled is None:
                 db.execute(Q["request_cancel_running_job"], params)
+            elif cancelled[0]:  # it has dependants: they follow it (docs/workflows.md)
+                release_dependants(SqliteDependants(db, now), job_id, JobState.CANCELLED, now)
             return self._get(db, job_id)
 
     def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:

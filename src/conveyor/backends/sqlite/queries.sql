@@ -205,6 +205,13 @@ WHERE seq IN (SELECT seq FROM conveyor_jobs
 UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now
 WHERE id = :id AND state IN ('scheduled', 'available', 'retryable')
 
+-- name: cancel_not_started_job
+-- An operator's cancel of one job that has not started: waiting, or blocked on its
+-- parents (a workflow member); its dependants are released after (conveyor.dependencies).
+UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now
+WHERE id = :id AND state IN ('blocked', 'scheduled', 'available', 'retryable')
+RETURNING dependants IS NOT NULL
+
 -- name: request_cancel_running_job
 UPDATE conveyor_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running'
 
