@@ -21,6 +21,7 @@ from .job import NewJob
 from .retry import RetryPolicy
 from .signature import Signature
 from .timeutil import Clock, Duration, to_seconds
+from .workflow_inputs import WORKFLOW_META_KEY
 
 if TYPE_CHECKING:
     from .handle import JobHandle
@@ -348,6 +349,8 @@ class BoundTask(Generic[P, R]):
             fairness_key = d.fairness_key.render(args, kwargs)
         if fairness_key is not None:
             meta[FAIRNESS_META_KEY] = fairness_key  # shown with the job
+        if opts.depends_on:  # by hand: parents that give no input (conveyor.workflows)
+            meta[WORKFLOW_META_KEY] = {"parents": list(opts.depends_on), "input": None}
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay

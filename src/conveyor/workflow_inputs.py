@@ -1,7 +1,8 @@
 """What a workflow member receives from its parents, read when it runs.
 
-A member's meta names its parents and its input (conveyor.workflows): one parent's
-result, or the list of its parents' results in order. A parent that ended dead or
+A member's meta names its parents, those whose results are its input, and how it
+takes them (conveyor.workflows): one parent's result, or the list of their results
+in order. A job given `depends_on` by hand has parents and no input. A parent that ended dead or
 cancelled (the member runs anyway only with `allow_failure`) gives a `Failure`.
 Results are read here, at run time, rather than copied into the member when its
 parents end: the settle statement stays a write of a few columns, and a big result
@@ -42,9 +43,9 @@ def input_mode(job: Job) -> tuple[str | None, list[str]]:
     flow = job.meta.get(WORKFLOW_META_KEY) if job.meta else None
     if not isinstance(flow, dict) or flow.get("input") not in (ONE_RESULT, ALL_RESULTS):
         return None, []
-    parents = flow.get("parents")
+    parents = flow.get("inputs")
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-        raise CorruptPayload(f"job {job.id}: meta.workflow.parents is not a list of ids")
+        raise CorruptPayload(f"job {job.id}: meta.workflow.inputs is not a list of ids")
     return str(flow["input"]), parents
 
 

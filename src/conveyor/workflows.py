@@ -116,10 +116,11 @@ class Workflow:
         allow = node.allow_failure
         if allow is None:
             allow = new.allow_failure or self.allow_failure
+        depends_on = (*new.depends_on, *parents)
         meta = {**new.meta, WORKFLOW_META_KEY: {
-            "id": workflow_id, "parents": list(parents), "input": given if takes else None}}
-        out.append(replace(new, depends_on=(*new.depends_on, *parents), allow_failure=allow,
-                           meta=meta))
+            "id": workflow_id, "parents": list(depends_on), "inputs": list(parents),
+            "input": given if takes else None}}
+        out.append(replace(new, depends_on=depends_on, allow_failure=allow, meta=meta))
         return [new.id]
 
     def _app(self) -> Any:

@@ -191,3 +191,23 @@ def test_migrate_reports_what_it_applied(cli: Cli) -> None:
     assert cli("migrate").ok().out == "schema up to date: no migrations to apply\n"
     assert cli("migrate", "--app", "example_app:app").ok().out == \
         "schema up to date: no migrations to apply\n"
+
+
+def test_jobs_show_lists_parents_and_children(cli: Cli, inspector: Conveyor) -> None:
+    from conveyor import chord, group
+
+    @inspector.task(name="add")  # the example app's task, to enqueue a workflow of it
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    handle = chord(group(add.s(1, 2), add.s(3, 4)), add.s(10)).enqueue()
+    first, second, callback = (h.id for h in handle.jobs)
+    out = cli("jobs", "show", first).ok().out
+    assert f"children (1)\n  {callback}  add  blocked" in out
+    assert "parents (" not in out
+    out = cli("jobs", "show", callback).ok().out
+    assert f"parents (2)\n  {first}  add  available\n  {second}  add  available" in out
+    data = cli.json("jobs", "show", callback, "--json")
+    assert [(p["id"], p["state"]) for p in data["parents"]] == [(first, "available"),
+                                                                (second, "available")]
+    assert data["children"] == []

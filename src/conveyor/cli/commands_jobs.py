@@ -10,7 +10,7 @@ from ..admin import make_filter
 from ..app import Conveyor
 from ..audit import Actor
 from ..errors import JobNotFound, UnknownTask
-from ..job import TERMINAL_STATES, JobState
+from ..job import TERMINAL_STATES, Job, JobState
 from ..task import Task
 from ..task_names import AmbiguousTaskName, match_task_name
 from ..timeline import timeline
@@ -177,11 +177,26 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
     job = await app.admin.get(args.job_id)
     if job is None:
         raise JobNotFound(f"no job with id {args.job_id!r} (never enqueued, or pruned/purged)")
+    family = await _family(app, job)
     if args.json:
-        print(json.dumps(render.job_json(job), indent=2, ensure_ascii=False))
+        data = render.job_json(job)
+        for title, members in family:
+            data[title] = [{"id": i, "task": j and j.task, "state": j and j.state.value}
+                           for i, j in members]
+        print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id))))
+        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id)), family))
     return OK
+
+
+async def _family(app: Conveyor, job: Job) -> list[tuple[str, list[tuple[str, Job | None]]]]:
+    """A workflow member's parents (from its meta) and children (the jobs that were
+    blocked on it), each with the job as it is now (docs/workflows.md)."""
+    flow = job.meta.get("workflow") if isinstance(job.meta, dict) else None
+    parents = flow.get("parents") if isinstance(flow, dict) else None
+    ids = {"parents": [p for p in parents if isinstance(p, str)] if isinstance(parents, list)
+           else [], "children": await (await app.backend()).dependants_of(job.id)}
+    return [(title, [(i, await app.admin.get(i)) for i in found]) for title, found in ids.items()]
 
 
 async def cancel_command(app: Conveyor, args: argparse.Namespace) -> int:

@@ -120,8 +120,11 @@ def json_text(value: str | None) -> str:
     return NONE if value is None else jsontext.pretty(value, indent=None)
 
 
-def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
-    """Every field of one job, its timeline, then its errors with their tracebacks."""
+def job_detail(job: Job, events: Sequence[Event] = (),
+               family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = ()) -> str:
+    """Every field of one job, its parents and children in a workflow (`family`:
+    ("parents", [(id, job or None if gone)]), ("children", ...)), its timeline, then
+    its errors with their tracebacks."""
     decoded = shown_arguments(job)  # secrets masked
     apart = stored_apart(job.payload)
     if apart is not None:
@@ -163,6 +166,11 @@ def job_detail(job: Job, events: Sequence[Event] = ()) -> str:
     ]
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
+    for title, members in family:
+        if members:
+            lines += ["", f"{title} ({len(members)})"]
+            lines += [f"  {i}  " + ("(gone: pruned or deleted)" if j is None else
+                                    f"{j.task}  {j.state.value}") for i, j in members]
     if events:
         lines += ["", "timeline"]
         lines += [f"  {timestamp(e.at)}  {e.text}" + (f": {one_line(e.detail)}" if e.detail else "")

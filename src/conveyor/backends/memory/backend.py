@@ -159,6 +159,10 @@ class MemoryBackend:
     async def task_names(self, where: JobFilter) -> list[str]:
         return inspector.task_names(self.store, where)
 
+    async def dependants_of(self, job_id: str) -> list[str]:
+        with self.store.lock:
+            return list(self.store.rows.get(job_id, {}).get("dependants") or ())
+
     async def queue_stats(self) -> list[QueueStats]:
         return inspector.queue_stats(self.store, self.clock())
 

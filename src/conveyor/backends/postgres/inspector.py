@@ -92,6 +92,10 @@ class PostgresInspector(PostgresConnections):
             "cancel_waiting_jobs", {"ids": ids, "now": self.clock()})}
         return [i for i in ids if i in cancelled]
 
+    async def dependants_of(self, job_id: str) -> list[str]:
+        rows = await self._fetch("dependants_of", {"id": job_id})
+        return [str(i) for i in rows[0][0]] if rows and rows[0][0] else []
+
     async def task_names(self, where: JobFilter) -> list[str]:
         return [str(row[0]) for row in await self._fetch("task_names", filter_params(where))]
 

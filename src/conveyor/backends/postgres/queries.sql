@@ -657,3 +657,6 @@ SELECT *, (SELECT count(*) FROM woken) FROM inserted
 -- name: add_dependant
 UPDATE {schema}.jobs SET dependants = array_append(dependants, %(child)s::text)
 WHERE id = ANY(%(ids)s::text[])
+
+-- name: dependants_of
+SELECT dependants FROM {schema}.jobs WHERE id = %(id)s

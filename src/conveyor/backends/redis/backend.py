@@ -38,6 +38,7 @@ from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
+from .dependants import DependantReads
 from .records import RedisRecords
 from .script_args import (cancel_args, enqueue_commands, enqueue_script, enqueued_jobs,
                           settle_calls, stale_settlements)
@@ -53,7 +54,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords):
+class RedisBackend(RedisRecords, DependantReads):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
@@ -147,9 +148,8 @@ class RedisBackend(RedisRecords):
                         "evict jobs. Use noeviction for job queues.", redact_url(self.url), policy)
 
     # --- producer -----------------------------------------------------------------
-    # One EVALSHA per 1,000 jobs, all sent in one write: a batch is one round trip.
-    # Enqueues go through a lane when one is free (see lane.py): they are idempotent,
-    # as the job id deduplicates a resend.
+    # One EVALSHA per 1,000 jobs, in one write: a batch is one round trip. Through a lane
+    # when one is free (lane.py): enqueues are idempotent, the job id dedups a resend.
     @translated
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         if not jobs:

@@ -27,6 +27,7 @@ from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, L
                     QueueStats, Settlement)
 from . import liveness, records
 from .store import SqliteStore
+from .dependants import SqliteDependants
 from .wakeup import WakeupListener, WakeupSender
 
 T = TypeVar("T")
@@ -205,6 +206,9 @@ class SqliteBackend:
 
     async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         return await self._on_thread(lambda s: s.delete_jobs(where, limit, dry_run))
+
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return await self._on_thread(lambda s: SqliteDependants(s.conn, 0.0).dependants(job_id))
 
     async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         return await self._on_thread(lambda s: s.cancel_jobs(where, limit, dry_run))
