@@ -2,7 +2,8 @@
 -- (workflows, conveyor.dependencies). Parents come before their dependants in the
 -- batch; the whole batch is one script, so a workflow is stored whole or not at all.
 --
--- KEYS: as in enqueue.lua
+-- KEYS[1] <prefix>seq, KEYS[2] <prefix>due, KEYS[3] <prefix>unique,
+-- KEYS[4] <prefix>queues, KEYS[5] <prefix>jobs: as in enqueue.lua
 -- ARGV[1] key prefix
 -- ARGV[2] now
 -- ARGV[3] JSON: {"v": Conveyor's version, "jobs": {"<job id>": {"p": [parent ids],
