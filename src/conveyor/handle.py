@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
+from .backends.base import Backend, FinishWakeups
 from .errors import CorruptJob, JobFailed, JobNotFound, QueueFull
 from .job import Job, JobState
 
@@ -33,6 +34,7 @@ class HandleApp(Protocol):
     def portal(self) -> Portal: ...
     @property
     def claim_check(self) -> ClaimCheck: ...
+    async def backend(self) -> Backend: ...
 
 
 class JobHandle(Generic[R]):
@@ -60,8 +62,12 @@ class JobHandle(Generic[R]):
         return self.app.portal.call(self.result_async(timeout))
 
     async def result_async(self, timeout: float | None = None) -> R:
+        """Wait as `result` does. A backend with FinishWakeups wakes this at the job's
+        end; otherwise (and as a fallback) it polls, backing off to 0.25 s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.005
+        backend = await self.app.backend()
+        wakes = backend if isinstance(backend, FinishWakeups) else None
         while True:
             job = await self.app.admin.get(self.id)
             if job is None:
@@ -79,9 +85,13 @@ class JobHandle(Generic[R]):
                 last = job.errors[-1] if job.errors else None
                 raise JobFailed(job.id, job.state.value,
                                 f"{last.type}: {last.message}" if last else "no error recorded")
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise TimeoutError(f"job {self.id} still {job.state.value} after {timeout}s")
-            await asyncio.sleep(delay)
+            if wakes is not None:  # a hint, so a bounded wait: a lost one costs a second
+                await wakes.wait_for_finish(self.id, 1.0 if left is None else min(left, 1.0))
+                continue
+            await asyncio.sleep(delay if left is None else min(delay, left))
             delay = min(delay * 2, 0.25)
 
 

@@ -5,6 +5,8 @@ end, the failure policy), then chain, group and chord run by a real worker."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from conveyor.backends.base import Backend, JobFilter, Settlement
 from conveyor.claiming import strict_claim
 from conveyor.dependencies import DEPENDENCY_FAILED
 from conveyor.errors import InvalidJob, JobFailed
+from conveyor.handle import JobHandle
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
 from conveyor.worker import WorkerConfig
@@ -207,3 +210,23 @@ async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conv
     assert [m.state for m in members] == [S.CANCELLED] * 4
     with pytest.raises(JobFailed):
         await handle.result_async(5)
+
+
+# --- waiting for a result -----------------------------------------------------------------
+async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app: Conveyor) -> None:
+    from conveyor.backends.base import FinishWakeups
+
+    assert isinstance(backend, FinishWakeups)
+    await backend.enqueue_jobs([new_job(id="w")])
+    job = await claim_one(backend)
+    waiter = asyncio.create_task(backend.wait_for_finish("w", 30))
+    await asyncio.sleep(0.2)  # let it watch and park (the wait, not the test, is timed)
+    assert not waiter.done()
+    began = time.monotonic()
+    await backend.settle_jobs([complete(job, "7")])
+    await asyncio.wait_for(waiter, 10)
+    assert time.monotonic() - began < 5  # woken, not the 30 s timeout
+    # Already ended: returns at once.
+    await asyncio.wait_for(backend.wait_for_finish("w", 30), 5)
+    handle = JobHandle(app, await backend.get_job("w"))  # type: ignore[arg-type]
+    assert await handle.result_async(5) == 7

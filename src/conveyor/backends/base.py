@@ -44,7 +44,7 @@ __all__ = [
     "JobLifecycle", "Inspector", "SharedRecords", "Backend", "StateForcing",
     # optional capabilities
     "TransactionalEnqueue", "CompleteInTransaction", "RecordsInTransaction", "BlockingEnqueue",
-    "LivenessHold", "WorkerLiveness",
+    "LivenessHold", "WorkerLiveness", "FinishWakeups",
     # from params.py
     "QueueQuota", "ClaimRequest", "Lease", "HeldLease", "LeaseQuery", "Settlement",
     "HeartbeatReply", "JobFilter", "QueueStats", "WAITING_STATES", "ascii_lower",
@@ -294,4 +294,19 @@ class WorkerLiveness(Protocol):
         """The ids among `candidates` (worker id -> announced token) whose signal is
         gone. A token this backend cannot judge (taken before a server restart,
         malformed, another backend's) is not dead: that worker falls back to its lease."""
+        ...
+
+
+@runtime_checkable
+class FinishWakeups(Protocol):
+    """Wake-ups for `job.result()`: the step that ends a job (settle, cancel) signals
+    those waiting for it, instead of them polling: a LISTEN/NOTIFY channel (PostgreSQL),
+    a list to BLPOP (Redis), a datagram (SQLite), an in-process event (memory). A job
+    nobody waits for costs its settle one index probe (PostgreSQL), one set lookup
+    (Redis), one listing of an empty folder per batch (SQLite)."""
+
+    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+        """Return once the job has ended or may have (a hint: the caller reads it
+        again), or after `timeout`. It watches before it looks, so an end between
+        the caller's last read and this call is not missed."""
         ...

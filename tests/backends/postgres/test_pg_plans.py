@@ -49,7 +49,7 @@ async def test_hot_statements_never_scan_the_jobs_table(
             "settle_jobs": {"now": 1e9, "ids": running, "tokens": [0] * 50,
                             "states": ["completed"] * 50, "results": [None] * 50,
                             "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "version": "test"},
+                            "refunds": [False] * 50, "version": "test", "done_channel": "d"},
             "prune_jobs": {"completed_before": 0.5, "dead_before": 0.5, "now": 1e9, "limit": 1000},
         }
         for name, params in statements.items():
@@ -119,7 +119,7 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
             "settle_jobs": {"now": 1e9, "ids": ids, "tokens": [0] * 50,
                             "states": ["completed"] * 50, "results": [None] * 50,
                             "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "version": "test"},
+                            "refunds": [False] * 50, "version": "test", "done_channel": "d"},
         }
         for name, params in statements.items():
             plan = plan_of(admin_conn, backend.q[name], params)

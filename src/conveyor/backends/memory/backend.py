@@ -115,6 +115,12 @@ class MemoryBackend:
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
 
+    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+        seen = self.store.finished.generation  # before looking: an end after it wakes us
+        job = self.store.job(job_id)
+        if job is not None and not job.is_finished:
+            await self.store.finished.wait(timeout, seen)
+
     # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         return self.store.find_leases(query)

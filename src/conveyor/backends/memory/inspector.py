@@ -99,7 +99,10 @@ def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
             store._release_dependants(job_id, now)  # a workflow member: onwards (docs/workflows.md)
         elif state is S.RUNNING:
             store.rows[job_id]["cancel_requested"] = True
-        return store.job(job_id)
+        job = store.job(job_id)
+    if job is not None and job.state is S.CANCELLED:
+        store.finished.notify()
+    return job
 
 
 def cancel_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,

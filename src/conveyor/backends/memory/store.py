@@ -65,6 +65,7 @@ class MemoryStore:
         self.pid = os.getpid()
         self.lock = threading.RLock()
         self.wakeups = Wakeups()
+        self.finished = Wakeups()  # a job ended: for job.result() (FinishWakeups)
         self.rows: dict[str, Row] = {}  # insertion order is enqueue order
         self.seq: dict[str, int] = {}
         self._next_seq = 0
@@ -297,6 +298,8 @@ class MemoryStore:
                         unblocked += self._release_dependants(s.job_id, now)
         if unblocked or any(s.state in (S.AVAILABLE, S.SCHEDULED) for s in settlements):
             self.wakeups.notify()
+        if any(s.state in (S.COMPLETED, S.DEAD, S.CANCELLED) for s in settlements):
+            self.finished.notify()
         return stale
 
     def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float,

@@ -8,6 +8,7 @@ docs/postgres.md for transactional enqueue and complete-in-transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -158,6 +159,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             "run_ats": [None if s.run_at is None else float(s.run_at) for s in settlements],
             "refunds": [s.refund_attempt for s in settlements],
             "version": __version__,
+            "done_channel": self.config.done_channel,
         }
         wakes = any(s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements)
 
@@ -205,6 +207,28 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             self._listener = Listener(self.config.conninfo, self.q["listen"], self.config.redacted)
         await self._listener.wait(timeout)
 
+    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+        """FinishWakeups: LISTEN on the done channel, count in as a waiter (a record the
+        settle statement probes), look, then wait for a NOTIFY; a hint for any end."""
+        fresh = self._done_listener is None
+        if self._done_listener is None:
+            self._done_listener = Listener(self.config.conninfo, self.q["listen_done"],
+                                           self.config.redacted)
+            self._done_listener.start()
+        listening = self._done_listener
+        with contextlib.suppress(TimeoutError):  # not listening yet: the wait is a poll
+            await asyncio.wait_for(listening.connected.wait(), min(timeout, 1.0))
+        if fresh:  # its first connect says "look now" to everyone: this call looks anyway
+            listening.event.clear()
+        await self.incr_record("finish_waiters", job_id, 1, ttl=max(timeout, 1.0) + 60)
+        try:
+            job = await self.get_job(job_id)
+            if job is not None and not job.is_finished:
+                await listening.wait(timeout)
+        finally:
+            if await self.incr_record("finish_waiters", job_id, -1) <= 0:
+                await self.delete_record("finish_waiters", job_id)
+
     # --- complete in transaction ------------------------------------------------------
     @asynccontextmanager
     async def complete_in_transaction(
@@ -223,7 +247,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
             yield conn
             params = {"id": lease.job_id, "token": lease.token, "result": result,
-                      "now": self.clock(), "version": __version__}
+                      "now": self.clock(), "version": __version__,
+                      "done_channel": self.config.done_channel}
             if await (await conn.execute(self.q["complete_job"], params)).fetchone() is None:
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
                                  "transaction; rolled back")
@@ -241,7 +266,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
                 yield conn
                 params = {"id": lease.job_id, "token": lease.token, "result": result,
-                          "now": self.clock(), "version": __version__}
+                          "now": self.clock(), "version": __version__,
+                          "done_channel": self.config.done_channel}
                 if conn.execute(self.q["complete_job"], params).fetchone() is None:
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
                                      "transaction; rolled back")

@@ -43,6 +43,11 @@ class PostgresConfig:
         """The LISTEN/NOTIFY channel of this schema's wake-ups."""
         return f"{self.schema}_conveyor_jobs"
 
+    @property
+    def done_channel(self) -> str:
+        """The channel of job ends, for those waiting on them (job.result())."""
+        return f"{self.schema}_conveyor_done"
+
 
 def _libpq_netloc(netloc: str) -> str:
     """The user info percent-encoded. Python splits user info from hosts at the last

@@ -36,11 +36,12 @@ class PostgresConnections:
         self.config = parse_postgres_url(url)
         self.clock = clock
         self.schema = self.config.schema
-        self.q = load_schema_queries(self.schema, self.config.channel)
+        self.q = load_schema_queries(self.schema, self.config.channel, self.config.done_channel)
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._sync_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._sync_pool_lock = threading.Lock()
         self._listener: Listener | None = None
+        self._done_listener: Listener | None = None  # job ends, for job.result()
         self._lane = Lane(self.config.conninfo, self.config.timeout)
         self._open_lock = asyncio.Lock()
 
@@ -64,9 +65,10 @@ class PostgresConnections:
 
     async def close(self) -> None:
         await self._lane.close()
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        for listener in (self._listener, self._done_listener):
+            if listener is not None:
+                await listener.close()
+        self._listener = self._done_listener = None
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()

@@ -43,7 +43,8 @@ class PostgresInspector(PostgresConnections):
         return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        params = {"id": job_id, "now": self.clock(), "version": __version__}
+        params = {"id": job_id, "now": self.clock(), "version": __version__,
+                  "done_channel": self.config.done_channel}
 
         async def op(conn: AsyncConn) -> None:
             async with conn.transaction():

@@ -106,6 +106,16 @@ FROM settled AS t CROSS JOIN LATERAL unnest(t.dependants) AS d(child)
 WHERE t.state IN ('completed', 'dead', 'cancelled')
 HAVING count(*) > 0
 
+-- fragment: signal_ends
+-- FinishWakeups: a NOTIFY on the done channel for each job `settled` just ended that
+-- someone waits for (a record in namespace finish_waiters): one primary-key probe of
+-- the meta table per ended job, and no NOTIFY (no commit-time queue lock) otherwise.
+SELECT count(pg_notify(%(done_channel)s::text, t.id)) AS n
+FROM settled AS t
+WHERE t.state IN ('completed', 'dead', 'cancelled')
+  AND EXISTS (SELECT 1 FROM {schema}.meta AS m
+              WHERE m.namespace = 'finish_waiters' AND m.key = t.id)
+
 -- name: insert_new_job
 -- `insert_new_jobs` for a batch of one (enqueue one by one is the common call):
 -- plain parameters instead of arrays, a cheaper statement to bind and to plan.
@@ -378,8 +388,10 @@ WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
 RETURNING j.id, j.state, j.dependants
 ), released AS (
     {release_dependants}
+), signalled AS (
+    {signal_ends}
 )
-SELECT id, (SELECT unblocked FROM released) FROM settled
+SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
 
 -- name: heartbeat_jobs
 -- Locks in id order, as settle_jobs does (see there).
@@ -415,8 +427,10 @@ WITH settled AS (
     RETURNING id, state, dependants
 ), released AS (
     {release_dependants}
+), signalled AS (
+    {signal_ends}
 )
-SELECT id, (SELECT unblocked FROM released) FROM settled
+SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
 
 -- name: find_leases
 -- Running jobs whose lease expired, or held by workers known to be dead; the
@@ -456,8 +470,10 @@ WITH settled AS (
     RETURNING id, state, dependants
 ), released AS (
     {release_dependants}
+), signalled AS (
+    {signal_ends}
 )
-SELECT id, (SELECT unblocked FROM released) FROM settled
+SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
 
 -- name: request_cancel_running_job
 UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
@@ -523,6 +539,9 @@ RETURNING id
 
 -- name: listen
 LISTEN {channel}
+
+-- name: listen_done
+LISTEN {done_channel}
 
 -- fragment: live_record
 -- A record counts only until its expiry (by the application clock).

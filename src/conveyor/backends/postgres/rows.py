@@ -14,14 +14,14 @@ from ..codec import job_from_row as decode_row
 from ..sqlfiles import load_queries
 
 
-def load_schema_queries(schema: str, channel: str) -> dict[str, str]:
-    """The named queries with the schema and channel filled in, as quoted identifiers.
+def load_schema_queries(schema: str, channel: str, done_channel: str = "") -> dict[str, str]:
+    """The named queries with the schema and channels filled in, as quoted identifiers.
 
     Both names are validated (lower-case letters, digits, _), so quoting is exact.
     Plain replacement rather than str.format: SQL is full of braces."""
     queries = load_queries(__package__ or "conveyor.backends.postgres")
     return {name: text.replace("{schema}", f'"{schema}"').replace("{channel}", f'"{channel}"')
-            for name, text in queries.items()}
+            .replace("{done_channel}", f'"{done_channel}"') for name, text in queries.items()}
 
 
 def job_from_row(row: Sequence[Any], start: int = 0) -> Job:

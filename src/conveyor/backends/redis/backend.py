@@ -38,7 +38,7 @@ from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
-from .dependants import DependantReads
+from .following import Following
 from .records import RedisRecords
 from .script_args import (cancel_args, enqueue_commands, enqueue_script, enqueued_jobs,
                           settle_calls, stale_settlements)
@@ -54,7 +54,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords, DependantReads):
+class RedisBackend(RedisRecords, Following):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:

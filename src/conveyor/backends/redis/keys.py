@@ -9,7 +9,7 @@ own prefix (one `Conveyor` app each).
 
 | key                          | type   | holds                                             |
 |------------------------------|--------|---------------------------------------------------|
-| `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None; `attempt` and `lease_token` absent = 0, `meta` absent = {}), plus `seq` and, while available, `rank` |
+| `{p}:job:<id>`               | hash   | the job: one field per `Job` attribute (absent = None; `attempt` and `lease_token` absent = 0, `meta` absent = {}), plus `seq` and, while available, `rank`; in a workflow `dependants` (JSON ids), `pending_parents`, `allow_failure` |
 | `{p}:seq`                    | string | insertion counter (FIFO within a priority and run_at) |
 | `{p}:queues`                 | set    | every queue name enqueued to                      |
 | `{p}:jobs`                   | zset   | every job id by seq (newest-first listing)        |
@@ -26,8 +26,11 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:completed`    | zset   | id by finished_at (retention by age and by count) |
 | `{p}:q:<queue>:cancelled`    | zset   | id by finished_at                                 |
 | `{p}:q:<queue>:dead`         | zset   | id by finished_at (the dead-letter queue)         |
+| `{p}:q:<queue>:blocked`      | zset   | workflow members waiting on their parents (score 0) |
 | `{p}:q:<queue>:waiting`      | zset   | every scheduled, available, retryable id by seq (a bounded queue's depth and oldest jobs; layout 2) |
 | `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
+| `{p}:watching`               | zset   | job id -> how many wait for its end (job.result()) |
+| `{p}:done:<id>`              | list   | a token pushed when a watched job ends (BLPOP; expires after a minute) |
 | `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
 | `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
 

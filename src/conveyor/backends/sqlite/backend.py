@@ -26,7 +26,7 @@ from ...timeutil import Clock, system_clock
 from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
 from . import liveness, records
-from .store import SqliteStore
+from .store import ENDED, SqliteStore
 from .dependants import SqliteDependants
 from .wakeup import WakeupListener, WakeupSender
 
@@ -66,6 +66,9 @@ class SqliteBackend:
         self._store: SqliteStore | None = None
         self._sender: WakeupSender | None = None
         self._listener: WakeupListener | None = None
+        # job.result() (FinishWakeups): a datagram at each end to those waiting for one.
+        self._done_sender: WakeupSender | None = None
+        self._done_listener: WakeupListener | None = None
         self._open_lock = threading.Lock()
         self._thread_stores = threading.local()
 
@@ -98,14 +101,17 @@ class SqliteBackend:
 
         await loop.run_in_executor(self._executor, connect)
         self._sender = WakeupSender(self.path)
+        self._done_sender = WakeupSender(self.path, "done")
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._sender is not None:
-            self._sender.close()
-            self._sender = None
+        for listener in (self._listener, self._done_listener):
+            if listener is not None:
+                listener.close()
+        self._listener = self._done_listener = None
+        for sender in (self._sender, self._done_sender):
+            if sender is not None:
+                sender.close()
+        self._sender = self._done_sender = None
         executor, self._executor = self._executor, None
         if executor is not None:
             store = self._store
@@ -148,6 +154,8 @@ class SqliteBackend:
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         stale, unblocked = await self._on_thread(lambda s: s.settle_jobs(settlements))
+        if self._done_sender is not None and any(s.state in ENDED for s in settlements):
+            self._done_sender.notify()  # lists an empty folder unless someone waits
         if self._sender is not None and (unblocked or any(
             s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements
         )):
@@ -164,6 +172,13 @@ class SqliteBackend:
         if self._listener is None:
             self._listener = WakeupListener(self.path)
         await self._listener.wait(timeout)
+
+    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+        if self._done_listener is None:  # listening before looking: no end is missed
+            self._done_listener = WakeupListener(self.path, "done")
+        job = await self.get_job(job_id)
+        if job is not None and not job.is_finished:
+            await self._done_listener.wait(timeout)
 
     # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
@@ -196,7 +211,10 @@ class SqliteBackend:
         return await self._on_thread(lambda s: s.count_jobs(where))
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        return await self._on_thread(lambda s: s.cancel_job(job_id))
+        job = await self._on_thread(lambda s: s.cancel_job(job_id))
+        if self._done_sender is not None and job is not None and job.is_finished:
+            self._done_sender.notify()
+        return job
 
     async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
         jobs = await self._on_thread(lambda s: s.redrive_jobs(where, limit, dry_run))

@@ -17,15 +17,18 @@ import tempfile
 import uuid
 
 
-def wakeup_folder(db_path: str) -> str:
+def wakeup_folder(db_path: str, channel: str = "") -> str:
+    """The folder of one database's listeners: idle workers (no channel), or "done":
+    those waiting for a job's end (job.result())."""
     # Socket paths are limited to ~107 bytes, so the folder is named by a hash.
     digest = hashlib.sha1(os.path.realpath(db_path).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"conveyor-{os.getuid()}", digest)
+    return os.path.join(tempfile.gettempdir(), f"conveyor-{os.getuid()}",
+                        f"{digest}-{channel}" if channel else digest)
 
 
 class WakeupSender:
-    def __init__(self, db_path: str) -> None:
-        self.folder = wakeup_folder(db_path)
+    def __init__(self, db_path: str, channel: str = "") -> None:
+        self.folder = wakeup_folder(db_path, channel)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
 
@@ -55,8 +58,8 @@ class WakeupSender:
 
 
 class WakeupListener:
-    def __init__(self, db_path: str) -> None:
-        folder = wakeup_folder(db_path)
+    def __init__(self, db_path: str, channel: str = "") -> None:
+        folder = wakeup_folder(db_path, channel)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         self.path = os.path.join(folder, f"{uuid.uuid4().hex}.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

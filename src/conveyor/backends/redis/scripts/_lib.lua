@@ -16,6 +16,8 @@ local QUEUES = PREFIX .. 'queues'
 local PAUSED = PREFIX .. 'paused'
 local SEQ = PREFIX .. 'seq'
 local JOBS = PREFIX .. 'jobs'  -- every job id by seq: newest-first listing
+-- Ids someone waits to see end (job.result(), FinishWakeups), by how many wait.
+local WATCHING = PREFIX .. 'watching'
 
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function state_key(queue, state) return PREFIX .. 'q:' .. queue .. ':' .. state end
@@ -276,6 +278,16 @@ local function shed_oldest(queue, n, now_text, error_json)
   end
 end
 
+-- A job ended: wake whoever waits for it (BLPOP on its done list, see following.py).
+-- Costs a job nobody waits for one ZSCORE.
+local function signal_end(id)
+  if redis.call('ZSCORE', WATCHING, id) then
+    local key = PREFIX .. 'done:' .. id
+    redis.call('RPUSH', key, '1')
+    redis.call('PEXPIRE', key, 60000)  -- a signal nobody took: gone in a minute
+  end
+end
+
 -- A hint for idle workers (BLPOP on the queue's wake list); one token is enough.
 local function wake(queue)
   local key = wake_key(queue)
@@ -358,6 +370,7 @@ local function release_dependants(parent, parent_state, f, now_text, version)
           append_error(child, c.errors, dependency_error(item[1], item[2], now_text, version))
           c.finished_at = now_text
           index_job(child, c.queue, 'cancelled', c)
+          signal_end(child)
           if c.dependants then walk[#walk + 1] = { child, 'cancelled', c.dependants } end
         else
           local left = math.floor(as_number(extra[2], 0)) - 1

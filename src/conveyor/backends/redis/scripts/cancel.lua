@@ -21,6 +21,7 @@ if (WAITING[f.state] or f.state == 'blocked') and allowed(f.state, 'cancelled') 
   redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now_text)
   f.finished_at = now_text
   index_job(id, f.queue, 'cancelled', f)
+  signal_end(id)
   if f.dependants then release_dependants(id, 'cancelled', f, now_text, ARGV[5]) end
   local result = job_reply(id)
   trim_finished(f.queue, 'cancelled', tonumber(ARGV[4]))

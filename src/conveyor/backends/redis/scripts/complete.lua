@@ -32,6 +32,7 @@ for a = 5, #ARGV, 3 do
     end
     f.finished_at = now_text
     index_job(id, f.queue, 'completed', f)
+    signal_end(id)
     if f.dependants then release_dependants(id, 'completed', f, now_text, version) end
     trim_finished(f.queue, 'completed', max_completed)
   end

@@ -43,6 +43,7 @@ for a = 6, #ARGV, 5 do
     if f.dependants and (new_state == 'dead' or new_state == 'cancelled') then
       release_dependants(id, new_state, f, now_text, version)
     end
+    if new_state == 'dead' or new_state == 'cancelled' then signal_end(id) end
     if new_state == 'dead' then
       trim_finished(f.queue, 'dead', max_dead)
     elseif new_state == 'cancelled' then
