@@ -115,6 +115,15 @@ class DependantRows(Protocol):
     def unblock(self, job_id: str) -> None: ...
     def cancel(self, job_id: str, error_json: str) -> None: ...
 
+    # for resume_dependants
+    def cancelled_by_parent(self, job_id: str) -> tuple[bool, Sequence[str]] | None:
+        """(allow_failure, parents) of a job a parent cancelled before it ever ran
+        (cancelled, attempt 0, its last error a DependencyFailed); None otherwise."""
+        ...
+
+    def state(self, job_id: str) -> JobState | None: ...
+    def reblock(self, job_id: str, pending_parents: int) -> None: ...
+
 
 def release_dependants(rows: DependantRows, parent_id: str, parent_state: JobState,
                        now: float) -> int:
@@ -138,3 +147,26 @@ def release_dependants(rows: DependantRows, parent_id: str, parent_state: JobSta
             else:
                 rows.count_down(child, left)
     return unblocked
+
+
+def resume_dependants(rows: DependantRows, parent_id: str) -> int:
+    """A parent was redriven (back to available): the dependants it had cancelled wait
+    for their parents again (cancelled -> blocked, counting the parents not ended),
+    and onwards the dependants those had cancelled. One that another parent still
+    fails (dead or cancelled, without allow_failure) stays cancelled. Returns how many
+    were resumed."""
+    walk, resumed = [parent_id], 0
+    while walk:
+        for child in rows.dependants(walk.pop()):
+            found = rows.cancelled_by_parent(child)
+            if found is None:
+                continue
+            allow_failure, parents = found
+            states = [rows.state(p) for p in parents_of(parents)]
+            if not allow_failure and any(s in _FAILED for s in states):
+                continue
+            rows.reblock(child, sum(1 for s in states
+                                    if s is not None and s not in (S.COMPLETED, *_FAILED)))
+            resumed += 1
+            walk.append(child)
+    return resumed

@@ -50,6 +50,8 @@ TRANSITIONS: dict[tuple[JobState, JobState], frozenset[Transition]] = {
     (S.RETRYABLE, S.CANCELLED): frozenset({Transition.CANCEL}),
     (S.DEAD, S.AVAILABLE): frozenset({Transition.REDRIVE}),
     (S.CANCELLED, S.AVAILABLE): frozenset({Transition.REDRIVE}),
+    # Redriving a failed parent resumes the dependants it cancelled (docs/workflows.md).
+    (S.CANCELLED, S.BLOCKED): frozenset({Transition.REDRIVE}),
 }
 
 ALLOWED: frozenset[tuple[JobState, JobState]] = frozenset(TRANSITIONS)

@@ -230,3 +230,39 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
     await asyncio.wait_for(backend.wait_for_finish("w", 30), 5)
     handle = JobHandle(app, await backend.get_job("w"))  # type: ignore[arg-type]
     assert await handle.result_async(5) == 7
+
+
+async def test_redriving_a_dead_member_resumes_what_it_cancelled(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a", max_attempts=1), new_job(id="b"),
+                                new_job(id="c", depends_on=("a", "b")),
+                                new_job(id="d", depends_on=("c",))])
+    a, b = sorted(await claim_all(backend), key=lambda j: j.id)
+    await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
+    await backend.settle_jobs([complete(b, "2")])  # ends while c is already cancelled
+    assert [await state_of(backend, i) for i in "cd"] == [S.CANCELLED, S.CANCELLED]
+    [redriven] = await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    assert redriven.state is S.AVAILABLE
+    c, d = await backend.get_job("c"), await backend.get_job("d")
+    assert c is not None and c.state is S.BLOCKED and c.finished_at is None
+    assert [e.type for e in c.errors] == [DEPENDENCY_FAILED]  # the history stays
+    assert d is not None and d.state is S.BLOCKED
+    a = await claim_one(backend)
+    await backend.settle_jobs([complete(a, "1")])  # b completed before: a was the last
+    assert await state_of(backend, "c") is S.AVAILABLE
+    c = await claim_one(backend)
+    await backend.settle_jobs([complete(c)])
+    assert await state_of(backend, "d") is S.AVAILABLE
+
+
+async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(
+        backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a", max_attempts=1), new_job(id="b", max_attempts=1),
+                                new_job(id="c", depends_on=("a", "b"))])
+    jobs = await claim_all(backend)
+    await backend.settle_jobs([Settlement(j.id, j.lease_token, S.DEAD, error=error(1))
+                               for j in jobs])
+    await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    assert await state_of(backend, "c") is S.CANCELLED  # b is still dead
+    await backend.redrive_jobs(JobFilter(ids=("b",)), 10, dry_run=False)
+    c = await backend.get_job("c")
+    assert c is not None and c.state is S.BLOCKED

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.job import JobState
-from conveyor.lifecycle import ALLOWED, IllegalTransition, Transition, check
+from conveyor.lifecycle import ALLOWED, TRANSITIONS, IllegalTransition, Transition, check
 
 SQLITE_MIGRATIONS = Path(__file__).resolve().parents[2] / "src/conveyor/backends/sqlite/migrations"
 
@@ -36,4 +36,7 @@ def test_check_accepts_table_and_rejects_the_rest() -> None:
 def test_terminal_states_only_leave_by_redrive() -> None:
     for old, new in ALLOWED:
         if old in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED):
-            assert new is JobState.AVAILABLE and old is not JobState.COMPLETED
+            assert old is not JobState.COMPLETED
+            assert new is JobState.AVAILABLE or (old, new) == (JobState.CANCELLED,
+                                                               JobState.BLOCKED)
+            assert TRANSITIONS[(old, new)] == {Transition.REDRIVE}

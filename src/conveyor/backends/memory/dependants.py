@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...dependencies import Start, dependency_error
+from ...dependencies import DEPENDENCY_FAILED, Start, dependency_error
 from ...job import AttemptError, Job, JobState
 from ...lifecycle import Transition
 
@@ -32,10 +32,12 @@ def states_of(store: MemoryStore, ids: Sequence[str]) -> dict[str, JobState | No
     return {i: None if job is None else job.state for i, job in jobs.items()}
 
 
-def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now: float) -> None:
+def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now: float,
+         parents: Sequence[str]) -> None:
     """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
     row = store.rows[job_id]
     row["pending_parents"], row["allow_failure"] = len(start.pending), allow_failure
+    row["parents"] = list(parents)
     for parent in start.pending:
         store.rows[parent].setdefault("dependants", []).append(job_id)
     if start.failed_parent is not None:
@@ -72,3 +74,18 @@ class MemoryDependants:
         why = AttemptError.from_dict(json.loads(error_json))
         self.store._move(job_id, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
                          finished_at=self.now, errors=(*errors, why))
+
+    def cancelled_by_parent(self, job_id: str) -> tuple[bool, list[str]] | None:
+        job, row = self.store.job(job_id), self.store.rows.get(job_id, {})
+        if (job is None or job.state is not S.CANCELLED or job.attempt != 0 or not job.errors
+                or job.errors[-1].type != DEPENDENCY_FAILED):
+            return None
+        return bool(row.get("allow_failure")), list(row.get("parents") or ())
+
+    def state(self, job_id: str) -> JobState | None:
+        job = self.store.job(job_id)
+        return None if job is None else job.state
+
+    def reblock(self, job_id: str, pending_parents: int) -> None:
+        self.store._move(job_id, S.CANCELLED, S.BLOCKED, Transition.REDRIVE, finished_at=None,
+                         pending_parents=pending_parents)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from ...dependencies import resume_dependants
 from ...errors import JobNotFound
 from ...escaping import readable_text
 from ...job import TERMINAL_STATES, Job, JobState
@@ -18,6 +19,7 @@ from ...lifecycle import Transition
 from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
 from ..codec import last_error_type
 from ..filtering import job_matches
+from .dependants import MemoryDependants
 from .store import MemoryStore, Row, as_number
 
 S = JobState
@@ -127,6 +129,8 @@ def redrive_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool
                 old = store.job(job_id).state  # type: ignore[union-attr]
                 store._move(job_id, old, S.AVAILABLE, Transition.REDRIVE, attempt=0,
                             run_at=now, finished_at=None, cancel_requested=False)
+                if store.rows[job_id].get("dependants"):  # a workflow member: resume it
+                    resume_dependants(MemoryDependants(store, now), job_id)
         jobs = [store.job(job_id) for job_id in ids]
     if ids and not dry_run:
         store.wakeups.notify()

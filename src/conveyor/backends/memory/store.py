@@ -200,7 +200,7 @@ class MemoryStore:
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
                 if new.depends_on:
-                    link(self, new.id, start, new.allow_failure, now)
+                    link(self, new.id, start, new.allow_failure, now, new.depends_on)
                 out.append(self._place(new.id))
             self.fair_last.update(vtimes.last)
         self.wakeups.notify()

@@ -65,6 +65,7 @@ async def _insert_dependant(backend: PostgresConnections, conn: psycopg.AsyncCon
         "unique_for": opt_float(new.unique_for), "timeout": opt_float(new.timeout),
         "meta": jsonb(new.meta), "aging": opt_float(new.aging),
         "pending_parents": len(start.pending), "allow_failure": new.allow_failure,
+        "parents": list(new.depends_on),
         "error": error})
     row = await cur.fetchone()
     if row is None:  # the id is taken: the job holding it answers

@@ -479,9 +479,18 @@ SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM sett
 UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
 
 -- name: redrive_jobs
-UPDATE {schema}.jobs
-SET state = 'available', attempt = 0, run_at = %(now)s, finished_at = NULL, cancel_requested = false
-WHERE id = ANY(%(ids)s::text[]) AND state IN ('dead', 'cancelled')
+-- The dependants a redriven workflow member had cancelled are resumed in the same
+-- statement (resume_dependants, migration 5); no call when none has dependants.
+WITH redriven AS (
+    UPDATE {schema}.jobs
+    SET state = 'available', attempt = 0, run_at = %(now)s, finished_at = NULL,
+        cancel_requested = false
+    WHERE id = ANY(%(ids)s::text[]) AND state IN ('dead', 'cancelled')
+    RETURNING id, dependants
+)
+SELECT {schema}.resume_dependants(array_agg(id ORDER BY id)) FROM redriven
+WHERE dependants IS NOT NULL
+HAVING count(*) > 0
 
 -- name: delete_jobs
 DELETE FROM {schema}.jobs
@@ -659,11 +668,11 @@ SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[]) ORDER BY id 
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, finished_at, unique_for, timeout, meta, aging,
-                               pending_parents, allow_failure, errors)
+                               pending_parents, allow_failure, parents, errors)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
             %(run_at)s, %(now)s, CASE WHEN %(state)s = 'cancelled' THEN %(now)s::float8 END,
             %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s, %(pending_parents)s,
-            %(allow_failure)s,
+            %(allow_failure)s, %(parents)s::text[],
             CASE WHEN %(error)s::jsonb IS NULL THEN '[]'::jsonb
                  ELSE jsonb_build_array(%(error)s::jsonb) END)
     ON CONFLICT (id) DO NOTHING

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from ...dependencies import DependantRows, Start, dependency_error
+from ...job import JobState
 from .connection import Q
 
 
@@ -18,12 +19,12 @@ def states_of(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
 
 
 def link(db: sqlite3.Connection, job_id: str, start: Start, allow_failure: bool,
-         now: float) -> None:
+         now: float, parents: Sequence[str]) -> None:
     """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
     error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
     db.execute(Q["link_dependant"], {"id": job_id, "pending_parents": len(start.pending),
                                      "allow_failure": int(allow_failure), "error": error,
-                                     "now": now})
+                                     "now": now, "parents": json.dumps(list(parents))})
     for parent in start.pending:
         db.execute(Q["add_dependant"], {"id": parent, "child": job_id})
 
@@ -34,11 +35,7 @@ class SqliteDependants(DependantRows):
 
     def dependants(self, job_id: str) -> list[str]:
         row = self.db.execute(Q["dependants_of"], {"id": job_id}).fetchone()
-        try:
-            ids = json.loads(row[0]) if row is not None and row[0] is not None else []
-        except ValueError:  # a damaged list releases nothing rather than failing the settle
-            return []
-        return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+        return _ids(None if row is None else row[0])
 
     def blocked(self, job_id: str) -> tuple[bool, int] | None:
         row = self.db.execute(Q["blocked_job"], {"id": job_id}).fetchone()
@@ -56,3 +53,26 @@ class SqliteDependants(DependantRows):
     def cancel(self, job_id: str, error_json: str) -> None:
         self.db.execute(Q["cancel_blocked_job"], {"id": job_id, "now": self.now,
                                                   "error": error_json})
+
+    def cancelled_by_parent(self, job_id: str) -> tuple[bool, list[str]] | None:
+        row = self.db.execute(Q["cancelled_by_parent"], {"id": job_id}).fetchone()
+        return None if row is None else (bool(row[0]), _ids(row[1]))
+
+    def state(self, job_id: str) -> JobState | None:
+        row = self.db.execute(Q["state_of_job"], {"id": job_id}).fetchone()
+        return None if row is None or row[0] not in _STATES else JobState(row[0])
+
+    def reblock(self, job_id: str, pending_parents: int) -> None:
+        self.db.execute(Q["reblock_job"], {"id": job_id, "pending_parents": pending_parents})
+
+
+_STATES = {s.value for s in JobState}
+
+
+def _ids(text: str | None) -> list[str]:
+    """A stored JSON list of ids; a damaged one reads as none (never fails a settle)."""
+    try:
+        ids = json.loads(text) if text is not None else []
+    except ValueError:
+        return []
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import JobNotFound
 from ...escaping import readable_text
-from ...dependencies import release_dependants
+from ...dependencies import release_dependants, resume_dependants
 from ...job import TERMINAL_STATES, Job, JobState
 from ..base import (JobFilter, QueueStats, ascii_lower, queue_stats_from_rows, redrive_scope,
                     waiting_scope)
@@ -76,7 +76,9 @@ class SqliteInspector(SqliteConnection):
                 return chosen
             now = self.clock()
             for job in chosen:
-                db.execute(Q["redrive_job"], {"id": job.id, "now": now})
+                redriven = db.execute(Q["redrive_job"], {"id": job.id, "now": now}).fetchone()
+                if redriven is not None and redriven[0]:  # a workflow member: resume it
+                    resume_dependants(SqliteDependants(db, now), job.id)
             return [j for j in (self._get(db, job.id) for job in chosen) if j is not None]
 
     def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:

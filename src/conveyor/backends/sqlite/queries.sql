@@ -219,6 +219,7 @@ UPDATE conveyor_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'runnin
 UPDATE conveyor_jobs
 SET state = 'available', attempt = 0, run_at = :now, finished_at = NULL, cancel_requested = 0
 WHERE id = :id AND state IN ('dead', 'cancelled')
+RETURNING dependants IS NOT NULL
 
 -- name: delete_job
 DELETE FROM conveyor_jobs WHERE id = :id AND state IN ('completed', 'cancelled', 'dead')
@@ -301,7 +302,7 @@ SELECT id, state FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:id
 -- name: link_dependant
 -- A new dependant's count of parents to wait for; its history when a parent already failed.
 UPDATE conveyor_jobs
-SET pending_parents = :pending_parents, allow_failure = :allow_failure,
+SET pending_parents = :pending_parents, allow_failure = :allow_failure, parents = :parents,
     finished_at = CASE WHEN :error IS NULL THEN finished_at ELSE :now END,
     errors = CASE WHEN :error IS NULL THEN errors ELSE json_array(json(:error)) END
 WHERE id = :id
@@ -331,3 +332,17 @@ SET state = 'cancelled', finished_at = :now,
     errors = CASE WHEN json_valid(errors) AND json_type(errors) = 'array'
                   THEN json_insert(errors, '$[#]', json(:error)) ELSE json_array(json(:error)) END
 WHERE id = :id AND state = 'blocked'
+
+-- name: cancelled_by_parent
+-- A dependant a parent cancelled before it ever ran: what a redrive of it resumes.
+SELECT allow_failure, parents FROM conveyor_jobs
+WHERE id = :id AND state = 'cancelled' AND CAST(attempt AS INTEGER) = 0
+  AND (CASE WHEN json_valid(errors) THEN json_extract(errors, '$[#-1].type') END)
+      = 'DependencyFailed'
+
+-- name: state_of_job
+SELECT state FROM conveyor_jobs WHERE id = :id
+
+-- name: reblock_job
+UPDATE conveyor_jobs SET state = 'blocked', finished_at = NULL, pending_parents = :pending_parents
+WHERE id = :id AND state = 'cancelled'

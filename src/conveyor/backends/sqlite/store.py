@@ -75,7 +75,7 @@ class SqliteStore(SqliteInspector):
         start = start_of(new.id, new.depends_on, states, new.allow_failure,
                          initial_state(run_at, now))
         self._insert(db, new, now, fair_vtime, start.state)
-        link(db, new.id, start, new.allow_failure, now)
+        link(db, new.id, start, new.allow_failure, now, new.depends_on)
         job = self._get(db, new.id)
         assert job is not None
         return job

@@ -8,6 +8,7 @@ ALTER TABLE jobs DROP CONSTRAINT jobs_state_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_state_check CHECK (state IN
     ('blocked', 'scheduled', 'available', 'running', 'retryable', 'completed', 'cancelled', 'dead'));
 ALTER TABLE jobs ADD COLUMN dependants text[];
+ALTER TABLE jobs ADD COLUMN parents text[];  -- what a redrive of one of them counts again
 ALTER TABLE jobs ADD COLUMN pending_parents integer;
 ALTER TABLE jobs ADD COLUMN allow_failure boolean NOT NULL DEFAULT false;
 
@@ -18,7 +19,8 @@ CREATE OR REPLACE FUNCTION check_job_transition() RETURNS trigger LANGUAGE plpgs
 BEGIN
     IF (OLD.state || '>' || NEW.state) NOT IN (
         'available>cancelled', 'available>running', 'blocked>available', 'blocked>cancelled',
-        'cancelled>available', 'dead>available', 'retryable>available', 'retryable>cancelled',
+        'cancelled>available', 'cancelled>blocked', 'dead>available', 'retryable>available',
+        'retryable>cancelled',
         'running>available', 'running>cancelled', 'running>completed', 'running>dead',
         'running>retryable', 'running>scheduled', 'scheduled>available', 'scheduled>cancelled')
     THEN
@@ -83,5 +85,51 @@ BEGIN
         i := i + 1;
     END LOOP;
     RETURN unblocked;
+END
+$$;
+
+-- conveyor.dependencies.resume_dependants, called by the redrive statement: the
+-- dependants the redriven jobs had cancelled (cancelled, never run, their last error a
+-- DependencyFailed) wait again for their parents (cancelled -> blocked, counting those
+-- not ended), and onwards; one that another parent still fails (dead or cancelled,
+-- without allow_failure) stays cancelled. Each dependant is locked before it is read,
+-- as release_dependants does. Returns how many were resumed.
+CREATE FUNCTION resume_dependants(redriven text[])
+RETURNS integer LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    walk text[] := redriven;
+    i integer := 1;
+    resumed integer := 0;
+    child text;
+    kids text[];
+    found_allow boolean;
+    found_parents text[];
+    failed integer;
+    pending integer;
+BEGIN
+    WHILE i <= coalesce(cardinality(walk), 0) LOOP
+        SELECT dependants INTO kids FROM jobs WHERE id = walk[i];
+        FOREACH child IN ARRAY coalesce(kids, '{}'::text[]) LOOP
+            SELECT allow_failure, parents INTO found_allow, found_parents
+            FROM jobs
+            WHERE id = child AND state = 'cancelled' AND attempt = 0
+              AND jsonb_typeof(errors) = 'array' AND errors -> -1 ->> 'type' = 'DependencyFailed'
+            FOR UPDATE;
+            IF FOUND THEN
+                SELECT count(*) FILTER (WHERE state IN ('dead', 'cancelled')),
+                       count(*) FILTER (WHERE state NOT IN ('completed', 'dead', 'cancelled'))
+                INTO failed, pending
+                FROM jobs WHERE id = ANY(coalesce(found_parents, '{}'::text[]));
+                IF found_allow OR failed = 0 THEN
+                    UPDATE jobs SET state = 'blocked', finished_at = NULL, pending_parents = pending
+                    WHERE id = child;
+                    resumed := resumed + 1;
+                    walk := walk || child;
+                END IF;
+            END IF;
+        END LOOP;
+        i := i + 1;
+    END LOOP;
+    RETURN resumed;
 END
 $$;

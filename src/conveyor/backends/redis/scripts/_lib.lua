@@ -35,7 +35,7 @@ local ALLOWED = {
   ['scheduled>cancelled'] = true, ['available>cancelled'] = true,
   ['retryable>cancelled'] = true,
   ['dead>available'] = true, ['cancelled>available'] = true,
-  ['blocked>available'] = true, ['blocked>cancelled'] = true,
+  ['blocked>available'] = true, ['blocked>cancelled'] = true, ['cancelled>blocked'] = true,
 }
 local ACTIVE = { blocked = true, scheduled = true, available = true, running = true,
   retryable = true }
@@ -390,6 +390,46 @@ local function release_dependants(parent, parent_state, f, now_text, version)
   end
 end
 
+-- conveyor.dependencies.resume_dependants: `parent` (f: its fields) was redriven. The
+-- dependants it had cancelled before they ever ran (their last error DependencyFailed)
+-- wait again for their parents, counting those not ended, and onwards; one that
+-- another parent still fails (dead or cancelled, without allow_failure) stays cancelled.
+local function resume_dependants(f)
+  local walk = { f.dependants }
+  while #walk > 0 do
+    for _, child in ipairs(dependant_ids(table.remove(walk))) do
+      local c = load(child)
+      local ok, errors = pcall(cjson.decode, c and c.errors or '[]')
+      local last = ok and type(errors) == 'table' and errors[#errors]
+      if c and c.state == 'cancelled' and whole_text(c.attempt, '0') == '0'
+          and type(last) == 'table' and last.type == 'DependencyFailed' then
+        local key = job_key(child)
+        local extra = redis.call('HMGET', key, 'allow_failure', 'parents')
+        local failed, pending, seen = 0, 0, {}
+        for _, parent in ipairs(dependant_ids(extra[2])) do
+          if not seen[parent] then
+            seen[parent] = true
+            local state = redis.call('HGET', job_key(parent), 'state')
+            if state == 'dead' or state == 'cancelled' then
+              failed = failed + 1
+            elseif state and state ~= 'completed' then
+              pending = pending + 1
+            end
+          end
+        end
+        if extra[1] == '1' or failed == 0 then
+          unindex_job(child, c)
+          redis.call('HSET', key, 'state', 'blocked', 'pending_parents', tostring(pending))
+          redis.call('HDEL', key, 'finished_at')
+          c.finished_at = nil
+          index_job(child, c.queue, 'blocked', c)
+          if c.dependants then walk[#walk + 1] = c.dependants end
+        end
+      end
+    end
+  end
+end
+
 -- Where a new dependant starts (conveyor.dependencies.start_of): its state ('blocked',
 -- `ready` with nothing to wait for, or 'cancelled' by a parent that already failed),
 -- the parents it waits for, and the failed parent's (id, state).
@@ -498,6 +538,7 @@ local function enqueue_batch(shed, links, version)
       end
       if link then
         fields[n + 1] = 'pending_parents'; fields[n + 2] = tostring(#pending); n = n + 2
+        fields[n + 1] = 'parents'; fields[n + 2] = cjson.encode(link.p); n = n + 2
         if link.a then fields[n + 1] = 'allow_failure'; fields[n + 2] = '1'; n = n + 2 end
         if failed then
           fields[n + 1] = 'finished_at'; fields[n + 2] = now_text; n = n + 2

@@ -1,5 +1,7 @@
 -- redrive.lua: an operator sends dead or cancelled jobs back to work
--- (dead|cancelled -> available) with fresh attempts; their error history stays.
+-- (dead|cancelled -> available) with fresh attempts; their error history stays. A
+-- workflow member's dependants that it had cancelled wait for it again
+-- (resume_dependants).
 --
 -- KEYS[1] <prefix>unique  unique_key -> id (a redriven job holds its key again)
 -- ARGV[1] key prefix
@@ -22,6 +24,7 @@ for a = 3, #ARGV do
       f.run_at = now_text
       index_job(id, f.queue, 'available', f)
       wake(f.queue)
+      if f.dependants then resume_dependants(f) end
       -- Live again: dedup by its unique_key must find it, unless a live job holds the key.
       if f.unique_key then
         local holder = redis.call('HGET', UNIQUE, f.unique_key)

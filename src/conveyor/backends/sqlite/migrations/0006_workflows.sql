@@ -1,7 +1,8 @@
 -- Version 5: workflows (docs/workflows.md). A job enqueued with depends_on waits in the
 -- new state 'blocked' with the count of its parents that have not ended
--- (pending_parents) and whether a failed parent lets it run (allow_failure); each such
--- parent lists it in `dependants` (a JSON array of ids, NULL for none: the settle path
+-- (pending_parents), its parents (parents: what a redrive of one counts again) and
+-- whether a failed parent lets it run (allow_failure); each such parent lists it in
+-- `dependants` (a JSON array of ids, NULL for none: the settle path
 -- of every other job checks only that). The state CHECK names the new state, so the
 -- table is rebuilt as in version 3, with its indexes and state guard (this file holds
 -- the guard's current text).
@@ -36,6 +37,7 @@ CREATE TABLE conveyor_jobs_v5 (
     meta             TEXT    NOT NULL DEFAULT '{}',
     aging            REAL    CHECK (aging > 0 AND aging <= 10000000000),  -- validation.DURATION_MAX
     dependants       TEXT,     -- JSON array of the ids of jobs blocked on this one
+    parents          TEXT,     -- JSON array of the ids this one waits on (resumed by redrive)
     pending_parents  INTEGER,  -- blocked: parents not ended yet
     allow_failure    INTEGER NOT NULL DEFAULT 0,
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
@@ -74,7 +76,8 @@ CREATE TRIGGER conveyor_jobs_state_guard
 BEFORE UPDATE OF state ON conveyor_jobs
 WHEN OLD.state <> NEW.state AND (OLD.state || '>' || NEW.state) NOT IN (
     'available>cancelled', 'available>running', 'blocked>available', 'blocked>cancelled',
-    'cancelled>available', 'dead>available', 'retryable>available', 'retryable>cancelled',
+    'cancelled>available', 'cancelled>blocked', 'dead>available', 'retryable>available',
+    'retryable>cancelled',
     'running>available', 'running>cancelled', 'running>completed', 'running>dead',
     'running>retryable', 'running>scheduled', 'scheduled>available', 'scheduled>cancelled')
 BEGIN
