@@ -236,3 +236,22 @@ def test_a_run_left_by_a_stopped_process_is_adopted_by_the_next_dashboard(
         adopted = wait_for(adopted_run, "the adopted run to count its 3 redriven jobs")
         assert adopted.driver is not None
         assert app.jobs.count(make_filter(states=["dead"])) == 0
+
+
+def test_job_page_draws_its_workflow_by_level_with_each_members_state(
+        client: TestClient, app: Conveyor) -> None:
+    from conveyor import chord, group
+
+    build = app.tasks["reports.build"]
+    handle = chord(group(build.si(1), build.si(2)), build.si(3)).enqueue()
+    first, second, callback = (h.id for h in handle.jobs)
+    for shown_from in (first, callback):  # the same graph from any member
+        page = client.get(job_url(shown_from)).text
+        [drawn] = re.findall(r'<ol class="workflow" id="job-workflow">(.*?)</ol>', page, re.S)
+        levels = [re.findall(r'href="/job\?id=([^"]+)"[^>]*>([^<]+)</a>', level)
+                  for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)]
+        assert levels == [[(first, "reports.build · available"),
+                           (second, "reports.build · available")],
+                          [(callback, "reports.build · blocked")]]
+    plain = build.enqueue(4)  # outside any workflow: no section
+    assert 'id="job-workflow"' not in client.get(job_url(plain.id)).text

@@ -108,7 +108,7 @@ def test_list_query_round_trip_and_redacted_description() -> None:
     where = q.to_filter()
     assert where.states == (JobState.DEAD,) and where.args_contains == "alice@example.org"
     assert q.describe() == "state=dead, queue=mail, args contain=<17 chars>"
-    with pytest.raises(BadRequest, match="state 'exploded' is not one of: scheduled, available, "):
+    with pytest.raises(BadRequest, match="state 'exploded' is not one of: blocked, scheduled, available, "):
         ListQuery.from_mapping({"state": "exploded"})
 
 

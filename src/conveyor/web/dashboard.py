@@ -31,6 +31,7 @@ from ..redrive_runs import Runs, format_rate, new_driver_id
 from ..task_names import AmbiguousTaskName
 from ..timeline import timeline
 from ..version import __version__
+from ..workflow_graph import workflow_levels
 from . import views
 from .audit import warn
 from .csrf import CSRF_FIELD, SESSION_COOKIE, CsrfGuard
@@ -240,8 +241,10 @@ class Dashboard:
         if job is None:
             return self.render(request, "not_found.html", {"job_id": wanted}, status_code=404)
         events = timeline(job, await self.app.admin.actions_on(job.id))
+        workflow, cut = await workflow_levels(await self.app.backend(), job)
         return self.render(request, "job.html", {
             "job": job, "progress": views.progress_of(job), "events": events,
+            "workflow": workflow if sum(map(len, workflow)) > 1 else None, "workflow_cut": cut,
             "here": self.url(request, "job", {"id": job.id}),
             "can_retry": job.state in RETRYABLE_BY_OPERATOR,
             "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,
