@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .backends.params import JobFilter
 from .errors import CorruptPayload
 from .job import Job, JobState
 
@@ -54,12 +55,14 @@ async def parent_inputs(backend: Backend, claim_check: ClaimCheck, job: Job) -> 
     mode, parents = input_mode(job)
     if mode is None:
         return []
-    values = [await _value_of(backend, claim_check, job, parent) for parent in parents]
+    # One read for every parent (a chord's callback may have thousands).
+    found = {p.id: p for p in await backend.list_jobs(JobFilter(ids=tuple(dict.fromkeys(parents))),
+                                                      limit=len(parents))}
+    values = [await _value_of(claim_check, job, parent, found.get(parent)) for parent in parents]
     return [values[0] if mode == ONE_RESULT and values else values]
 
 
-async def _value_of(backend: Backend, claim_check: ClaimCheck, job: Job, parent_id: str) -> Any:
-    parent = await backend.get_job(parent_id)
+async def _value_of(claim_check: ClaimCheck, job: Job, parent_id: str, parent: Job | None) -> Any:
     if parent is None:
         raise CorruptPayload(f"job {job.id}: its parent {parent_id} no longer exists "
                              "(pruned or deleted) and its result with it")
