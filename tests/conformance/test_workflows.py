@@ -266,3 +266,12 @@ async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(
     await backend.redrive_jobs(JobFilter(ids=("b",)), 10, dry_run=False)
     c = await backend.get_job("c")
     assert c is not None and c.state is S.BLOCKED
+
+
+async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
+    assert await backend.cancel_jobs(JobFilter(queues=("default",)), 10, dry_run=False) == ["a"]
+    b = await backend.get_job("b")
+    assert b is not None and b.state is S.CANCELLED
+    assert [(e.type, e.message) for e in b.errors] == [(DEPENDENCY_FAILED,
+                                                        "parent job a ended cancelled")]

@@ -116,7 +116,12 @@ def cancel_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
         ids = list(_newest_first(store, scoped))[:limit]
         if dry_run:
             return ids
-        return [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
+        cancelled = [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
+        for job_id in cancelled:
+            store._release_dependants(job_id, now)  # a workflow member's dependants follow
+    if cancelled:
+        store.finished.notify()
+    return cancelled
 
 
 def redrive_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,

@@ -90,7 +90,8 @@ class PostgresInspector(PostgresConnections):
         if dry_run or not ids:
             return ids
         cancelled = {row[0] for row in await self._fetch(
-            "cancel_waiting_jobs", {"ids": ids, "now": self.clock()})}
+            "cancel_waiting_jobs", {"ids": ids, "now": self.clock(), "version": __version__,
+                                    "done_channel": self.config.done_channel})}
         return [i for i in ids if i in cancelled]
 
     async def dependants_of(self, job_id: str) -> list[str]:

@@ -542,9 +542,17 @@ SELECT DISTINCT task FROM {schema}.jobs WHERE {job_filter} ORDER BY task
 
 -- name: cancel_waiting_jobs
 -- Operator bulk cancel: the state guard again, since a chosen job may have been claimed.
-UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
-WHERE id = ANY(%(ids)s::text[]) AND state IN ('scheduled', 'available', 'retryable')
-RETURNING id
+-- A workflow member's dependants follow it, in the same statement.
+WITH settled AS (
+    UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
+    WHERE id = ANY(%(ids)s::text[]) AND state IN ('scheduled', 'available', 'retryable')
+    RETURNING id, state, dependants
+), released AS (
+    {release_dependants}
+), signalled AS (
+    {signal_ends}
+)
+SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
 
 -- name: listen
 LISTEN {channel}

@@ -41,7 +41,7 @@ from .queries import JobQueries
 from .following import Following
 from .records import RedisRecords
 from .script_args import (cancel_args, enqueue_commands, enqueue_script, enqueued_jobs,
-                          settle_calls, stale_settlements)
+                          bulk_cancel_args, settle_calls, stale_settlements)
 from .script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
@@ -359,7 +359,7 @@ class RedisBackend(RedisRecords, Following):
         if dry_run or not ids:
             return ids
         cancelled = set(await self.scripts.call(
-            "cancel_waiting", [self.keys.due], [float_arg(self.clock()), self.max_completed, *ids]))
+            "cancel_waiting", [self.keys.due], bulk_cancel_args(self.clock(), self.max_completed, ids)))
         return [job_id for job_id in ids if job_id in cancelled]
 
     @translated

@@ -171,3 +171,8 @@ def stale_settlements(settlements: Sequence[Settlement], replies: Sequence[Any])
 def cancel_args(now: float, job_id: str, max_completed: int) -> list[str | int]:
     """cancel.lua's ARGV after the prefix."""
     return [float_arg(now), job_id, max_completed, __version__]
+
+
+def bulk_cancel_args(now: float, max_completed: int, ids: Sequence[str]) -> list[str | int]:
+    """cancel_waiting.lua's ARGV after the prefix."""
+    return [float_arg(now), max_completed, __version__, *ids]

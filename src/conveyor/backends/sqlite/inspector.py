@@ -106,8 +106,15 @@ class SqliteInspector(SqliteConnection):
             if dry_run:
                 return ids
             now = self.clock()
-            return [job_id for job_id in ids
-                    if db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).rowcount]
+            cancelled = []
+            for job_id in ids:
+                row = db.execute(Q["cancel_waiting_job"], {"id": job_id, "now": now}).fetchone()
+                if row is not None:
+                    cancelled.append(job_id)
+                    if row[0]:  # a workflow member's dependants follow it
+                        release_dependants(SqliteDependants(db, now), job_id, JobState.CANCELLED,
+                                           now)
+            return cancelled
 
     def task_names(self, where: JobFilter) -> list[str]:
         rows = self.conn.execute(Q["task_names"], _filter_params(where))

@@ -204,6 +204,7 @@ WHERE seq IN (SELECT seq FROM conveyor_jobs
 -- name: cancel_waiting_job
 UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now
 WHERE id = :id AND state IN ('scheduled', 'available', 'retryable')
+RETURNING dependants IS NOT NULL
 
 -- name: cancel_not_started_job
 -- An operator's cancel of one job that has not started: waiting, or blocked on its
