@@ -23,8 +23,8 @@ from .workflows import chain, chord, group
 __all__ = [
     "Cancel",
     "Conveyor",
-    "Failure",
     "ConveyorError",
+    "Failure",
     "Job",
     "JobContext",
     "JobState",
