@@ -275,3 +275,16 @@ async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend
     assert b is not None and b.state is S.CANCELLED
     assert [(e.type, e.message) for e in b.errors] == [(DEPENDENCY_FAILED,
                                                         "parent job a ended cancelled")]
+
+
+async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) -> None:
+    from conveyor.errors import QueueFull
+    from conveyor.job import QueueBound
+
+    bound = QueueBound(max_waiting=1)
+    await backend.enqueue_jobs([new_job(id="p", bound=bound)]
+                               + [new_job(id=f"d{i}", bound=bound, depends_on=("p",))
+                                  for i in range(3)])
+    assert await backend.count_jobs(JobFilter(states=(S.BLOCKED,))) == 3
+    with pytest.raises(QueueFull):  # the one waiting job fills it; the blocked ones do not
+        await backend.enqueue_jobs([new_job(id="q", bound=bound)])
