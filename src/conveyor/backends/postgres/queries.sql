@@ -94,6 +94,17 @@ AND (%(error_type)s::text IS NULL
                   'abcdefghijklmnopqrstuvwxyz') = %(error_type)s::text)
 AND (%(args_contains)s::text IS NULL OR strpos(payload, %(args_contains)s::text) > 0)
 
+-- fragment: after_ending
+-- What follows a statement that ends jobs (its CTE `settled` returning id, state,
+-- dependants): their dependants released and their waiters woken, in the same
+-- statement; it returns (id, dependants made available, waiters signalled).
+released AS (
+    {release_dependants}
+), signalled AS (
+    {signal_ends}
+)
+SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
+
 -- fragment: release_dependants
 -- Workflows (conveyor.dependencies): the dependants of the jobs `settled` just ended,
 -- released in the same statement, by child id (one lock order for every settle). No
@@ -386,12 +397,7 @@ FROM s
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
   AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
 RETURNING j.id, j.state, j.dependants
-), released AS (
-    {release_dependants}
-), signalled AS (
-    {signal_ends}
-)
-SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
+), {after_ending}
 
 -- name: heartbeat_jobs
 -- Locks in id order, as settle_jobs does (see there).
@@ -425,12 +431,7 @@ WITH settled AS (
     SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
     WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
     RETURNING id, state, dependants
-), released AS (
-    {release_dependants}
-), signalled AS (
-    {signal_ends}
-)
-SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
+), {after_ending}
 
 -- name: find_leases
 -- Running jobs whose lease expired, or held by workers known to be dead; the
@@ -468,12 +469,7 @@ WITH settled AS (
     UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
     WHERE id = %(id)s AND state IN ('blocked', 'scheduled', 'available', 'retryable')
     RETURNING id, state, dependants
-), released AS (
-    {release_dependants}
-), signalled AS (
-    {signal_ends}
-)
-SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
+), {after_ending}
 
 -- name: request_cancel_running_job
 UPDATE {schema}.jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
@@ -547,12 +543,7 @@ WITH settled AS (
     UPDATE {schema}.jobs SET state = 'cancelled', finished_at = %(now)s
     WHERE id = ANY(%(ids)s::text[]) AND state IN ('scheduled', 'available', 'retryable')
     RETURNING id, state, dependants
-), released AS (
-    {release_dependants}
-), signalled AS (
-    {signal_ends}
-)
-SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
+), {after_ending}
 
 -- name: listen
 LISTEN {channel}
