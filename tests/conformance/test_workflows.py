@@ -288,3 +288,17 @@ async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) ->
     assert await backend.count_jobs(JobFilter(states=(S.BLOCKED,))) == 3
     with pytest.raises(QueueFull):  # the one waiting job fills it; the blocked ones do not
         await backend.enqueue_jobs([new_job(id="q", bound=bound)])
+
+
+async def test_a_shed_parent_cancels_its_dependants(backend: Backend) -> None:
+    from conveyor.job import QueueBound
+
+    shed = QueueBound(max_waiting=1, shed_oldest=True)
+    await backend.enqueue_jobs([new_job(id="p", bound=shed),
+                                new_job(id="d", bound=shed, depends_on=("p",))])
+    await backend.enqueue_jobs([new_job(id="q", bound=shed)])  # sheds p, the oldest waiting
+    assert await state_of(backend, "p") is S.CANCELLED
+    d = await backend.get_job("d")
+    assert d is not None and d.state is S.CANCELLED
+    assert [(e.type, e.message) for e in d.errors] == [(DEPENDENCY_FAILED,
+                                                        "parent job p ended cancelled")]

@@ -219,6 +219,7 @@ class MemoryStore:
             job = decode(job_id, self.rows[job_id])
             self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
                        errors=(*job.errors, why))
+            self._release_dependants(job_id, now)  # a workflow member's dependants follow
 
     def _duplicate_of(self, new: NewJob, now: float) -> Job | None:
         row = self.rows.get(new.id)

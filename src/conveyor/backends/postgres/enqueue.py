@@ -45,6 +45,7 @@ from ...errors import ConfigurationError, RefusedJob
 from ...fairness import spread, vtime_step
 from ...job import Job, NewJob
 from ...lifecycle import initial_state
+from ...version import __version__
 from .dependants import enqueue_with_parents, has_dependants
 from .rows import job_from_row, jsonb, opt_float
 
@@ -185,7 +186,8 @@ def _fixes(backend: PostgresConnections, unique: Sequence[NewJob], refused: dict
     fixes = [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else []
     return fixes + [(q["shed_oldest_waiting"],
                      {"queue": queue, "n": n, "now": now,
-                      "error": shed_error(queue, bounds[queue].max_waiting, now)})
+                      "error": shed_error(queue, bounds[queue].max_waiting, now),
+                      "version": __version__, "done_channel": backend.config.done_channel})
                     for queue, n in shed.items()]
 
 

@@ -262,6 +262,8 @@ DELETE FROM {schema}.jobs WHERE id = ANY (%(ids)s::text[]) AND state IN ('schedu
 -- name: shed_oldest_waiting
 -- shed_oldest: cancel a full queue's %(n)s oldest waiting jobs (by insertion), recording
 -- why in their history; each state's oldest from the state index, so the cost follows n.
+-- A workflow member's dependants follow it (after_ending).
+WITH settled AS (
 UPDATE {schema}.jobs AS j
 SET state = 'cancelled', finished_at = %(now)s,
     errors = CASE WHEN jsonb_typeof(j.errors) = 'array'
@@ -278,6 +280,8 @@ WHERE j.seq IN (SELECT seq FROM (
     (SELECT seq FROM {schema}.jobs WHERE state = 'retryable' AND queue = %(queue)s
      ORDER BY seq LIMIT %(n)s)) AS oldest
   ORDER BY seq LIMIT %(n)s)
+RETURNING j.id, j.state, j.dependants
+), {after_ending}
 
 -- name: notify_queues
 -- A wake-up hint per queue; inside a transaction it is delivered at commit (or never).

@@ -85,6 +85,7 @@ WHERE seq IN (SELECT seq FROM (
     SELECT seq FROM (SELECT seq FROM conveyor_jobs WHERE state = 'retryable' AND queue = :queue
                      ORDER BY seq LIMIT :n))
   ORDER BY seq LIMIT :n)
+RETURNING id, dependants IS NOT NULL
 
 -- name: stage_due_jobs
 UPDATE conveyor_jobs SET state = 'available'

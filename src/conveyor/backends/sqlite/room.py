@@ -5,9 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 from ...backpressure import shed_error
+from ...dependencies import release_dependants
 from ...errors import RefusedJob
-from ...job import QueueBound
+from ...job import JobState, QueueBound
 from .connection import Q
+from .dependants import SqliteDependants
 
 
 class Room:
@@ -37,6 +39,10 @@ class Room:
         for queue, depth in self.depth.items():
             bound = self.bounds[queue]
             if bound.shed_oldest and depth > bound.max_waiting:
-                self.db.execute(Q["shed_oldest_waiting"], {
+                shed = self.db.execute(Q["shed_oldest_waiting"], {
                     "queue": queue, "n": depth - bound.max_waiting, "now": self.now,
-                    "error": shed_error(queue, bound.max_waiting, self.now)})
+                    "error": shed_error(queue, bound.max_waiting, self.now)}).fetchall()
+                for job_id, has_dependants in shed:  # a workflow member's dependants follow
+                    if has_dependants:
+                        release_dependants(SqliteDependants(self.db, self.now), job_id,
+                                           JobState.CANCELLED, self.now)

@@ -256,27 +256,6 @@ local function append_error(id, errors, error_json)
   redis.call('HSET', job_key(id), 'errors', merged)
 end
 
--- shed_oldest: cancel the `n` oldest waiting jobs of `queue` (by seq), each keeping
--- `error_json` (why) in its history. An entry whose job is not waiting (written over
--- by something else) is dropped from the index and does not count.
-local function shed_oldest(queue, n, now_text, error_json)
-  local key = waiting_key(queue)
-  while n > 0 do
-    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
-    if not oldest then return end
-    local f = load(oldest)
-    if f and WAITING[f.state] and f.queue == queue then
-      unindex_job(oldest, f)
-      redis.call('HSET', job_key(oldest), 'state', 'cancelled', 'finished_at', now_text)
-      append_error(oldest, f.errors, error_json)
-      f.finished_at = now_text
-      index_job(oldest, queue, 'cancelled', f)
-      n = n - 1
-    else
-      redis.call('ZREM', key, oldest)
-    end
-  end
-end
 
 -- A job ended: wake whoever waits for it (BLPOP on its done list, see following.py).
 -- Costs a job nobody waits for one ZSCORE.
@@ -426,6 +405,30 @@ local function resume_dependants(f)
           if c.dependants then walk[#walk + 1] = c.dependants end
         end
       end
+    end
+  end
+end
+
+-- shed_oldest: cancel the `n` oldest waiting jobs of `queue` (by seq), each keeping
+-- `error_json` (why) in its history. An entry whose job is not waiting (written over
+-- by something else) is dropped from the index and does not count.
+local function shed_oldest(queue, n, now_text, error_json)
+  local key = waiting_key(queue)
+  while n > 0 do
+    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
+    if not oldest then return end
+    local f = load(oldest)
+    if f and WAITING[f.state] and f.queue == queue then
+      unindex_job(oldest, f)
+      redis.call('HSET', job_key(oldest), 'state', 'cancelled', 'finished_at', now_text)
+      append_error(oldest, f.errors, error_json)
+      f.finished_at = now_text
+      index_job(oldest, queue, 'cancelled', f)
+      signal_end(oldest)
+      if f.dependants then release_dependants(oldest, 'cancelled', f, now_text, '') end
+      n = n - 1
+    else
+      redis.call('ZREM', key, oldest)
     end
   end
 end
