@@ -1,4 +1,4 @@
--- Version 5: workflows (docs/workflows.md). A job enqueued with depends_on waits in the
+-- Version 6: workflows (docs/workflows.md). A job enqueued with depends_on waits in the
 -- new state 'blocked' with the count of its parents that have not ended
 -- (pending_parents), its parents (parents: what a redrive of one counts again) and
 -- whether a failed parent lets it run (allow_failure); each such parent lists it in
@@ -7,7 +7,7 @@
 -- table is rebuilt as in version 3, with its indexes and state guard (this file holds
 -- the guard's current text).
 
-CREATE TABLE conveyor_jobs_v5 (
+CREATE TABLE conveyor_jobs_v6 (
     seq              INTEGER PRIMARY KEY,  -- insertion order, for FIFO
     id               TEXT    NOT NULL UNIQUE,
     queue            TEXT    NOT NULL,
@@ -36,6 +36,7 @@ CREATE TABLE conveyor_jobs_v5 (
     timeout          REAL,
     meta             TEXT    NOT NULL DEFAULT '{}',
     aging            REAL    CHECK (aging > 0 AND aging <= 10000000000),  -- validation.DURATION_MAX
+    fair_vtime       INTEGER NOT NULL DEFAULT 0,  -- tenant fairness (version 5)
     dependants       TEXT,     -- JSON array of the ids of jobs blocked on this one
     parents          TEXT,     -- JSON array of the ids this one waits on (resumed by redrive)
     pending_parents  INTEGER,  -- blocked: parents not ended yet
@@ -43,23 +44,24 @@ CREATE TABLE conveyor_jobs_v5 (
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
 );
 
-INSERT INTO conveyor_jobs_v5 (
+INSERT INTO conveyor_jobs_v6 (
     seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
     started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-    result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging)
+    result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging, fair_vtime)
 SELECT
     seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
     started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-    result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
+    result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging, fair_vtime
 FROM conveyor_jobs;
 
 DROP TABLE conveyor_jobs;
-ALTER TABLE conveyor_jobs_v5 RENAME TO conveyor_jobs;
+ALTER TABLE conveyor_jobs_v6 RENAME TO conveyor_jobs;
 
--- The indexes of versions 3 and 4, unchanged.
+-- The indexes of versions 3 to 5, unchanged.
 CREATE INDEX conveyor_jobs_claim ON conveyor_jobs (
     queue,
     (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
+    fair_vtime,
     (CASE WHEN aging IS NULL THEN run_at
           ELSE max(0.0, min(99999999999.0, run_at - priority * aging)) END),
     seq)
