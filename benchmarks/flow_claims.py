@@ -1,5 +1,6 @@
 """What flow control costs (docs/flow-control.md): claim throughput with weighted queues
-and priority aging, and with tenant fairness, against the plain claim, at several
+and priority aging, with tenant fairness, and with concurrency keys, against the plain
+claim, at several
 numbers of waiting jobs; and enqueue throughput into a bounded queue against an
 unbounded one.
 
@@ -12,9 +13,12 @@ Claims: `--claims` claims of `--batch` jobs each, by one claimer, from queues ho
 queues served critical=6,default=3,bulk=1 (the worker's slot shares, every slot free),
 every job with aging 60 s and a priority from 0 to 9. "fair": the plain queue, every job
 with one of `--keys` fairness keys (round robin; every tenth key of weight 3, the others
-1). "weighted+fair": the three weighted queues, with those keys, no aging. The jobs are
-claimed, not run. `--modes` picks which run (default all four); `--no-enqueue` skips the
-enqueue figures.
+1). "weighted+fair": the three weighted queues, with those keys, no aging. "keys": the
+plain queue, every job with a concurrency key of limit 1: half of them one hot key (at
+its limit after the first claim, its other jobs parked), the other half a key each
+(user:<n>), so the claims take those while the hot key's backlog waits. The jobs are
+claimed, not run, then completed (timed apart). `--modes` picks which run (default all
+five); `--no-enqueue` skips the enqueue figures.
 Enqueue: `--enqueues` jobs one by one into a queue already holding --bound - 1000 jobs,
 with and without max_waiting=--bound (reject).
 
@@ -37,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from conveyor import Conveyor  # noqa: E402
 from conveyor.claiming import QueuePlan  # noqa: E402
-from conveyor.job import NewJob, QueueBound  # noqa: E402
+from conveyor.backends.base import Settlement  # noqa: E402
+from conveyor.job import Job, JobState, NewJob, QueueBound  # noqa: E402
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 QUEUES, WEIGHTS = ("critical", "default", "bulk"), (6.0, 3.0, 1.0)
@@ -68,7 +73,7 @@ async def cleanup(app: Conveyor, url: str) -> None:
             await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
 
 
-MODES = ("plain", "fair", "weighted+aging", "weighted+fair")
+MODES = ("plain", "fair", "weighted+aging", "weighted+fair", "keys")
 
 
 def bench_job(n: int, mode: str, keys: int) -> NewJob:
@@ -77,6 +82,10 @@ def bench_job(n: int, mode: str, keys: int) -> NewJob:
     if mode == "weighted+aging":
         return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
                       priority=n % 10, aging=60.0)
+    if mode == "keys":
+        return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="plain",
+                      concurrency_key="hot" if n % 2 == 0 else f"user:{n}",
+                      concurrency_limit=1)
     key = n % keys
     return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD,
                   queue="plain" if mode == "fair" else QUEUES[n % 3],
@@ -91,7 +100,9 @@ async def fill(app: Conveyor, waiting: int, mode: str, keys: int) -> None:
 
 
 async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
-                     keys: int) -> float:
+                     keys: int) -> tuple[float, float]:
+    """Jobs claimed a second, then jobs completed a second (the claimed ones, in
+    batches of `batch`: with concurrency keys, each completion frees a slot)."""
     app = Conveyor(url)
     try:
         await fill(app, waiting, mode, keys)
@@ -99,13 +110,19 @@ async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
         weighted = mode.startswith("weighted")
         plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
         started = time.perf_counter()
-        got = 0
+        got: list[Job] = []
         for _ in range(claims):
             request = plan.request(batch, "bench", 60, running={} if weighted else None)
-            got += len(await backend.fetch_jobs(request))
+            got += await backend.fetch_jobs(request)
         elapsed = time.perf_counter() - started
-        assert got == claims * batch, f"claimed {got} of {claims * batch}"
-        return got / elapsed
+        assert len(got) == claims * batch, f"claimed {len(got)} of {claims * batch}"
+        started = time.perf_counter()
+        for at in range(0, len(got), batch):
+            stale = await backend.settle_jobs([
+                Settlement(j.id, j.lease_token, JobState.COMPLETED, result="null")
+                for j in got[at:at + batch]])
+            assert not stale
+        return len(got) / elapsed, len(got) / (time.perf_counter() - started)
     finally:
         await cleanup(app, url)
         await app.aclose()
@@ -153,12 +170,15 @@ async def main() -> None:
         for waiting in args.waiting:
             rates = {}
             for mode in args.modes:
-                runs = [await claim_rate(fresh(), waiting, mode, args.claims, args.batch,
+                both = [await claim_rate(fresh(), waiting, mode, args.claims, args.batch,
                                          args.keys)
                         for _ in range(args.repeat)]
+                runs, done = [b[0] for b in both], [b[1] for b in both]
                 rates[mode] = statistics.median(runs)
-                print(f"  {waiting:>9,} waiting  {mode:>14}: {rates[mode]:>9,.0f} jobs/s "
-                      f"claimed  (runs {', '.join(f'{r:,.0f}' for r in runs)})", flush=True)
+                print(f"  {waiting:>9,} waiting  {mode:>14}: {rates[mode]:>9,.0f} jobs/s claimed"
+                      f"  (runs {', '.join(f'{r:,.0f}' for r in runs)}); "
+                      f"{statistics.median(done):,.0f} completed/s"
+                      f"  (runs {', '.join(f'{r:,.0f}' for r in done)})", flush=True)
             for mode in rates:
                 if mode != "plain" and "plain" in rates:
                     print(f"  {waiting:>9,} waiting  {mode} / plain = "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
 from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
+from .concurrency import held_back
 from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
@@ -147,6 +148,14 @@ class Admin:
 
     async def get(self, job_id: str) -> Job | None:
         return await (await self.app.backend()).get_job(job_id)
+
+    async def held_back(self, job: Job) -> str | None:
+        """Why an available job waits although it is due: "waiting for a slot of key
+        user:42: 1 of 1 running" (conveyor.concurrency), or None."""
+        if job.state is not JobState.AVAILABLE or job.concurrency_key is None:
+            return None
+        running = await (await self.app.backend()).count_running_of_key(job.concurrency_key)
+        return held_back(job, running)
 
     async def list(  # noqa: A003 - mirrors list_jobs; the builtin is builtins.list here
         self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
@@ -303,6 +312,9 @@ class Jobs:
 
     def __init__(self, app: AdminApp) -> None:
         self.app = app
+
+    def held_back(self, job: Job) -> str | None:
+        return self.app.portal.call(self.app.admin.held_back(job))
 
     def get(self, job_id: str) -> Job | None:
         return self.app.portal.call(self.app.admin.get(job_id))

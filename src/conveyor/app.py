@@ -18,6 +18,7 @@ from .blobs import BlobStore
 from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
 from . import validation as valid, version as versions
 from .backpressure import enqueue_offering
+from .concurrency import concurrency_rule
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles, refusals_by_handle
 from .hygiene import PayloadHygiene
@@ -27,8 +28,7 @@ from .portal import Portal
 from .queues import OnFull, QueueSettings, QueueSettingsRegistry
 from .retry import RETRY_OPTIONS, task_retry_policy
 from .retry_budget import RetryBudget
-from .task import (Task, TaskDefaults, key_templates, make_options, payload_defaults,
-                   time_limits)
+from .task import Task, TaskDefaults, key_templates, make_options, payload_defaults, time_limits
 from .timeutil import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
@@ -135,6 +135,8 @@ class Conveyor:
         backoff_cap: Duration = 600.0,
         retry_budget: RetryBudget | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
+        concurrency_key: str | None = None, concurrency_limit: int | None = None,
+        max_running: int | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -162,7 +164,8 @@ class Conveyor:
         queue's keys (docs/flow-control.md).
 
         Payloads: `claim_check_threshold=`, `max_payload=`, `redact=` and
-        `payload_hygiene=` (docs/payloads.md).
+        `payload_hygiene=` (docs/payloads.md). At most N running: `concurrency_key=
+        "user:{user_id}", concurrency_limit=N` or `max_running=N` (docs/flow-control.md).
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -182,7 +185,7 @@ class Conveyor:
         soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
-        **options: Any,  # see task_retry_policy and payload_defaults
+        **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -197,6 +200,7 @@ class Conveyor:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
         soft_s, hard_s = time_limits(task_name, timeout, soft_time_limit, hard_time_limit)
         templates = key_templates(task_name, fn, idempotency_key, fairness_key)
+        concurrency = concurrency_rule(task_name, fn, options)
         retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
                                                 if k in options})
         payload = payload_defaults(task_name, **options)
@@ -210,6 +214,7 @@ class Conveyor:
             hard_time_limit=hard_s,
             retry=retry,
             **templates,  # type: ignore[arg-type]
+            concurrency=concurrency,
             **payload,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)

@@ -124,6 +124,10 @@ class Job:
     # Priority aging (docs/flow-control.md): seconds of waiting worth one priority
     # level, from the queue's setting when the job was enqueued; None: no aging.
     aging: float | None = None
+    # Per-key concurrency (docs/flow-control.md): at most `concurrency_limit` jobs of
+    # `concurrency_key` run at once; the rest wait without using attempts.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     corrupt: str | None = None
 
     @property
@@ -185,6 +189,8 @@ class NewJob:
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     aging: float | None = None  # seconds of waiting per priority level (flow control)
+    concurrency_key: str | None = None  # at most concurrency_limit running per key
+    concurrency_limit: int | None = None
     bound: QueueBound | None = None  # its queue's bound, from the app (conveyor.queues)
     # Tenant fairness (conveyor.fairness): claims rotate across the keys of a queue;
     # a weight w gives the key w turns to a weight-1 key's one. Used at enqueue only.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
 from .claim_check import byte_count
+from .concurrency import ConcurrencyRule, job_concurrency
 from .errors import ArgumentValidationError, ConfigurationError, InvalidJob, SerializationError
 from .hygiene import REDACT_META_KEY, PayloadHygiene, check_mode, redact_meta
 from .fairness import FAIRNESS_META_KEY
@@ -91,6 +92,8 @@ class JobOptions:
     fairness_weight: float | None = None
     depends_on: tuple[str, ...] = ()  # job ids that must end first (docs/workflows.md)
     allow_failure: bool | None = None  # run even if a parent ended dead or cancelled
+    concurrency_key: str | None = None  # this job's key, in place of the task's
+    concurrency_limit: int | None = None
 
 
 _NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
@@ -113,6 +116,8 @@ def make_options(
     fairness_weight: float | None = None,
     depends_on: Iterable[Any] = (),
     allow_failure: bool | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
 ) -> JobOptions:
     """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
@@ -134,6 +139,10 @@ def make_options(
         else valid.fairness_weight(fairness_weight),
         depends_on=tuple(job_id_of(parent) for parent in depends_on),
         allow_failure=allow_failure,
+        concurrency_key=None if concurrency_key is None
+        else valid.name("concurrency_key", concurrency_key),
+        concurrency_limit=None if concurrency_limit is None
+        else valid.concurrency_limit(concurrency_limit),
     )
 
 
@@ -211,6 +220,7 @@ class TaskDefaults:
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
     fairness_key: KeyTemplate | None = None  # rendered at enqueue (conveyor.fairness)
+    concurrency: ConcurrencyRule | None = None  # key and limit, rendered at enqueue
     # Payload limits in bytes of JSON (None: the app's); see conveyor.claim_check.
     claim_check_threshold: int | None = None
     max_payload: int | None = None
@@ -278,7 +288,8 @@ class Task(Generic[P, R]):
     def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue with options: queue, priority, delay, run_at, job_id, unique_key,
         unique_for, max_attempts, timeout, meta, connection, fairness_key,
-        fairness_weight.
+        fairness_weight, concurrency_key, concurrency_limit (a fixed key for this job, in
+        place of the task's).
 
         >>> send_welcome.options(delay=timedelta(seconds=30), job_id="welcome:42").enqueue(42)
         """
@@ -354,6 +365,8 @@ class BoundTask(Generic[P, R]):
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay
+        key, limit = job_concurrency(d.concurrency, opts.concurrency_key, opts.concurrency_limit,
+                                     args, kwargs)
         return NewJob(
             id=new_job_id() if opts.job_id is None else opts.job_id,
             task=task.name,
@@ -370,6 +383,8 @@ class BoundTask(Generic[P, R]):
             fairness_weight=opts.fairness_weight,
             depends_on=opts.depends_on,
             allow_failure=bool(opts.allow_failure),
+            concurrency_key=key,
+            concurrency_limit=limit,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

@@ -86,6 +86,10 @@ def max_attempts(value: object, where: str = "") -> int:
     return _whole("max_attempts", value, 1, MAX_ATTEMPTS_MAX, where)
 
 
+def concurrency_limit(value: object, where: str = "") -> int:
+    return _whole("concurrency_limit", value, 1, MAX_ATTEMPTS_MAX, where)
+
+
 def _whole(field: str, value: object, low: int, high: int, where: str) -> int:
     # bool is an int to Python, never a priority; an IntEnum member becomes its int
     # (psycopg would store an Enum by its name).
@@ -212,6 +216,7 @@ def check_job(job: NewJob) -> NewJob:
             and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
             and (job.fairness_key is None or _is_name(job.fairness_key))
             and (job.fairness_weight is None or _is_weight(job.fairness_weight))
+            and _is_concurrency(job.concurrency_key, job.concurrency_limit)
             and type(job.meta) is dict and (not job.meta or _json_problem(job.meta, 0) is None)):
         return job
     try:
@@ -230,6 +235,9 @@ def check_job(job: NewJob) -> NewJob:
                                                              positive=True),
             meta=meta(job.meta),
             aging=None if job.aging is None else seconds("aging", job.aging, positive=True),
+            concurrency_key=None if job.concurrency_key is None
+            else name("concurrency_key", job.concurrency_key),
+            concurrency_limit=_concurrency_limit_of(job),
             bound=None if job.bound is None else replace(job.bound, max_waiting=_whole(
                 "max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, "")),
             fairness_key=None if job.fairness_key is None else name("fairness_key",
@@ -239,6 +247,22 @@ def check_job(job: NewJob) -> NewJob:
         )
     except InvalidJob as exc:
         raise InvalidJob(exc.field, exc.value, exc.expected, f"job {job.id!r}") from None
+
+
+def _is_concurrency(key: object, limit: object) -> bool:
+    """A key and its limit come together, or neither does."""
+    return (key is None and limit is None) or (
+        _is_name(key) and _is_whole(limit, 1, MAX_ATTEMPTS_MAX))
+
+
+def _concurrency_limit_of(job: NewJob) -> int | None:
+    if job.concurrency_key is None and job.concurrency_limit is None:
+        return None
+    if job.concurrency_key is None:
+        raise InvalidJob("concurrency_key", None, "a key for the concurrency_limit given")
+    if job.concurrency_limit is None:
+        raise InvalidJob("concurrency_limit", None, "a limit for the concurrency_key given")
+    return concurrency_limit(job.concurrency_limit)
 
 
 def payload_size(job: NewJob, limit: int) -> None:

@@ -5,6 +5,7 @@ one by name can pick up another folder's.)"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -13,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from conveyor import Conveyor
 from conveyor.backends.sqlite.backend import parse_sqlite_url
+from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 
 from runs_log import read as read_runs
 
@@ -107,6 +110,19 @@ def _write_lock_is_free(path: str) -> bool:
         return False
     finally:
         probe.close()
+
+
+def announced(url: str) -> dict[str, str]:
+    """Worker id -> liveness token, for every worker whose record names one."""
+    async def read() -> dict[str, str]:
+        app = Conveyor(url)
+        try:
+            records = await (await app.backend()).list_records(WORKERS_NAMESPACE)
+        finally:
+            await app.aclose()
+        return {w: t for w, r in records.items() if (t := announced_token(r)) is not None}
+
+    return asyncio.run(read())
 
 
 class Runs:

@@ -32,6 +32,30 @@ def hang_first(seconds: float) -> str:
     return f"attempt {current_job().attempt}"
 
 
+@app.task(name="per_user", max_attempts=5, concurrency_key="user:{user}", concurrency_limit=2)
+def per_user(user: int, seconds: float) -> None:
+    """At most 2 running per user, across every worker (docs/flow-control.md)."""
+    record("start")
+    time.sleep(seconds)
+    record("finish")
+
+
+@app.task(name="capped", max_attempts=5, max_running=3)
+def capped(seconds: float) -> None:
+    record("start")
+    time.sleep(seconds)
+    record("finish")
+
+
+@app.task(name="hang_keyed", max_attempts=5, concurrency_key="user:{user}", concurrency_limit=1)
+def hang_keyed(user: int, seconds: float) -> None:
+    """One at a time per user; hangs for `seconds` on its first attempt only."""
+    record("start")
+    if current_job().attempt == 1:
+        time.sleep(seconds)
+    record("finish")
+
+
 if os.environ.get("PERIODIC_EVERY"):
     # Only for tests/acceptance/test_scheduler_processes.py: the other acceptance
     # tests count jobs and must not see scheduled ones.

@@ -3,17 +3,15 @@ taken: real worker processes, SIGKILL and SIGSTOP, on every backend."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections import Counter
 
 import pytest
 
-from acceptance_support import Runs, WorkerProcess
+from acceptance_support import Runs, WorkerProcess, announced
 from conveyor import Conveyor
 from conveyor.job import Job, JobState
-from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 from polling import poll
 from runs_log import read as read_runs
 
@@ -31,19 +29,6 @@ def enqueue(url: str, task: str, seconds: float, n: int) -> list[str]:
         return [h.id for h in app.enqueue_many([make.message(seconds) for _ in range(n)])]
     finally:
         app.close()
-
-
-def announced(url: str) -> dict[str, str]:
-    """Worker id -> liveness token, for every worker whose record names one."""
-    async def read() -> dict[str, str]:
-        app = Conveyor(url)
-        try:
-            records = await (await app.backend()).list_records(WORKERS_NAMESPACE)
-        finally:
-            await app.aclose()
-        return {w: t for w, r in records.items() if (t := announced_token(r)) is not None}
-
-    return asyncio.run(read())
 
 
 def finished_jobs(url: str, ids: list[str], timeout: float = 60.0) -> dict[str, Job]:

@@ -211,3 +211,28 @@ def test_jobs_show_lists_parents_and_children(cli: Cli, inspector: Conveyor) -> 
     assert [(p["id"], p["state"]) for p in data["parents"]] == [(first, "available"),
                                                                 (second, "available")]
     assert data["children"] == []
+
+
+def test_jobs_show_says_why_a_job_is_held_back(cli: Cli, inspector: Conveyor) -> None:
+    from conveyor.claiming import strict_claim
+    from conveyor.job import NewJob
+
+    async def claim_first() -> None:
+        backend = await inspector.backend()
+        await backend.enqueue_jobs([
+            NewJob(id=f"sync-{n}", task="add", queue="default", payload='{"args":[1,2]}',
+                   concurrency_key="user:42", concurrency_limit=1) for n in (1, 2)])
+        [job] = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 300.0))
+        assert job.id == "sync-1"
+
+    inspector.portal.call(claim_first())
+    out = cli("jobs", "show", "sync-2").ok().out
+    fields = dict(re.split(r"\s{2,}", line, maxsplit=1)
+                  for line in out.split("\n\n")[0].splitlines()
+                  if line.startswith(("state", "held back", "concurrency")))
+    assert fields["state"] == "available"
+    assert fields["held back"] == "waiting for a slot of key user:42: 1 of 1 running"
+    assert fields["concurrency"] == "key user:42, at most 1 running"
+    held = cli.job("sync-2")
+    assert held["held_back"] == "waiting for a slot of key user:42: 1 of 1 running"
+    assert "held back" not in cli("jobs", "show", "sync-1").ok().out

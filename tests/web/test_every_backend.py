@@ -36,3 +36,28 @@ def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:
         assert {s.queue: s.paused for s in app.jobs.stats()}["mail"] is True
         metrics = client.get("/metrics").text.splitlines()
         assert 'conveyor_queue_paused{queue="mail"} 1.0' in metrics
+
+
+def test_a_job_held_back_by_its_key_says_why_on_its_page(any_app: Conveyor) -> None:
+    app = any_app
+
+    @app.task(concurrency_key="user:{user_id}", concurrency_limit=1)
+    def sync_user(user_id: int) -> None: ...
+
+    first, second = sync_user.enqueue(42), sync_user.enqueue(42)
+    claimed = app.portal.call(_claim_one(app))
+    assert claimed == first.id
+    with local_client(create_dashboard(app)) as client:
+        page = client.get(job_url(second.id)).text
+        assert ('<strong>Held back:</strong> waiting for a slot of key user:42: 1 of 1 running'
+                in page)
+        assert "user:42 (at most 1 running)" in page
+        assert "Held back:" not in client.get(job_url(first.id)).text
+
+
+async def _claim_one(app: Conveyor) -> str:
+    from conveyor.claiming import strict_claim
+
+    backend = await app.backend()
+    [job] = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30.0))
+    return job.id

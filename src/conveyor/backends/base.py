@@ -112,6 +112,11 @@ class Inspector(Protocol):
 
     async def count_jobs(self, where: JobFilter) -> int: ...
 
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        """How many jobs of a concurrency key run now (conveyor.concurrency): what a job
+        held back by the key's limit waits for."""
+        ...
+
     async def cancel_job(self, job_id: str) -> Job | None:
         """Cancel a waiting job; flag a running one (cooperative). None if unknown."""
         ...

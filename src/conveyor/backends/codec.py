@@ -35,7 +35,7 @@ COLUMNS: tuple[str, ...] = (
     "id", "queue", "task", "payload", "state", "priority", "attempt", "max_attempts",
     "run_at", "created_at", "started_at", "finished_at", "lease_token", "lease_expires_at",
     "worker_id", "unique_key", "unique_for", "result", "errors", "checkpoint", "progress",
-    "cancel_requested", "timeout", "meta", "aging",
+    "cancel_requested", "timeout", "meta", "aging", "concurrency_key", "concurrency_limit",
 )
 _STATES = {state.value: state for state in JobState}
 # Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
@@ -132,6 +132,17 @@ def _optional_positive(raw: Any) -> float | None:
     value = _optional_number(raw)
     if value is not None and not 0 < value < float("inf"):
         raise Unreadable(f"not a positive number ({excerpt(raw)})", None)
+    return value
+
+
+def _optional_limit(raw: Any) -> int | None:
+    """A concurrency limit: a whole number of at least 1, or None."""
+    try:
+        value = None if raw is None else _whole(raw)
+    except Unreadable as exc:
+        raise Unreadable(exc.reason, None) from None
+    if value is not None and value < 1:
+        raise Unreadable(f"below 1 ({excerpt(raw)})", None)
     return value
 
 
@@ -234,6 +245,7 @@ RULES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "progress": (_json_text, None), "cancel_requested": (_flag, None),
     "timeout": (_optional_number, None), "meta": (_meta, None),
     "aging": (_optional_positive, None),
+    "concurrency_key": (_optional_text, None), "concurrency_limit": (_optional_limit, None),
 }
 assert tuple(RULES) == COLUMNS
 
@@ -292,7 +304,8 @@ def job_from_row(row: Sequence[Any]) -> Job:
     """A Job from typed values in `COLUMNS` order (the SQL backends)."""
     (id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-     result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging) = row
+     result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
+     concurrency_key, concurrency_limit) = row
     try:
         if not (type(id_) is str and _is_clean(id_) and type(queue) is str and _is_clean(queue)
                 and type(task) is str and _is_clean(task)
@@ -306,6 +319,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
                 and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
                 and _float_or_none(timeout)
                 and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
+                and _clean_or_none(concurrency_key)
+                and (concurrency_limit is None
+                     or (type(concurrency_limit) is int and 1 <= concurrency_limit < _INT_END))
                 and _clean_or_none(worker_id) and _clean_or_none(unique_key)
                 and (cancel_requested is False or cancel_requested is True
                      or cancel_requested == 0 or cancel_requested == 1)
@@ -320,6 +336,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
             errors=() if errors == "[]" else _errors(errors), checkpoint=checkpoint,
             progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
             meta={} if meta == "{}" else _meta(meta), aging=aging,
+            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(dict(zip(COLUMNS, row, strict=True)))
@@ -349,6 +366,11 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
         aging = None if aging is None else float(aging)
         if aging is not None and not 0 < aging < float("inf"):
             raise ValueError
+        concurrency_key, concurrency_limit = get("concurrency_key"), get("concurrency_limit")
+        if not (_clean_or_none(concurrency_key) and (
+                concurrency_limit is None
+                or (concurrency_limit.isdigit() and 1 <= int(concurrency_limit) < _INT_END))):
+            raise ValueError
         priority, attempt = int(fields["priority"]), int(get("attempt", 0))
         max_attempts, lease_token = int(fields["max_attempts"]), int(get("lease_token", 0))
         if not (max_attempts >= 1 and _INT_MIN <= priority < _INT_END
@@ -370,6 +392,8 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
             checkpoint=checkpoint, progress=progress, cancel_requested=cancel == "1",
             timeout=None if timeout is None else float(timeout),
             meta={} if meta is None or meta == "{}" else _meta(meta), aging=aging,
+            concurrency_key=concurrency_key,
+            concurrency_limit=None if concurrency_limit is None else int(concurrency_limit),
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(fields if job_id is None else {**fields, "id": job_id})

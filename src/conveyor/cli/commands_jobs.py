@@ -179,14 +179,16 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
     if job is None:
         raise JobNotFound(f"no job with id {args.job_id!r} (never enqueued, or pruned/purged)")
     family = await _family(app, job)
+    held_back = await app.admin.held_back(job)
     if args.json:
-        data = render.job_json(job)
+        data = {**render.job_json(job), "held_back": held_back}
         for title, members in family:
             data[title] = [{"id": i, "task": j and j.task, "state": j and j.state.value}
                            for i, j in members]
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id)), family))
+        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id)), family,
+                                held_back))
     return OK
 
 

@@ -121,10 +121,12 @@ def json_text(value: str | None) -> str:
 
 
 def job_detail(job: Job, events: Sequence[Event] = (),
-               family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = ()) -> str:
+               family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = (),
+               held_back: str | None = None) -> str:
     """Every field of one job, its parents and children in a workflow (`family`:
     ("parents", [(id, job or None if gone)]), ("children", ...)), its timeline, then
-    its errors with their tracebacks."""
+    its errors with their tracebacks. `held_back`: why it waits although due
+    (Admin.held_back), shown under its state."""
     decoded = shown_arguments(job)  # secrets masked
     apart = stored_apart(job.payload)
     if apart is not None:
@@ -144,6 +146,7 @@ def job_detail(job: Job, events: Sequence[Event] = (),
         ("task", job.task),
         ("queue", job.queue),
         ("state", job.state.value + ("  (cancel requested)" if job.cancel_requested else "")),
+        *([("held back", held_back)] if held_back is not None else []),
         ("attempt", f"{job.attempt} of {job.max_attempts}"),
         ("priority", job.priority),
         ("args", args),
@@ -155,6 +158,8 @@ def job_detail(job: Job, events: Sequence[Event] = (),
         ("worker", job.worker_id or NONE),
         ("lease", lease),
         ("timeout", NONE if job.timeout is None else duration(job.timeout)),
+        ("concurrency", NONE if job.concurrency_key is None else
+            f"key {job.concurrency_key}, at most {job.concurrency_limit} running"),
         ("unique key", NONE if job.unique_key is None else
             f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
                                    if job.unique_for else "")),

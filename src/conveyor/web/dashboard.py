@@ -245,6 +245,7 @@ class Dashboard:
         return self.render(request, "job.html", {
             "job": job, "progress": views.progress_of(job), "events": events,
             "workflow": workflow if sum(map(len, workflow)) > 1 else None, "workflow_cut": cut,
+            "held_back": await self.app.admin.held_back(job),
             "here": self.url(request, "job", {"id": job.id}),
             "can_retry": job.state in RETRYABLE_BY_OPERATOR,
             "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,

@@ -4,10 +4,13 @@ claim_order fragment of queries.sql must say the same, word for word)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from conveyor.backends.base import Settlement
 from conveyor.backends.sqlite.store import Q, SqliteStore
-from conveyor.job import NewJob
+from conveyor.claiming import strict_claim
+from conveyor.job import JobState, NewJob
 
 
 def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
@@ -23,3 +26,50 @@ def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
     assert any("USING INDEX conveyor_jobs_claim" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan  # no sort of the queue
     store.close()
+
+
+def _vm_steps(store: SqliteStore, action: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in hundreds) that `action` takes on the store's
+    connection: a count that does not depend on the machine's speed."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    store.conn.set_progress_handler(count, 100)
+    try:
+        action()
+    finally:
+        store.conn.set_progress_handler(None, 100)
+    return steps
+
+
+def _hot_key_steps(tmp_path: Path, parked: int) -> tuple[int, int]:
+    """Steps of a claim and of the completion that frees a hot key's one slot, with
+    `parked` jobs of that key waiting behind it."""
+    store = SqliteStore(str(tmp_path / f"hot-{parked}.db"), lambda: 1000.0)
+    store.migrate()
+    for start in range(0, parked + 1, 5000):
+        store.enqueue_jobs([NewJob(id=f"h{n}", task="t", queue="q", payload="{}",
+                                   concurrency_key="hot", concurrency_limit=1)
+                            for n in range(start, min(parked + 1, start + 5000))])
+    store.enqueue_jobs([NewJob(id=f"free{n}", task="t", queue="q", payload="{}")
+                        for n in range(20)])
+    [held] = [job for job in store.fetch_jobs(strict_claim(["q"], 1, "w", 30.0))]
+    claim_steps = _vm_steps(store, lambda: store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0)))
+    settle_steps = _vm_steps(store, lambda: store.settle_jobs([Settlement(
+        held.id, held.lease_token, JobState.COMPLETED, result="null")]))
+    assert [j.id for j in store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0))][:1] == ["h1"]
+    store.close()
+    return claim_steps, settle_steps
+
+
+def test_a_hot_keys_backlog_costs_the_claim_and_the_settle_nothing(tmp_path: Path) -> None:
+    """A key at its limit with 20,000 parked jobs: a claim reads none of them, and
+    freeing the slot reads the first one, not the rest (steps do not grow with them)."""
+    small_claim, small_settle = _hot_key_steps(tmp_path, 200)
+    big_claim, big_settle = _hot_key_steps(tmp_path, 20_000)
+    assert big_claim <= small_claim * 1.5 + 2, (small_claim, big_claim)
+    assert big_settle <= small_settle * 1.5 + 2, (small_settle, big_settle)

@@ -150,6 +150,11 @@ class MemoryBackend:
     async def count_jobs(self, where: JobFilter) -> int:
         return inspector.count_jobs(self.store, where)
 
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        with self.store.lock:
+            holders = self.store.slots.holders.get(concurrency_key, {})
+            return sum(job_id in self.store.running for job_id in holders)
+
     async def cancel_job(self, job_id: str) -> Job | None:
         return inspector.cancel_job(self.store, job_id, self.clock())
 

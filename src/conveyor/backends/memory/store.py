@@ -33,6 +33,7 @@ from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, S
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
 from .dependants import MemoryDependants, link, states_of
+from .slots import KeySlots
 from .wakeup import Wakeups
 
 S = JobState
@@ -69,8 +70,8 @@ class MemoryStore:
         self.rows: dict[str, Row] = {}  # insertion order is enqueue order
         self.seq: dict[str, int] = {}
         self._next_seq = 0
-        # Where each job is filed: (state, queue, unique key) as last placed.
-        self._placed: dict[str, tuple[JobState, str, str | None]] = {}
+        # Where each job is filed: (state, queue, unique key, concurrency key) as last placed.
+        self._placed: dict[str, tuple[JobState, str, str | None, str | None]] = {}
         # queue -> id -> claim order: (-priority, fairness vtime or 0, run_at, seq)
         self.available: dict[str, dict[str, tuple[int, int, float, int]]] = {}
         # Tenant fairness (conveyor.fairness): last vtime per (queue, key), per queue
@@ -87,6 +88,7 @@ class MemoryStore:
         self.liveness_nonce = os.urandom(6).hex()
         self.held_signals: dict[str, str] = {}  # token -> worker id
         self.blobs = BlobTable()  # big payloads kept apart (blobs.py)
+        self.slots = KeySlots(self.available)  # per-key concurrency (conveyor.concurrency)
 
     # --- reading and filing --------------------------------------------------------
     def job(self, job_id: str) -> Job | None:
@@ -100,28 +102,32 @@ class MemoryStore:
         job = decode(job_id, self.rows[job_id])
         if job.state in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
             self.waiting_in.setdefault(job.queue, {})[job_id] = None
+        key, order = job.concurrency_key, None
         if job.state is S.AVAILABLE:
             priority, at = claim_rank(job.priority, job.run_at, job.aging)
             vtime = self.rows[job_id].get("fair_vtime") or 0
-            self.available.setdefault(job.queue, {})[job_id] = (-priority, vtime, at,
-                                                                self.seq[job_id])
+            order = (-priority, vtime, at, self.seq[job_id])
+            if key is None:  # else parked until its key has a slot (KeySlots.filed)
+                self.available.setdefault(job.queue, {})[job_id] = order
         elif job.state in (S.SCHEDULED, S.RETRYABLE):
             self.waiting[job_id] = job.run_at
         elif job.state is S.RUNNING:
             self.running[job_id] = None
         if job.unique_key is not None:
             self._by_unique.setdefault(job.unique_key, {})[job_id] = None
-        self._placed[job_id] = (job.state, job.queue, job.unique_key)
+        self._placed[job_id] = (job.state, job.queue, job.unique_key, key)
+        self.slots.filed(job_id, job, order)
         return job
 
     def _unplace(self, job_id: str) -> None:
         placed = self._placed.pop(job_id, None)
         if placed is None:
             return
-        state, queue, unique_key = placed
+        state, queue, unique_key, key = placed
         self.waiting_in.get(queue, {}).pop(job_id, None)
         if state is S.AVAILABLE:
             self.available.get(queue, {}).pop(job_id, None)
+        self.slots.leave(key, job_id)
         self.waiting.pop(job_id, None)
         self.running.pop(job_id, None)
         if unique_key is not None:
@@ -148,7 +154,7 @@ class MemoryStore:
         return self._place(job_id)
 
     def delete(self, job_id: str) -> None:
-        self._unplace(job_id)
+        self._unplace(job_id)  # a finished job: it held no slot of a key
         del self.rows[job_id]
         del self.seq[job_id]
 
@@ -196,6 +202,8 @@ class MemoryStore:
                     "meta": json.dumps(new.meta),
                     "aging": None if new.aging is None else float(new.aging),
                     "fair_vtime": vtimes.assign(new),
+                    "concurrency_key": new.concurrency_key,
+                    "concurrency_limit": new.concurrency_limit,
                 }
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq

@@ -64,6 +64,7 @@ async def _insert_dependant(backend: PostgresConnections, conn: psycopg.AsyncCon
         "priority": new.priority, "max_attempts": new.max_attempts, "run_at": run_at,
         "unique_for": opt_float(new.unique_for), "timeout": opt_float(new.timeout),
         "meta": jsonb(new.meta), "aging": opt_float(new.aging),
+        "concurrency_key": new.concurrency_key, "concurrency_limit": new.concurrency_limit,
         "pending_parents": len(start.pending), "allow_failure": new.allow_failure,
         "parents": list(new.depends_on),
         "error": error})

@@ -95,6 +95,8 @@ def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> 
         "metas": [jsonb(j.meta) for j in jobs],
         "agings": [opt_float(j.aging) for j in jobs],
         "fair_vtimes": [0] * len(jobs),
+        "ckeys": [j.concurrency_key for j in jobs],
+        "climits": [j.concurrency_limit for j in jobs],
     }
 
 
@@ -122,6 +124,7 @@ def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) 
         "priority": job.priority, "max_attempts": job.max_attempts, "run_at": run_at,
         "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
         "meta": jsonb(job.meta), "aging": opt_float(job.aging),
+        "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
     }
 
 
@@ -138,6 +141,7 @@ def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, 
             max_attempts=new.max_attempts, run_at=run_at, created_at=now,
             unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
             meta=dict(new.meta), aging=opt_float(new.aging),
+            concurrency_key=new.concurrency_key, concurrency_limit=new.concurrency_limit,
         )
     return out
 

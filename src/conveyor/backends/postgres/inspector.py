@@ -42,6 +42,9 @@ class PostgresInspector(PostgresConnections):
     async def count_jobs(self, where: JobFilter) -> int:
         return int((await self._fetch("count_filtered_jobs", filter_params(where)))[0][0])
 
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return int((await self._fetch("running_of_key", {"key": concurrency_key}))[0][0])
+
     async def cancel_job(self, job_id: str) -> Job | None:
         params = {"id": job_id, "now": self.clock(), "version": __version__,
                   "done_channel": self.config.done_channel}

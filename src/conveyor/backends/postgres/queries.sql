@@ -38,13 +38,14 @@ INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s,
 -- and insert_jobs list them themselves, with the same casts.
 seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging
+result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging,
+concurrency_key, concurrency_limit
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the jobs_claim index (migration 5).
+-- the jobs_claim index (migration 5, and 6, which adds its parked predicate).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -132,9 +133,11 @@ WHERE t.state IN ('completed', 'dead', 'cancelled')
 -- plain parameters instead of arrays, a cheaper statement to bind and to plan.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_for, timeout, meta, aging)
+                               created_at, unique_for, timeout, meta, aging, concurrency_key,
+                               concurrency_limit)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
-            %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s)
+            %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s,
+            %(concurrency_key)s, %(concurrency_limit)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
 )
@@ -149,15 +152,16 @@ SELECT i.id, pg_notify(%(channel)s, i.queue) FROM inserted AS i
 -- come back: the caller knows the rest (reading 25 columns back cost more than the insert).
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                               created_at, unique_key, unique_for, timeout, meta, aging)
+                               created_at, unique_key, unique_for, timeout, meta, aging,
+                               concurrency_key, concurrency_limit)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, NULL, n.unique_for, n.timeout, n.meta, n.aging
+           %(now)s, NULL, n.unique_for, n.timeout, n.meta, n.aging, n.ckey, n.climit
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(unique_fors)b::float8[], %(timeouts)b::float8[],
-                %(metas)b::jsonb[], %(agings)b::float8[])
+                %(metas)b::jsonb[], %(agings)b::float8[], %(ckeys)b::text[], %(climits)b::int[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_for, timeout, meta, aging, pos)
+                              unique_for, timeout, meta, aging, ckey, climit, pos)
     ORDER BY n.pos
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
@@ -200,9 +204,10 @@ WITH new AS (
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(keys)b::text[], %(unique_fors)b::float8[],
                 %(timeouts)b::float8[], %(metas)b::jsonb[], %(agings)b::float8[],
-                %(fair_vtimes)b::bigint[])
+                %(fair_vtimes)b::bigint[], %(ckeys)b::text[], %(climits)b::int[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_key, unique_for, timeout, meta, aging, fair_vtime, pos)
+                              unique_key, unique_for, timeout, meta, aging, fair_vtime, ckey,
+                              climit, pos)
 ), dup AS (
     SELECT n.pos,
            coalesce(
@@ -219,9 +224,10 @@ WITH new AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, unique_key, unique_for, timeout, meta, aging,
-                               fair_vtime)
+                               fair_vtime, concurrency_key, concurrency_limit)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging, n.fair_vtime
+           %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging, n.fair_vtime,
+           n.ckey, n.climit
     FROM new AS n JOIN dup USING (pos)
     WHERE dup.seq IS NULL
     ORDER BY n.pos
@@ -232,13 +238,15 @@ WITH new AS (
 SELECT dup.pos, false AS fresh, j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
        j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
-       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging
+       j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging,
+       j.concurrency_key, j.concurrency_limit
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
 SELECT n.pos, true AS fresh, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
        i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
-       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging
+       i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging,
+       i.concurrency_key, i.concurrency_limit
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: lock_bounded_queues
@@ -320,7 +328,8 @@ WITH req AS (
     FROM req AS r CROSS JOIN LATERAL (
         SELECT seq, {claim_keys}
         FROM {schema}.jobs
-        WHERE state = 'available' AND queue = r.queue
+        -- NOT parked: a job of a concurrency key that has no slot for it (migration 6).
+        WHERE state = 'available' AND NOT parked AND queue = r.queue
         ORDER BY {claim_order}
         LIMIT LEAST(r.ceiling, %(limit)s)
         FOR UPDATE SKIP LOCKED) AS c
@@ -361,7 +370,8 @@ WHERE j.seq = ANY (ARRAY(SELECT seq FROM chosen))
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
           j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
-          j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging
+          j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging, j.concurrency_key,
+          j.concurrency_limit
 
 -- name: settle_jobs
 -- A batch of attempt outcomes in one statement. Completed: store the result.
@@ -559,6 +569,13 @@ LISTEN {done_channel}
 -- A record counts only until its expiry (by the application clock).
 (expires_at IS NULL OR expires_at > %(now)s)
 
+-- name: running_of_key
+-- How many jobs of a concurrency key run: what `jobs show` says a held-back job waits
+-- for. From the index of the key's slot holders (a running job is never parked).
+SELECT count(*) FROM {schema}.jobs
+WHERE concurrency_key = %(key)s AND state IN ('running', 'available') AND NOT parked
+  AND state = 'running'
+
 -- name: get_record
 SELECT value FROM {schema}.meta
 WHERE namespace = %(namespace)s AND key = %(key)s AND {live_record}
@@ -671,10 +688,12 @@ SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[]) ORDER BY id 
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, finished_at, unique_for, timeout, meta, aging,
+                               concurrency_key, concurrency_limit,
                                pending_parents, allow_failure, parents, errors)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
             %(run_at)s, %(now)s, CASE WHEN %(state)s = 'cancelled' THEN %(now)s::float8 END,
-            %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s, %(pending_parents)s,
+            %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s, %(concurrency_key)s,
+            %(concurrency_limit)s, %(pending_parents)s,
             %(allow_failure)s, %(parents)s::text[],
             CASE WHEN %(error)s::jsonb IS NULL THEN '[]'::jsonb
                  ELSE jsonb_build_array(%(error)s::jsonb) END)

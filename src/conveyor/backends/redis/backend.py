@@ -1,11 +1,9 @@
 """Redis backend: every state transition is one Lua script, so nothing is half done.
 
-The URL and its options are described in `config.py`; age-based retention
-(`prune_jobs`, run by workers) applies on top of the `max_completed`/`max_dead` bounds.
-Times come from `self.clock()` and are passed to the scripts; Redis TIME is never
-used for job logic, so an injected clock drives everything. See `keys.py` for the
-key layout, `queries.py` for listing and counting, and `docs/redis.md` for
-durability (AOF) and operations.
+The URL and its options are in `config.py`; age-based retention (`prune_jobs`, run by
+workers) applies on top of the `max_completed`/`max_dead` bounds. Times come from
+`self.clock()`, passed to the scripts (never Redis TIME), so an injected clock drives all.
+See `keys.py` (layout), `queries.py` (listing, counting), `docs/redis.md` (AOF, operations).
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ class RedisBackend(RedisRecords, Following):
     async def open(self) -> None:
         if self._client is not None:
             return
-        # One quick retry takes a fresh connection when a pooled one died with a
-        # server restart; longer outages surface as BackendUnavailable and the
-        # worker's own backoff takes over.
+        # One quick retry takes a fresh connection when a pooled one died with a server
+        # restart; longer outages surface as BackendUnavailable, then the worker's backoff.
         options = connection_settings()
         self._client = aioredis.Redis.from_url(self._driver_url, retry=Retry(NoBackoff(), 1),
                                                **options)
@@ -255,8 +252,7 @@ class RedisBackend(RedisRecords, Following):
             await self.client.blpop([self.keys.wake(q) for q in queues],
                                     timeout=min(timeout, _LONGEST_WAIT))
         except UNAVAILABLE:
-            # No hints while Redis is away: behave like a poll interval, and let the
-            # next fetch report the outage.
+            # No hints while Redis is away: a poll interval; the next fetch reports it.
             await asyncio.sleep(timeout)
 
     # --- maintenance ----------------------------------------------------------------
@@ -321,6 +317,10 @@ class RedisBackend(RedisRecords, Following):
     @translated
     async def count_jobs(self, where: JobFilter) -> int:
         return await self.queries.count_jobs(where)
+
+    @translated
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self.queries.count_running_of_key(concurrency_key)
 
     @translated
     async def cancel_job(self, job_id: str) -> Job | None:

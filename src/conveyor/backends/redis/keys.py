@@ -31,11 +31,18 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
 | `{p}:watching`               | zset   | job id -> how many wait for its end (job.result()) |
 | `{p}:done:<id>`              | list   | a token pushed when a watched job ends (BLPOP; expires after a minute) |
+| `{p}:q:<queue>:parked`       | zset   | available ids of a concurrency key that has no slot for them, by seq: listed and counted as available, never claimed |
+| `{p}:ck:<key>:held`          | set    | ids holding a slot of a concurrency key: running, or available in their queue's available index |
+| `{p}:ck:<key>:parked`        | zset   | the key's parked jobs, members and scores as in `q:<queue>:available` (claim order): the next to unpark is the first |
 | `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
 | `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
 
 A job id is in exactly one state index at a time, the one named by its `state`
 field; the Lua scripts in `scripts/` keep that true (one script per transition).
+The one exception: an available job of a concurrency key is in the key's and its
+queue's `parked` indexes until the key has a slot for it (conveyor.concurrency),
+then in `available`. These keys exist only for jobs of a concurrency key, which a
+prefix written before them cannot hold: its layout (2) reads as it did.
 """
 
 from __future__ import annotations
@@ -68,6 +75,12 @@ class Keys:
 
     def waiting(self, queue: str) -> str:
         return f"{self.base}q:{queue}:waiting"
+
+    def parked(self, queue: str) -> str:
+        return f"{self.base}q:{queue}:parked"
+
+    def key_holders(self, concurrency_key: str) -> str:
+        return f"{self.base}ck:{concurrency_key}:held"
 
     def wake(self, queue: str) -> str:
         return f"{self.base}q:{queue}:wake"

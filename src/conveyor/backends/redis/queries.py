@@ -111,11 +111,14 @@ class JobQueries:
             for name in names:
                 for state in states:
                     pipe.zcard(self.keys.state(name, state))
+                pipe.zcard(self.keys.parked(name))
             sizes = await pipe.execute()
         out: list[QueueStats] = []
+        width = len(states) + 1
         for i, name in enumerate(names):
-            counts = {s: n for s, n in zip(states, sizes[i * len(states):(i + 1) * len(states)],
-                                           strict=True) if n}
+            row = sizes[i * width:(i + 1) * width]
+            row[states.index(JobState.AVAILABLE)] += row.pop()  # parked jobs are available
+            counts = {s: n for s, n in zip(states, row, strict=True) if n}
             if not counts and name not in flags:
                 continue
             oldest_age = None
@@ -150,9 +153,13 @@ class JobQueries:
             for queue in queues:
                 for state in states:
                     pipe.zrange(self.keys.state(queue, state), 0, -1)
+                if JobState.AVAILABLE in states:
+                    pipe.zrange(self.keys.parked(queue), 0, -1)
             pages = await pipe.execute()
         candidates: list[str] = []
-        for (_, state), page in zip(((q, s) for q in queues for s in states), pages, strict=True):
+        indexes = [(q, s) for q in queues
+                   for s in (*states, *(("parked",) if JobState.AVAILABLE in states else ()))]
+        for (_, state), page in zip(indexes, pages, strict=True):
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
         return candidates
 
@@ -162,7 +169,18 @@ class JobQueries:
             for queue in queues:
                 for state in where.states or tuple(JobState):
                     pipe.zcard(self.keys.state(queue, state))
+                    if state is JobState.AVAILABLE:
+                        pipe.zcard(self.keys.parked(queue))
             return sum(await pipe.execute())
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        """The running jobs among a concurrency key's slot holders (at most its limit)."""
+        holders = await self.client.smembers(self.keys.key_holders(concurrency_key))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in holders:
+                pipe.hget(self.keys.job(job_id), "state")
+            states = await pipe.execute()
+        return sum(state == JobState.RUNNING.value for state in states)
 
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority

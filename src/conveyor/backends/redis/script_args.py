@@ -80,13 +80,16 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 _shed_error(new, now, shed_errors),
                 optional_arg(new.fairness_key),
                 "" if new.fairness_key is None else vtime_step(new.fairness_weight),
+                optional_arg(new.concurrency_key),
+                "" if new.concurrency_limit is None else new.concurrency_limit,
             )
             made.append(Job(
                 id=new.id, task=new.task, queue=new.queue, payload=new.payload,
                 state=state, priority=new.priority, max_attempts=new.max_attempts,
                 run_at=run_at, created_at=now, unique_key=new.unique_key,
                 unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-                aging=new.aging,
+                aging=new.aging, concurrency_key=new.concurrency_key,
+                concurrency_limit=new.concurrency_limit,
             ))
         commands.append(command)
     return made, commands

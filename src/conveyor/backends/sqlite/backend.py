@@ -210,6 +210,9 @@ class SqliteBackend:
     async def count_jobs(self, where: JobFilter) -> int:
         return await self._on_thread(lambda s: s.count_jobs(where))
 
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self._on_thread(lambda s: s.count_running_of_key(concurrency_key))
+
     async def cancel_job(self, job_id: str) -> Job | None:
         job = await self._on_thread(lambda s: s.cancel_job(job_id))
         if self._done_sender is not None and job is not None and job.is_finished:

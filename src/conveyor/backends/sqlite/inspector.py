@@ -55,6 +55,9 @@ class SqliteInspector(SqliteConnection):
     def count_jobs(self, where: JobFilter) -> int:
         return int(self.conn.execute(Q["count_filtered_jobs"], _filter_params(where)).fetchone()[0])
 
+    def count_running_of_key(self, concurrency_key: str) -> int:
+        return int(self.conn.execute(Q["running_of_key"], {"key": concurrency_key}).fetchone()[0])
+
     def cancel_job(self, job_id: str) -> Job | None:
         with self.write() as db:
             now = self.clock()

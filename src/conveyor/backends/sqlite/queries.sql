@@ -5,13 +5,14 @@
 -- Every query that returns jobs selects these, in conveyor.backends.codec.COLUMNS order.
 id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging
+result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging, concurrency_key,
+concurrency_limit
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the conveyor_jobs_claim index (migration 5).
+-- the conveyor_jobs_claim index (migration 5, and 6, which adds its parked predicate).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -37,9 +38,11 @@ SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 
 -- name: insert_job
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
-                           created_at, unique_key, unique_for, timeout, meta, aging, fair_vtime)
+                           created_at, unique_key, unique_for, timeout, meta, aging, fair_vtime,
+                           concurrency_key, concurrency_limit)
 VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
-        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging, :fair_vtime)
+        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging, :fair_vtime,
+        :concurrency_key, :concurrency_limit)
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id
@@ -107,13 +110,11 @@ SET state = 'running',
     lease_token = CASE WHEN CAST(lease_token AS INTEGER) BETWEEN 0 AND 4611686018427387903
                        THEN CAST(lease_token AS INTEGER) + 1 ELSE 1 END,
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
+-- parked = 0: a job of a concurrency key that has no slot for it is parked (migration 6).
 WHERE seq IN (SELECT seq FROM conveyor_jobs
-              WHERE state = 'available' AND queue = :queue
+              WHERE state = 'available' AND parked = 0 AND queue = :queue
               ORDER BY {claim_order} LIMIT :limit)
-RETURNING seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-          started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-          result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
-          fair_vtime
+RETURNING seq, {job_columns}, fair_vtime
 
 -- name: advance_fair_queue
 -- The queue's vtime moves up to the largest its claim took (conveyor.fairness).
@@ -271,6 +272,13 @@ SELECT DISTINCT task FROM conveyor_jobs WHERE {job_filter} ORDER BY task
 -- name: seq_of_job
 -- Where a keyset cursor (a job id) sits in the listing order.
 SELECT seq FROM conveyor_jobs WHERE id = :id
+
+-- name: running_of_key
+-- How many jobs of a concurrency key run: what `jobs show` says a held-back job waits
+-- for. From the index of the key's slot holders (a running job is never parked).
+SELECT count(*) FROM conveyor_jobs
+WHERE concurrency_key = :key AND state IN ('running', 'available') AND parked = 0
+  AND state = 'running'
 
 -- name: get_record
 SELECT value FROM conveyor_meta

@@ -101,6 +101,8 @@ class SqliteStore(SqliteInspector):
             "meta": json.dumps(new.meta),
             "aging": new.aging,
             "fair_vtime": fair_vtime,
+            "concurrency_key": new.concurrency_key,
+            "concurrency_limit": new.concurrency_limit,
         }
         if db.execute(Q["insert_job"], row).rowcount == 0:
             # The id names a finished job whose dedup window is over: replace it.
@@ -111,7 +113,8 @@ class SqliteStore(SqliteInspector):
             state=state, priority=new.priority, max_attempts=new.max_attempts,
             run_at=run_at, created_at=now, unique_key=new.unique_key,
             unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-            aging=new.aging,
+            aging=new.aging, concurrency_key=new.concurrency_key,
+            concurrency_limit=new.concurrency_limit,
         )
 
     def _find_duplicate(self, db: sqlite3.Connection, new: NewJob, now: float) -> Job | None:

@@ -25,6 +25,13 @@ local function wake_key(queue) return PREFIX .. 'q:' .. queue .. ':wake' end
 -- Every waiting (scheduled, available, retryable) job of a queue by seq: the depth a
 -- bounded queue is held to, and its oldest jobs to shed (conveyor.backpressure).
 local function waiting_key(queue) return PREFIX .. 'q:' .. queue .. ':waiting' end
+-- Per-key concurrency (conveyor.concurrency): the ids holding a key's slots (running,
+-- or available and in their queue's available index), and the key's parked available
+-- jobs, members and scores as in a queue's available index (claim order).
+local function holders_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':held' end
+local function parked_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':parked' end
+-- A queue's parked jobs by seq: available to listings and stats, not to the claim.
+local function queue_parked_key(queue) return PREFIX .. 'q:' .. queue .. ':parked' end
 
 -- conveyor.lifecycle.ALLOWED; tests/backends/redis/test_scripts.py keeps the two in step.
 local ALLOWED = {
@@ -154,7 +161,8 @@ end
 local FIELDS = {
   'state', 'queue', 'priority', 'run_at', 'seq', 'rank', 'lease_token', 'attempt',
   'max_attempts', 'lease_expires_at', 'finished_at', 'unique_key', 'unique_for',
-  'worker_id', 'errors', 'aging', 'fair_vtime', 'dependants',
+  'worker_id', 'errors', 'aging', 'fair_vtime', 'dependants', 'concurrency_key',
+  'concurrency_limit',
 }
 
 -- The fields the scripts decide on, as a table (absent fields are nil, but queue
@@ -179,16 +187,55 @@ local function job_reply(id)
   return row
 end
 
--- Put a job into the index of `state` (f holds the fields the score needs).
+-- A hint for idle workers (BLPOP on the queue's wake list); one token is enough.
+local function wake(queue)
+  local key = wake_key(queue)
+  if redis.call('LLEN', key) == 0 then redis.call('RPUSH', key, '1') end
+end
+
+-- Unpark a key's next parked jobs (into their queue's available index, holding a
+-- slot), in claim order, while fewer jobs hold a slot than the next one's limit. An
+-- entry whose job is no longer parked there (written over by something else) is
+-- dropped. Called by index_job after every move of a keyed job but the claim, which
+-- keeps the slot its job held.
+local function rebalance(ckey)
+  local held, parked = holders_key(ckey), parked_key(ckey)
+  while true do
+    local head = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+    if not head[1] then return end
+    local id = rank_id(head[1])
+    local v = redis.call('HMGET', job_key(id), 'state', 'queue', 'concurrency_limit', 'rank',
+      'concurrency_key')
+    if v[1] ~= 'available' or v[4] ~= head[1] or v[5] ~= ckey then
+      redis.call('ZREM', parked, head[1])
+    else
+      if redis.call('SCARD', held) >= as_number(v[3], 1) then return end
+      redis.call('ZREM', parked, head[1])
+      redis.call('ZREM', queue_parked_key(v[2] or ''), id)
+      redis.call('SADD', held, id)
+      redis.call('ZADD', state_key(v[2] or '', 'available'), head[2], head[1])
+      wake(v[2] or '')
+    end
+  end
+end
+
+-- Put a job into the index of `state` (f holds the fields the score needs). A keyed
+-- job entering available is parked, and its key rebalanced (see rebalance).
 local function index_job(id, queue, state, f)
   if WAITING[state] then
     redis.call('ZADD', waiting_key(queue), as_number(f.seq, 0), id)
   end
+  local ckey = f.concurrency_key
   if state == 'available' then
     local score, at = claim_place(f)
     local r = fair_prefix(f.fair_vtime) .. rank(at, f.seq, id)
     redis.call('HSET', job_key(id), 'rank', r)
-    redis.call('ZADD', state_key(queue, 'available'), score, r)
+    if ckey then
+      redis.call('ZADD', parked_key(ckey), score, r)
+      redis.call('ZADD', queue_parked_key(queue), as_number(f.seq, 0), id)
+    else
+      redis.call('ZADD', state_key(queue, 'available'), score, r)
+    end
   elseif state == 'scheduled' or state == 'retryable' then
     local run_at = as_number(f.run_at, 0)
     redis.call('ZADD', state_key(queue, state), run_at, id)
@@ -198,10 +245,18 @@ local function index_job(id, queue, state, f)
   else
     redis.call('ZADD', state_key(queue, state), as_number(f.finished_at, 0), id)
   end
+  if ckey then
+    if state == 'running' then redis.call('SADD', holders_key(ckey), id) else rebalance(ckey) end
+  end
 end
 
 local function unindex_job(id, f)
   if WAITING[f.state] then redis.call('ZREM', waiting_key(f.queue), id) end
+  if f.concurrency_key then
+    redis.call('SREM', holders_key(f.concurrency_key), id)
+    if f.rank then redis.call('ZREM', parked_key(f.concurrency_key), f.rank) end
+    redis.call('ZREM', queue_parked_key(f.queue), id)
+  end
   if f.state == 'available' then
     if f.rank then redis.call('ZREM', state_key(f.queue, 'available'), f.rank) end
     redis.call('HDEL', job_key(id), 'rank')
@@ -265,12 +320,6 @@ local function signal_end(id)
     redis.call('RPUSH', key, '1')
     redis.call('PEXPIRE', key, 60000)  -- a signal nobody took: gone in a minute
   end
-end
-
--- A hint for idle workers (BLPOP on the queue's wake list); one token is enough.
-local function wake(queue)
-  local key = wake_key(queue)
-  if redis.call('LLEN', key) == 0 then redis.call('RPUSH', key, '1') end
 end
 
 -- A job is "live" for dedup while active, or completed within its unique_for window.
@@ -485,7 +534,7 @@ local function enqueue_batch(shed, links, version)
   local now_text = ARGV[2]
   local now = tonumber(now_text)
   local out = {}
-  for j = links and 4 or 3, #ARGV, 18 do
+  for j = links and 4 or 3, #ARGV, 20 do
     local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
     local unique_key = optional(ARGV[j + 9])
     local key = job_key(id)
@@ -555,7 +604,16 @@ local function enqueue_batch(shed, links, version)
           redis.call('HSET', parent_key, 'dependants', cjson.encode(ids))
         end
       end
-      if state == 'available' then
+      local ckey = optional(ARGV[j + 18])
+      if ckey then
+        fields[n + 1] = 'concurrency_key'; fields[n + 2] = ckey
+        fields[n + 3] = 'concurrency_limit'; fields[n + 4] = ARGV[j + 19]; n = n + 4
+      end
+      if ckey then  -- parked, then its key rebalanced (index_job)
+        redis.call('HSET', key, unpack(fields))
+        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq, priority = ARGV[j + 5],
+          aging = aging ~= '' and aging or nil, fair_vtime = fair_vtime, concurrency_key = ckey })
+      elseif state == 'available' then
         -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
         local digits = tostring(seq)
         local r = ARGV[j + 8] .. string.rep('0', 12 - #digits) .. digits .. id

@@ -7,7 +7,7 @@
 -- KEYS[5] <prefix>jobs    every job id by seq (newest-first listing)
 -- ARGV[1] key prefix, e.g. "{conveyor}:"
 -- ARGV[2] now (epoch seconds; also created_at)
--- ARGV[3..] 18 arguments per job, all strings (no number goes through Lua's 14-digit
+-- ARGV[3..] 20 arguments per job, all strings (no number goes through Lua's 14-digit
 --         formatting): id, queue, task, payload, state (scheduled|available, decided
 --         by the caller from run_at and now), priority, max_attempts, run_at,
 --         the claim time in whole microseconds (17 digits, for the claim rank: run_at,
@@ -15,7 +15,8 @@
 --         '~' .. key: an empty key is a key), unique_for?, timeout?, meta?, aging?,
 --         max_waiting? (the queue's bound, conveyor.backpressure), shed_error? (with
 --         a queue that sheds: the record a shed job keeps), fairness_key ('' when
---         absent, else '~' .. key), the vtime step of its weight (conveyor.fairness)
+--         absent, else '~' .. key), the vtime step of its weight (conveyor.fairness),
+--         concurrency_key? ('~' .. key), concurrency_limit? (conveyor.concurrency)
 --         (? = optional: '' when absent)
 -- Returns one entry per job: 0 when inserted, the existing job (HGETALL) that this
 -- one duplicates (same id, or same unique_key; active, or completed within its

@@ -1,0 +1,75 @@
+"""The memory backend's per-key concurrency slots (conveyor.concurrency)."""
+
+from __future__ import annotations
+
+import heapq
+
+from ...job import Job, JobState
+
+Order = tuple[int, int, float, int]  # a claim order of the store's `available` (store.py)
+
+
+class KeySlots:
+    """The slots of each concurrency key (conveyor.concurrency): which jobs hold one
+    (running, or available and unparked: in `available`, the claim's index) and which
+    available jobs are parked (in a heap per key, in claim order, out of the claim's
+    sight). Entries of jobs that left are dropped from a heap as they surface."""
+
+    def __init__(self, available: dict[str, dict[str, Order]]) -> None:
+        self.available = available
+        self.holders: dict[str, dict[str, None]] = {}
+        self.parked: dict[str, dict[str, tuple[Order, str, int]]] = {}
+        self._heaps: dict[str, list[tuple[Order, str]]] = {}
+
+    def filed(self, job_id: str, job: Job, order: Order | None) -> None:
+        """A job of a key was filed under its state (`order`: its claim order, when
+        available): an available one is parked, a running one (just claimed) keeps the
+        slot it held, and after any other move the key is rebalanced."""
+        key = job.concurrency_key
+        if key is None:
+            return
+        if job.state is JobState.RUNNING:
+            self.hold(key, job_id)
+            return
+        if order is not None:
+            self.park(key, job_id, order, job.queue, job.concurrency_limit or 1)
+        self.rebalance(key)
+
+    def park(self, key: str, job_id: str, order: Order, queue: str,
+             limit: int) -> None:
+        self.parked.setdefault(key, {})[job_id] = (order, queue, limit)
+        heapq.heappush(self._heaps.setdefault(key, []), (order, job_id))
+
+    def hold(self, key: str, job_id: str) -> None:
+        self.holders.setdefault(key, {})[job_id] = None
+
+    def leave(self, key: str | None, job_id: str) -> None:
+        if key is None:
+            return
+        self.holders.get(key, {}).pop(job_id, None)
+        self.parked.get(key, {}).pop(job_id, None)
+
+    def holding(self, key: str) -> int:
+        return len(self.holders.get(key, {}))
+
+    def rebalance(self, key: str) -> None:
+        """Unpark the key's next jobs while fewer hold a slot than the next one's limit."""
+        parked, heap = self.parked.get(key, {}), self._heaps.get(key, [])
+        while heap:
+            order, job_id = heap[0]
+            entry = parked.get(job_id)
+            if entry is None or entry[0] != order:
+                heapq.heappop(heap)  # left, or parked again under another order
+                continue
+            _, queue, limit = entry
+            if self.holding(key) >= limit:
+                break
+            heapq.heappop(heap)
+            del parked[job_id]
+            self.hold(key, job_id)
+            self.available.setdefault(queue, {})[job_id] = order
+        if not heap:
+            self._heaps.pop(key, None)
+            self.parked.pop(key, None)
+        if not self.holders.get(key, True):
+            self.holders.pop(key, None)
