@@ -45,7 +45,7 @@ concurrency_key, concurrency_limit
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the jobs_claim index (migration 5, and 6, which adds its parked predicate).
+-- the jobs_claim index (migration 5, and 7, which adds its parked predicate).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -328,7 +328,7 @@ WITH req AS (
     FROM req AS r CROSS JOIN LATERAL (
         SELECT seq, {claim_keys}
         FROM {schema}.jobs
-        -- NOT parked: a job of a concurrency key that has no slot for it (migration 6).
+        -- NOT parked: a job of a concurrency key that has no slot for it (migration 7).
         WHERE state = 'available' AND NOT parked AND queue = r.queue
         ORDER BY {claim_order}
         LIMIT LEAST(r.ceiling, %(limit)s)

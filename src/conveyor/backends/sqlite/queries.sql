@@ -12,7 +12,7 @@ concurrency_limit
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the conveyor_jobs_claim index (migration 5, and 6, which adds its parked predicate).
+-- the conveyor_jobs_claim index (migrations 5 and 6, and 7, which adds its parked predicate).
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -110,7 +110,7 @@ SET state = 'running',
     lease_token = CASE WHEN CAST(lease_token AS INTEGER) BETWEEN 0 AND 4611686018427387903
                        THEN CAST(lease_token AS INTEGER) + 1 ELSE 1 END,
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
--- parked = 0: a job of a concurrency key that has no slot for it is parked (migration 6).
+-- parked = 0: a job of a concurrency key that has no slot for it is parked (migration 7).
 WHERE seq IN (SELECT seq FROM conveyor_jobs
               WHERE state = 'available' AND parked = 0 AND queue = :queue
               ORDER BY {claim_order} LIMIT :limit)
