@@ -504,11 +504,14 @@ local function dependant_start(link, ready)
   return ready, pending, nil
 end
 
+-- The arguments of one job in the enqueue scripts' ARGV (enqueue.lua's header).
+local JOB_ARGS = 20
+
 -- A batch naming a parent that is neither stored nor earlier in the batch is refused
 -- whole, before anything is written.
 local function check_parents(links, first)
   local earlier = {}
-  for j = first, #ARGV, 18 do
+  for j = first, #ARGV, JOB_ARGS do
     local id = ARGV[j]
     local link = links[id]
     if link then
@@ -534,7 +537,7 @@ local function enqueue_batch(shed, links, version)
   local now_text = ARGV[2]
   local now = tonumber(now_text)
   local out = {}
-  for j = links and 4 or 3, #ARGV, 20 do
+  for j = links and 4 or 3, #ARGV, JOB_ARGS do
     local id, queue, state = ARGV[j], ARGV[j + 1], ARGV[j + 4]
     local unique_key = optional(ARGV[j + 9])
     local key = job_key(id)
