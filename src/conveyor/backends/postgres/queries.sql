@@ -408,8 +408,12 @@ SET state = s.state,
                   THEN j.errors || jsonb_build_array(s.error)
                   ELSE jsonb_build_array(s.error) END
 FROM s
+-- No "AND j.state = 'running'" here: `locked` took only running rows, and its lock keeps
+-- them so. Restated, it made a cached generic plan guess one row for the jobs and join
+-- them to the unnest by a nested loop that rescans it once per job (12 ms for 200 jobs
+-- instead of 1 on a table not analyzed since it was filled).
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
-  AND j.id = s.id AND j.lease_token = s.token AND j.state = 'running'
+  AND j.id = s.id AND j.lease_token = s.token
 RETURNING j.id, j.state, j.dependants
 ), {after_ending}
 
@@ -425,8 +429,8 @@ WITH l AS (
 )
 UPDATE {schema}.jobs AS j SET lease_expires_at = %(lease_expires_at)s
 FROM l
-WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
-  AND j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
+WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))  -- running, and kept so (see settle_jobs)
+  AND j.id = l.id AND j.lease_token = l.token
 RETURNING j.id, j.cancel_requested
 
 -- name: checkpoint_job
