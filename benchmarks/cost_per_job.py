@@ -144,7 +144,8 @@ def one_run(backend: str, task: str, jobs: int, folder: Path,
         started = time.perf_counter()
         proc = subprocess.Popen(worker_command(profile_to), cwd=HERE,
                                 env={**os.environ, "CONVEYOR_URL": url,
-                                     "PYTHONPATH": str(HERE)})
+                                     "PYTHONPATH": os.pathsep.join(
+                                         filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))})
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # the worker's own rusage
             if pid:
