@@ -343,7 +343,8 @@ class Conveyor:
         if not batch:
             return []
         backend = await self.backend()
-        transactional = backend if isinstance(backend, TransactionalEnqueue) else None
+        transactional = backend if connection is not None and isinstance(  # (asked only then:
+            backend, TransactionalEnqueue) else None  # a Protocol's isinstance costs µs)
         if connection is not None and transactional is None:
             raise ConfigurationError(
                 f"{type(backend).__name__} does not support transactional enqueue (connection=)"
