@@ -1,8 +1,8 @@
 """What flow control costs (docs/flow-control.md): claim throughput with weighted queues
-and priority aging, with tenant fairness, and with concurrency keys, against the plain
-claim, at several
-numbers of waiting jobs; and enqueue throughput into a bounded queue against an
-unbounded one.
+and priority aging, with tenant fairness, with concurrency keys and with rate limits,
+against the plain claim, at several numbers of waiting jobs; enqueue throughput into a
+bounded queue against an unbounded one; and the CPU of an idle worker whose jobs are all
+throttled.
 
     python benchmarks/flow_claims.py                                  # SQLite in a temp dir
     python benchmarks/flow_claims.py --url postgresql://postgres@127.0.0.1/test
@@ -17,8 +17,14 @@ with one of `--keys` fairness keys (round robin; every tenth key of weight 3, th
 plain queue, every job with a concurrency key of limit 1: half of them one hot key (at
 its limit after the first claim, its other jobs parked), the other half a key each
 (user:<n>), so the claims take those while the hot key's backlog waits. The jobs are
-claimed, not run, then completed (timed apart). `--modes` picks which run (default all
-five); `--no-enqueue` skips the enqueue figures.
+claimed, not run, then completed (timed apart). "weighted+fair+rate": weighted+fair with
+every job also naming a rate limit bucket that never binds (1,000,000/s), which each
+claim locks, spends and writes back. "throttled beside": the plain claim of jobs with no
+limit from a queue that also holds --waiting jobs of a throttled bucket (empty, 1/h)
+ahead of them in claim order. `--modes` picks which run (default all); `--no-enqueue`
+skips the enqueue figures. Idle CPU (`--idle-seconds`, 0: skip): one worker (in this
+process, -c 10) whose queue holds 1,000 jobs of a 1/m bucket (its first claim takes the
+one token): the process's CPU time over wall time, and its claims.
 Enqueue: `--enqueues` jobs one by one into a queue already holding --bound - 1000 jobs,
 with and without max_waiting=--bound (reject).
 
@@ -35,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -43,6 +50,8 @@ from conveyor import Conveyor  # noqa: E402
 from conveyor.claiming import QueuePlan  # noqa: E402
 from conveyor.backends.base import Settlement  # noqa: E402
 from conveyor.job import Job, JobState, NewJob, QueueBound  # noqa: E402
+from conveyor.rate_limits import RateLimit  # noqa: E402
+from conveyor.worker import Worker, WorkerConfig  # noqa: E402
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 QUEUES, WEIGHTS = ("critical", "default", "bulk"), (6.0, 3.0, 1.0)
@@ -73,10 +82,18 @@ async def cleanup(app: Conveyor, url: str) -> None:
             await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
 
 
-MODES = ("plain", "fair", "weighted+aging", "weighted+fair", "keys")
+MODES = ("plain", "fair", "weighted+aging", "weighted+fair", "keys", "weighted+fair+rate",
+         "throttled beside")
+NEVER_BINDS = RateLimit("bench", rate=1_000_000.0, burst=1_000_000)
+THROTTLED = RateLimit("throttled", rate=1 / 3600, burst=1)
+LIMITS = {"weighted+fair+rate": (NEVER_BINDS,), "throttled beside": (THROTTLED,)}
 
 
 def bench_job(n: int, mode: str, keys: int) -> NewJob:
+    if mode == "weighted+fair+rate":
+        return replace(bench_job(n, "weighted+fair", keys), rate_key="bench")
+    if mode == "throttled beside":
+        return replace(bench_job(n, "plain", keys), rate_key="throttled")
     if mode == "plain":
         return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="plain")
     if mode == "weighted+aging":
@@ -92,11 +109,16 @@ def bench_job(n: int, mode: str, keys: int) -> NewJob:
                   fairness_key=f"tenant:{key}", fairness_weight=3.0 if key % 10 == 0 else None)
 
 
-async def fill(app: Conveyor, waiting: int, mode: str, keys: int) -> None:
+async def fill(app: Conveyor, waiting: int, mode: str, keys: int, free: int) -> None:
     backend = await app.backend()
     for start in range(0, waiting, 2000):
         await backend.enqueue_jobs([bench_job(n, mode, keys)
                                     for n in range(start, min(waiting, start + 2000))])
+    if mode == "throttled beside":  # behind the throttled backlog in claim order
+        for start in range(0, free, 2000):
+            await backend.enqueue_jobs([NewJob(id=f"f{n}", task="bench.noop", payload=PAYLOAD,
+                                               queue="plain")
+                                        for n in range(start, min(free, start + 2000))])
 
 
 async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
@@ -105,14 +127,18 @@ async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
     batches of `batch`: with concurrency keys, each completion frees a slot)."""
     app = Conveyor(url)
     try:
-        await fill(app, waiting, mode, keys)
+        await fill(app, waiting, mode, keys, claims * batch)
         backend = await app.backend()
         weighted = mode.startswith("weighted")
         plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
+        limits = LIMITS.get(mode, ())
+        if mode == "throttled beside":  # spend the throttled bucket's one token first
+            await backend.fetch_jobs(plan.request(1, "bench", 60, rate_limits=limits))
         started = time.perf_counter()
         got: list[Job] = []
         for _ in range(claims):
-            request = plan.request(batch, "bench", 60, running={} if weighted else None)
+            request = plan.request(batch, "bench", 60, running={} if weighted else None,
+                                   rate_limits=limits)
             got += await backend.fetch_jobs(request)
         elapsed = time.perf_counter() - started
         assert len(got) == claims * batch, f"claimed {len(got)} of {claims * batch}"
@@ -147,6 +173,38 @@ async def enqueue_rate(url: str, bound: int, enqueues: int, bounded: bool) -> fl
         await app.aclose()
 
 
+async def idle_cpu(url: str, seconds: float) -> tuple[float, int]:
+    """CPU share of one idle worker whose every job is throttled, and its claims."""
+    app = Conveyor(url)
+    try:
+        @app.task(name="bench.throttled", queue="throttled", rate_limit="1/m")
+        def throttled() -> None: ...
+
+        await app.enqueue_many_async([throttled.message() for _ in range(1000)])
+        backend = await app.backend()
+        claims = 0
+        fetch = backend.fetch_jobs
+
+        async def counted(request):  # type: ignore[no-untyped-def]
+            nonlocal claims
+            claims += 1
+            return await fetch(request)
+
+        backend.fetch_jobs = counted  # type: ignore[method-assign]
+        worker = Worker(app, WorkerConfig(queues=("throttled",), concurrency=10, scheduler=False))
+        run = asyncio.create_task(worker.run())
+        await asyncio.sleep(2.0)  # started, the one token spent
+        claims, cpu, wall = 0, time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        share = (time.process_time() - cpu) / (time.perf_counter() - wall)
+        worker.stop()
+        await run
+        return share, claims
+    finally:
+        await cleanup(app, url)
+        await app.aclose()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,6 +218,7 @@ async def main() -> None:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--no-enqueue", action="store_true")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         def fresh() -> str:
@@ -175,7 +234,7 @@ async def main() -> None:
                         for _ in range(args.repeat)]
                 runs, done = [b[0] for b in both], [b[1] for b in both]
                 rates[mode] = statistics.median(runs)
-                print(f"  {waiting:>9,} waiting  {mode:>14}: {rates[mode]:>9,.0f} jobs/s claimed"
+                print(f"  {waiting:>9,} waiting  {mode:>18}: {rates[mode]:>9,.0f} jobs/s claimed"
                       f"  (runs {', '.join(f'{r:,.0f}' for r in runs)}); "
                       f"{statistics.median(done):,.0f} completed/s"
                       f"  (runs {', '.join(f'{r:,.0f}' for r in done)})", flush=True)
@@ -183,6 +242,11 @@ async def main() -> None:
                 if mode != "plain" and "plain" in rates:
                     print(f"  {waiting:>9,} waiting  {mode} / plain = "
                           f"{rates[mode] / rates['plain']:.0%}")
+        if args.idle_seconds > 0:
+            idle = [await idle_cpu(fresh(), args.idle_seconds) for _ in range(args.repeat)]
+            print(f"  idle worker, every job throttled: {statistics.median(s for s, _ in idle):.2%} "
+                  f"of a core  (runs {', '.join(f'{s:.2%}' for s, _ in idle)}; claims in "
+                  f"{args.idle_seconds:g} s: {', '.join(str(c) for _, c in idle)})", flush=True)
         for bounded in (() if args.no_enqueue else (False, True)):
             runs = [await enqueue_rate(fresh(), args.bound, args.enqueues, bounded)
                     for _ in range(args.repeat)]

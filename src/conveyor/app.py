@@ -25,7 +25,8 @@ from .hygiene import PayloadHygiene
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
-from .queues import OnFull, QueueSettings, QueueSettingsRegistry
+from .queues import FlowDeclarations, QueueSettingsRegistry
+from .rate_limits import Limit, RateLimitRegistry
 from .retry import RETRY_OPTIONS, task_retry_policy
 from .retry_budget import RetryBudget
 from .task import Task, TaskDefaults, key_templates, make_options, payload_defaults, time_limits
@@ -47,7 +48,7 @@ class PeriodicDecorator(Protocol):
     def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
-class Conveyor:
+class Conveyor(FlowDeclarations):
     """A Conveyor application. Nothing connects until first use.
 
     `version=` is your application's version (default: `$CONVEYOR_APP_VERSION`); each
@@ -90,7 +91,8 @@ class Conveyor:
         # Around every enqueue and every job execution; see conveyor.middleware.
         self.middleware: list[Middleware] = list(middleware)
         self.schedules: dict[str, Schedule] = {}
-        self.queues = QueueSettingsRegistry()  # flow-control settings (conveyor.queues)
+        self.rate_limits = RateLimitRegistry()  # buckets its claims spend (conveyor.rate_limits)
+        self.queues = QueueSettingsRegistry(self.rate_limits)  # flow control (conveyor.queues)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
             weakref.WeakKeyDictionary()
         )
@@ -139,6 +141,7 @@ class Conveyor:
         max_running: int | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
+        rate_limit: str | Limit | None = None, rate_key: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
@@ -166,6 +169,7 @@ class Conveyor:
         Payloads: `claim_check_threshold=`, `max_payload=`, `redact=` and
         `payload_hygiene=` (docs/payloads.md). At most N running: `concurrency_key=
         "user:{user_id}", concurrency_limit=N` or `max_running=N` (docs/flow-control.md).
+        Rate limits: `rate_limit="10/s"`, or `rate_key=` a bucket of `app.rate_limit`.
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -185,6 +189,7 @@ class Conveyor:
         soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
+        rate_limit: str | Limit | None = None, rate_key: str | None = None,
         **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
@@ -204,6 +209,7 @@ class Conveyor:
         retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
                                                 if k in options})
         payload = payload_defaults(task_name, **options)
+        bucket = self.rate_limits.for_task(task_name, rate_limit, rate_key)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -213,7 +219,7 @@ class Conveyor:
             timeout=soft_s,
             hard_time_limit=hard_s,
             retry=retry,
-            **templates,  # type: ignore[arg-type]
+            rate_key=bucket, **templates,  # type: ignore[arg-type]
             concurrency=concurrency,
             **payload,
         )
@@ -324,12 +330,6 @@ class Conveyor:
         self.url = url
         if clock is not None:
             self.clock = clock
-
-    def queue(self, name: str, *, aging: Duration | None = None, max_waiting: int | None = None,
-              on_full: OnFull = "reject", block_timeout: Duration = 30.0) -> QueueSettings:
-        """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
-        return self.queues.declare(name, aging=aging, max_waiting=max_waiting, on_full=on_full,
-                                   block_timeout=block_timeout)
 
     # --- producer -------------------------------------------------------------------
     async def enqueue_many_async(

@@ -26,10 +26,11 @@ Two ways to serve queues:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .backends.base import ClaimRequest, QueueQuota
+from .rate_limits import TOKEN_SLACK, RateLimit, next_token_at, refill
 from .validation import RUN_AT_MAX
 
 T = TypeVar("T")
@@ -89,9 +90,10 @@ class QueuePlan:
         return ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights))
 
     def request(self, limit: int, worker_id: str, lease_seconds: float,
-                running: Mapping[str, int] | None = None) -> ClaimRequest:
+                running: Mapping[str, int] | None = None,
+                rate_limits: tuple[RateLimit, ...] = ()) -> ClaimRequest:
         return ClaimRequest(queues=self.quotas(limit, running), limit=limit, worker_id=worker_id,
-                            lease_seconds=lease_seconds)
+                            lease_seconds=lease_seconds, rate_limits=rate_limits)
 
     def quotas(self, limit: int, running: Mapping[str, int] | None = None
                ) -> tuple[QueueQuota, ...]:
@@ -216,3 +218,55 @@ def strict_claim(queues: Sequence[str], limit: int, worker_id: str,
     >>> jobs = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))
     """
     return QueuePlan(queues).request(limit, worker_id, lease_seconds)
+
+
+class ClaimBuckets:
+    """The rate limit buckets of one claim (conveyor.rate_limits): their tokens at
+    `now` from what was stored (`stored`: key -> (tokens, updated_at); a bucket never
+    stored starts full), what the claim spends, and what to store back. The memory
+    and SQLite backends claim through it; PostgreSQL's claim_jobs and Redis's
+    claim.lua do the same arithmetic."""
+
+    def __init__(self, limits: Sequence[RateLimit], stored: Mapping[str, tuple[float, float]],
+                 now: float) -> None:
+        self.now = now
+        self.limits = {limit.key: limit for limit in limits}
+        # A bucket's time never goes back: a claimer that read the clock before another
+        # but spends after it must not count that stretch of time twice.
+        self.as_of = {key: max(now, stored[key][1]) if key in stored else now
+                      for key in self.limits}
+        self.tokens = {limit.key: (refill(*stored[limit.key], now, limit)
+                                   if limit.key in stored else float(limit.burst))
+                       for limit in limits}
+
+    def allowed(self, key: str) -> int:
+        """How many more jobs of bucket `key` this claim may take."""
+        return max(0, math.floor(self.tokens[key] + TOKEN_SLACK))
+
+    def spend(self, key: str) -> None:
+        """One job of bucket `key` claimed."""
+        self.tokens[key] = max(0.0, self.tokens[key] - 1)
+
+    def choose(self, n: int, lanes: Iterable[tuple[Any, T, str | None]]) -> list[T]:
+        """The first `n` of one queue's lanes (claim order, job, bucket or None): the
+        free lane's first n and each bucket's first `allowed` merged in claim order;
+        the buckets are spent for the jobs chosen, never past their whole tokens."""
+        chosen: list[T] = []
+        for _, job, key in sorted(lanes, key=lambda lane: lane[0]):
+            if len(chosen) >= n:
+                break
+            if key is not None:
+                if self.allowed(key) < 1:
+                    continue
+                self.spend(key)
+            chosen.append(job)
+        return chosen
+
+    def next_token_at(self, held_back: Iterable[str]) -> float | None:
+        """The earliest time one of `held_back` (buckets with waiting jobs) has a token."""
+        due = [next_token_at(self.tokens[key], self.as_of[key], self.limits[key])
+               for key in held_back if self.allowed(key) < 1]
+        return min(due, default=None)
+
+    def stored(self) -> dict[str, tuple[float, float]]:
+        return {key: (tokens, self.as_of[key]) for key, tokens in self.tokens.items()}

@@ -128,6 +128,9 @@ class Job:
     # `concurrency_key` run at once; the rest wait without using attempts.
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # Global rate limits (docs/flow-control.md): the token bucket the job's claim
+    # spends from, named when it was enqueued; None: no limit.
+    rate_key: str | None = None
     corrupt: str | None = None
 
     @property
@@ -191,6 +194,7 @@ class NewJob:
     aging: float | None = None  # seconds of waiting per priority level (flow control)
     concurrency_key: str | None = None  # at most concurrency_limit running per key
     concurrency_limit: int | None = None
+    rate_key: str | None = None  # the rate limit bucket its claim spends from (flow control)
     bound: QueueBound | None = None  # its queue's bound, from the app (conveyor.queues)
     # Tenant fairness (conveyor.fairness): claims rotate across the keys of a queue;
     # a weight w gives the key w turns to a weight-1 key's one. Used at enqueue only.

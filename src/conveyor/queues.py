@@ -16,6 +16,7 @@ from typing import Literal, get_args
 from . import validation as valid
 from .errors import ConfigurationError, InvalidJob
 from .job import NewJob, QueueBound
+from .rate_limits import Limit, RateLimit, RateLimitRegistry, queue_key
 from .timeutil import Duration
 
 OnFull = Literal["reject", "block", "shed_oldest"]
@@ -33,6 +34,9 @@ class QueueSettings:
     "reject" raises QueueFull at once, "block" offers the job again until there is
     room or `block_timeout` seconds passed (then QueueFull), "shed_oldest" stores it
     and cancels the queue's oldest waiting job, recording why.
+
+    `rate_limit`: the queue's bucket (conveyor.rate_limits), spent by each of its jobs
+    that names no bucket of its own (a task's `rate_limit` or `rate_key` wins).
     """
 
     name: str
@@ -40,6 +44,7 @@ class QueueSettings:
     max_waiting: int | None = None
     on_full: OnFull = "reject"
     block_timeout: float = 30.0
+    rate_limit: RateLimit | None = None
 
     @property
     def bound(self) -> QueueBound | None:
@@ -51,14 +56,16 @@ class QueueSettings:
 class QueueSettingsRegistry:
     """The app's declared queues, by name."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate_limits: RateLimitRegistry | None = None) -> None:
         self._settings: dict[str, QueueSettings] = {}
-        # What jobs carry (aging, bound), by queue: looked up per enqueued job.
-        self._carried: dict[str, tuple[float | None, QueueBound | None]] = {}
+        self._rate_limits = rate_limits or RateLimitRegistry()
+        # What jobs carry (aging, bound, rate key), by queue: looked up per enqueued job.
+        self._carried: dict[str, tuple[float | None, QueueBound | None, str | None]] = {}
 
     def declare(self, name: str, *, aging: Duration | None = None,
                 max_waiting: int | None = None, on_full: OnFull = "reject",
-                block_timeout: Duration = 30.0) -> QueueSettings:
+                block_timeout: Duration = 30.0,
+                rate_limit: str | Limit | None = None) -> QueueSettings:
         try:
             if max_waiting is not None and not (
                     type(max_waiting) is int and 1 <= max_waiting <= valid.MAX_ATTEMPTS_MAX):
@@ -74,9 +81,13 @@ class QueueSettingsRegistry:
             )
         except InvalidJob as exc:
             raise ConfigurationError(f"queue {name!r}: {exc}") from None
+        if rate_limit is not None:
+            settings = replace(settings, rate_limit=self._rate_limits.declare(
+                queue_key(settings.name), rate_limit))
         self._settings[settings.name] = settings
-        carried = (settings.aging, settings.bound)
-        if carried == (None, None):
+        carried = (settings.aging, settings.bound,
+                   None if settings.rate_limit is None else settings.rate_limit.key)
+        if carried == (None, None, None):
             self._carried.pop(settings.name, None)
         else:
             self._carried[settings.name] = carried
@@ -89,16 +100,18 @@ class QueueSettingsRegistry:
         return iter(self._settings.values())
 
     def apply(self, jobs: Iterable[NewJob]) -> list[NewJob]:
-        """The jobs with their queue's settings; a job's own `aging` or `bound` wins."""
+        """The jobs with their queue's settings; a job's own `aging`, `bound` or
+        `rate_key` wins."""
         if not self._carried:
             return list(jobs)
         out = []
         for job in jobs:
             carried = self._carried.get(job.queue)
             if carried is not None:
-                aging, bound = carried
+                aging, bound, rate_key = carried
                 job = replace(job, aging=job.aging if job.aging is not None else aging,
-                              bound=job.bound if job.bound is not None else bound)
+                              bound=job.bound if job.bound is not None else bound,
+                              rate_key=job.rate_key if job.rate_key is not None else rate_key)
             out.append(job)
         return out
 
@@ -106,3 +119,22 @@ class QueueSettingsRegistry:
         """Does any job go to a queue whose producers wait for room?"""
         return any(self.get(job.queue).on_full == "block" for job in jobs
                    if job.queue in self._settings)
+
+
+class FlowDeclarations:
+    """The flow-control declarations of an app (`Conveyor` has them)."""
+
+    queues: QueueSettingsRegistry
+    rate_limits: RateLimitRegistry
+
+    def queue(self, name: str, *, aging: Duration | None = None, max_waiting: int | None = None,
+              on_full: OnFull = "reject", block_timeout: Duration = 30.0,
+              rate_limit: str | Limit | None = None) -> QueueSettings:
+        """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
+        return self.queues.declare(name, aging=aging, max_waiting=max_waiting, on_full=on_full,
+                                   block_timeout=block_timeout, rate_limit=rate_limit)
+
+    def rate_limit(self, key: str, limit: str | Limit, *, burst: int | None = None) -> RateLimit:
+        """Declare a bucket tasks share by `rate_key=`: `"100/s"`, `"10/m"` or `Limit(...)`
+        (docs/flow-control.md)."""
+        return self.rate_limits.declare(key, limit, burst)

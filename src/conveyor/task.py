@@ -225,6 +225,7 @@ class TaskDefaults:
     claim_check_threshold: int | None = None
     max_payload: int | None = None
     redact: frozenset[str] = frozenset()  # argument keys masked wherever jobs are shown
+    rate_key: str | None = None  # the rate limit bucket its jobs spend from (conveyor.rate_limits)
     payload_hygiene: str | None = None  # "warn", "reject", "off"; None: the app's
 
 
@@ -385,6 +386,7 @@ class BoundTask(Generic[P, R]):
             allow_failure=bool(opts.allow_failure),
             concurrency_key=key,
             concurrency_limit=limit,
+            rate_key=d.rate_key,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:

@@ -213,6 +213,7 @@ def check_job(job: NewJob) -> NewJob:
             and (job.unique_for is None or _is_seconds(job.unique_for, positive=False))
             and (job.timeout is None or _is_seconds(job.timeout, positive=True))
             and (job.aging is None or _is_seconds(job.aging, positive=True))
+            and (job.rate_key is None or _is_name(job.rate_key))
             and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
             and (job.fairness_key is None or _is_name(job.fairness_key))
             and (job.fairness_weight is None or _is_weight(job.fairness_weight))
@@ -238,6 +239,7 @@ def check_job(job: NewJob) -> NewJob:
             concurrency_key=None if job.concurrency_key is None
             else name("concurrency_key", job.concurrency_key),
             concurrency_limit=_concurrency_limit_of(job),
+            rate_key=None if job.rate_key is None else name("rate_key", job.rate_key),
             bound=None if job.bound is None else replace(job.bound, max_waiting=_whole(
                 "max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, "")),
             fairness_key=None if job.fairness_key is None else name("fairness_key",

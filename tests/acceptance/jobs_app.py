@@ -8,9 +8,13 @@ import time
 from pathlib import Path
 
 from conveyor import Conveyor, current_job
+from conveyor.rate_limits import Limit
 from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///acceptance.db"))
+# The rate limit test_flow_processes.py measures: 20 a second, 5 at once (a quarter
+# second of tokens, so a worker descheduled that long loses none).
+LIMITED_RATE, LIMITED_BURST = 20, 5
 
 
 @app.task(name="work", max_attempts=5)
@@ -19,6 +23,12 @@ def work(seconds: float) -> str:
     time.sleep(seconds)
     record("finish")
     return f"attempt {current_job().attempt}"
+
+
+@app.task(name="limited", queue="limited",
+          rate_limit=Limit(LIMITED_RATE, per=1.0, burst=LIMITED_BURST))
+def limited() -> None:
+    record("start")
 
 
 @app.task(name="hang_first", max_attempts=5)

@@ -1,8 +1,9 @@
 """Flow control (docs/flow-control.md) with real worker processes: `-q` weights,
-priority aging, bounded queues (with producer processes too)."""
+priority aging, bounded queues (with producer processes too), rate limits."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import signal
@@ -219,3 +220,43 @@ def test_a_newcomer_tenant_waits_a_bounded_number_of_claims_behind_a_backlog(
     assert len(between) <= 10 + 4, len(between)
     # The backlog was still there: most of it started after the newcomer's last job.
     assert sum(jobs[i].started_at is None or jobs[i].started_at > last_start for i in big) > 500
+
+
+def test_four_worker_processes_hold_a_rate_limit_over_every_10_s_window(
+        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    """A backlog of 400 jobs limited to 20 a second (burst 5), four processes of four
+    slots each: over every 10 s window from the first claim to the last, the claims
+    are within 5 % of 200."""
+    from jobs_app import LIMITED_BURST, LIMITED_RATE, limited
+
+    producer = Conveyor(url)
+    try:
+        producer.enqueue_many([limited.message() for _ in range(400)])
+    finally:
+        producer.close()
+    for _ in range(4):
+        workers.append(WorkerProcess(url, runs.path, "-q", "limited", "-c", "4"))
+    runs.wait_for("start", 14 * LIMITED_RATE, timeout=60)
+    for worker in workers:
+        worker.kill()
+    reader = Conveyor(url)
+    try:
+        claimed = reader.jobs.list(make_filter(queues=["limited"], states=[
+            s for s in JobState if s is not JobState.AVAILABLE]), limit=1000)
+        waiting = reader.jobs.list(make_filter(queues=["limited"], states=["available"]),
+                                   limit=1000)
+    finally:
+        reader.close()
+    assert waiting and all(job.attempt == 0 for job in waiting)  # the backlog never ran dry
+    starts = sorted(job.started_at for job in claimed if job.started_at is not None)
+    assert len(starts) == len(claimed) >= 14 * LIMITED_RATE
+    assert len({job.worker_id for job in claimed}) >= 2  # shared by the processes
+    window, expected = 10.0, 10.0 * LIMITED_RATE
+    counts = []
+    t = starts[0]
+    while t + window <= starts[-1]:
+        counts.append(bisect.bisect_left(starts, t + window) - bisect.bisect_left(starts, t))
+        t += 0.05
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+    assert counts and all(abs(n - expected) <= 0.05 * expected for n in counts), (
+        min(counts), max(counts), LIMITED_BURST, gaps[-20:], len(starts), starts[-1] - starts[0])

@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
+from conveyor.claiming import QueuePlan
 from conveyor.metrics import JobMetrics, Metrics
 from conveyor.metrics.queue_state import queue_state_text
 from conveyor.worker import WorkerConfig
@@ -73,6 +74,26 @@ async def test_queue_state_gauges(app: Conveyor) -> None:
     assert "conveyor_workers_up 0.0" in lines
     oldest = next(line for line in lines if line.startswith("conveyor_queue_oldest_waiting_seconds"))
     assert 0.0 <= float(oldest.split()[-1]) < 60
+
+
+async def test_throttled_jobs_are_a_gauge(app: Conveyor) -> None:
+    @app.task(name="charge", queue="payments", rate_limit="1/m")
+    def charge() -> None: ...
+
+    @app.task(name="plain", queue="payments")
+    def plain() -> None: ...
+
+    for _ in range(3):
+        await charge.enqueue_async()
+    await plain.enqueue_async()
+    backend = await app.backend()
+    plan = QueuePlan(["payments"])
+    claimed = await backend.fetch_jobs(plan.request(10, "w1", 30.0,
+                                                    rate_limits=app.rate_limits.declared))
+    assert sorted(job.task for job in claimed) == ["charge", "plain"]  # one token
+    lines = set((await queue_state_text(app)).decode().splitlines())
+    assert 'conveyor_queue_throttled_jobs{queue="payments"} 2.0' in lines
+    assert 'conveyor_queue_jobs{queue="payments",state="available"} 2.0' in lines
 
 
 async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(

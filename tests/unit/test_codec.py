@@ -21,7 +21,7 @@ ROW: dict[str, Any] = {
     "lease_expires_at": 41.0, "worker_id": "h:1:abc", "unique_key": None, "unique_for": None,
     "result": None, "errors": json.dumps([ERROR]), "checkpoint": '{"page": 2}',
     "progress": None, "cancel_requested": False, "timeout": None, "meta": '{"a": 1}',
-    "aging": 60.0, "concurrency_key": "user:42", "concurrency_limit": 2,
+    "aging": 60.0, "concurrency_key": "user:42", "concurrency_limit": 2, "rate_key": "stripe",
 }
 # The same job as Redis stores it: text, absent fields left out.
 HASH = {name: str(value) for name, value in ROW.items()

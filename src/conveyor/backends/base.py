@@ -35,8 +35,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..job import Job, JobState, NewJob
 from ..timeutil import Clock
-from .params import (WAITING_STATES, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
-                     LeaseQuery, QueueQuota, QueueStats, Settlement, ascii_lower,
+from .params import (WAITING_STATES, ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease,
+                     JobFilter, Lease, LeaseQuery, QueueQuota, QueueStats, Settlement, ascii_lower,
                      queue_stats_from_rows, redrive_scope, waiting_scope)
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
     "TransactionalEnqueue", "CompleteInTransaction", "RecordsInTransaction", "BlockingEnqueue",
     "LivenessHold", "WorkerLiveness", "FinishWakeups",
     # from params.py
-    "QueueQuota", "ClaimRequest", "Lease", "HeldLease", "LeaseQuery", "Settlement",
+    "QueueQuota", "ClaimRequest", "ClaimedJobs", "Lease", "HeldLease", "LeaseQuery", "Settlement",
     "HeartbeatReply", "JobFilter", "QueueStats", "WAITING_STATES", "ascii_lower",
     "waiting_scope", "redrive_scope", "queue_stats_from_rows",
 ]
@@ -70,7 +70,8 @@ class JobLifecycle(Protocol):
         ...
 
     async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
-        """Stage due jobs, then claim as `request` says, in claim order."""
+        """Stage due jobs, then claim as `request` says, in claim order: a ClaimedJobs,
+        which says when a rate limit that held jobs back has a token again."""
         ...
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:

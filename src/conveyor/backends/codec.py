@@ -36,7 +36,7 @@ COLUMNS: tuple[str, ...] = (
     "run_at", "created_at", "started_at", "finished_at", "lease_token", "lease_expires_at",
     "worker_id", "unique_key", "unique_for", "result", "errors", "checkpoint", "progress",
     "cancel_requested", "timeout", "meta", "aging", "concurrency_key", "concurrency_limit",
-)
+    "rate_key")
 _STATES = {state.value: state for state in JobState}
 # Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
 # can be written back.
@@ -246,7 +246,7 @@ RULES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "timeout": (_optional_number, None), "meta": (_meta, None),
     "aging": (_optional_positive, None),
     "concurrency_key": (_optional_text, None), "concurrency_limit": (_optional_limit, None),
-}
+    "rate_key": (_optional_text, None)}
 assert tuple(RULES) == COLUMNS
 
 
@@ -305,7 +305,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     (id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
      result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
-     concurrency_key, concurrency_limit) = row
+     concurrency_key, concurrency_limit, rate_key) = row
     try:
         if not (type(id_) is str and _is_clean(id_) and type(queue) is str and _is_clean(queue)
                 and type(task) is str and _is_clean(task)
@@ -319,7 +319,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
                 and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
                 and _float_or_none(timeout)
                 and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
-                and _clean_or_none(concurrency_key)
+                and _clean_or_none(concurrency_key) and _clean_or_none(rate_key)
                 and (concurrency_limit is None
                      or (type(concurrency_limit) is int and 1 <= concurrency_limit < _INT_END))
                 and _clean_or_none(worker_id) and _clean_or_none(unique_key)
@@ -335,7 +335,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
             unique_key=unique_key, unique_for=unique_for, result=result,
             errors=() if errors == "[]" else _errors(errors), checkpoint=checkpoint,
             progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
-            meta={} if meta == "{}" else _meta(meta), aging=aging,
+            meta={} if meta == "{}" else _meta(meta), aging=aging, rate_key=rate_key,
             concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
@@ -351,13 +351,13 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
     try:
         id_ = fields["id"] if job_id is None else job_id
         queue, task, payload = fields["queue"], fields["task"], fields["payload"]
-        worker_id, unique_key = get("worker_id"), get("unique_key")
+        worker_id, unique_key, rate_key = get("worker_id"), get("unique_key"), get("rate_key")
         result, checkpoint, progress = get("result"), get("checkpoint"), get("progress")
         cancel = get("cancel_requested")
         if not (_is_clean(id_) and _is_clean(queue) and _is_clean(task) and _is_clean(payload)
                 and _clean_or_none(worker_id) and _clean_or_none(unique_key)
                 and _json_ok(result) and _json_ok(checkpoint) and _json_ok(progress)
-                and (cancel is None or cancel == "1" or cancel == "0")):
+                and (cancel is None or cancel == "1" or cancel == "0") and _clean_or_none(rate_key)):
             raise ValueError
         started_at, finished_at = get("started_at"), get("finished_at")
         lease_expires_at, unique_for, timeout = (get("lease_expires_at"), get("unique_for"),
@@ -392,7 +392,7 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
             checkpoint=checkpoint, progress=progress, cancel_requested=cancel == "1",
             timeout=None if timeout is None else float(timeout),
             meta={} if meta is None or meta == "{}" else _meta(meta), aging=aging,
-            concurrency_key=concurrency_key,
+            concurrency_key=concurrency_key, rate_key=rate_key,
             concurrency_limit=None if concurrency_limit is None else int(concurrency_limit),
         )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):

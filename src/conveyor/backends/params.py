@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..escaping import readable_text
-from ..job import AttemptError, JobState
+from ..job import AttemptError, Job, JobState
+from ..rate_limits import RateLimit
 
 
 _STATE_NAMES = {state.value: state for state in JobState}
@@ -40,12 +41,32 @@ class ClaimRequest:
     (higher first), then run_at, then insertion order. Build requests with
     `conveyor.claiming.QueuePlan`, the one place that turns a worker's queue list
     (strict order or weights) into quotas.
+
+    `rate_limits`: the buckets the worker's app declares (conveyor.rate_limits). A job
+    whose `rate_key` names one is claimed only while its bucket has a whole token, and
+    takes one; a job naming a bucket not listed here is not claimed (it waits).
     """
 
     queues: tuple[QueueQuota, ...]
     limit: int
     worker_id: str
     lease_seconds: float
+    rate_limits: tuple[RateLimit, ...] = ()
+
+
+class ClaimedJobs(list[Job]):
+    """What `fetch_jobs` returns: the claimed jobs, and `next_token_at`, the earliest
+    time a bucket that held back a waiting job of the claim's queues has a token again
+    (None: no job was held back by a rate limit). A worker whose claim came back short
+    sleeps until then (or a wake-up) instead of polling."""
+
+    next_token_at: float | None = None
+
+    @classmethod
+    def of(cls, jobs: Iterable[Job], next_token_at: float | None) -> ClaimedJobs:
+        claimed = cls(jobs)
+        claimed.next_token_at = next_token_at
+        return claimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +169,9 @@ class QueueStats:
     counts: dict[JobState, int] = field(default_factory=dict)
     oldest_available_age: float | None = None  # seconds
     paused: bool = False
+    # Available jobs that name a rate limit bucket (docs/flow-control.md): waiting for
+    # its tokens, since a claim takes such a job as soon as its bucket has one.
+    throttled: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -159,10 +183,11 @@ def queue_stats_from_rows(
     counts_by_queue_and_state: Iterable[Sequence[Any]],
     oldest_available_by_queue: Iterable[Sequence[Any]],
     queue_flags: Iterable[Sequence[Any]],
+    throttled_by_queue: Iterable[Sequence[Any]] = (),
 ) -> list[QueueStats]:
     """Stats from rows: (queue, state, count), (queue, earliest available run_at),
-    (queue, paused). Shared so every backend lists the same queues: those with jobs
-    or a pause flag, by name.
+    (queue, paused), (queue, available jobs with a rate limit bucket). Shared so every
+    backend lists the same queues: those with jobs or a pause flag, by name.
 
     Values a corrupt job may have put there never fail the stats: a state that is
     not one of JobState is counted in no state (listings show such a job, marked
@@ -177,12 +202,16 @@ def queue_stats_from_rows(
     oldest = {readable_text(queue): float(run_at) for queue, run_at in oldest_available_by_queue
               if isinstance(run_at, (int, float))}
     paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
+    throttled: dict[str, int] = {}
+    for queue, n in throttled_by_queue:
+        throttled[readable_text(queue)] = throttled.get(readable_text(queue), 0) + int(n)
     return [
         QueueStats(
             queue=name,
             counts=counts.get(name, {}),
             oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
             paused=paused.get(name, False),
+            throttled=throttled.get(name, 0),
         )
         for name in sorted(set(counts) | set(paused))
     ]

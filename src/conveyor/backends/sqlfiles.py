@@ -33,14 +33,21 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
             fragments[name] = _COMMENT_LINE.sub("", body).strip()
         else:
             queries[name] = body.strip().rstrip(";")
-    for name, fragment in fragments.items():
+    texts = [*queries.values(), *fragments.values()]
+    for name in fragments:
         placeholder = "{" + name + "}"
-        users = [query for query, sql in queries.items() if placeholder in sql]
-        if not users:
+        if not any(placeholder in text for text in texts):
             raise ValueError(f"{where}: fragment {name!r} is not used by any query "
                              f"(write it as {placeholder})")
-        for query in users:
-            queries[query] = queries[query].replace(placeholder, fragment)
+    # A fragment may use other fragments, defined before or after it.
+    for _ in range(len(fragments)):
+        for name, fragment in fragments.items():
+            for other, text in fragments.items():
+                fragments[other] = text.replace("{" + name + "}", fragment)
+    for name, fragment in fragments.items():
+        placeholder = "{" + name + "}"
+        for query, sql in queries.items():
+            queries[query] = sql.replace(placeholder, fragment)
     return queries
 
 

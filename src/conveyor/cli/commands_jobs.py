@@ -188,7 +188,7 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id)), family,
-                                held_back))
+                                held_back, app.rate_limits))
     return OK
 
 

@@ -15,6 +15,7 @@ from .. import jsontext
 from ..backends.base import QueueStats
 from ..job import Job, JobState
 from ..payload_view import shown_arguments, stored_apart
+from ..rate_limits import RateLimitRegistry, bucket_status
 from ..timeline import Event
 
 NONE = "-"
@@ -122,11 +123,13 @@ def json_text(value: str | None) -> str:
 
 def job_detail(job: Job, events: Sequence[Event] = (),
                family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = (),
-               held_back: str | None = None) -> str:
+               held_back: str | None = None,
+               limits: RateLimitRegistry | None = None) -> str:
     """Every field of one job, its parents and children in a workflow (`family`:
     ("parents", [(id, job or None if gone)]), ("children", ...)), its timeline, then
     its errors with their tracebacks. `held_back`: why it waits although due
-    (Admin.held_back), shown under its state."""
+    (Admin.held_back), shown under its state. `limits`: the app's rate limits, to say
+    what holds a rate-limited job back."""
     decoded = shown_arguments(job)  # secrets masked
     apart = stored_apart(job.payload)
     if apart is not None:
@@ -160,6 +163,8 @@ def job_detail(job: Job, events: Sequence[Event] = (),
         ("timeout", NONE if job.timeout is None else duration(job.timeout)),
         ("concurrency", NONE if job.concurrency_key is None else
             f"key {job.concurrency_key}, at most {job.concurrency_limit} running"),
+        *([("rate limit", bucket_status(job.rate_key, job.state is JobState.AVAILABLE, limits))]
+          if job.rate_key is not None else []),
         ("unique key", NONE if job.unique_key is None else
             f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
                                    if job.unique_for else "")),

@@ -40,6 +40,9 @@ class _Snapshot(Collector):
                                    labels=["queue"])
         running = GaugeMetricFamily("conveyor_queue_running_jobs", "Jobs leased by a worker "
                                     "right now (all processes).", labels=["queue"])
+        throttled = GaugeMetricFamily("conveyor_queue_throttled_jobs", "Available jobs held "
+                                      "back by a rate limit (waiting for their bucket's "
+                                      "tokens).", labels=["queue"])
         for s in self.stats:
             for state in JobState:
                 depth.add_metric([s.queue, state.value], s.counts.get(state, 0))
@@ -47,11 +50,12 @@ class _Snapshot(Collector):
             dead.add_metric([s.queue], s.counts.get(JobState.DEAD, 0))
             paused.add_metric([s.queue], 1.0 if s.paused else 0.0)
             running.add_metric([s.queue], s.in_flight)
+            throttled.add_metric([s.queue], s.throttled)
         up = GaugeMetricFamily("conveyor_workers_up", "Live workers (announced within their "
                                "TTL).", value=len(self.workers))
         slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
                                   value=sum(w.concurrency for w in self.workers))
-        return [depth, oldest, dead, paused, running, up, slots]
+        return [depth, oldest, dead, paused, running, throttled, up, slots]
 
 
 async def queue_state_text(app: Conveyor) -> bytes:

@@ -11,13 +11,15 @@ from ..middleware import Middleware
 
 if TYPE_CHECKING:
     from ..claim_check import ClaimCheck
+    from ..rate_limits import RateLimitRegistry
 
 
 class WorkerApp(SchedulerApp, Protocol):
     """The scheduler's needs (a worker runs the schedules; they include the tasks,
     the clock and the backend), the middleware around each execution, and the
-    app's version, which each failed attempt records, and the claim-check that
-    reads big arguments back, stores big results and sweeps orphan blobs."""
+    app's version, which each failed attempt records, the claim-check that
+    reads big arguments back, stores big results and sweeps orphan blobs, and the
+    rate limits each claim carries."""
 
     @property
     def version(self) -> str: ...
@@ -25,3 +27,5 @@ class WorkerApp(SchedulerApp, Protocol):
     def middleware(self) -> Sequence[Middleware]: ...
     @property
     def claim_check(self) -> ClaimCheck: ...
+    @property
+    def rate_limits(self) -> RateLimitRegistry: ...

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
+TOKEN_WAIT_MIN = 0.005  # seconds: the shortest wait for a rate limit's next token
 
 
 class ExitStatus(IntEnum):
@@ -219,9 +220,9 @@ class Worker(HeldJobs):
                 if self.config.max_jobs is not None:
                     want = min(want, self.config.max_jobs - self.claimed)
                 try:
-                    jobs = await self._backend.fetch_jobs(
-                        self._queue_plan.request(want, self.id, self.config.lease,
-                                                 self._running_by_queue()))
+                    jobs = await self._backend.fetch_jobs(self._queue_plan.request(
+                        want, self.id, self.config.lease, self._running_by_queue(),
+                        self.app.rate_limits.declared))
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -258,13 +259,23 @@ class Worker(HeldJobs):
                     idle_checked = True
                     continue
                 if len(jobs) < want:
-                    waiter = asyncio.create_task(
-                        self._backend.wait_for_jobs(self.config.queues, self.config.poll_interval))
+                    waiter = asyncio.create_task(self._backend.wait_for_jobs(
+                        self.config.queues, self._idle_wait(jobs)))
                     await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
                     if not waiter.done():
                         waiter.cancel()
         finally:
             stop.cancel()
+
+    def _idle_wait(self, jobs: list[Job]) -> float:
+        """How long to wait for a wake-up after a short claim: the poll interval, or
+        less when a rate limit held jobs back and its next token is due sooner (then
+        the claim that follows gets it; the worker does not poll in between). Never
+        under TOKEN_WAIT_MIN: at high rates a claim takes the tokens of that time."""
+        due: float | None = getattr(jobs, "next_token_at", None)
+        if due is None:
+            return self.config.poll_interval
+        return min(self.config.poll_interval, max(TOKEN_WAIT_MIN, due - self.app.clock()))
 
     def _running_by_queue(self) -> Counter[str]:
         """What holds this worker's slots: weighted claims share slots, not claims."""

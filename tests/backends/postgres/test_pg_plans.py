@@ -168,3 +168,34 @@ async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
                 assert plan["Conflict Arbiter Indexes"] == ["fair_keys_pkey"], plan
     finally:
         await backend.close()
+
+
+async def test_the_rated_claim_reads_each_lane_from_its_index(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
+    """A claim that carries rate limits: 20,000 jobs of a throttled bucket ahead of a
+    few hundred free ones in one queue. Each lane is the first entries of its index
+    (jobs_claim for the free jobs, jobs_rate_claim for a bucket's), read in order; no
+    scan of the table, no sort of a lane."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts,
+                run_at, created_at, rate_key)
+                SELECT 'j' || g, 'q', 't', '{{}}', 'available', 20, g, 0,
+                       CASE WHEN g <= 20000 THEN 'slow' END
+                FROM generate_series(1, 20300) AS g""")
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".rate_buckets VALUES ('slow', 0, 1e9, 0.001, 1),
+                ('fast', 100, 1e9, 1000, 100)""")
+        admin_conn.execute(f'ANALYZE "{schema}".jobs')
+        params = {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [100, 100],
+                  "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9,
+                  "rate_keys": ["slow", "fast"], "rates": [0.001, 1000.0], "bursts": [1, 100]}
+        plan = plan_of(admin_conn, backend.q["claim_rated_jobs"], params)
+        assert "Seq Scan jobs" not in scans(plan), scans(plan)
+        assert {"jobs_claim", "jobs_rate_claim"} <= indexes(plan), indexes(plan)
+        assert not sorted_scans(plan), scans(plan)
+    finally:
+        await backend.close()

@@ -73,3 +73,28 @@ def test_a_hot_keys_backlog_costs_the_claim_and_the_settle_nothing(tmp_path: Pat
     big_claim, big_settle = _hot_key_steps(tmp_path, 20_000)
     assert big_claim <= small_claim * 1.5 + 2, (small_claim, big_claim)
     assert big_settle <= small_settle * 1.5 + 2, (small_settle, big_settle)
+
+
+def test_the_rated_claim_reads_each_lane_from_its_index(tmp_path: Path) -> None:
+    """A claim that carries rate limits reads the first entries of each lane's index:
+    a throttled bucket's backlog (here 2,000 jobs ahead of the others) is not walked."""
+    from conveyor.backends.sqlite.store import _rated_claim_sql
+
+    store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
+    store.migrate()
+    store.enqueue_jobs([NewJob(id=f"t{n}", task="t", queue="q", payload="{}", rate_key="slow")
+                        for n in range(2000)])
+    store.enqueue_jobs([NewJob(id=f"f{n}", task="t", queue="q", payload="{}", priority=n % 3)
+                        for n in range(200)])
+    store.conn.execute("ANALYZE")
+    plan = [row[-1] for row in store.conn.execute(
+        "EXPLAIN QUERY PLAN " + _rated_claim_sql(2),
+        {"queue": "q", "limit": 10, "now": 1000.0, "lease_expires_at": 1030.0,
+         "worker_id": "w", "rate_key_0": "slow", "allowed_0": 0, "rate_key_1": "other",
+         "allowed_1": 5})]
+    assert any("USING INDEX conveyor_jobs_claim " in step for step in plan), plan
+    assert sum("USING INDEX conveyor_jobs_rate_claim " in step for step in plan) == 2, plan
+    assert not any(step.startswith("SCAN conveyor_jobs") for step in plan), plan
+    # One sort: the merge of the lanes' few candidates, not a sort of a lane.
+    assert sum("TEMP B-TREE" in step for step in plan) <= 1, plan
+    store.close()

@@ -20,7 +20,8 @@ from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, 
 from ..codec import last_error_type
 from ..filtering import job_matches
 from .dependants import MemoryDependants
-from .store import MemoryStore, Row, as_number
+from .store import MemoryStore, Row
+from .stored_rows import as_number
 
 S = JobState
 
@@ -164,8 +165,11 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
             run_at = as_number(row.get("run_at"))
             if row.get("state") == S.AVAILABLE and run_at is not None:
                 oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
+        throttled = [(q, len(lane)) for (q, key), lane in store.available.items()
+                     if key is not None]
         return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
-                                     list(oldest.items()), list(store.paused.items()))
+                                     list(oldest.items()), list(store.paused.items()),
+                                     throttled)
 
 
 def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:

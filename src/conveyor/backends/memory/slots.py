@@ -15,10 +15,10 @@ class KeySlots:
     available jobs are parked (in a heap per key, in claim order, out of the claim's
     sight). Entries of jobs that left are dropped from a heap as they surface."""
 
-    def __init__(self, available: dict[str, dict[str, Order]]) -> None:
+    def __init__(self, available: dict[tuple[str, str | None], dict[str, Order]]) -> None:
         self.available = available
         self.holders: dict[str, dict[str, None]] = {}
-        self.parked: dict[str, dict[str, tuple[Order, str, int]]] = {}
+        self.parked: dict[str, dict[str, tuple[Order, tuple[str, str | None], int]]] = {}
         self._heaps: dict[str, list[tuple[Order, str]]] = {}
 
     def filed(self, job_id: str, job: Job, order: Order | None) -> None:
@@ -32,12 +32,13 @@ class KeySlots:
             self.hold(key, job_id)
             return
         if order is not None:
-            self.park(key, job_id, order, job.queue, job.concurrency_limit or 1)
+            self.park(key, job_id, order, (job.queue, job.rate_key), job.concurrency_limit or 1)
         self.rebalance(key)
 
-    def park(self, key: str, job_id: str, order: Order, queue: str,
+    def park(self, key: str, job_id: str, order: Order, lane: tuple[str, str | None],
              limit: int) -> None:
-        self.parked.setdefault(key, {})[job_id] = (order, queue, limit)
+        """`lane`: where the job goes when unparked, (queue, rate limit bucket)."""
+        self.parked.setdefault(key, {})[job_id] = (order, lane, limit)
         heapq.heappush(self._heaps.setdefault(key, []), (order, job_id))
 
     def hold(self, key: str, job_id: str) -> None:
@@ -61,13 +62,13 @@ class KeySlots:
             if entry is None or entry[0] != order:
                 heapq.heappop(heap)  # left, or parked again under another order
                 continue
-            _, queue, limit = entry
+            _, lane, limit = entry
             if self.holding(key) >= limit:
                 break
             heapq.heappop(heap)
             del parked[job_id]
             self.hold(key, job_id)
-            self.available.setdefault(queue, {})[job_id] = order
+            self.available.setdefault(lane, {})[job_id] = order
         if not heap:
             self._heaps.pop(key, None)
             self.parked.pop(key, None)

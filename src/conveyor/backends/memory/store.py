@@ -14,9 +14,7 @@ which checks it against `conveyor.lifecycle.TRANSITIONS` first.
 
 from __future__ import annotations
 
-import heapq
 import json
-import math
 import os
 import threading
 from collections.abc import Sequence
@@ -26,14 +24,17 @@ from ...backpressure import raise_if_refused, shed_error
 from ...errors import RefusedJob
 from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
 from ...lifecycle import Transition, check, initial_state
-from ...claiming import claim_in_passes, claim_rank
+from ...claiming import ClaimBuckets, claim_in_passes, claim_rank
 from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, claimed_vtime
-from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
+                    Settlement)
 from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
+from .rate_lanes import first_in_lanes, next_token_at
 from .dependants import MemoryDependants, link, states_of
 from .slots import KeySlots
+from .stored_rows import as_number, is_live, past_retention
 from .wakeup import Wakeups
 
 S = JobState
@@ -41,17 +42,6 @@ Row = dict[str, Any]
 # The bounds of a claim's counters, the SQL backends' ones (see their claim_jobs).
 _ATTEMPT_TOP = 999_999_999
 _TOKEN_TOP = 4_611_686_018_427_387_903
-
-
-def as_number(value: Any) -> float | None:
-    """A stored number, or None when the stored value does not read as a finite one."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 class MemoryStore:
@@ -70,10 +60,12 @@ class MemoryStore:
         self.rows: dict[str, Row] = {}  # insertion order is enqueue order
         self.seq: dict[str, int] = {}
         self._next_seq = 0
-        # Where each job is filed: (state, queue, unique key, concurrency key) as last placed.
-        self._placed: dict[str, tuple[JobState, str, str | None, str | None]] = {}
-        # queue -> id -> claim order: (-priority, fairness vtime or 0, run_at, seq)
-        self.available: dict[str, dict[str, tuple[int, int, float, int]]] = {}
+        # Where each job is filed: (state, queue, unique key, concurrency key, rate key).
+        self._placed: dict[str, tuple[JobState, str, str | None, str | None, str | None]] = {}
+        # (queue, rate key) -> id -> claim order: (-priority, fairness vtime or 0, run_at,
+        # seq). A rate-limited job has a lane of its own (rate_lanes.py).
+        self.available: dict[tuple[str, str | None], dict[str, tuple[int, int, float, int]]] = {}
+        self.buckets: dict[str, tuple[float, float]] = {}  # rate key -> (tokens, updated_at)
         # Tenant fairness (conveyor.fairness): last vtime per (queue, key), per queue
         # the vtime its claims reached.
         self.fair_last: dict[tuple[str, str], int] = {}
@@ -108,14 +100,14 @@ class MemoryStore:
             vtime = self.rows[job_id].get("fair_vtime") or 0
             order = (-priority, vtime, at, self.seq[job_id])
             if key is None:  # else parked until its key has a slot (KeySlots.filed)
-                self.available.setdefault(job.queue, {})[job_id] = order
+                self.available.setdefault((job.queue, job.rate_key), {})[job_id] = order
         elif job.state in (S.SCHEDULED, S.RETRYABLE):
             self.waiting[job_id] = job.run_at
         elif job.state is S.RUNNING:
             self.running[job_id] = None
         if job.unique_key is not None:
             self._by_unique.setdefault(job.unique_key, {})[job_id] = None
-        self._placed[job_id] = (job.state, job.queue, job.unique_key, key)
+        self._placed[job_id] = (job.state, job.queue, job.unique_key, key, job.rate_key)
         self.slots.filed(job_id, job, order)
         return job
 
@@ -123,10 +115,10 @@ class MemoryStore:
         placed = self._placed.pop(job_id, None)
         if placed is None:
             return
-        state, queue, unique_key, key = placed
+        state, queue, unique_key, key, rate_key = placed
         self.waiting_in.get(queue, {}).pop(job_id, None)
         if state is S.AVAILABLE:
-            self.available.get(queue, {}).pop(job_id, None)
+            self.available.get((queue, rate_key), {}).pop(job_id, None)
         self.slots.leave(key, job_id)
         self.waiting.pop(job_id, None)
         self.running.pop(job_id, None)
@@ -204,6 +196,7 @@ class MemoryStore:
                     "fair_vtime": vtimes.assign(new),
                     "concurrency_key": new.concurrency_key,
                     "concurrency_limit": new.concurrency_limit,
+                    "rate_key": new.rate_key,
                 }
                 self._next_seq += 1
                 self.seq[new.id] = self._next_seq
@@ -242,23 +235,26 @@ class MemoryStore:
         return None
 
     # --- worker ----------------------------------------------------------------------
-    def fetch_jobs(self, request: ClaimRequest, now: float) -> list[Job]:
+    def fetch_jobs(self, request: ClaimRequest, now: float) -> ClaimedJobs:
         with self.lock:
             for job_id in [i for i, run_at in self.waiting.items() if run_at <= now]:
                 state = self._placed[job_id][0]
                 self._move(job_id, state, S.AVAILABLE, Transition.STAGE)
+            buckets = ClaimBuckets(request.rate_limits, self.buckets, now)
 
             def take(queue: str, n: int) -> list[Job]:
                 if self.paused.get(queue, False):
                     return []
-                ready = self.available.get(queue, {})
-                chosen = heapq.nsmallest(n, ready, key=ready.__getitem__)
+                chosen = first_in_lanes(self.available, queue, n, buckets)
                 reached = claimed_vtime([self.rows[job_id].get("fair_vtime") for job_id in chosen])
                 if reached is not None:
                     self.fair_queue[queue] = max(self.fair_queue.get(queue, 0), reached)
                 return [self._claim(job_id, request, now) for job_id in chosen]
 
-            return claim_in_passes(request, take)
+            jobs = claim_in_passes(request, take)
+            self.buckets.update(buckets.stored())
+            return ClaimedJobs.of(jobs, next_token_at(self.available, self.paused, request,
+                                                      buckets))
 
     def _claim(self, job_id: str, request: ClaimRequest, now: float) -> Job:
         job = decode(job_id, self.rows[job_id])
@@ -356,7 +352,7 @@ class MemoryStore:
     def prune_jobs(self, completed_before: float, dead_before: float, now: float) -> int:
         with self.lock:
             gone = [job_id for job_id, row in self.rows.items()
-                    if _past_retention(row, completed_before, dead_before, now)]
+                    if past_retention(row, completed_before, dead_before, now)]
             for job_id in gone:
                 self.delete(job_id)
         return len(gone)
@@ -375,26 +371,3 @@ def decode(job_id: str, row: Row) -> Job:
     values = [row.get(name) for name in COLUMNS]
     values[0] = job_id
     return job_from_row(values)
-
-
-def is_live(row: Row, now: float) -> bool:
-    """Live for dedup: active, or completed within its unique_for window (a window
-    that does not read as a number holds nothing back)."""
-    state = row.get("state")
-    if state in ACTIVE_STATES:
-        return True
-    finished_at, unique_for = as_number(row.get("finished_at")), as_number(row.get("unique_for"))
-    return (state == S.COMPLETED and finished_at is not None and unique_for is not None
-            and finished_at + unique_for > now)
-
-
-def _past_retention(row: Row, completed_before: float, dead_before: float, now: float) -> bool:
-    if row.get("finished_at") is None:
-        return False
-    finished_at = as_number(row.get("finished_at")) or 0.0  # unreadable: old
-    state = row.get("state")
-    if state in (S.COMPLETED, S.CANCELLED):
-        unique_for = as_number(row.get("unique_for"))
-        return finished_at < completed_before and (
-            unique_for is None or finished_at + unique_for < now)
-    return state == S.DEAD and finished_at < dead_before

@@ -20,7 +20,8 @@ from ...errors import ConfigurationError, StaleLease
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition
 from ...version import __version__
-from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
+                    Settlement)
 from ..sqlfiles import load_migrations
 from .blobs import PostgresBlobStore
 from . import enqueue, liveness
@@ -37,6 +38,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
     the shared records in records.py, the pools and connections in connections.py."""
 
     _blobs: PostgresBlobStore | None = None  # the default blob store, made on first use
+    _buckets_made: frozenset[str] = frozenset()  # rate limit buckets known to exist
 
     def __repr__(self) -> str:
         return f"<PostgresBackend {self.config.redacted}>"
@@ -121,9 +123,9 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         )
 
     # --- worker -------------------------------------------------------------------------
-    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         if request.limit <= 0 or not request.queues:
-            return []
+            return ClaimedJobs()
         now = self.clock()
         params = {"now": now, "worker_id": request.worker_id,
                   "lease_expires_at": now + request.lease_seconds}
@@ -134,17 +136,31 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             ceilings=[request.limit if entry.ceiling is None else entry.ceiling
                       for entry in request.queues])
         order = {entry.name: i for i, entry in enumerate(request.queues)}
+        limits = request.rate_limits
+        if limits:
+            params.update(rate_keys=[limit.key for limit in limits],
+                          rates=[limit.rate for limit in limits],
+                          bursts=[limit.burst for limit in limits])
+        new_buckets = bool({limit.key for limit in limits} - self._buckets_made)
 
-        async def op(conn: AsyncConn) -> list[Job]:
+        async def op(conn: AsyncConn) -> ClaimedJobs:
             # Two statements, not one pipeline: measured no faster here (psycopg's
             # pipeline bookkeeping costs what the saved round trip gains on a LAN).
             await conn.execute(self.q["stage_due_jobs"], {"now": now})
-            cur = await conn.execute(self.q["claim_jobs"], params)
+            if new_buckets:  # once per bucket and process: a new bucket starts full
+                await conn.execute(self.q["ensure_rate_buckets"], params)
+            cur = await conn.execute(self.q["claim_rated_jobs" if limits else "claim_jobs"], params)
+            rows = await cur.fetchall()
+            next_token_at = rows[0][-1] if limits and rows else None
+            if limits:
+                rows = [r[:-1] for r in rows if r[0] is not None]
             # RETURNING has no order: by the request's queue order, then claim order.
-            rows = sorted(await cur.fetchall(), key=lambda r: (order.get(r[2], 0), claim_order(r)))
-            return [job_from_row(r) for r in rows]
+            rows.sort(key=lambda r: (order.get(r[2], 0), claim_order(r)))
+            return ClaimedJobs.of((job_from_row(r) for r in rows), next_token_at)
 
-        return await self._run(op)
+        claimed = await self._run(op)
+        self._buckets_made |= {limit.key for limit in limits}
+        return claimed
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         if not settlements:

@@ -97,6 +97,7 @@ def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> 
         "fair_vtimes": [0] * len(jobs),
         "ckeys": [j.concurrency_key for j in jobs],
         "climits": [j.concurrency_limit for j in jobs],
+        "rate_keys": [j.rate_key for j in jobs],
     }
 
 
@@ -125,6 +126,7 @@ def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) 
         "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
         "meta": jsonb(job.meta), "aging": opt_float(job.aging),
         "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
+        "rate_key": job.rate_key,
     }
 
 
@@ -142,6 +144,7 @@ def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, 
             unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
             meta=dict(new.meta), aging=opt_float(new.aging),
             concurrency_key=new.concurrency_key, concurrency_limit=new.concurrency_limit,
+            rate_key=new.rate_key,
         )
     return out
 

@@ -39,13 +39,14 @@ INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s,
 seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
 result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging,
-concurrency_key, concurrency_limit
+concurrency_key, concurrency_limit, rate_key
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the jobs_claim index (migration 5, and 7, which adds its parked predicate).
+-- the jobs_claim index (migration 5, and 7, which adds its parked predicate);
+-- and of migration 8's jobs_claim and jobs_rate_claim, which split it by rate_key.
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -134,10 +135,10 @@ WHERE t.state IN ('completed', 'dead', 'cancelled')
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, unique_for, timeout, meta, aging, concurrency_key,
-                               concurrency_limit)
+                               concurrency_limit, rate_key)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
             %(run_at)s, %(now)s, %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s,
-            %(concurrency_key)s, %(concurrency_limit)s)
+            %(concurrency_key)s, %(concurrency_limit)s, %(rate_key)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
 )
@@ -153,15 +154,17 @@ SELECT i.id, pg_notify(%(channel)s, i.queue) FROM inserted AS i
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, unique_key, unique_for, timeout, meta, aging,
-                               concurrency_key, concurrency_limit)
+                               concurrency_key, concurrency_limit, rate_key)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
-           %(now)s, NULL, n.unique_for, n.timeout, n.meta, n.aging, n.ckey, n.climit
+           %(now)s, NULL, n.unique_for, n.timeout, n.meta, n.aging, n.ckey, n.climit,
+           n.rate_key
     FROM unnest(%(ids)b::text[], %(queues)b::text[], %(tasks)b::text[], %(payloads)b::text[],
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(unique_fors)b::float8[], %(timeouts)b::float8[],
-                %(metas)b::jsonb[], %(agings)b::float8[], %(ckeys)b::text[], %(climits)b::int[])
+                %(metas)b::jsonb[], %(agings)b::float8[], %(ckeys)b::text[], %(climits)b::int[],
+                %(rate_keys)b::text[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
-                              unique_for, timeout, meta, aging, ckey, climit, pos)
+                              unique_for, timeout, meta, aging, ckey, climit, rate_key, pos)
     ORDER BY n.pos
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
@@ -204,10 +207,11 @@ WITH new AS (
                 %(states)b::text[], %(priorities)b::int[], %(max_attempts)b::int[],
                 %(run_ats)b::float8[], %(keys)b::text[], %(unique_fors)b::float8[],
                 %(timeouts)b::float8[], %(metas)b::jsonb[], %(agings)b::float8[],
-                %(fair_vtimes)b::bigint[], %(ckeys)b::text[], %(climits)b::int[])
+                %(fair_vtimes)b::bigint[], %(ckeys)b::text[], %(climits)b::int[],
+                %(rate_keys)b::text[])
          WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
                               unique_key, unique_for, timeout, meta, aging, fair_vtime, ckey,
-                              climit, pos)
+                              climit, rate_key, pos)
 ), dup AS (
     SELECT n.pos,
            coalesce(
@@ -224,10 +228,10 @@ WITH new AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, unique_key, unique_for, timeout, meta, aging,
-                               fair_vtime, concurrency_key, concurrency_limit)
+                               fair_vtime, concurrency_key, concurrency_limit, rate_key)
     SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
            %(now)s, n.unique_key, n.unique_for, n.timeout, n.meta, n.aging, n.fair_vtime,
-           n.ckey, n.climit
+           n.ckey, n.climit, n.rate_key
     FROM new AS n JOIN dup USING (pos)
     WHERE dup.seq IS NULL
     ORDER BY n.pos
@@ -239,14 +243,14 @@ SELECT dup.pos, false AS fresh, j.seq, j.id, j.queue, j.task, j.payload, j.state
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
        j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
        j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging,
-       j.concurrency_key, j.concurrency_limit
+       j.concurrency_key, j.concurrency_limit, j.rate_key
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
 SELECT n.pos, true AS fresh, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
        i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
        i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging,
-       i.concurrency_key, i.concurrency_limit
+       i.concurrency_key, i.concurrency_limit, i.rate_key
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: lock_bounded_queues
@@ -316,24 +320,35 @@ WHERE seq = ANY (ARRAY(
 -- asked (or were asked nothing) take what is left, in the same order. The chosen rows
 -- are leased and returned. A count at the top of its range (written by something
 -- else) starts again at 1 instead of overflowing, which would fail the claim of every
--- row of the queue.
-WITH req AS (
+-- row of the queue. Jobs with a rate limit bucket are claimed by claim_rated_jobs
+-- only (the request carries no limits here).
+WITH req AS ({claim_request}
+), cand AS (
+    SELECT r.ord, r.quota, c.seq,
+           c.kf, row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.kf, c.k2, c.seq) AS rn
+    FROM req AS r CROSS JOIN LATERAL ({free_lane}) AS c
+), {claim_passes}, {fair_advance}
+{claim_lease}
+
+-- fragment: claim_request
     SELECT r.queue, r.quota, r.ceiling, r.ord
     FROM unnest(%(queues)s::text[], %(quotas)s::int[], %(ceilings)s::int[])
          WITH ORDINALITY AS r(queue, quota, ceiling, ord)
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = r.queue AND q.paused)
-), cand AS (
-    SELECT r.ord, r.quota, c.seq,
-           c.kf, row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.kf, c.k2, c.seq) AS rn
-    FROM req AS r CROSS JOIN LATERAL (
+
+-- fragment: free_lane
+-- A queue's first available jobs with no rate limit bucket (the jobs_claim index).
         SELECT seq, {claim_keys}
         FROM {schema}.jobs
         -- NOT parked: a job of a concurrency key that has no slot for it (migration 7).
-        WHERE state = 'available' AND NOT parked AND queue = r.queue
+        WHERE state = 'available' AND NOT parked AND queue = r.queue AND rate_key IS NULL
         ORDER BY {claim_order}
         LIMIT LEAST(r.ceiling, %(limit)s)
-        FOR UPDATE SKIP LOCKED) AS c
-), first_ranked AS (
+        FOR UPDATE SKIP LOCKED
+
+-- fragment: claim_passes
+-- The two passes over `cand` (ord, quota, seq, kf, rn: the rank within its queue).
+first_ranked AS (
     SELECT seq, ord, row_number() OVER (ORDER BY ord, rn) AS pos
     FROM cand WHERE rn <= quota
 ), first AS (
@@ -355,23 +370,109 @@ WITH req AS (
     SELECT seq FROM first
     UNION ALL
     SELECT seq FROM second_ranked WHERE pos <= %(limit)s - (SELECT count(*) FROM first)
-), {fair_advance}
+)
+
+-- fragment: claim_lease
+-- An array, not IN (subquery): the planner then finds each row by its key instead of
+-- hashing the chosen ones against a scan of the table. errors and meta as text:
+-- nearly always '[]' and '{}', which the codec recognises without a JSON parse (two
+-- parses per claimed job showed in profiles).
 UPDATE {schema}.jobs AS j
 SET state = 'running',
     attempt = CASE WHEN j.attempt BETWEEN 0 AND 999999999 THEN j.attempt + 1 ELSE 1 END,
     lease_token = CASE WHEN j.lease_token BETWEEN 0 AND 4611686018427387903
                        THEN j.lease_token + 1 ELSE 1 END,
     lease_expires_at = %(lease_expires_at)s, worker_id = %(worker_id)s, started_at = %(now)s
--- An array, not IN (subquery): the planner then finds each row by its key instead of
--- hashing the chosen ones against a scan of the table.
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM chosen))
--- errors and meta as text: nearly always '[]' and '{}', which the codec recognises
--- without a JSON parse (two parses per claimed job showed in profiles).
 RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
           j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
           j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging, j.concurrency_key,
-          j.concurrency_limit
+          j.concurrency_limit, j.rate_key
+-- name: ensure_rate_buckets
+-- A bucket starts full. Run once per bucket and process, before its first claim.
+INSERT INTO {schema}.rate_buckets (name, tokens, updated_at, rate, burst)
+SELECT name, burst, %(now)s, rate, burst
+FROM unnest(%(rate_keys)s::text[], %(rates)s::float8[], %(bursts)s::int[]) AS l(name, rate, burst)
+ON CONFLICT (name) DO NOTHING
+
+-- name: claim_rated_jobs
+-- claim_jobs for a worker that declares rate limits (docs/flow-control.md), still one
+-- statement. The request's buckets are locked first (FOR UPDATE, in name order: no
+-- deadlock), which serialises the claimers of one bucket and no one else. FOR UPDATE
+-- returns each bucket's latest committed row, even one written after this
+-- statement's snapshot (READ COMMITTED), so two claimers never spend the same tokens;
+-- the jobs another claimer took meanwhile fail SKIP LOCKED's recheck of their state.
+-- Each queue's candidates are its free lane plus each bucket's lane, as far as the
+-- bucket's whole tokens go (jobs_rate_claim: a throttled bucket's backlog is never
+-- walked); a bucket shared by several queues is cut to its tokens in the request's
+-- queue order. Then the two passes, the lease, the buckets spent and stored back.
+-- The last column of every row is when a bucket that still holds back a waiting job
+-- of these queues has its next token (NULL: none); a claim that got nothing returns
+-- one row of NULLs but that.
+WITH req AS ({claim_request}
+), bucket_rows AS (
+    SELECT b.name, l.rate, l.burst, b.tokens, b.updated_at
+    FROM unnest(%(rate_keys)s::text[], %(rates)s::float8[], %(bursts)s::int[]) AS l(name, rate, burst)
+    JOIN {schema}.rate_buckets AS b ON b.name = l.name
+    ORDER BY b.name
+    FOR UPDATE OF b
+), buckets AS (
+    -- conveyor.rate_limits.refill, and ClaimBuckets.allowed's slack.
+    SELECT name, rate, burst, updated_at, t.tokens, floor(t.tokens + 1e-6)::int AS allowed
+    FROM bucket_rows, LATERAL (SELECT LEAST(burst::float8, tokens
+                                            + GREATEST(0::float8, %(now)s - updated_at) * rate)
+                               AS tokens) AS t
+), lanes AS (
+    SELECT r.ord, r.quota, r.ceiling, c.seq, c.k1, c.kf, c.k2, NULL::text AS rate_key
+    FROM req AS r CROSS JOIN LATERAL ({free_lane}) AS c
+    UNION ALL
+    SELECT r.ord, r.quota, r.ceiling, c.seq, c.k1, c.kf, c.k2, b.name
+    FROM req AS r JOIN buckets AS b ON b.allowed > 0 CROSS JOIN LATERAL (
+        SELECT seq, {claim_keys}
+        FROM {schema}.jobs
+        WHERE state = 'available' AND NOT parked AND queue = r.queue AND rate_key = b.name
+        ORDER BY {claim_order}
+        LIMIT LEAST(r.ceiling, %(limit)s, b.allowed)
+        FOR UPDATE SKIP LOCKED) AS c
+), capped AS (
+    SELECT l.*, b.allowed,
+           row_number() OVER (PARTITION BY l.rate_key
+                              ORDER BY l.ord, l.k1 DESC, l.kf, l.k2, l.seq) AS nth
+    FROM lanes AS l LEFT JOIN buckets AS b ON b.name = l.rate_key
+), cand AS (
+    SELECT ord, quota, seq, kf, rate_key, rn FROM (
+        SELECT ord, quota, ceiling, seq, kf, rate_key,
+               row_number() OVER (PARTITION BY ord ORDER BY k1 DESC, kf, k2, seq) AS rn
+        FROM capped WHERE rate_key IS NULL OR nth <= allowed) AS ranked
+    WHERE rn <= LEAST(ceiling, %(limit)s)
+), {claim_passes}, {fair_advance}, spent AS (
+    UPDATE {schema}.rate_buckets AS rb
+    -- A bucket's time never goes back (a claimer that read the clock earlier may
+    -- spend later): ClaimBuckets.as_of.
+    SET tokens = GREATEST(0::float8, b.tokens - coalesce(t.n, 0)),
+        updated_at = GREATEST(b.updated_at, %(now)s),
+        rate = b.rate, burst = b.burst
+    FROM buckets AS b LEFT JOIN (
+        SELECT c.rate_key, count(*) AS n FROM cand AS c
+        WHERE c.rate_key IS NOT NULL AND c.seq = ANY (ARRAY(SELECT seq FROM chosen))
+        GROUP BY c.rate_key) AS t ON t.rate_key = b.name
+    WHERE rb.name = b.name
+    RETURNING rb.name, rb.tokens, rb.rate
+), hint AS (
+    SELECT min(%(now)s + (1 - s.tokens) / s.rate) AS next_token_at
+    FROM spent AS s
+    -- The first entry of the bucket's lane in each queue (a LATERAL, in the index's
+    -- order, LIMIT 1: as a plain EXISTS the planner chose a scan of the table).
+    WHERE s.tokens + 1e-6 < 1 AND EXISTS (
+        SELECT 1 FROM req AS r CROSS JOIN LATERAL (
+            SELECT 1 FROM {schema}.jobs
+            WHERE state = 'available' AND NOT parked AND queue = r.queue AND rate_key = s.name
+              AND seq <> ALL (ARRAY(SELECT seq FROM chosen))
+            ORDER BY {claim_order} LIMIT 1) AS one)
+), claimed AS ({claim_lease}
+)
+SELECT claimed.*, hint.next_token_at FROM hint LEFT JOIN claimed ON true
 
 -- name: settle_jobs
 -- A batch of attempt outcomes in one statement. Completed: store the result.
@@ -516,6 +617,11 @@ SELECT queue, state, count(*) FROM {schema}.jobs GROUP BY queue, state
 
 -- name: oldest_available_by_queue
 SELECT queue, min(run_at) FROM {schema}.jobs WHERE state = 'available' GROUP BY queue
+
+-- name: throttled_by_queue
+-- Available jobs with a rate limit bucket, from jobs_rate_claim.
+SELECT queue, count(*) FROM {schema}.jobs
+WHERE state = 'available' AND NOT parked AND rate_key IS NOT NULL GROUP BY queue
 
 -- name: all_queue_flags
 SELECT name, paused FROM {schema}.queues

@@ -24,8 +24,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import redact_url
-from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement, redrive_scope, waiting_scope)
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
+                    LeaseQuery, QueueStats, Settlement, redrive_scope, waiting_scope)
 from ..codec import job_from_fields
 from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
@@ -38,8 +38,8 @@ from .lua import script_source
 from .queries import JobQueries
 from .following import Following
 from .records import RedisRecords
-from .script_args import (cancel_args, enqueue_commands, enqueue_script, enqueued_jobs,
-                          bulk_cancel_args, settle_calls, stale_settlements)
+from .script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
+                          enqueue_script, enqueued_jobs, settle_calls, stale_settlements)
 from .script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
@@ -200,19 +200,14 @@ class RedisBackend(RedisRecords, Following):
 
     # --- worker -------------------------------------------------------------------
     @translated
-    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         if request.limit <= 0 or not request.queues:
-            return []
-        now = self.clock()
-        quotas: list[str | int] = []
-        for entry in request.queues:
-            quotas += [entry.name, entry.quota, -1 if entry.ceiling is None else entry.ceiling]
-        rows = await self.scripts.call(
-            "claim", [self.keys.due, self.keys.paused],
-            [float_arg(now), float_arg(now + request.lease_seconds), request.worker_id,
-             request.limit, _STAGE_LIMIT, *quotas],
-        )
-        return [job_from_reply(row) for row in rows]
+            return ClaimedJobs()
+        rows = await self.scripts.call("claim", [self.keys.due, self.keys.paused],
+                                       claim_args(request, self.clock(), _STAGE_LIMIT))
+        next_token_at = rows.pop() if request.rate_limits else None
+        return ClaimedJobs.of((job_from_reply(row) for row in rows),
+                              float(next_token_at) if next_token_at else None)
 
     @translated
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:

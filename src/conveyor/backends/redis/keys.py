@@ -34,6 +34,9 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:parked`       | zset   | available ids of a concurrency key that has no slot for them, by seq: listed and counted as available, never claimed |
 | `{p}:ck:<key>:held`          | set    | ids holding a slot of a concurrency key: running, or available in their queue's available index |
 | `{p}:ck:<key>:parked`        | zset   | the key's parked jobs, members and scores as in `q:<queue>:available` (claim order): the next to unpark is the first |
+| `{p}:rl:<n>:<queue>:<bucket>` | zset  | the queue's available jobs with that rate limit bucket (`rate_key`), as in `available`, which holds only jobs with none; n: the queue name's length in bytes |
+| `{p}:q:<queue>:lanes`        | set    | the rate limit buckets that have had a lane in the queue |
+| `{p}:rate:<bucket>`          | hash   | a token bucket: `tokens` as of `updated_at`, and the `rate`, `burst` last declared |
 | `{p}:meta:<namespace>`       | hash   | small shared records (live workers, schedules)    |
 | `{p}:meta:<namespace>:expires` | zset | record key by expiry time (injected clock, not EXPIRE) |
 
@@ -72,6 +75,13 @@ class Keys:
 
     def state(self, queue: str, state: JobState | str) -> str:
         return f"{self.base}q:{queue}:{state}"
+
+    def lane(self, queue: str, rate_key: str) -> str:
+        """The queue's available jobs with rate limit bucket `rate_key` (_lib.lua's lane_key)."""
+        return f"{self.base}rl:{len(queue.encode())}:{queue}:{rate_key}"
+
+    def lanes(self, queue: str) -> str:
+        return f"{self.base}q:{queue}:lanes"
 
     def waiting(self, queue: str) -> str:
         return f"{self.base}q:{queue}:waiting"

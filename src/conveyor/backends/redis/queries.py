@@ -113,11 +113,13 @@ class JobQueries:
                     pipe.zcard(self.keys.state(name, state))
                 pipe.zcard(self.keys.parked(name))
             sizes = await pipe.execute()
+        throttled = await self._lane_sizes(names)  # available too, in rate limit lanes
         out: list[QueueStats] = []
         width = len(states) + 1
         for i, name in enumerate(names):
             row = sizes[i * width:(i + 1) * width]
             row[states.index(JobState.AVAILABLE)] += row.pop()  # parked jobs are available
+            row[states.index(JobState.AVAILABLE)] += throttled.get(name, 0)
             counts = {s: n for s, n in zip(states, row, strict=True) if n}
             if not counts and name not in flags:
                 continue
@@ -130,7 +132,7 @@ class JobQueries:
                 if first_run_at is not None:
                     oldest_age = max(0.0, now - first_run_at)
             out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
-                                  paused=flags.get(name) == "1"))
+                                  paused=flags.get(name) == "1", throttled=throttled.get(name, 0)))
         return out
 
     async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:
@@ -161,6 +163,11 @@ class JobQueries:
                    for s in (*states, *(("parked",) if JobState.AVAILABLE in states else ()))]
         for (_, state), page in zip(indexes, pages, strict=True):
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
+        if JobState.AVAILABLE in states:  # and the rate limit lanes' available jobs
+            async with self.client.pipeline(transaction=False) as pipe:
+                for lane in await self._lane_keys(queues):
+                    pipe.zrange(lane, 0, -1)
+                candidates += [id_from_rank(m) for page in await pipe.execute() for m in page]
         return candidates
 
     async def _indexed_count(self, where: JobFilter) -> int:
@@ -171,7 +178,36 @@ class JobQueries:
                     pipe.zcard(self.keys.state(queue, state))
                     if state is JobState.AVAILABLE:
                         pipe.zcard(self.keys.parked(queue))
-            return sum(await pipe.execute())
+            indexed: int = sum(await pipe.execute())
+        if JobState.AVAILABLE in (where.states or tuple(JobState)):
+            indexed += sum((await self._lane_sizes(queues)).values())
+        return indexed
+
+    async def _lane_keys(self, queues: Sequence[str]) -> list[str]:
+        """The rate limit lanes of `queues` (keys.py): their available jobs with a bucket."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.smembers(self.keys.lanes(queue))
+            lanes = await pipe.execute()
+        return [self.keys.lane(queue, bucket) for queue, buckets in zip(queues, lanes, strict=True)
+                for bucket in sorted(buckets)]
+
+    async def _lane_sizes(self, queues: Sequence[str]) -> dict[str, int]:
+        """Each queue's available jobs in its rate limit lanes (the throttled ones)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.smembers(self.keys.lanes(queue))
+            lanes = await pipe.execute()
+        async with self.client.pipeline(transaction=False) as pipe:
+            keyed = [(q, self.keys.lane(q, b)) for q, buckets in zip(queues, lanes, strict=True)
+                     for b in sorted(buckets)]
+            for _, key in keyed:
+                pipe.zcard(key)
+            sizes = await pipe.execute() if keyed else []
+        out: dict[str, int] = {}
+        for (queue, _), n in zip(keyed, sizes, strict=True):
+            out[queue] = out.get(queue, 0) + n
+        return out
 
     async def count_running_of_key(self, concurrency_key: str) -> int:
         """The running jobs among a concurrency key's slot holders (at most its limit)."""

@@ -18,7 +18,7 @@ from ...fairness import vtime_step
 from ...job import Job, JobState, NewJob
 from ...lifecycle import IllegalTransition, initial_state
 from ...version import __version__
-from ..base import Settlement
+from ..base import ClaimRequest, Settlement
 from .codec import float_arg, job_from_reply, optional_arg
 from .keys import Keys
 from .lane import Command
@@ -82,6 +82,7 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 "" if new.fairness_key is None else vtime_step(new.fairness_weight),
                 optional_arg(new.concurrency_key),
                 "" if new.concurrency_limit is None else new.concurrency_limit,
+                optional_arg(new.rate_key),
             )
             made.append(Job(
                 id=new.id, task=new.task, queue=new.queue, payload=new.payload,
@@ -89,7 +90,7 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 run_at=run_at, created_at=now, unique_key=new.unique_key,
                 unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
                 aging=new.aging, concurrency_key=new.concurrency_key,
-                concurrency_limit=new.concurrency_limit,
+                concurrency_limit=new.concurrency_limit, rate_key=new.rate_key,
             ))
         commands.append(command)
     return made, commands
@@ -179,3 +180,15 @@ def cancel_args(now: float, job_id: str, max_completed: int) -> list[str | int]:
 def bulk_cancel_args(now: float, max_completed: int, ids: Sequence[str]) -> list[str | int]:
     """cancel_waiting.lua's ARGV after the prefix."""
     return [float_arg(now), max_completed, __version__, *ids]
+
+
+def claim_args(request: ClaimRequest, now: float, stage_limit: int) -> list[str | int]:
+    """The ARGV of claim.lua after the prefix (its header says what each is)."""
+    args: list[str | int] = [float_arg(now), float_arg(now + request.lease_seconds),
+                             request.worker_id, request.limit, stage_limit,
+                             len(request.rate_limits)]
+    for limit in request.rate_limits:
+        args += [limit.key, float_arg(limit.rate), limit.burst]
+    for entry in request.queues:
+        args += [entry.name, entry.quota, -1 if entry.ceiling is None else entry.ceiling]
+    return args

@@ -129,6 +129,7 @@ class SqliteInspector(SqliteConnection):
             self.conn.execute(Q["count_by_queue_and_state"]).fetchall(),
             self.conn.execute(Q["oldest_available_by_queue"]).fetchall(),
             self.conn.execute(Q["all_queue_flags"]).fetchall(),
+            self.conn.execute(Q["throttled_by_queue"]).fetchall(),
         )
 
     def pause_queue(self, queue: str, paused: bool) -> None:

@@ -6,13 +6,14 @@
 id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
 result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging, concurrency_key,
-concurrency_limit
+concurrency_limit, rate_key
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
 -- then run_at, then insertion; a job with aging ranks with priority 0 at
 -- run_at - priority * aging, clamped as a run_at is. Word for word the expressions of
--- the conveyor_jobs_claim index (migrations 5 and 6, and 7, which adds its parked predicate).
+-- the conveyor_jobs_claim index (migrations 5 and 6, and 7, which adds its parked predicate)
+-- and of migration 8's conveyor_jobs_claim and conveyor_jobs_rate_claim.
 (CASE WHEN aging IS NULL THEN priority ELSE 0 END) DESC,
 fair_vtime,
 (CASE WHEN aging IS NULL THEN run_at
@@ -39,10 +40,10 @@ SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 -- name: insert_job
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                            created_at, unique_key, unique_for, timeout, meta, aging, fair_vtime,
-                           concurrency_key, concurrency_limit)
+                           concurrency_key, concurrency_limit, rate_key)
 VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
         :created_at, :unique_key, :unique_for, :timeout, :meta, :aging, :fair_vtime,
-        :concurrency_key, :concurrency_limit)
+        :concurrency_key, :concurrency_limit, :rate_key)
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id
@@ -104,17 +105,66 @@ UPDATE conveyor_jobs
 -- their range (they start again at 1 instead of overflowing into a REAL), and a value
 -- that does not sort as a number (a text priority) sorts, it does not fail: one bad
 -- row never fails the claim of the others. The bounds are those of PostgreSQL's.
-SET state = 'running',
+SET {claim_set}
+-- parked = 0: a job of a concurrency key that has no slot for it is parked (migration 7).
+WHERE seq IN (SELECT seq FROM conveyor_jobs
+              WHERE state = 'available' AND parked = 0 AND queue = :queue AND rate_key IS NULL
+              ORDER BY {claim_order} LIMIT :limit)
+RETURNING seq, {job_columns}, fair_vtime
+
+-- fragment: claim_set
+state = 'running',
     attempt = CASE WHEN CAST(attempt AS INTEGER) BETWEEN 0 AND 999999999
                    THEN CAST(attempt AS INTEGER) + 1 ELSE 1 END,
     lease_token = CASE WHEN CAST(lease_token AS INTEGER) BETWEEN 0 AND 4611686018427387903
                        THEN CAST(lease_token AS INTEGER) + 1 ELSE 1 END,
     lease_expires_at = :lease_expires_at, worker_id = :worker_id, started_at = :now
--- parked = 0: a job of a concurrency key that has no slot for it is parked (migration 7).
-WHERE seq IN (SELECT seq FROM conveyor_jobs
-              WHERE state = 'available' AND parked = 0 AND queue = :queue
-              ORDER BY {claim_order} LIMIT :limit)
+
+-- name: claim_rated_jobs
+-- claim_jobs for a worker that declares rate limits (docs/flow-control.md), still one
+-- statement per queue: the queue's first jobs with no bucket and each bucket's first
+-- jobs as far as its whole tokens go (store.py puts one rate_lane per bucket in place
+-- of the marker), each the first entries of its index, then the first of all those
+-- in claim order. store.py spends each bucket for the rows that come back.
+UPDATE conveyor_jobs
+SET {claim_set}
+WHERE seq IN (SELECT seq FROM (
+    SELECT * FROM (SELECT seq, {claim_keys} FROM conveyor_jobs
+                   WHERE state = 'available' AND parked = 0 AND queue = :queue
+                     AND rate_key IS NULL
+                   ORDER BY {claim_order} LIMIT :limit)
+    /* rate lanes */)
+  ORDER BY k1 DESC, fv, k2, seq LIMIT :limit)
 RETURNING seq, {job_columns}, fair_vtime
+
+-- name: rate_lane
+-- One bucket's lane in claim_rated_jobs; store.py writes the bucket's number for #.
+UNION ALL SELECT * FROM (SELECT seq, {claim_keys} FROM conveyor_jobs
+                         WHERE state = 'available' AND parked = 0 AND queue = :queue
+                           AND rate_key = :rate_key_#
+                         ORDER BY {claim_order} LIMIT :allowed_#)
+
+-- fragment: claim_keys
+(CASE WHEN aging IS NULL THEN priority ELSE 0 END) AS k1,
+fair_vtime AS fv,
+(CASE WHEN aging IS NULL THEN run_at
+      ELSE max(0.0, min(99999999999.0, run_at - priority * aging)) END) AS k2
+
+-- name: rate_buckets
+SELECT name, tokens, updated_at FROM conveyor_rate_buckets
+WHERE name IN (SELECT value FROM json_each(:names))
+
+-- name: store_rate_bucket
+INSERT INTO conveyor_rate_buckets (name, tokens, updated_at, rate, burst)
+VALUES (:name, :tokens, :now, :rate, :burst)
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at,
+                                 rate = excluded.rate, burst = excluded.burst
+
+-- name: rate_held_back
+-- Does a bucket hold back a job of these queues? (one index entry)
+SELECT 1 FROM conveyor_jobs
+WHERE state = 'available' AND parked = 0 AND rate_key = :rate_key
+  AND queue IN (SELECT value FROM json_each(:queues)) LIMIT 1
 
 -- name: advance_fair_queue
 -- The queue's vtime moves up to the largest its claim took (conveyor.fairness).
@@ -232,6 +282,11 @@ SELECT queue, state, count(*) FROM conveyor_jobs GROUP BY queue, state
 
 -- name: oldest_available_by_queue
 SELECT queue, min(run_at) FROM conveyor_jobs WHERE state = 'available' GROUP BY queue
+
+-- name: throttled_by_queue
+-- Available jobs with a rate limit bucket, from conveyor_jobs_rate_claim.
+SELECT queue, count(*) FROM conveyor_jobs
+WHERE state = 'available' AND parked = 0 AND rate_key IS NOT NULL GROUP BY queue
 
 -- name: all_queue_flags
 SELECT name, paused FROM conveyor_queues

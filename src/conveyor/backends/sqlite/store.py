@@ -8,9 +8,10 @@ what makes claims atomic across processes and dedup race-free.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,10 +20,11 @@ from ...errors import RefusedJob
 from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
 from ...lifecycle import initial_state
-from ...claiming import claim_in_passes, claim_rank
+from ...claiming import ClaimBuckets, claim_in_passes, claim_rank
 from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
-from ..base import ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery, Settlement
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
+                    Settlement)
 from ..codec import job_from_row
 from .connection import Q
 from .dependants import SqliteDependants, link, states_of
@@ -103,6 +105,7 @@ class SqliteStore(SqliteInspector):
             "fair_vtime": fair_vtime,
             "concurrency_key": new.concurrency_key,
             "concurrency_limit": new.concurrency_limit,
+            "rate_key": new.rate_key,
         }
         if db.execute(Q["insert_job"], row).rowcount == 0:
             # The id names a finished job whose dedup window is over: replace it.
@@ -115,6 +118,7 @@ class SqliteStore(SqliteInspector):
             unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
             aging=new.aging, concurrency_key=new.concurrency_key,
             concurrency_limit=new.concurrency_limit,
+            rate_key=new.rate_key,
         )
 
     def _find_duplicate(self, db: sqlite3.Connection, new: NewJob, now: float) -> Job | None:
@@ -126,7 +130,7 @@ class SqliteStore(SqliteInspector):
         return None if hit is None else job_from_row(hit)
 
     # --- worker -------------------------------------------------------------------
-    def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         now = self.clock()
         params = {"now": now, "lease_expires_at": now + request.lease_seconds,
                   "worker_id": request.worker_id}
@@ -134,12 +138,17 @@ class SqliteStore(SqliteInspector):
             db.execute(Q["stage_due_jobs"], {"now": now})
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
             reached: dict[str, int] = {}  # the largest vtime claimed, by queue
+            buckets = _buckets(db, request, now)
 
             def take(queue: str, n: int) -> list[Job]:
                 if queue in paused:
                     return []
-                rows = db.execute(Q["claim_jobs"],
-                                  {**params, "queue": queue, "limit": n}).fetchall()
+                rows: Iterable[Any]
+                if buckets is None:
+                    rows = db.execute(Q["claim_jobs"],
+                                      {**params, "queue": queue, "limit": n}).fetchall()
+                else:
+                    rows = _claim_rated(db, buckets, {**params, "queue": queue, "limit": n})
                 # RETURNING has no order: sort by claim order, on decoded values (a
                 # corrupt priority reads as 0 instead of failing the comparison).
                 batch = sorted(((job_from_row(r[1:-1]), r[0], r[1], as_vtime(r[-1]))
@@ -151,11 +160,23 @@ class SqliteStore(SqliteInspector):
                         replace(job, id=self._give_readable_id(db, seq, job.id))
                         for job, seq, raw_id, _ in batch]
 
-            claimed = claim_in_passes(request, take)
+            jobs = claim_in_passes(request, take)
             if reached:  # one statement per claim, only for claims of keyed jobs
                 db.executemany(Q["advance_fair_queue"], [{"queue": q, "vtime": v}
                                                          for q, v in reached.items()])
-            return claimed
+            if buckets is None:
+                return ClaimedJobs(jobs)
+            stored = buckets.stored()
+            for limit in request.rate_limits:
+                tokens, as_of = stored[limit.key]
+                db.execute(Q["store_rate_bucket"], {"name": limit.key, "tokens": tokens,
+                                                    "now": as_of, "rate": limit.rate,
+                                                    "burst": limit.burst})
+            queues = json.dumps([q.name for q in request.queues if q.name not in paused])
+            held_back = [key for key in buckets.limits if buckets.allowed(key) < 1
+                         and db.execute(Q["rate_held_back"],
+                                        {"rate_key": key, "queues": queues}).fetchone()]
+            return ClaimedJobs.of(jobs, buckets.next_token_at(held_back))
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> tuple[list[str], int]:
         """The stale ids, and how many dependants became available."""
@@ -242,6 +263,38 @@ class SqliteStore(SqliteInspector):
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.write() as db:
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
+
+
+def _buckets(db: sqlite3.Connection, request: ClaimRequest, now: float) -> ClaimBuckets | None:
+    """The claim's buckets as stored (inside its write transaction: no other claimer
+    spends them meanwhile), or None when the worker declares no limit."""
+    if not request.rate_limits:
+        return None
+    names = json.dumps([limit.key for limit in request.rate_limits])
+    stored = {name: (float(tokens), float(at)) for name, tokens, at
+              in db.execute(Q["rate_buckets"], {"names": names})}
+    return ClaimBuckets(request.rate_limits, stored, now)
+
+
+def _claim_rated(db: sqlite3.Connection, buckets: ClaimBuckets,
+                 params: dict[str, Any]) -> list[Any]:
+    """claim_rated_jobs over one queue (params: the claim's, its queue and limit), its
+    buckets spent for the jobs it claimed."""
+    keys = list(buckets.limits)
+    for i, key in enumerate(keys):
+        params[f"rate_key_{i}"] = key
+        params[f"allowed_{i}"] = min(params["limit"], buckets.allowed(key))
+    rows = db.execute(_rated_claim_sql(len(keys)), params).fetchall()
+    for row in rows:
+        if row[-2] in buckets.limits:  # rate_key, before the fairness vtime
+            buckets.spend(row[-2])
+    return rows
+
+
+@functools.lru_cache(maxsize=16)
+def _rated_claim_sql(buckets: int) -> str:
+    lanes = "\n".join(Q["rate_lane"].replace("#", str(i)) for i in range(buckets))
+    return Q["claim_rated_jobs"].replace("/* rate lanes */", lanes)
 
 
 def _claim_key(job: Job, fair_vtime: int, seq: int) -> tuple[int, int, float, int]:

@@ -32,6 +32,20 @@ local function holders_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':held' end
 local function parked_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':parked' end
 -- A queue's parked jobs by seq: available to listings and stats, not to the claim.
 local function queue_parked_key(queue) return PREFIX .. 'q:' .. queue .. ':parked' end
+-- Rate limits (docs/flow-control.md): an available job that names a bucket (its
+-- rate_key) is in its queue's lane for that bucket instead of the queue's available
+-- index, so a throttled backlog is never looked at by the claims of other jobs; the
+-- queue's `lanes` set names its buckets, for stats and listings. The lane's key is
+-- length-prefixed, so no two (queue, bucket) pairs share one. A bucket is a hash.
+local function lane_key(queue, rate_key)
+  return PREFIX .. 'rl:' .. #queue .. ':' .. queue .. ':' .. rate_key
+end
+local function lanes_key(queue) return PREFIX .. 'q:' .. queue .. ':lanes' end
+local function bucket_key(rate_key) return PREFIX .. 'rate:' .. rate_key end
+local function available_key(queue, rate_key)
+  if rate_key then return lane_key(queue, rate_key) end
+  return state_key(queue, 'available')
+end
 
 -- conveyor.lifecycle.ALLOWED; tests/backends/redis/test_scripts.py keeps the two in step.
 local ALLOWED = {
@@ -162,7 +176,7 @@ local FIELDS = {
   'state', 'queue', 'priority', 'run_at', 'seq', 'rank', 'lease_token', 'attempt',
   'max_attempts', 'lease_expires_at', 'finished_at', 'unique_key', 'unique_for',
   'worker_id', 'errors', 'aging', 'fair_vtime', 'dependants', 'concurrency_key',
-  'concurrency_limit',
+  'concurrency_limit', 'rate_key',
 }
 
 -- The fields the scripts decide on, as a table (absent fields are nil, but queue
@@ -205,7 +219,7 @@ local function rebalance(ckey)
     if not head[1] then return end
     local id = rank_id(head[1])
     local v = redis.call('HMGET', job_key(id), 'state', 'queue', 'concurrency_limit', 'rank',
-      'concurrency_key')
+      'concurrency_key', 'rate_key')
     if v[1] ~= 'available' or v[4] ~= head[1] or v[5] ~= ckey then
       redis.call('ZREM', parked, head[1])
     else
@@ -213,7 +227,9 @@ local function rebalance(ckey)
       redis.call('ZREM', parked, head[1])
       redis.call('ZREM', queue_parked_key(v[2] or ''), id)
       redis.call('SADD', held, id)
-      redis.call('ZADD', state_key(v[2] or '', 'available'), head[2], head[1])
+      -- Into its queue's available index, or its rate limit bucket's lane there.
+      redis.call('ZADD', available_key(v[2] or '', v[6] or nil), head[2], head[1])
+      if v[6] then redis.call('SADD', lanes_key(v[2] or ''), v[6]) end
       wake(v[2] or '')
     end
   end
@@ -234,7 +250,8 @@ local function index_job(id, queue, state, f)
       redis.call('ZADD', parked_key(ckey), score, r)
       redis.call('ZADD', queue_parked_key(queue), as_number(f.seq, 0), id)
     else
-      redis.call('ZADD', state_key(queue, 'available'), score, r)
+      redis.call('ZADD', available_key(queue, f.rate_key), score, r)
+      if f.rate_key then redis.call('SADD', lanes_key(queue), f.rate_key) end
     end
   elseif state == 'scheduled' or state == 'retryable' then
     local run_at = as_number(f.run_at, 0)
@@ -258,7 +275,7 @@ local function unindex_job(id, f)
     redis.call('ZREM', queue_parked_key(f.queue), id)
   end
   if f.state == 'available' then
-    if f.rank then redis.call('ZREM', state_key(f.queue, 'available'), f.rank) end
+    if f.rank then redis.call('ZREM', available_key(f.queue, f.rate_key), f.rank) end
     redis.call('HDEL', job_key(id), 'rank')
   else
     redis.call('ZREM', state_key(f.queue, f.state), id)
@@ -505,7 +522,7 @@ local function dependant_start(link, ready)
 end
 
 -- The arguments of one job in the enqueue scripts' ARGV (enqueue.lua's header).
-local JOB_ARGS = 20
+local JOB_ARGS = 21
 
 -- A batch naming a parent that is neither stored nor earlier in the batch is refused
 -- whole, before anything is written.
@@ -581,7 +598,7 @@ local function enqueue_batch(shed, links, version)
         redis.call('HSET', UNIQUE, unique_key, id)
       end
       local unique_for, timeout, meta = ARGV[j + 10], ARGV[j + 11], ARGV[j + 12]
-      local aging = ARGV[j + 13]
+      local aging, rate_key = ARGV[j + 13], optional(ARGV[j + 20])
       if unique_for ~= '' then fields[n + 1] = 'unique_for'; fields[n + 2] = unique_for; n = n + 2 end
       if timeout ~= '' then fields[n + 1] = 'timeout'; fields[n + 2] = timeout; n = n + 2 end
       if meta ~= '' then fields[n + 1] = 'meta'; fields[n + 2] = meta; n = n + 2 end
@@ -612,10 +629,12 @@ local function enqueue_batch(shed, links, version)
         fields[n + 1] = 'concurrency_key'; fields[n + 2] = ckey
         fields[n + 3] = 'concurrency_limit'; fields[n + 4] = ARGV[j + 19]; n = n + 4
       end
+      if rate_key then fields[n + 1] = 'rate_key'; fields[n + 2] = rate_key; n = n + 2 end
       if ckey then  -- parked, then its key rebalanced (index_job)
         redis.call('HSET', key, unpack(fields))
         index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq, priority = ARGV[j + 5],
-          aging = aging ~= '' and aging or nil, fair_vtime = fair_vtime, concurrency_key = ckey })
+          aging = aging ~= '' and aging or nil, fair_vtime = fair_vtime, concurrency_key = ckey,
+          rate_key = rate_key })
       elseif state == 'available' then
         -- index_job, inlined: the rank goes into the same HSET (the hot path of enqueue)
         local digits = tostring(seq)
@@ -625,11 +644,13 @@ local function enqueue_batch(shed, links, version)
         redis.call('HSET', key, unpack(fields))
         redis.call('ZADD', waiting_key(queue), seq, id)
         -- Scored -priority, or 0 with aging (claim_place of _lib.lua)
-        redis.call('ZADD', state_key(queue, 'available'), aging == '' and -tonumber(ARGV[j + 5]) or 0, r)
+        redis.call('ZADD', available_key(queue, rate_key), aging == '' and -tonumber(ARGV[j + 5]) or 0, r)
+        if rate_key then redis.call('SADD', lanes_key(queue), rate_key) end
         wake(queue)
       else
         redis.call('HSET', key, unpack(fields))
-        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq, finished_at = now_text })
+        index_job(id, queue, state, { run_at = ARGV[j + 7], seq = seq, finished_at = now_text,
+                                      rate_key = rate_key })
       end
       redis.call('SADD', QUEUES, queue)
       redis.call('ZADD', JOBS, seq, id)

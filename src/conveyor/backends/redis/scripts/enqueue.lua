@@ -7,7 +7,7 @@
 -- KEYS[5] <prefix>jobs    every job id by seq (newest-first listing)
 -- ARGV[1] key prefix, e.g. "{conveyor}:"
 -- ARGV[2] now (epoch seconds; also created_at)
--- ARGV[3..] 20 arguments per job, all strings (no number goes through Lua's 14-digit
+-- ARGV[3..] 21 arguments per job, all strings (no number goes through Lua's 14-digit
 --         formatting): id, queue, task, payload, state (scheduled|available, decided
 --         by the caller from run_at and now), priority, max_attempts, run_at,
 --         the claim time in whole microseconds (17 digits, for the claim rank: run_at,
@@ -16,8 +16,8 @@
 --         max_waiting? (the queue's bound, conveyor.backpressure), shed_error? (with
 --         a queue that sheds: the record a shed job keeps), fairness_key ('' when
 --         absent, else '~' .. key), the vtime step of its weight (conveyor.fairness),
---         concurrency_key? ('~' .. key), concurrency_limit? (conveyor.concurrency)
---         (? = optional: '' when absent)
+--         concurrency_key? ('~' .. key), concurrency_limit? (conveyor.concurrency),
+--         rate_key ('' or '~' .. its rate limit bucket)   (? = optional: '' when absent)
 -- Returns one entry per job: 0 when inserted, the existing job (HGETALL) that this
 -- one duplicates (same id, or same unique_key; active, or completed within its
 -- unique_for window), or 'full:<depth>' when its bounded queue had no room. A

@@ -9,7 +9,7 @@
 -- KEYS[4] <prefix>queues, KEYS[5] <prefix>jobs: as in enqueue.lua
 -- ARGV[1] key prefix
 -- ARGV[2] now
--- ARGV[3..] 20 arguments per job, as in enqueue.lua; max_waiting and shed_error are set for the jobs of bounded queues
+-- ARGV[3..] 21 arguments per job, as in enqueue.lua; max_waiting and shed_error are set for the jobs of bounded queues
 -- Returns what enqueue.lua returns, 'full:<depth>' for each refused job.
 
 return enqueue_batch(shed_oldest)

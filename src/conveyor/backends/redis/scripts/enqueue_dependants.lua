@@ -8,7 +8,7 @@
 -- ARGV[2] now
 -- ARGV[3] JSON: {"v": Conveyor's version, "jobs": {"<job id>": {"p": [parent ids],
 --         "a": allow_failure}, ...}} for each job of the batch that has parents
--- ARGV[4..] 20 arguments per job, as in enqueue.lua (no bound for the dependants:
+-- ARGV[4..] 21 arguments per job, as in enqueue.lua (no bound for the dependants:
 --         a blocked job takes no room in a bounded queue)
 -- Returns what enqueue.lua returns; an error CONVEYOR_UNKNOWN_PARENT <id> <parent>
 -- when a parent is neither stored nor earlier in the batch (nothing written).

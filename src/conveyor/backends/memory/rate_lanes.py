@@ -1,0 +1,36 @@
+"""Rate limits in the memory store (docs/flow-control.md): an available job with a
+bucket is filed in its queue's lane for that bucket, `(queue, rate_key)` of
+`MemoryStore.available`; the jobs with none are lane `(queue, None)`. A claim reads
+the first entries of each lane, a bucket's only as far as its whole tokens go
+(conveyor.claiming.ClaimBuckets), so a throttled backlog is never looked at by the
+claims of other jobs."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Any
+
+from ...claiming import ClaimBuckets
+from ..base import ClaimRequest
+
+Lanes = Mapping[tuple[str, str | None], Mapping[str, Any]]
+
+
+def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) -> list[str]:
+    """The ids of the first `n` jobs of `queue` in claim order that the buckets let
+    through; the buckets are spent for them."""
+    lanes = []
+    for key in (None, *buckets.limits):
+        lane = available.get((queue, key), {})
+        want = n if key is None else min(n, buckets.allowed(key))
+        lanes += [(lane[i], i, key) for i in heapq.nsmallest(want, lane, key=lane.__getitem__)]
+    return buckets.choose(n, lanes)
+
+
+def next_token_at(available: Lanes, paused: Mapping[str, bool], request: ClaimRequest,
+                  buckets: ClaimBuckets) -> float | None:
+    """When a bucket that holds back a waiting job of the claim's queues has a token."""
+    held_back = {key for key in buckets.limits for q in request.queues
+                 if available.get((q.name, key)) and not paused.get(q.name)}
+    return buckets.next_token_at(held_back)
