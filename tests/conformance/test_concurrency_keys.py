@@ -259,3 +259,22 @@ async def test_a_workflow_step_released_while_its_key_is_full_waits_for_a_slot(
     assert running is not None
     await backend.settle_jobs([complete(running)])
     assert [job.id for job in await claim(backend)] == [step]
+
+
+async def test_queue_stats_count_the_jobs_held_by_their_key(backend: Backend) -> None:
+    # user:1 (limit 1) has 4 jobs: one holds the slot, three are parked; user:2 (limit 2)
+    # has 2, both with a slot; an unkeyed job is plain.
+    await backend.enqueue_jobs([*(keyed("user:1", 1, id=f"a{i}") for i in range(4)),
+                                *(keyed("user:2", 2, id=f"b{i}") for i in range(2)),
+                                new_job(id="plain")])
+    [stats] = await backend.queue_stats()
+    assert stats.counts == {S.AVAILABLE: 7} and stats.held_by_key == 3
+    running = await claim(backend, 10)
+    assert sorted(j.id for j in running) == ["a0", "b0", "b1", "plain"]
+    [stats] = await backend.queue_stats()
+    assert stats.counts == {S.AVAILABLE: 3, S.RUNNING: 4} and stats.held_by_key == 3
+    a0 = next(j for j in running if j.id == "a0")
+    await backend.settle_jobs([complete(a0)])  # its slot goes to a1
+    [stats] = await backend.queue_stats()
+    assert stats.counts == {S.AVAILABLE: 3, S.RUNNING: 3, S.COMPLETED: 1}
+    assert stats.held_by_key == 2

@@ -96,6 +96,18 @@ async def test_throttled_jobs_are_a_gauge(app: Conveyor) -> None:
     assert 'conveyor_queue_jobs{queue="payments",state="available"} 2.0' in lines
 
 
+async def test_jobs_held_by_their_key_are_a_gauge(app: Conveyor) -> None:
+    @app.task(name="sync_user", queue="accounts", concurrency_key="user:{user_id}")
+    def sync_user(user_id: int) -> None: ...
+
+    for user_id in (1, 1, 1, 2):
+        await sync_user.enqueue_async(user_id)
+    lines = set((await queue_state_text(app)).decode().splitlines())
+    # One slot per user: user 1's first job holds it, its other two wait for it.
+    assert 'conveyor_queue_held_by_key_jobs{queue="accounts"} 2.0' in lines
+    assert 'conveyor_queue_jobs{queue="accounts",state="available"} 4.0' in lines
+
+
 async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
     app: Conveyor,
 ) -> None:

@@ -53,6 +53,8 @@ def test_a_job_held_back_by_its_key_says_why_on_its_page(any_app: Conveyor) -> N
                 in page)
         assert "user:42 (at most 1 running)" in page
         assert "Held back:" not in client.get(job_url(first.id)).text
+        # The overview counts it under its queue's waiting jobs.
+        assert '<small class="held">1 held by key</small>' in client.get("/").text
 
 
 async def _claim_one(app: Conveyor) -> str:

@@ -172,6 +172,9 @@ class QueueStats:
     # Available jobs that name a rate limit bucket (docs/flow-control.md): waiting for
     # its tokens, since a claim takes such a job as soon as its bucket has one.
     throttled: int = 0
+    # Available jobs parked behind their concurrency key (docs/flow-control.md): waiting
+    # for one of the key's slots, however many workers are idle.
+    held_by_key: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -184,9 +187,11 @@ def queue_stats_from_rows(
     oldest_available_by_queue: Iterable[Sequence[Any]],
     queue_flags: Iterable[Sequence[Any]],
     throttled_by_queue: Iterable[Sequence[Any]] = (),
+    parked_by_queue: Iterable[Sequence[Any]] = (),
 ) -> list[QueueStats]:
     """Stats from rows: (queue, state, count), (queue, earliest available run_at),
-    (queue, paused), (queue, available jobs with a rate limit bucket). Shared so every
+    (queue, paused), (queue, available jobs with a rate limit bucket), (queue, available
+    jobs parked behind their concurrency key). Shared so every
     backend lists the same queues: those with jobs or a pause flag, by name.
 
     Values a corrupt job may have put there never fail the stats: a state that is
@@ -202,9 +207,7 @@ def queue_stats_from_rows(
     oldest = {readable_text(queue): float(run_at) for queue, run_at in oldest_available_by_queue
               if isinstance(run_at, (int, float))}
     paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
-    throttled: dict[str, int] = {}
-    for queue, n in throttled_by_queue:
-        throttled[readable_text(queue)] = throttled.get(readable_text(queue), 0) + int(n)
+    throttled, parked = _per_queue(throttled_by_queue), _per_queue(parked_by_queue)
     return [
         QueueStats(
             queue=name,
@@ -212,6 +215,15 @@ def queue_stats_from_rows(
             oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
             paused=paused.get(name, False),
             throttled=throttled.get(name, 0),
+            held_by_key=parked.get(name, 0),
         )
         for name in sorted(set(counts) | set(paused))
     ]
+
+
+def _per_queue(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
+    """(queue, count) rows summed by queue, its name as readable text."""
+    out: dict[str, int] = {}
+    for queue, n in rows:
+        out[readable_text(queue)] = out.get(readable_text(queue), 0) + int(n)
+    return out

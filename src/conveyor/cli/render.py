@@ -105,11 +105,15 @@ def job_rows(jobs: Sequence[Job]) -> tuple[list[str], list[list[object]]]:
 def stats_table(stats: Sequence[QueueStats]) -> str:
     waiting = [JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE]
     finished = [JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD]
-    headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in waiting), "IN FLIGHT",
-               *(s.value.upper() for s in finished), "OLDEST AVAILABLE"]
+    # THROTTLED and HELD BY KEY are available jobs too (counted in AVAILABLE): those a
+    # rate limit holds back, and those waiting for a slot of their concurrency key.
+    headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in waiting), "THROTTLED",
+               "HELD BY KEY", "IN FLIGHT", *(s.value.upper() for s in finished),
+               "OLDEST AVAILABLE"]
     rows: list[list[object]] = [
         [q.queue, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in waiting),
-         q.in_flight, *(q.counts.get(s, 0) for s in finished), duration(q.oldest_available_age)]
+         q.throttled, q.held_by_key, q.in_flight, *(q.counts.get(s, 0) for s in finished),
+         duration(q.oldest_available_age)]
         for q in stats
     ]
     return table(headers, rows)

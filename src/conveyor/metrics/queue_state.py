@@ -43,6 +43,8 @@ class _Snapshot(Collector):
         throttled = GaugeMetricFamily("conveyor_queue_throttled_jobs", "Available jobs held "
                                       "back by a rate limit (waiting for their bucket's "
                                       "tokens).", labels=["queue"])
+        held = GaugeMetricFamily("conveyor_queue_held_by_key_jobs", "Available jobs waiting "
+                                 "for a slot of their concurrency key.", labels=["queue"])
         for s in self.stats:
             for state in JobState:
                 depth.add_metric([s.queue, state.value], s.counts.get(state, 0))
@@ -51,11 +53,12 @@ class _Snapshot(Collector):
             paused.add_metric([s.queue], 1.0 if s.paused else 0.0)
             running.add_metric([s.queue], s.in_flight)
             throttled.add_metric([s.queue], s.throttled)
+            held.add_metric([s.queue], s.held_by_key)
         up = GaugeMetricFamily("conveyor_workers_up", "Live workers (announced within their "
                                "TTL).", value=len(self.workers))
         slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
                                   value=sum(w.concurrency for w in self.workers))
-        return [depth, oldest, dead, paused, running, throttled, up, slots]
+        return [depth, oldest, dead, paused, running, throttled, held, up, slots]
 
 
 async def queue_state_text(app: Conveyor) -> bytes:

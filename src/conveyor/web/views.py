@@ -35,6 +35,9 @@ class QueueRow:
     workers: int  # live workers that serve the queue
     health: str  # ok, slow, behind, paused, no workers
     health_note: str
+    # Of the waiting ones: held back by a rate limit, waiting for a concurrency key's slot.
+    throttled: int = 0
+    held_by_key: int = 0
 
     @property
     def waiting(self) -> int:
@@ -100,6 +103,7 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
             done_this_minute=now_q.counts["completed"], failed_this_minute=now_q.counts["failed"],
             done_per_minute=done5 / max(len(recent), 1), failed_per_minute=failed5 / max(len(recent), 1),
             workers=serving, health=health, health_note=note,
+            throttled=s.throttled, held_by_key=s.held_by_key,
         ))
     whole = [m.total() for m in minutes]
     throughput = stacked_bars("Jobs finished per minute, last hour", [

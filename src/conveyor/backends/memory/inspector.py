@@ -167,9 +167,11 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
                 oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
         throttled = [(q, len(lane)) for (q, key), lane in store.available.items()
                      if key is not None]
+        parked = [(queue, 1) for jobs in store.slots.parked.values()
+                  for _order, (queue, _bucket), _limit in jobs.values()]
         return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
                                      list(oldest.items()), list(store.paused.items()),
-                                     throttled)
+                                     throttled, parked)
 
 
 def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:

@@ -111,6 +111,7 @@ class PostgresInspector(PostgresConnections):
             await self._fetch("oldest_available_by_queue", {}),
             await self._fetch("all_queue_flags", {}),
             await self._fetch("throttled_by_queue", {}),
+            await self._fetch("parked_by_queue", {}),
         )
 
     async def pause_queue(self, queue: str, paused: bool) -> None:

@@ -623,6 +623,10 @@ SELECT queue, min(run_at) FROM {schema}.jobs WHERE state = 'available' GROUP BY 
 SELECT queue, count(*) FROM {schema}.jobs
 WHERE state = 'available' AND NOT parked AND rate_key IS NOT NULL GROUP BY queue
 
+-- name: parked_by_queue
+-- Available jobs parked behind their concurrency key, from jobs_parked.
+SELECT queue, count(*) FROM {schema}.jobs WHERE state = 'available' AND parked GROUP BY queue
+
 -- name: all_queue_flags
 SELECT name, paused FROM {schema}.queues
 

@@ -118,7 +118,8 @@ class JobQueries:
         width = len(states) + 1
         for i, name in enumerate(names):
             row = sizes[i * width:(i + 1) * width]
-            row[states.index(JobState.AVAILABLE)] += row.pop()  # parked jobs are available
+            parked = row.pop()
+            row[states.index(JobState.AVAILABLE)] += parked  # parked jobs are available
             row[states.index(JobState.AVAILABLE)] += throttled.get(name, 0)
             counts = {s: n for s, n in zip(states, row, strict=True) if n}
             if not counts and name not in flags:
@@ -132,7 +133,8 @@ class JobQueries:
                 if first_run_at is not None:
                     oldest_age = max(0.0, now - first_run_at)
             out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
-                                  paused=flags.get(name) == "1", throttled=throttled.get(name, 0)))
+                                  paused=flags.get(name) == "1", throttled=throttled.get(name, 0),
+                                  held_by_key=parked))
         return out
 
     async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:

@@ -130,6 +130,7 @@ class SqliteInspector(SqliteConnection):
             self.conn.execute(Q["oldest_available_by_queue"]).fetchall(),
             self.conn.execute(Q["all_queue_flags"]).fetchall(),
             self.conn.execute(Q["throttled_by_queue"]).fetchall(),
+            self.conn.execute(Q["parked_by_queue"]).fetchall(),
         )
 
     def pause_queue(self, queue: str, paused: bool) -> None:

@@ -288,6 +288,10 @@ SELECT queue, min(run_at) FROM conveyor_jobs WHERE state = 'available' GROUP BY 
 SELECT queue, count(*) FROM conveyor_jobs
 WHERE state = 'available' AND parked = 0 AND rate_key IS NOT NULL GROUP BY queue
 
+-- name: parked_by_queue
+-- Available jobs parked behind their concurrency key, from conveyor_jobs_parked.
+SELECT queue, count(*) FROM conveyor_jobs WHERE state = 'available' AND parked = 1 GROUP BY queue
+
 -- name: all_queue_flags
 SELECT name, paused FROM conveyor_queues
 
