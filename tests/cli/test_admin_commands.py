@@ -109,12 +109,12 @@ def test_stats_and_queue_pause(cli: Cli) -> None:
     cli("queue", "pause", "emails").ok()
     table = cli("stats").ok().out
     assert table.splitlines()[0].split() == [
-        "QUEUE", "PAUSED", "AVAILABLE", "SCHEDULED", "RETRYABLE", "IN", "FLIGHT", "COMPLETED",
-        "CANCELLED", "DEAD", "OLDEST", "AVAILABLE"]
+        "QUEUE", "PAUSED", "AVAILABLE", "SCHEDULED", "RETRYABLE", "THROTTLED", "HELD", "BY",
+        "KEY", "IN", "FLIGHT", "COMPLETED", "CANCELLED", "DEAD", "OLDEST", "AVAILABLE"]
     by_queue = {r[0]: r for r in (line.split() for line in table.splitlines()[1:])}
-    assert by_queue["default"][1:9] == ["no", "2", "1", "0", "0", "0", "0", "0"]
-    assert by_queue["emails"][1:9] == ["yes", "1", "0", "0", "0", "0", "0", "0"]
-    assert by_queue["default"][9].endswith(("ms", "s"))  # an age, not "-"
+    assert by_queue["default"][1:11] == ["no", "2", "1", "0", "0", "0", "0", "0", "0", "0"]
+    assert by_queue["emails"][1:11] == ["yes", "1", "0", "0", "0", "0", "0", "0", "0", "0"]
+    assert by_queue["default"][11].endswith(("ms", "s"))  # an age, not "-"
     cli("queue", "resume", "emails").ok()
     assert "emails   no" in cli("stats").ok().out
 
