@@ -74,18 +74,21 @@ class JobExecutor:
 
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
         self.retry_ledger.started(job, self.app.clock())
+        try:
+            return await self._observed(job, ctx)
+        finally:
+            self._deferred.discard(job.id)  # however the attempt ended
+
+    async def _observed(self, job: Job, ctx: JobContext) -> Settlement:
+        """`_run` inside the app's middleware."""
         middleware = self.app.middleware
         if not middleware:
-            settlement = await self._run(job, ctx)
-            self._deferred.discard(job.id)
-            return settlement
+            return await self._run(job, ctx)
 
         async def innermost(call: MiddlewareContext) -> None:
             assert isinstance(call, ExecuteContext)
             call.settlement = await self._run(call.job, ctx)
-            if self._deferred:
-                call.retry_deferred = job.id in self._deferred
-                self._deferred.discard(job.id)
+            call.retry_deferred = job.id in self._deferred
 
         call = ExecuteContext(job=job, worker_id=self.worker_id)
         try:
@@ -185,6 +188,7 @@ class JobExecutor:
             return self._failed(job, error, policy, tb=formatted(error))
         finally:
             release_frames(error)
+            self._deferred.discard(job.id)  # no middleware is left to report it to
 
     def _encode(self, job: Job, result: Any) -> str | None:
         try:
