@@ -69,7 +69,7 @@ class JobLifecycle(Protocol):
         inserted: the existing job is returned in its place."""
         ...
 
-    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         """Stage due jobs, then claim as `request` says, in claim order: a ClaimedJobs,
         which says when a rate limit that held jobs back has a token again."""
         ...

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..backends.base import Backend, Lease
+from ..backends.base import Backend, ClaimedJobs, Lease
 from ..claiming import QueuePlan
 from ..job import Job
 from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
@@ -267,12 +267,12 @@ class Worker(HeldJobs):
         finally:
             stop.cancel()
 
-    def _idle_wait(self, jobs: list[Job]) -> float:
+    def _idle_wait(self, jobs: ClaimedJobs) -> float:
         """How long to wait for a wake-up after a short claim: the poll interval, or
         less when a rate limit held jobs back and its next token is due sooner (then
         the claim that follows gets it; the worker does not poll in between). Never
         under TOKEN_WAIT_MIN: at high rates a claim takes the tokens of that time."""
-        due: float | None = getattr(jobs, "next_token_at", None)
+        due = jobs.next_token_at
         if due is None:
             return self.config.poll_interval
         return min(self.config.poll_interval, max(TOKEN_WAIT_MIN, due - self.app.clock()))

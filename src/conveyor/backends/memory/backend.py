@@ -19,7 +19,7 @@ from ...errors import ConfigurationError
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import IN_PROCESS_ONLY as ONE_PROCESS
-from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
 from . import inspector, liveness, records
 from .blobs import MemoryBlobStore
@@ -98,9 +98,9 @@ class MemoryBackend:
         return self.store.enqueue_jobs(jobs, self.clock())
 
     # --- worker -----------------------------------------------------------------------
-    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         if request.limit <= 0:
-            return []
+            return ClaimedJobs()
         return self.store.fetch_jobs(request, self.clock())
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:

@@ -23,7 +23,7 @@ from ...errors import ConfigurationError
 from .. import redact_url
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
-from ..base import (ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
                     QueueStats, Settlement)
 from . import liveness, records
 from .store import ENDED, SqliteStore
@@ -149,7 +149,7 @@ class SqliteBackend:
         return result
 
     # --- worker -----------------------------------------------------------------------
-    async def fetch_jobs(self, request: ClaimRequest) -> list[Job]:
+    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         return await self._on_thread(lambda s: s.fetch_jobs(request))
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
