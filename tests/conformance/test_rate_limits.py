@@ -73,8 +73,12 @@ async def test_a_claimer_whose_clock_read_is_older_spends_no_time_twice(
     assert len(await claim_round(backend, claimers=1, limit=50)) == 20
     clock.advance(1.0)
     assert len(await claim_round(backend, claimers=1, limit=50)) == 10
+    spent_at = clock()
     clock.advance(-0.5)  # the late claimer
-    assert await claim_round(backend, claimers=1, limit=50) == []
+    late = await backend.fetch_jobs(request(["default"], 50))
+    assert list(late) == []
+    # Its next token is due a tenth of a second after the bucket's time, not its own.
+    assert late.next_token_at == pytest.approx(spent_at + 0.1, abs=1e-6)
     clock.advance(1.0)  # 0.5 s after the bucket's time: 5 tokens, not 10
     assert len(await claim_round(backend, claimers=1, limit=50)) == 5
 
@@ -102,7 +106,7 @@ async def test_throttled_jobs_stay_available_with_no_attempt_used(
             JobState.AVAILABLE, 0, None, "stripe")
     # The claim says when the next token is due: 1 / rate seconds from now.
     empty = await backend.fetch_jobs(request(["default"], 50))
-    assert empty == [] and empty.next_token_at == pytest.approx(clock() + 0.1)
+    assert empty == [] and empty.next_token_at == pytest.approx(clock() + 0.1, abs=1e-6)
 
 
 async def test_no_hint_when_nothing_is_held_back(backend: Backend, clock: ManualClock) -> None:

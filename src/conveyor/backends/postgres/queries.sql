@@ -458,9 +458,11 @@ WITH req AS ({claim_request}
         WHERE c.rate_key IS NOT NULL AND c.seq = ANY (ARRAY(SELECT seq FROM chosen))
         GROUP BY c.rate_key) AS t ON t.rate_key = b.name
     WHERE rb.name = b.name
-    RETURNING rb.name, rb.tokens, rb.rate
+    RETURNING rb.name, rb.tokens, rb.rate, rb.updated_at
 ), hint AS (
-    SELECT min(%(now)s + (1 - s.tokens) / s.rate) AS next_token_at
+    -- From the bucket's time (ClaimBuckets.next_token_at), which a late claimer's
+    -- `now` may be behind.
+    SELECT min(s.updated_at + (1 - s.tokens) / s.rate) AS next_token_at
     FROM spent AS s
     -- The first entry of the bucket's lane in each queue (a LATERAL, in the index's
     -- order, LIMIT 1: as a plain EXISTS the planner chose a scan of the table).

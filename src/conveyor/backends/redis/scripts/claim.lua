@@ -209,7 +209,7 @@ for _, name in ipairs(bucket_names) do
     for q = first_queue, #ARGV, 3 do
       if redis.call('HGET', PAUSED, ARGV[q]) ~= '1'
           and redis.call('ZCARD', lane_key(ARGV[q], name)) > 0 then
-        local at = now + (1 - b.tokens) / b.rate
+        local at = tonumber(b.as_of) + (1 - b.tokens) / b.rate  -- the bucket's time
         if next_at == nil or at < next_at then next_at = at end
         break
       end
