@@ -11,7 +11,7 @@ meta under `workflow` and read by the worker when it runs (conveyor.workflow_inp
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Union
@@ -165,10 +165,17 @@ class WorkflowHandle:
         return self.jobs[0].app.portal.call(self.cancel_async()) if self.jobs else []
 
     def result(self, timeout: float | None = None) -> Any:
-        """Wait until the last members finished; raise JobFailed if one failed."""
-        results = [handle.result(timeout) for handle in self.exits]
-        return results if self.many else results[0]
+        """Wait until the last members finished; raise JobFailed if one failed. The
+        timeout is for the whole workflow, not for each member."""
+        return self.jobs[0].app.portal.call(self.result_async(timeout))
 
     async def result_async(self, timeout: float | None = None) -> Any:
-        results = await asyncio.gather(*(h.result_async(timeout) for h in self.exits))
-        return list(results) if self.many else results[0]
+        # One member at a time against one deadline: the wait is the slowest member's,
+        # with one waiter (not one per member of a wide group) and none left behind
+        # when a member failed.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results = []
+        for handle in self.exits:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            results.append(await handle.result_async(left))
+        return results if self.many else results[0]
