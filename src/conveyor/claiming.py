@@ -238,6 +238,7 @@ class ClaimBuckets:
         self.tokens = {limit.key: (refill(*stored[limit.key], now, limit)
                                    if limit.key in stored else float(limit.burst))
                        for limit in limits}
+        self.spent: set[str] = set()
 
     def allowed(self, key: str) -> int:
         """How many more jobs of bucket `key` this claim may take."""
@@ -246,6 +247,7 @@ class ClaimBuckets:
     def spend(self, key: str) -> None:
         """One job of bucket `key` claimed."""
         self.tokens[key] = max(0.0, self.tokens[key] - 1)
+        self.spent.add(key)
 
     def choose(self, n: int, lanes: Iterable[tuple[Any, T, str | None]]) -> list[T]:
         """The first `n` of one queue's lanes (claim order, job, bucket or None): the
@@ -269,4 +271,6 @@ class ClaimBuckets:
         return min(due, default=None)
 
     def stored(self) -> dict[str, tuple[float, float]]:
-        return {key: (tokens, self.as_of[key]) for key, tokens in self.tokens.items()}
+        """What to store back: the buckets this claim spent. One it did not spend needs
+        no write: refilling from its older stored state gives the same tokens later."""
+        return {key: (self.tokens[key], self.as_of[key]) for key in self.spent}

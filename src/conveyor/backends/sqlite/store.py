@@ -166,12 +166,10 @@ class SqliteStore(SqliteInspector):
                                                          for q, v in reached.items()])
             if buckets is None:
                 return ClaimedJobs(jobs)
-            stored = buckets.stored()
-            for limit in request.rate_limits:
-                tokens, as_of = stored[limit.key]
-                db.execute(Q["store_rate_bucket"], {"name": limit.key, "tokens": tokens,
-                                                    "now": as_of, "rate": limit.rate,
-                                                    "burst": limit.burst})
+            db.executemany(Q["store_rate_bucket"], [
+                {"name": key, "tokens": tokens, "now": as_of, "rate": buckets.limits[key].rate,
+                 "burst": buckets.limits[key].burst}
+                for key, (tokens, as_of) in buckets.stored().items()])
             queues = json.dumps([q.name for q in request.queues if q.name not in paused])
             held_back = [key for key in buckets.limits if buckets.allowed(key) < 1
                          and db.execute(Q["rate_held_back"],

@@ -151,7 +151,10 @@ local function take_lanes(queue, want)
     redis.call('ZREM', lane[3], lane[2])
     if claim_member(queue, lane[2]) then
       got = got + 1
-      if lane[4] then buckets[lane[4]].tokens = math.max(0, buckets[lane[4]].tokens - 1) end
+      if lane[4] then
+        local spent = buckets[lane[4]]
+        spent.tokens, spent.spent = math.max(0, spent.tokens - 1), true
+      end
     end
   end
   return got
@@ -203,8 +206,12 @@ if n_limits == 0 then return claimed end
 local next_at = nil
 for _, name in ipairs(bucket_names) do
   local b = buckets[name]
-  redis.call('HSET', bucket_key(name), 'tokens', string.format('%.17g', b.tokens),
-    'updated_at', b.as_of, 'rate', b.rate_text, 'burst', b.burst)
+  -- Only a bucket this claim spent: refilling an unspent one from its stored state
+  -- later gives the same tokens (ClaimBuckets.stored).
+  if b.spent then
+    redis.call('HSET', bucket_key(name), 'tokens', string.format('%.17g', b.tokens),
+      'updated_at', b.as_of, 'rate', b.rate_text, 'burst', b.burst)
+  end
   if b.tokens + 1e-6 < 1 then
     for q = first_queue, #ARGV, 3 do
       if redis.call('HGET', PAUSED, ARGV[q]) ~= '1'
