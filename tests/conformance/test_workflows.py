@@ -19,6 +19,7 @@ from conveyor.errors import InvalidJob, JobFailed
 from conveyor.handle import JobHandle
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
+from conveyor.version import __version__
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, claim_one, complete, error, new_job, state_of
 
@@ -300,5 +301,5 @@ async def test_a_shed_parent_cancels_its_dependants(backend: Backend) -> None:
     assert await state_of(backend, "p") is S.CANCELLED
     d = await backend.get_job("d")
     assert d is not None and d.state is S.CANCELLED
-    assert [(e.type, e.message) for e in d.errors] == [(DEPENDENCY_FAILED,
-                                                        "parent job p ended cancelled")]
+    assert [(e.type, e.message, e.version) for e in d.errors] == [
+        (DEPENDENCY_FAILED, "parent job p ended cancelled", __version__)]

@@ -491,7 +491,12 @@ local function shed_oldest(queue, n, now_text, error_json)
       f.finished_at = now_text
       index_job(oldest, queue, 'cancelled', f)
       signal_end(oldest)
-      if f.dependants then release_dependants(oldest, 'cancelled', f, now_text, '') end
+      if f.dependants then
+        -- The dependants' records name the version the shed record names (the producer's).
+        local ok, shed = pcall(cjson.decode, error_json)
+        local version = ok and type(shed) == 'table' and shed.version or ''
+        release_dependants(oldest, 'cancelled', f, now_text, tostring(version))
+      end
       n = n - 1
     else
       redis.call('ZREM', key, oldest)
