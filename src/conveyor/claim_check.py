@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import validation as valid
 from .backends.base import Backend, JobFilter
@@ -228,6 +228,15 @@ class ClaimCheck:
             return job.result
         store = await self.store()
         return _checked(ref, await store.get_blob(ref.key), job.id, "result", store)
+
+    async def result_value(self, job: Job) -> Any:
+        """The job's result as a value (read back first when stored apart); ValueError
+        if its JSON cannot be read (nested too deeply included)."""
+        text = await self.result_text(job)
+        try:
+            return None if text is None else json.loads(text)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
 
     # --- deleting -----------------------------------------------------------------
     async def delete_with_jobs(self, job_ids: Sequence[str]) -> int:

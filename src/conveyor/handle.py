@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,9 +75,8 @@ class JobHandle(Generic[R]):
             if job.state is JobState.COMPLETED:
                 try:
                     # A result stored apart is read back (and checked) from the store.
-                    text = await self.app.claim_check.result_text(job)
-                    return cast(R, None if text is None else json.loads(text))
-                except (ValueError, RecursionError):
+                    return cast(R, await self.app.claim_check.result_value(job))
+                except ValueError:
                     raise CorruptJob(f"job {job.id} completed, but its stored result cannot "
                                      f"be read: {job.corrupt}") from None
             if job.state in (JobState.DEAD, JobState.CANCELLED):

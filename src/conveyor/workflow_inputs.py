@@ -11,11 +11,11 @@ kept in the blob store (conveyor.claim_check) is read once, by the one who needs
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .backends.params import JobFilter
+from .dependencies import parents_of
 from .errors import CorruptPayload
 from .job import Job, JobState
 
@@ -56,7 +56,7 @@ async def parent_inputs(backend: Backend, claim_check: ClaimCheck, job: Job) -> 
     if mode is None:
         return []
     # One read for every parent (a chord's callback may have thousands).
-    found = {p.id: p for p in await backend.list_jobs(JobFilter(ids=tuple(dict.fromkeys(parents))),
+    found = {p.id: p for p in await backend.list_jobs(JobFilter(ids=parents_of(parents)),
                                                       limit=len(parents))}
     values = [await _value_of(claim_check, job, parent, found.get(parent)) for parent in parents]
     return [values[0] if mode == ONE_RESULT and values else values]
@@ -68,9 +68,8 @@ async def _value_of(claim_check: ClaimCheck, job: Job, parent_id: str, parent: J
                              "(pruned or deleted) and its result with it")
     if parent.state is JobState.COMPLETED:
         try:
-            text = await claim_check.result_text(parent)
-            return None if text is None else json.loads(text)
-        except (ValueError, RecursionError):
+            return await claim_check.result_value(parent)
+        except ValueError:
             raise CorruptPayload(f"job {job.id}: the result of its parent {parent_id} "
                                  "cannot be read") from None
     last = parent.errors[-1] if parent.errors else None
