@@ -43,3 +43,38 @@ async def test_enqueue_wakes_a_waiting_worker_before_and_after_listener_loss(
     finally:
         await worker.close()
         await producer.close()
+
+
+async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(pg_url: str, schema: str) -> None:
+    """Cancelled inside release_dependants, not by the settle's own rows: its waiter
+    gets a NOTIFY too, instead of waiting out its poll (migration 9)."""
+    import asyncio
+
+    from conformance.helpers import error
+    from conveyor.backends.base import Settlement
+    from conveyor.claiming import strict_claim
+    from conveyor.job import JobState
+
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        await backend.enqueue_jobs([
+            NewJob(id="a", task="t", queue="q", payload="{}", max_attempts=1),
+            NewJob(id="b", task="t", queue="q", payload="{}", depends_on=("a",))])
+        [a] = await backend.fetch_jobs(strict_claim(["q"], 5, "w", 30.0))
+        waiter = asyncio.create_task(backend.wait_for_finish("b", POLL))
+
+        async def counted_in() -> bool:
+            listener = backend._done_listener
+            return (listener is not None and listener.connected.is_set()
+                    and await backend.get_record("finish_waiters", "b") is not None)
+
+        await eventually(counted_in, what="the waiter listening and counted in")
+        started = time.monotonic()
+        await backend.settle_jobs([Settlement(a.id, a.lease_token, JobState.DEAD, error=error(1))])
+        await asyncio.wait_for(waiter, POLL)
+        assert time.monotonic() - started < 5  # woken, not its 30 s poll
+        b = await backend.get_job("b")
+        assert b is not None and b.state is JobState.CANCELLED
+    finally:
+        await backend.close()

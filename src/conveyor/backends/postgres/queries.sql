@@ -114,7 +114,8 @@ SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM sett
 SELECT {schema}.release_dependants(array_agg(d.child ORDER BY d.child),
                                    array_agg(t.id ORDER BY d.child),
                                    array_agg(t.state ORDER BY d.child),
-                                   %(now)s::float8, %(version)s::text) AS unblocked
+                                   %(now)s::float8, %(version)s::text,
+                                   %(done_channel)s::text) AS unblocked
 FROM settled AS t CROSS JOIN LATERAL unnest(t.dependants) AS d(child)
 WHERE t.state IN ('completed', 'dead', 'cancelled')
 HAVING count(*) > 0
