@@ -14,6 +14,7 @@ which checks it against `conveyor.lifecycle.TRANSITIONS` first.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import threading
@@ -216,7 +217,8 @@ class MemoryStore:
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
         """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
         why = AttemptError.from_dict(json.loads(shed_error(queue, max_waiting, now)))
-        for job_id in sorted(self.waiting_in.get(queue, {}), key=self.seq.__getitem__)[:n]:
+        # The n smallest, not a sort of the whole queue for each job it admits.
+        for job_id in heapq.nsmallest(n, self.waiting_in.get(queue, {}), key=self.seq.__getitem__):
             job = decode(job_id, self.rows[job_id])
             self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
                        errors=(*job.errors, why))
