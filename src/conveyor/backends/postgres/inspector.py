@@ -36,6 +36,8 @@ class PostgresInspector(PostgresConnections):
                 raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
                                   "start again from the first page")
             before_seq = rows[0][0]
+            if before_seq <= -(2**63):  # nothing sorts before it (and - 1 would overflow)
+                return []
         params["before_seq"] = before_seq
         return [job_from_row(r) for r in await self._fetch("list_jobs_newest_first", params)]
 

@@ -654,7 +654,8 @@ LIMIT %(limit)s OFFSET %(offset)s
 SELECT {job_columns}
 FROM {schema}.jobs
 WHERE {job_filter}
-  AND seq < coalesce(%(before_seq)s::bigint, 9223372036854775807)
+  -- <= the largest bigint, not < it: a row may hold it (a seq written by hand).
+  AND seq <= coalesce(%(before_seq)s::bigint - 1, 9223372036854775807)
 ORDER BY seq DESC
 LIMIT %(limit)s OFFSET %(offset)s
 

@@ -318,7 +318,8 @@ LIMIT :limit OFFSET :offset
 SELECT {job_columns}
 FROM conveyor_jobs
 WHERE {job_filter}
-  AND seq < coalesce(:before_seq, 9223372036854775807)
+  -- <= the largest seq, not < it: a row may hold it (the fuzz test wrote it there).
+  AND seq <= coalesce(:before_seq - 1, 9223372036854775807)
 ORDER BY seq DESC
 LIMIT :limit OFFSET :offset
 
