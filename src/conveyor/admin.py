@@ -294,9 +294,11 @@ class Admin:
             await (await self.app.backend()).pause_queue(queue, False)
 
     async def prune(self, completed_before: float, dead_before: float) -> int:
-        """Delete finished jobs past retention, then blobs whose job is gone."""
+        """Delete finished jobs past retention, clear results past their result_ttl,
+        then delete blobs whose job is gone."""
         backend = await self.app.backend()
         pruned = await backend.prune_jobs(completed_before, dead_before)
+        await self.app.claim_check.expire_results(backend, self.app.clock())
         await self.app.claim_check.sweep_orphans(backend, self.app.clock())
         return pruned
 

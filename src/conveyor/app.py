@@ -138,7 +138,7 @@ class Conveyor(FlowDeclarations):
         retry_budget: RetryBudget | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
         concurrency_key: str | None = None, concurrency_limit: int | None = None,
-        max_running: int | None = None,
+        max_running: int | None = None, result_ttl: Duration | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
         rate_limit: str | Limit | None = None, rate_key: str | None = None,

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from . import validation as valid
 from .backends.base import Backend, JobFilter
 from .blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
-from .errors import ConfigurationError, CorruptPayload
+from .errors import ConfigurationError, CorruptPayload, ResultExpired
 from .job import Job, NewJob
 from .timeutil import Clock
 
@@ -44,6 +44,7 @@ DEFAULT_THRESHOLD = 256 * 1024
 DEFAULT_MAX_PAYLOAD = 10 * 1024 * 1024
 DEFAULT_ORPHAN_GRACE = 3600.0
 _SWEEP_BATCH = 500
+EXPIRE_BATCH = 1000  # results cleared per statement or script call
 
 
 class _Limits(Protocol):
@@ -231,7 +232,10 @@ class ClaimCheck:
 
     async def result_value(self, job: Job) -> Any:
         """The job's result as a value (read back first when stored apart); ValueError
-        if its JSON cannot be read (nested too deeply included)."""
+        if its JSON cannot be read (nested too deeply included); ResultExpired from its
+        expiry on (result_ttl, by the app's clock), even before the prune cleared it."""
+        if job.result_expired(self.app.clock()):
+            raise ResultExpired(job.id, job.result_expires_at or 0.0)
         text = await self.result_text(job)
         try:
             return None if text is None else json.loads(text)
@@ -243,6 +247,19 @@ class ClaimCheck:
         if not job_ids:
             return 0
         return await (await self.store()).delete_job_blobs(job_ids)
+
+    async def expire_results(self, backend: Backend, now: float) -> int:
+        """Clear every result whose expiry (result_ttl, conveyor.results) is `now`
+        or earlier, in batches, deleting those stored apart but not the jobs' arguments:
+        the jobs are still listed. Returns how many were cleared."""
+        cleared = 0
+        while True:
+            ids = await backend.expire_results(now, EXPIRE_BATCH)
+            if ids:
+                await (await self.store(backend)).delete_job_blobs(ids, kind="result")
+            cleared += len(ids)
+            if len(ids) < EXPIRE_BATCH:
+                return cleared
 
     async def sweep_orphans(self, backend: Backend, now: float) -> int:
         """Delete blobs older than `orphan_grace` whose job no longer exists."""

@@ -83,6 +83,17 @@ class JobFailed(ConveyorError):
         self.job_id, self.state, self.error = job_id, state, error
 
 
+class ResultExpired(ConveyorError):
+    """The job completed, but its result was kept only for its `result_ttl` and that
+    time has passed (docs/workflows.md#results): the result is gone, the job may
+    still be listed until retention prunes it."""
+
+    def __init__(self, job_id: str, expired_at: float) -> None:
+        super().__init__(f"job {job_id} completed, but its result expired at "
+                         f"{expired_at:.3f} (result_ttl)")
+        self.job_id, self.expired_at = job_id, expired_at
+
+
 class JobTimeout(ConveyorError):
     """The handler ran longer than one of its time limits. Transient: it retries."""
 

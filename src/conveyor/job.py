@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
+from .errors import ResultExpired
+
 
 class JobState(StrEnum):
     BLOCKED = "blocked"  # a workflow member waiting for its parents to end (never claimed)
@@ -131,6 +133,9 @@ class Job:
     # Global rate limits (docs/flow-control.md): the token bucket the job's claim
     # spends from, named when it was enqueued; None: no limit.
     rate_key: str | None = None
+    # Results kept for a while (result_ttl, docs/workflows.md#results): when the result
+    # of a completed job expires; the prune loop then removes it. None: kept with the job.
+    result_expires_at: float | None = None
     corrupt: str | None = None
 
     @property
@@ -143,7 +148,18 @@ class Job:
 
     @property
     def result_value(self) -> Any:
+        """The stored result; ResultExpired once the prune loop removed it (read through
+        `JobHandle.result()` it is refused from its expiry on, by the app's clock)."""
+        if self.result_expired(None):
+            raise ResultExpired(self.id, self.result_expires_at or 0.0)
         return None if self.result is None else json.loads(self.result)
+
+    def result_expired(self, now: float | None) -> bool:
+        """Whether the result is gone: removed by the prune loop, or (given `now`)
+        past its expiry. A result with an expiry is never None until then: the worker
+        gives one only to a result it stored."""
+        return self.result_expires_at is not None and (
+            self.result is None or (now is not None and now >= self.result_expires_at))
 
     @property
     def checkpoint_value(self) -> Any:

@@ -17,6 +17,7 @@ from .job import Job
 from .once import (DEFAULT_CLAIM_LEASE, ONCE_NAMESPACE, AlreadyDone, Claimed, OnceStore,
                    checked_ttl, once_key)
 from .outcomes import Retry
+from .results import result_ttl_of
 from .retry import RetryPolicy
 from .timeutil import Duration, to_seconds
 
@@ -239,7 +240,9 @@ class JobContext:
         is not). Backends that cannot do this raise ConfigurationError.
         """
         try:
-            async with self._transactional().complete_in_transaction(self.lease, json.dumps(result, allow_nan=False)) as conn:
+            async with self._transactional().complete_in_transaction(
+                    self.lease, json.dumps(result, allow_nan=False),
+                    result_ttl_of(self.job)) as conn:
                 self._open_transaction = conn
                 try:
                     yield conn
@@ -262,7 +265,9 @@ class JobContext:
         ...     conn.execute("INSERT INTO receipts (order_id) VALUES (%s)", (7,))
         """
         try:
-            with self._transactional().complete_in_transaction_sync(self.lease, json.dumps(result, allow_nan=False)) as conn:
+            with self._transactional().complete_in_transaction_sync(
+                    self.lease, json.dumps(result, allow_nan=False),
+                    result_ttl_of(self.job)) as conn:
                 self._open_transaction_sync = conn
                 try:
                     yield conn

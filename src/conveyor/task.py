@@ -12,14 +12,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
-from .claim_check import byte_count
 from .concurrency import ConcurrencyRule, job_concurrency
 from .errors import ArgumentValidationError, ConfigurationError, InvalidJob, SerializationError
-from .hygiene import REDACT_META_KEY, PayloadHygiene, check_mode, redact_meta
+from .hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
 from .fairness import FAIRNESS_META_KEY
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
+from .results import RESULT_TTL_META_KEY, result_ttl_seconds
 from .retry import RetryPolicy
+from .task_payload import payload_defaults as payload_defaults  # checked in its own module
 from .signature import Signature
 from .timeutil import Clock, Duration, to_seconds
 from .workflow_inputs import WORKFLOW_META_KEY
@@ -94,6 +95,7 @@ class JobOptions:
     allow_failure: bool | None = None  # run even if a parent ended dead or cancelled
     concurrency_key: str | None = None  # this job's key, in place of the task's
     concurrency_limit: int | None = None
+    result_ttl: float | None = None  # seconds its result is kept (conveyor.results)
 
 
 _NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
@@ -118,6 +120,7 @@ def make_options(
     allow_failure: bool | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    result_ttl: Duration | None = None,
 ) -> JobOptions:
     """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
@@ -143,6 +146,7 @@ def make_options(
         else valid.name("concurrency_key", concurrency_key),
         concurrency_limit=None if concurrency_limit is None
         else valid.concurrency_limit(concurrency_limit),
+        result_ttl=None if result_ttl is None else result_ttl_seconds(result_ttl),
     )
 
 
@@ -185,31 +189,6 @@ def time_limits(task_name: str, timeout: Duration | None, soft_time_limit: Durat
     return soft_s, hard_s
 
 
-def payload_defaults(task_name: str, *, claim_check_threshold: int | None = None,
-                     max_payload: int | None = None, redact: Sequence[str] = (),
-                     payload_hygiene: str | None = None) -> dict[str, Any]:
-    """The payload fields of a task's `TaskDefaults`, checked (docs/payloads.md)."""
-    try:
-        return {
-            "claim_check_threshold": None if claim_check_threshold is None
-            else byte_count("claim_check_threshold", claim_check_threshold),
-            "max_payload": None if max_payload is None else byte_count("max_payload",
-                                                                       max_payload),
-            "payload_hygiene": None if payload_hygiene is None
-            else check_mode(payload_hygiene, "this task"),
-            "redact": frozenset(_argument_names(redact)),
-        }
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"task {task_name}: {exc}") from None
-
-
-def _argument_names(redact: object) -> Sequence[str]:
-    if (isinstance(redact, str) or not isinstance(redact, (tuple, list, set, frozenset))
-            or not all(isinstance(k, str) and k for k in redact)):
-        raise ConfigurationError(f"redact= takes a tuple of argument names, not {redact!r}")
-    return list(redact)
-
-
 @dataclass(frozen=True, slots=True)
 class TaskDefaults:
     queue: str = "default"
@@ -227,6 +206,7 @@ class TaskDefaults:
     redact: frozenset[str] = frozenset()  # argument keys masked wherever jobs are shown
     rate_key: str | None = None  # the rate limit bucket its jobs spend from (conveyor.rate_limits)
     payload_hygiene: str | None = None  # "warn", "reject", "off"; None: the app's
+    result_ttl: float | None = None  # seconds results are kept; None: with the job
 
 
 class TaskApp(Protocol):
@@ -290,7 +270,7 @@ class Task(Generic[P, R]):
         """Enqueue with options: queue, priority, delay, run_at, job_id, unique_key,
         unique_for, max_attempts, timeout, meta, connection, fairness_key,
         fairness_weight, concurrency_key, concurrency_limit (a fixed key for this job, in
-        place of the task's).
+        place of the task's), result_ttl.
 
         >>> send_welcome.options(delay=timedelta(seconds=30), job_id="welcome:42").enqueue(42)
         """
@@ -363,6 +343,8 @@ class BoundTask(Generic[P, R]):
             meta[FAIRNESS_META_KEY] = fairness_key  # shown with the job
         if opts.depends_on:  # by hand: parents that give no input (conveyor.workflows)
             meta[WORKFLOW_META_KEY] = {"parents": list(opts.depends_on), "input": None}
+        if (ttl := d.result_ttl if opts.result_ttl is None else opts.result_ttl) is not None:
+            meta[RESULT_TTL_META_KEY] = ttl  # to the worker, which stores the expiry
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay

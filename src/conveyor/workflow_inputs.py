@@ -3,7 +3,8 @@
 A member's meta names its parents, those whose results are its input, and how it
 takes them (conveyor.workflows): one parent's result, or the list of their results
 in order. A job given `depends_on` by hand has parents and no input. A parent that ended dead or
-cancelled (the member runs anyway only with `allow_failure`) gives a `Failure`.
+cancelled (the member runs anyway only with `allow_failure`) gives a `Failure`. A
+parent pruned, or whose result expired (result_ttl), makes the member a CorruptPayload.
 Results are read here, at run time, rather than copied into the member when its
 parents end: the settle statement stays a write of a few columns, and a big result
 kept in the blob store (conveyor.claim_check) is read once, by the one who needs it.
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backends.params import JobFilter
 from .dependencies import parents_of
-from .errors import CorruptPayload
+from .errors import CorruptPayload, ResultExpired
 from .job import Job, JobState
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ async def _value_of(claim_check: ClaimCheck, job: Job, parent_id: str, parent: J
         except ValueError:
             raise CorruptPayload(f"job {job.id}: the result of its parent {parent_id} "
                                  "cannot be read") from None
+        except ResultExpired as gone:  # kept for less than the workflow took: dead at once
+            raise CorruptPayload(f"job {job.id}: the result of its parent {parent_id} "
+                                 f"expired at {gone.expired_at:.3f} (result_ttl) before "
+                                 "it ran") from None
     last = parent.errors[-1] if parent.errors else None
     return Failure(parent.id, parent.state.value, last.type if last else "",
                    last.message if last else "")

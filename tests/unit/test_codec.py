@@ -22,6 +22,7 @@ ROW: dict[str, Any] = {
     "result": None, "errors": json.dumps([ERROR]), "checkpoint": '{"page": 2}',
     "progress": None, "cancel_requested": False, "timeout": None, "meta": '{"a": 1}',
     "aging": 60.0, "concurrency_key": "user:42", "concurrency_limit": 2, "rate_key": "stripe",
+    "result_expires_at": 3600.5,
 }
 # The same job as Redis stores it: text, absent fields left out.
 HASH = {name: str(value) for name, value in ROW.items()

@@ -97,6 +97,13 @@ class JobLifecycle(Protocol):
         """Delete finished jobs past retention, never inside a live `unique_for` window."""
         ...
 
+    async def expire_results(self, now: float, limit: int) -> list[str]:
+        """Clear (set to none) at most `limit` results whose `result_expires_at` is
+        `now` or earlier (result_ttl, conveyor.results), found by an index on the expiry,
+        never by walking the completed jobs; return those jobs' ids. The jobs stay, with
+        their expiry, so a read says the result expired."""
+        ...
+
     async def get_job(self, job_id: str) -> Job | None: ...
 
 
@@ -223,11 +230,11 @@ class CompleteInTransaction(Protocol):
     while the lease is current, so a database side effect happens once (PostgreSQL)."""
 
     def complete_in_transaction(
-        self, lease: Lease, result: str | None = None
+        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
     ) -> AbstractAsyncContextManager[Any]: ...
 
     def complete_in_transaction_sync(
-        self, lease: Lease, result: str | None = None
+        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
     ) -> AbstractContextManager[Any]: ...
 
 

@@ -36,7 +36,7 @@ COLUMNS: tuple[str, ...] = (
     "run_at", "created_at", "started_at", "finished_at", "lease_token", "lease_expires_at",
     "worker_id", "unique_key", "unique_for", "result", "errors", "checkpoint", "progress",
     "cancel_requested", "timeout", "meta", "aging", "concurrency_key", "concurrency_limit",
-    "rate_key")
+    "rate_key", "result_expires_at")
 _STATES = {state.value: state for state in JobState}
 # Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
 # can be written back.
@@ -246,7 +246,7 @@ RULES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "timeout": (_optional_number, None), "meta": (_meta, None),
     "aging": (_optional_positive, None),
     "concurrency_key": (_optional_text, None), "concurrency_limit": (_optional_limit, None),
-    "rate_key": (_optional_text, None)}
+    "rate_key": (_optional_text, None), "result_expires_at": (_optional_number, None)}
 assert tuple(RULES) == COLUMNS
 
 
@@ -305,7 +305,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     (id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
      result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
-     concurrency_key, concurrency_limit, rate_key) = row
+     concurrency_key, concurrency_limit, rate_key, result_expires_at) = row
     try:
         if not (type(id_) is str and _is_clean(id_) and type(queue) is str and _is_clean(queue)
                 and type(task) is str and _is_clean(task)
@@ -317,7 +317,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
                 and type(run_at) is float and type(created_at) is float
                 and _float_or_none(started_at) and _float_or_none(finished_at)
                 and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
-                and _float_or_none(timeout)
+                and _float_or_none(timeout) and _float_or_none(result_expires_at)
                 and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
                 and _clean_or_none(concurrency_key) and _clean_or_none(rate_key)
                 and (concurrency_limit is None
@@ -337,7 +337,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
             progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
             meta={} if meta == "{}" else _meta(meta), aging=aging, rate_key=rate_key,
             concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
-        )
+            result_expires_at=result_expires_at)
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(dict(zip(COLUMNS, row, strict=True)))
     return job
@@ -360,8 +360,8 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
                 and (cancel is None or cancel == "1" or cancel == "0") and _clean_or_none(rate_key)):
             raise ValueError
         started_at, finished_at = get("started_at"), get("finished_at")
-        lease_expires_at, unique_for, timeout = (get("lease_expires_at"), get("unique_for"),
-                                                 get("timeout"))
+        lease_expires_at, unique_for, timeout, expires = (
+            get("lease_expires_at"), get("unique_for"), get("timeout"), get("result_expires_at"))
         errors, meta, aging = get("errors"), get("meta"), get("aging")
         aging = None if aging is None else float(aging)
         if aging is not None and not 0 < aging < float("inf"):
@@ -394,7 +394,7 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
             meta={} if meta is None or meta == "{}" else _meta(meta), aging=aging,
             concurrency_key=concurrency_key, rate_key=rate_key,
             concurrency_limit=None if concurrency_limit is None else int(concurrency_limit),
-        )
+            result_expires_at=None if expires is None else float(expires))
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(fields if job_id is None else {**fields, "id": job_id})
     return job

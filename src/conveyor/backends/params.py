@@ -113,6 +113,9 @@ class Settlement:
     error: AttemptError | None = None
     run_at: float | None = None
     refund_attempt: bool = False
+    # Completed with a result kept `result_ttl` seconds (conveyor.results): the backend
+    # stores its expiry, finished_at + result_ttl, which the prune loop acts on.
+    result_ttl: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,11 @@ def digest_of_key(key: str) -> str:
     return key.partition(".")[0]
 
 
+def is_of(key: str, kind: str | None) -> bool:
+    """Whether the blob under `key` holds a job's `kind` (None: any kind)."""
+    return kind is None or key.split(".")[1:2] == [kind]
+
+
 @runtime_checkable
 class BlobStore(Protocol):
     """Bytes by key. Every verb is safe to repeat: a put of a key already there
@@ -63,8 +68,9 @@ class BlobStore(Protocol):
         """The blob's bytes, or None when no blob has that key."""
         ...
 
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
-        """Delete every blob of these jobs; return how many were deleted."""
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
+        """Delete every blob of these jobs (only those of `kind`, "args" or "result",
+        when given); return how many were deleted."""
         ...
 
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:

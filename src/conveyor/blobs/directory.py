@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..timeutil import Clock
-from . import StoredBlob, job_digest
+from . import StoredBlob, is_of, job_digest
 
 _TEMP_PREFIX = ".tmp-"
 
@@ -60,13 +60,13 @@ class DirectoryBlobStore:
         except FileNotFoundError:
             return None
 
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
-        return await asyncio.to_thread(self._delete, {job_digest(i) for i in job_ids})
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
+        return await asyncio.to_thread(self._delete, {job_digest(i) for i in job_ids}, kind)
 
-    def _delete(self, digests: set[str]) -> int:
+    def _delete(self, digests: set[str], kind: str | None) -> int:
         deleted = 0
         for path in self._files():
-            if path.name.partition(".")[0] in digests:
+            if path.name.partition(".")[0] in digests and is_of(path.name, kind):
                 path.unlink(missing_ok=True)
                 deleted += 1
         return deleted

@@ -87,10 +87,10 @@ class S3BlobStore:
             if not token:
                 return keys
 
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         keys: list[str] = []
         for digest in {job_digest(i) for i in job_ids}:
-            keys += await self._keys(self.prefix + digest + ".")
+            keys += await self._keys(self.prefix + digest + "." + (kind + "." if kind else ""))
         for start in range(0, len(keys), _DELETE_BATCH):
             chunk = keys[start:start + _DELETE_BATCH]
             await self._call("delete_objects", Bucket=self.bucket,

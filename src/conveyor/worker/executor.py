@@ -17,6 +17,7 @@ from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExcee
 from ..job import AttemptError, Job, JobState
 from ..job_context import _CURRENT, JobContext
 from ..middleware import ExecuteContext, MiddlewareContext, run_chain
+from ..results import result_ttl_of
 from ..outcomes import Cancel, Retry, Snooze
 from ..retry import RetryPolicy
 from ..retry_budget import RetryBudget
@@ -151,7 +152,9 @@ class JobExecutor:
             result = self._encode(job, outcome.value)
             if result is not None:
                 result = await self.app.claim_check.stored_result(job, result)
-            return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result)
+            # A TTL only for a result stored: a dropped one has no expiry to keep.
+            return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result,
+                              result_ttl=None if result is None else result_ttl_of(job))
         error = outcome.error
         try:
             return self._raised(job, ctx, error, policy)

@@ -354,6 +354,9 @@ class Worker(HeldJobs):
                                                 now - self.config.dead_retention)
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)
+        expired = await self.app.claim_check.expire_results(self._backend, now)
+        if expired:
+            log.info("cleared %d results past their result_ttl", expired)
         swept = await self.app.claim_check.sweep_orphans(self._backend, now)
         if swept:
             log.info("deleted %d blobs whose job is gone", swept)

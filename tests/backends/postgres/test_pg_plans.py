@@ -49,8 +49,10 @@ async def test_hot_statements_never_scan_the_jobs_table(
             "settle_jobs": {"now": 1e9, "ids": running, "tokens": [0] * 50,
                             "states": ["completed"] * 50, "results": [None] * 50,
                             "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "version": "test", "done_channel": "d"},
+                            "refunds": [False] * 50, "result_ttls": [None] * 50, "version": "test",
+                            "done_channel": "d"},
             "prune_jobs": {"completed_before": 0.5, "dead_before": 0.5, "now": 1e9, "limit": 1000},
+            "expire_results": {"now": 1e9, "limit": 1000},
         }
         for name, params in statements.items():
             with admin_conn.transaction(force_rollback=True):
@@ -66,6 +68,8 @@ async def test_hot_statements_never_scan_the_jobs_table(
                 # a sort of the queue (migration 4); only those few candidates are ranked.
                 assert "jobs_claim" in indexes(plan[0]["Plan"]), nodes
                 assert not sorted_scans(plan[0]["Plan"]), nodes
+            if name == "expire_results":  # by the expiry index, not the completed jobs
+                assert "jobs_result_expiry" in indexes(plan[0]["Plan"]), nodes
     finally:
         await backend.close()
 
@@ -119,7 +123,8 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
             "settle_jobs": {"now": 1e9, "ids": ids, "tokens": [0] * 50,
                             "states": ["completed"] * 50, "results": [None] * 50,
                             "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "version": "test", "done_channel": "d"},
+                            "refunds": [False] * 50, "result_ttls": [None] * 50, "version": "test",
+                            "done_channel": "d"},
         }
         for name, params in statements.items():
             plan = plan_of(admin_conn, backend.q[name], params)

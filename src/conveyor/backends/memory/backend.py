@@ -128,6 +128,9 @@ class MemoryBackend:
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         return self.store.prune_jobs(completed_before, dead_before, self.clock())
 
+    async def expire_results(self, now: float, limit: int) -> list[str]:
+        return self.store.expire_results(now, limit)
+
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
     async def hold_liveness(self, worker_id: str) -> liveness.InProcessHolder:
         holder = liveness.InProcessHolder(self.store, worker_id)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...blobs import StoredBlob
+from ...blobs import StoredBlob, is_of
 from ...timeutil import Clock
 
 
@@ -33,10 +33,11 @@ class MemoryBlobStore:
             row = self.table.rows.get(key)
         return None if row is None else row[2]
 
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         gone = set(job_ids)
         with self.table.lock:
-            keys = [k for k, (job_id, _, _) in self.table.rows.items() if job_id in gone]
+            keys = [k for k, (job_id, _, _) in self.table.rows.items()
+                    if job_id in gone and is_of(k, kind)]
             for key in keys:
                 del self.table.rows[key]
         return len(keys)

@@ -34,6 +34,7 @@ from ..codec import COLUMNS, job_from_row
 from .blobs import BlobTable
 from .rate_lanes import first_in_lanes, next_token_at
 from .dependants import MemoryDependants, link, states_of
+from .expiries import ResultExpiries
 from .slots import KeySlots
 from .stored_rows import as_number, is_live, past_retention
 from .wakeup import Wakeups
@@ -73,6 +74,7 @@ class MemoryStore:
         self.fair_queue: dict[str, int] = {}
         self.waiting: dict[str, float] = {}  # scheduled/retryable id -> run_at
         self.running: dict[str, None] = {}
+        self.result_expiries = ResultExpiries()  # result_ttl (conveyor.results)
         # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
         self.waiting_in: dict[str, dict[str, None]] = {}
         self._by_unique: dict[str, dict[str, None]] = {}  # unique key -> ids holding it
@@ -289,8 +291,13 @@ class MemoryStore:
                     continue
                 run_at = job.run_at if s.run_at is None else float(s.run_at)
                 if s.state is S.COMPLETED:
+                    expires = None if s.result is None or s.result_ttl is None \
+                        else now + s.result_ttl
                     self._move(s.job_id, S.RUNNING, S.COMPLETED, Transition.COMPLETE,
-                               result=s.result, finished_at=now, lease_expires_at=None)
+                               result=s.result, finished_at=now, lease_expires_at=None,
+                               result_expires_at=expires)
+                    if expires is not None:
+                        self.result_expiries.add(s.job_id, expires)
                     unblocked += self._release_dependants(s.job_id, now)
                 elif s.refund_attempt:
                     self._move(s.job_id, S.RUNNING, s.state, None, run_at=run_at,
@@ -358,6 +365,11 @@ class MemoryStore:
             for job_id in gone:
                 self.delete(job_id)
         return len(gone)
+
+    def expire_results(self, now: float, limit: int) -> list[str]:
+        with self.lock:
+            return self.result_expiries.expire(self.rows, now, limit,
+                                               lambda job_id: self.rows[job_id].update(result=None))
 
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.lock:

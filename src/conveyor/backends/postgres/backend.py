@@ -187,6 +187,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             "errors": [None if s.error is None else jsonb(s.error.to_dict()) for s in settlements],
             "run_ats": [None if s.run_at is None else float(s.run_at) for s in settlements],
             "refunds": [s.refund_attempt for s in settlements],
+            "result_ttls": [s.result_ttl for s in settlements],
             "version": __version__,
             "done_channel": self.config.done_channel,
         }
@@ -261,7 +262,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
     # --- complete in transaction ------------------------------------------------------
     @asynccontextmanager
     async def complete_in_transaction(
-        self, lease: Lease, result: str | None = None
+        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
     ) -> AsyncIterator[AsyncConn]:
         """A transaction that also completes the job, fenced by its lease token.
 
@@ -276,7 +277,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
             yield conn
             params = {"id": lease.job_id, "token": lease.token, "result": result,
-                      "now": self.clock(), "version": __version__,
+                      "result_ttl": result_ttl, "now": self.clock(), "version": __version__,
                       "done_channel": self.config.done_channel}
             if await (await conn.execute(self.q["complete_job"], params)).fetchone() is None:
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
@@ -284,7 +285,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
     @contextmanager
     def complete_in_transaction_sync(
-        self, lease: Lease, result: str | None = None
+        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
     ) -> Iterator[psycopg.Connection[Any]]:
         """Sync form of `complete_in_transaction`, for handlers run in threads."""
         pool = self._get_sync_pool()
@@ -295,7 +296,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
                 yield conn
                 params = {"id": lease.job_id, "token": lease.token, "result": result,
-                          "now": self.clock(), "version": __version__,
+                          "result_ttl": result_ttl, "now": self.clock(), "version": __version__,
                           "done_channel": self.config.done_channel}
                 if conn.execute(self.q["complete_job"], params).fetchone() is None:
                     raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
@@ -327,6 +328,13 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             total += n
             if n < 1000:
                 return total
+
+    async def expire_results(self, now: float, limit: int) -> list[str]:
+        async def op(conn: AsyncConn) -> list[str]:
+            cur = await conn.execute(self.q["expire_results"], {"now": now, "limit": limit})
+            return [str(row[0]) for row in await cur.fetchall()]
+
+        return await self._run(op)
 
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
     liveness_signal = liveness.SIGNAL

@@ -41,9 +41,10 @@ class PostgresBlobStore:
         rows = await self._rows("get_blob", {"key": key})
         return None if not rows else bytes(rows[0][0])
 
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         async def op(conn: AsyncConn) -> int:
-            cur = await conn.execute(self.q["delete_job_blobs"], {"job_ids": list(job_ids)})
+            cur = await conn.execute(self.q["delete_job_blobs"],
+                                     {"job_ids": list(job_ids), "kind": kind})
             return cur.rowcount
 
         deleted: int = await self._run(op)

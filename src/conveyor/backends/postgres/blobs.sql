@@ -10,7 +10,11 @@ ON CONFLICT (key) DO NOTHING
 SELECT data FROM {schema}.blobs WHERE key = %(key)s
 
 -- name: delete_job_blobs
-DELETE FROM {schema}.blobs WHERE job_id = ANY(%(job_ids)s)
+-- A key is <job digest>.<kind>.<content digest> (conveyor.blobs.blob_key); a kind
+-- given deletes only those of it (expired results, keeping the arguments).
+DELETE FROM {schema}.blobs
+WHERE job_id = ANY(%(job_ids)s)
+  AND (%(kind)s::text IS NULL OR split_part(key, '.', 2) = %(kind)s::text)
 
 -- name: list_blobs
 SELECT key, job_id, created_at FROM {schema}.blobs

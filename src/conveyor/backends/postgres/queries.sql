@@ -39,7 +39,7 @@ INSERT INTO {schema}.migrations (version, name, applied_at) VALUES (%(version)s,
 seq, id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
 result, errors::text, checkpoint, progress, cancel_requested, timeout, meta::text, aging,
-concurrency_key, concurrency_limit, rate_key
+concurrency_key, concurrency_limit, rate_key, result_expires_at
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
@@ -244,14 +244,14 @@ SELECT dup.pos, false AS fresh, j.seq, j.id, j.queue, j.task, j.payload, j.state
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token,
        j.lease_expires_at, j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text,
        j.checkpoint, j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging,
-       j.concurrency_key, j.concurrency_limit, j.rate_key
+       j.concurrency_key, j.concurrency_limit, j.rate_key, j.result_expires_at
 FROM dup JOIN {schema}.jobs AS j ON j.seq = dup.seq
 UNION ALL
 SELECT n.pos, true AS fresh, i.seq, i.id, i.queue, i.task, i.payload, i.state, i.priority, i.attempt,
        i.max_attempts, i.run_at, i.created_at, i.started_at, i.finished_at, i.lease_token,
        i.lease_expires_at, i.worker_id, i.unique_key, i.unique_for, i.result, i.errors::text,
        i.checkpoint, i.progress, i.cancel_requested, i.timeout, i.meta::text, i.aging,
-       i.concurrency_key, i.concurrency_limit, i.rate_key
+       i.concurrency_key, i.concurrency_limit, i.rate_key, i.result_expires_at
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: lock_bounded_queues
@@ -389,7 +389,7 @@ RETURNING j.seq, j.id, j.queue, j.task, j.payload, j.state, j.priority, j.attemp
           j.run_at, j.created_at, j.started_at, j.finished_at, j.lease_token, j.lease_expires_at,
           j.worker_id, j.unique_key, j.unique_for, j.result, j.errors::text, j.checkpoint,
           j.progress, j.cancel_requested, j.timeout, j.meta::text, j.aging, j.concurrency_key,
-          j.concurrency_limit, j.rate_key
+          j.concurrency_limit, j.rate_key, j.result_expires_at
 -- name: ensure_rate_buckets
 -- A bucket starts full. Run once per bucket and process, before its first claim.
 INSERT INTO {schema}.rate_buckets (name, tokens, updated_at, rate, burst)
@@ -488,7 +488,8 @@ SELECT claimed.*, hint.next_token_at FROM hint LEFT JOIN claimed ON true
 WITH s AS (
     SELECT * FROM unnest(%(ids)b::text[], %(tokens)b::bigint[], %(states)b::text[],
                          %(results)b::text[], %(errors)b::jsonb[], %(run_ats)b::float8[],
-                         %(refunds)b::bool[]) AS s(id, token, state, result, error, run_at, refund)
+                         %(refunds)b::bool[], %(result_ttls)b::float8[])
+         AS s(id, token, state, result, error, run_at, refund, result_ttl)
 ), locked AS (
     -- By id (the unique index): cost follows the batch, not the number of running jobs.
     SELECT seq FROM {schema}.jobs
@@ -501,6 +502,9 @@ SET state = s.state,
     run_at = coalesce(s.run_at, j.run_at),
     lease_expires_at = NULL,
     result = CASE WHEN s.state = 'completed' THEN s.result ELSE j.result END,
+    -- A result kept result_ttl seconds (conveyor.results): its expiry, for expire_results.
+    result_expires_at = CASE WHEN s.state = 'completed' AND s.result IS NOT NULL
+                             THEN %(now)s + s.result_ttl ELSE j.result_expires_at END,
     finished_at = CASE WHEN s.state IN ('completed', 'dead', 'cancelled') THEN %(now)s
                        WHEN s.refund THEN j.finished_at END,
     attempt = CASE WHEN s.refund THEN greatest(j.attempt - 1, 0) ELSE j.attempt END,
@@ -550,7 +554,9 @@ SELECT 1 FROM {schema}.jobs WHERE id = %(id)s AND lease_token = %(token)s AND st
 -- dependants as settle_jobs does.
 WITH settled AS (
     UPDATE {schema}.jobs
-    SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL
+    SET state = 'completed', result = %(result)s, finished_at = %(now)s, lease_expires_at = NULL,
+        result_expires_at = CASE WHEN %(result)s::text IS NOT NULL
+                                 THEN %(now)s + %(result_ttl)s::float8 END
     WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
     RETURNING id, state, dependants
 ), {after_ending}
@@ -575,6 +581,19 @@ WHERE seq = ANY (ARRAY(
            OR (state = 'dead' AND finished_at < %(dead_before)s))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED))
+
+-- name: expire_results
+-- Results past their expiry, by the jobs_result_expiry index (migration 10), which
+-- clearing a result takes the row out of; the job and its expiry stay.
+UPDATE {schema}.jobs SET result = NULL
+WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {schema}.jobs
+    WHERE result_expires_at IS NOT NULL AND result IS NOT NULL
+      AND result_expires_at <= %(now)s::float8
+    ORDER BY result_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING id
 
 -- name: get_job
 SELECT {job_columns}

@@ -36,6 +36,7 @@ from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
 from .queries import JobQueries
+from .expiring import ResultExpiry
 from .following import Following
 from .records import RedisRecords
 from .script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
@@ -52,7 +53,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords, Following):
+class RedisBackend(RedisRecords, Following, ResultExpiry):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:

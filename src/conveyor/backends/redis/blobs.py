@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...blobs import StoredBlob, digest_of_key, job_digest
+from ...blobs import StoredBlob, digest_of_key, is_of, job_digest
 from ...timeutil import Clock
 from .errors import translated
 from .keys import Keys
@@ -53,11 +53,13 @@ class RedisBlobStore:
         return None if data is None else str(data).encode("utf-8")
 
     @translated
-    async def delete_job_blobs(self, job_ids: Sequence[str]) -> int:
+    async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         digests = list({job_digest(i) for i in job_ids})
         if not digests:
             return 0
         client = self._client()
+        if kind is not None:  # some of a job's blobs: its hash stays, with the rest
+            return await self._delete_fields(client, digests, kind)
         deleted = 0
         for digest in digests:
             fields = await client.hkeys(self.keys.blob(digest))
@@ -66,6 +68,16 @@ class RedisBlobStore:
             tx.unlink(*(self.keys.blob(d) for d in digests))
             tx.zrem(self.keys.blobs, *digests)
             await tx.execute()
+        return deleted
+
+    async def _delete_fields(self, client: Any, digests: Sequence[str], kind: str) -> int:
+        deleted = 0
+        for digest in digests:
+            hash_key = self.keys.blob(digest)
+            fields = [f for f in await client.hkeys(hash_key)
+                      if str(f).startswith(_FIELD) and is_of(str(f)[len(_FIELD):], kind)]
+            if fields:
+                deleted += await client.hdel(hash_key, *fields)
         return deleted
 
     @translated

@@ -30,6 +30,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:waiting`      | zset   | every scheduled, available, retryable id by seq (a bounded queue's depth and oldest jobs; layout 2) |
 | `{p}:q:<queue>:wake`         | list   | at most one token: BLPOP wakes an idle worker     |
 | `{p}:watching`               | zset   | job id -> how many wait for its end (job.result()) |
+| `{p}:result_expiries`        | zset   | completed job id by `result_expires_at` (result_ttl; expire_results.lua) |
 | `{p}:done:<id>`              | list   | a token pushed when a watched job ends (BLPOP; expires after a minute) |
 | `{p}:q:<queue>:parked`       | zset   | available ids of a concurrency key that has no slot for them, by seq: listed and counted as available, never claimed |
 | `{p}:ck:<key>:held`          | set    | ids holding a slot of a concurrency key: running, or available in their queue's available index |
@@ -69,6 +70,7 @@ class Keys:
         self.schema = self.base + "schema"
         self.jobs = self.base + "jobs"
         self.blobs = self.base + "blobs"  # sorted set: job digest by first blob's time
+        self.result_expiries = self.base + "result_expiries"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"

@@ -137,7 +137,9 @@ def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
     release: list[str | int] = []
     for s in settlements:
         if s.state is JobState.COMPLETED:
-            complete += [s.job_id, s.token, optional_arg(s.result)]
+            expires = "" if s.result is None or s.result_ttl is None \
+                else float_arg(now + s.result_ttl)
+            complete += [s.job_id, s.token, optional_arg(s.result), expires]
             continue
         run_at = optional_arg(None if s.run_at is None else float_arg(s.run_at))
         if s.refund_attempt:

@@ -187,6 +187,9 @@ class SqliteBackend:
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
 
+    async def expire_results(self, now: float, limit: int) -> list[str]:
+        return await self._on_thread(lambda s: s.expire_results(now, limit))
+
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
     liveness_signal = liveness.SIGNAL
 

@@ -6,7 +6,7 @@
 id, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
 started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
 result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging, concurrency_key,
-concurrency_limit, rate_key
+concurrency_limit, rate_key, result_expires_at
 
 -- fragment: claim_order
 -- Claim order: priority (higher first), then the fairness vtime (0 without a key),
@@ -186,8 +186,10 @@ ON CONFLICT (queue, key) DO UPDATE SET last_vtime = excluded.last_vtime
 -- it the same way, see find_leases) can end that attempt.
 
 -- name: complete_job
+-- A result kept result_ttl seconds (conveyor.results) stores its expiry; NULL ttl: none.
 UPDATE conveyor_jobs
-SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL
+SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL,
+    result_expires_at = CASE WHEN :result IS NOT NULL THEN :now + :result_ttl END
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 RETURNING dependants IS NOT NULL
 
@@ -252,6 +254,16 @@ WHERE seq IN (SELECT seq FROM conveyor_jobs
                       AND (unique_for IS NULL OR finished_at + unique_for < :now))
                      OR (state = 'dead' AND finished_at < :dead_before))
               LIMIT :limit)
+
+-- name: expire_results
+-- Results past their expiry, by the conveyor_jobs_result_expiry index (migration 9),
+-- which clearing a result takes the row out of; the job and its expiry stay.
+UPDATE conveyor_jobs SET result = NULL
+WHERE seq IN (SELECT seq FROM conveyor_jobs
+              WHERE result_expires_at IS NOT NULL AND result IS NOT NULL
+                AND result_expires_at <= :now
+              ORDER BY result_expires_at LIMIT :limit)
+RETURNING id
 
 -- name: cancel_waiting_job
 UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now

@@ -184,7 +184,8 @@ class SqliteStore(SqliteInspector):
             for s in settlements:
                 params: dict[str, Any] = {"id": s.job_id, "token": s.token, "now": now}
                 if s.state is JobState.COMPLETED:
-                    cursor = db.execute(Q["complete_job"], {**params, "result": s.result})
+                    cursor = db.execute(Q["complete_job"], {**params, "result": s.result,
+                                                            "result_ttl": s.result_ttl})
                 elif s.refund_attempt:
                     cursor = db.execute(
                         Q["return_job"], {**params, "state": s.state.value, "run_at": s.run_at}
@@ -254,6 +255,11 @@ class SqliteStore(SqliteInspector):
             total += n
             if n < 1000:
                 return total
+
+    def expire_results(self, now: float, limit: int) -> list[str]:
+        with self.write() as db:
+            return [str(row[0]) for row in db.execute(Q["expire_results"],
+                                                      {"now": now, "limit": limit})]
 
     def get_job(self, job_id: str) -> Job | None:
         return self._get(self.conn, job_id)

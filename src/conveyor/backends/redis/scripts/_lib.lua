@@ -18,6 +18,8 @@ local SEQ = PREFIX .. 'seq'
 local JOBS = PREFIX .. 'jobs'  -- every job id by seq: newest-first listing
 -- Ids someone waits to see end (job.result(), FinishWakeups), by how many wait.
 local WATCHING = PREFIX .. 'watching'
+-- Completed jobs whose result expires (result_ttl): id by result_expires_at.
+local RESULT_EXPIRIES = PREFIX .. 'result_expiries'
 
 local function job_key(id) return PREFIX .. 'job:' .. id end
 local function state_key(queue, state) return PREFIX .. 'q:' .. queue .. ':' .. state end
@@ -294,6 +296,7 @@ local function delete_job(id, f)
   unindex_job(id, f)
   forget_unique(id, f.unique_key)
   redis.call('ZREM', JOBS, id)
+  redis.call('ZREM', RESULT_EXPIRIES, id)
   redis.call('DEL', job_key(id))
 end
 
@@ -310,6 +313,7 @@ local function trim_finished(queue, state, max)
     redis.call('DEL', job_key(id))
   end
   redis.call('ZREM', JOBS, unpack(old))
+  redis.call('ZREM', RESULT_EXPIRIES, unpack(old))
   redis.call('ZREMRANGEBYRANK', key, 0, excess - 1)
 end
 

@@ -1,0 +1,33 @@
+"""Clearing expired results on Redis (result_ttl, conveyor.results): the complete
+script files a job whose result expires in `{p}:result_expiries` (id by expiry);
+expire_results.lua takes the due entries from there and clears their results."""
+
+from __future__ import annotations
+
+from .codec import float_arg
+from .errors import translated
+from .keys import Keys
+from .script_calls import Scripts
+
+
+class ResultExpiry:
+    """Mixed into RedisBackend, whose scripts it uses."""
+
+    url: str
+    keys: Keys
+
+    @property
+    def scripts(self) -> Scripts:
+        raise NotImplementedError
+
+    @translated
+    async def expire_results(self, now: float, limit: int) -> list[str]:
+        cleared: list[str] = []
+        while len(cleared) < limit:
+            want = limit - len(cleared)
+            taken, *ids = await self.scripts.call(
+                "expire_results", [self.keys.result_expiries], [float_arg(now), want])
+            cleared += [str(i) for i in ids]
+            if int(taken) < want:  # no more due (entries of gone jobs are taken too)
+                break
+        return cleared
