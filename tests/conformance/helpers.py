@@ -96,3 +96,22 @@ async def wait_finished(app: Any, ids: list[str], timeout: float = 10.0) -> dict
 
     await eventually(all_done, timeout)
     return found
+
+
+async def finish_waiter_parked(backend: Any, job_id: str) -> bool:
+    """Whether a `wait_for_finish(job_id)` of this backend has counted itself in, looked,
+    and now waits for the wake-up: each backend's own sign of it (private state, read
+    only by this test helper), so that a test settles the job only then and proves the
+    wake-up, not the look, ended the wait."""
+    kind = type(backend).__name__
+    if kind == "MemoryBackend":
+        return bool(backend.store.finished._waiters)
+    if kind in ("SqliteBackend", "PostgresBackend"):
+        listener = backend._done_listener
+        return listener is not None and bool(listener.event._waiters)
+    if kind == "RedisBackend":  # counted in, then blocked in BLPOP (a round trip after)
+        if not await backend.client.zscore(f"{backend.keys.base}watching", job_id):
+            return False
+        return any(c.get("cmd") == "blpop" and "b" in c.get("flags", "")
+                   for c in await backend.client.client_list())
+    raise AssertionError(f"finish_waiter_parked does not know {kind}")

@@ -21,7 +21,8 @@ from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
 from conveyor.version import __version__
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, claim_one, complete, error, new_job, state_of
+from helpers import (RunningWorker, claim_one, complete, error, eventually, finish_waiter_parked,
+                     new_job, state_of)
 
 S = JobState
 
@@ -221,7 +222,9 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
     await backend.enqueue_jobs([new_job(id="w")])
     job = await claim_one(backend)
     waiter = asyncio.create_task(backend.wait_for_finish("w", 30))
-    await asyncio.sleep(0.2)  # let it watch and park (the wait, not the test, is timed)
+    # Settled only once the waiter has looked and parked: a settle before it would end
+    # the wait by its look, and the wake-up would go untested.
+    await eventually(lambda: finish_waiter_parked(backend, "w"))
     assert not waiter.done()
     began = time.monotonic()
     await backend.settle_jobs([complete(job, "7")])
