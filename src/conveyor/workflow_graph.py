@@ -1,9 +1,10 @@
 """A workflow as it is stored now, found from any of its members: what `conveyor jobs
 show` and the dashboard draw (docs/workflows.md).
 
-Parents are read from each member's meta (`workflow.parents`), children from the
-backend (`dependants_of`); the walk follows both ways, so it finds every member
-connected to the one it starts from, up to `limit` of them."""
+Parents and children are read as the backend stored them (`parents_of`,
+`dependants_of`), so parents given by hand (`depends_on=`, or a `NewJob` built
+without a task) show as a workflow's do; the walk follows both ways, so it finds
+every member connected to the one it starts from, up to `limit` of them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .job import Job
-from .workflow_inputs import WORKFLOW_META_KEY
 
 
 class GraphReads(Protocol):
@@ -20,12 +20,7 @@ class GraphReads(Protocol):
 
     async def get_job(self, job_id: str) -> Job | None: ...
     async def dependants_of(self, job_id: str) -> list[str]: ...
-
-
-def parents_in_meta(job: Job) -> list[str]:
-    flow = job.meta.get(WORKFLOW_META_KEY) if isinstance(job.meta, dict) else None
-    parents = flow.get("parents") if isinstance(flow, dict) else None
-    return [p for p in parents if isinstance(p, str)] if isinstance(parents, list) else []
+    async def parents_of(self, job_id: str) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +43,7 @@ async def workflow_levels(reads: GraphReads, job: Job, limit: int = 200
             continue
         if found is None:
             found = await reads.get_job(job_id)
-        parents = tuple(parents_in_meta(found)) if found is not None else ()
+        parents = tuple(await reads.parents_of(job_id)) if found is not None else ()
         members[job_id] = Member(job_id, found, parents)
         for other in (*parents, *(await reads.dependants_of(job_id))):
             if other not in members:

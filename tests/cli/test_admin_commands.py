@@ -213,6 +213,23 @@ def test_jobs_show_lists_parents_and_children(cli: Cli, inspector: Conveyor) -> 
     assert data["children"] == []
 
 
+def test_jobs_show_lists_the_stored_parents_of_a_job_given_them_by_hand(
+        cli: Cli, inspector: Conveyor) -> None:
+    from dataclasses import replace
+
+    @inspector.task(name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    first = add.enqueue(1, 2)
+    # Parents given on a job built without the task's options: nothing in its meta.
+    [by_hand] = inspector.enqueue_many([replace(add.message(3, 4), depends_on=(first.id,))])
+    assert "workflow" not in by_hand.job.meta
+    out = cli("jobs", "show", by_hand.id).ok().out
+    assert f"parents (1)\n  {first.id}  add  available" in out
+    assert f"children (1)\n  {by_hand.id}  add  blocked" in cli("jobs", "show", first.id).ok().out
+
+
 def test_jobs_show_says_why_a_job_is_held_back(cli: Cli, inspector: Conveyor) -> None:
     from conveyor.claiming import strict_claim
     from conveyor.job import NewJob

@@ -48,6 +48,8 @@ async def test_last_parent_to_complete_makes_the_dependant_available(
     a, b = sorted(await claim_all(backend), key=lambda j: j.id)
     assert await backend.dependants_of("a") == ["c"] and await backend.dependants_of("c") == []
     assert await backend.dependants_of("nope") == []
+    assert await backend.parents_of("c") == ["a", "b"] and await backend.parents_of("a") == []
+    assert await backend.parents_of("nope") == []
     assert await backend.settle_jobs([complete(a, "1")]) == []
     assert await state_of(backend, "c") is S.BLOCKED
     clock.advance(5)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import time
+from dataclasses import replace
 
 from starlette.testclient import TestClient
 
@@ -255,3 +256,9 @@ def test_job_page_draws_its_workflow_by_level_with_each_members_state(
                           [(callback, "reports.build · blocked")]]
     plain = build.enqueue(4)  # outside any workflow: no section
     assert 'id="job-workflow"' not in client.get(job_url(plain.id)).text
+    # Parents given by hand, on a job whose meta says nothing of them: drawn the same.
+    [by_hand] = app.enqueue_many([replace(build.message(5), depends_on=(plain.id,))])
+    page = client.get(job_url(by_hand.id)).text
+    [drawn] = re.findall(r'<ol class="workflow" id="job-workflow">(.*?)</ol>', page, re.S)
+    assert [re.findall(r'href="/job\?id=([^"]+)"', level)
+            for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)] == [[plain.id], [by_hand.id]]

@@ -14,7 +14,6 @@ from ..job import TERMINAL_STATES, Job, JobState
 from ..task import Task
 from ..task_names import AmbiguousTaskName, match_task_name
 from ..timeline import timeline
-from ..workflow_graph import parents_in_meta
 from . import render
 from .exits import OK, CliError
 from .parsing import (ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, non_negative_float,
@@ -193,10 +192,11 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
 
 
 async def _family(app: Conveyor, job: Job) -> list[tuple[str, list[tuple[str, Job | None]]]]:
-    """A workflow member's parents (from its meta) and children (the jobs that were
-    blocked on it), each with the job as it is now (docs/workflows.md)."""
-    ids = {"parents": parents_in_meta(job),
-           "children": await (await app.backend()).dependants_of(job.id)}
+    """A workflow member's parents and children (the jobs that were blocked on it), as
+    the backend stored them, each with the job as it is now (docs/workflows.md)."""
+    backend = await app.backend()
+    ids = {"parents": await backend.parents_of(job.id),
+           "children": await backend.dependants_of(job.id)}
     return [(title, [(i, await app.admin.get(i)) for i in found]) for title, found in ids.items()]
 
 

@@ -177,6 +177,10 @@ class MemoryBackend:
         with self.store.lock:
             return list(self.store.rows.get(job_id, {}).get("dependants") or ())
 
+    async def parents_of(self, job_id: str) -> list[str]:
+        with self.store.lock:
+            return list(self.store.rows.get(job_id, {}).get("parents") or ())
+
     async def queue_stats(self) -> list[QueueStats]:
         return inspector.queue_stats(self.store, self.clock())
 

@@ -103,6 +103,10 @@ class PostgresInspector(PostgresConnections):
         rows = await self._fetch("dependants_of", {"id": job_id})
         return [str(i) for i in rows[0][0]] if rows and rows[0][0] else []
 
+    async def parents_of(self, job_id: str) -> list[str]:
+        rows = await self._fetch("parents_of", {"id": job_id})
+        return [str(i) for i in rows[0][0]] if rows and rows[0][0] else []
+
     async def task_names(self, where: JobFilter) -> list[str]:
         return [str(row[0]) for row in await self._fetch("task_names", filter_params(where))]
 

@@ -847,3 +847,6 @@ WHERE id = ANY(%(ids)s::text[])
 
 -- name: dependants_of
 SELECT dependants FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: parents_of
+SELECT parents FROM {schema}.jobs WHERE id = %(id)s

@@ -1,5 +1,5 @@
-"""Following jobs on Redis: a job's dependants (the `dependants` field written by
-enqueue_dependants.lua) and waiting for a job's end (job.result()).
+"""Following jobs on Redis: a job's dependants and parents (the `dependants` and
+`parents` fields written by enqueue_dependants.lua) and waiting for a job's end (job.result()).
 
 A waiter counts itself in `{p}:watching` (a sorted set: id -> number of waiters),
 then looks at the job; a settle or cancel script that ends a watched job pushes a
@@ -18,14 +18,22 @@ _ENDED = {b"completed", b"dead", b"cancelled", "completed", "dead", "cancelled"}
 
 
 class Following:
-    """`dependants_of` (Inspector) and `wait_for_finish` (FinishWakeups) for RedisBackend."""
+    """`dependants_of`, `parents_of` (Inspector) and `wait_for_finish` (FinishWakeups)
+    for RedisBackend."""
 
     client: Any
     keys: Keys
 
     @translated
     async def dependants_of(self, job_id: str) -> list[str]:
-        raw = await self.client.hget(self.keys.job(job_id), "dependants")
+        return await self._ids_in(job_id, "dependants")
+
+    @translated
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self._ids_in(job_id, "parents")
+
+    async def _ids_in(self, job_id: str, field: str) -> list[str]:
+        raw = await self.client.hget(self.keys.job(job_id), field)
         try:
             ids = json.loads(raw) if raw else []
         except ValueError:  # a damaged list shows as none

@@ -234,6 +234,9 @@ class SqliteBackend:
     async def dependants_of(self, job_id: str) -> list[str]:
         return await self._on_thread(lambda s: SqliteDependants(s.conn, 0.0).dependants(job_id))
 
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self._on_thread(lambda s: SqliteDependants(s.conn, 0.0).parents(job_id))
+
     async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
         return await self._on_thread(lambda s: s.cancel_jobs(where, limit, dry_run))
 

@@ -37,6 +37,10 @@ class SqliteDependants(DependantRows):
         row = self.db.execute(Q["dependants_of"], {"id": job_id}).fetchone()
         return _ids(None if row is None else row[0])
 
+    def parents(self, job_id: str) -> list[str]:
+        row = self.db.execute(Q["parents_of"], {"id": job_id}).fetchone()
+        return _ids(None if row is None else row[0])
+
     def blocked(self, job_id: str) -> tuple[bool, int] | None:
         row = self.db.execute(Q["blocked_job"], {"id": job_id}).fetchone()
         if row is None:

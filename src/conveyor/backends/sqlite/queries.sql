@@ -398,6 +398,9 @@ WHERE id = :id
 -- name: dependants_of
 SELECT dependants FROM conveyor_jobs WHERE id = :id
 
+-- name: parents_of
+SELECT parents FROM conveyor_jobs WHERE id = :id
+
 -- name: blocked_job
 SELECT allow_failure, pending_parents FROM conveyor_jobs WHERE id = :id AND state = 'blocked'
 
