@@ -97,3 +97,9 @@ def chord_member(chord: str, value: int) -> int:
 def chord_callback(results: list[int], chord: str) -> list[int]:
     record(f"callback-{chord}")
     return results
+
+
+@app.task(name="kept_briefly", result_ttl=1.0)
+def kept_briefly(value: str) -> str:
+    """Its result is kept one second (result_ttl, docs/workflows.md)."""
+    return value
