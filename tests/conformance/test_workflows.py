@@ -308,3 +308,18 @@ async def test_a_shed_parent_cancels_its_dependants(backend: Backend) -> None:
     assert d is not None and d.state is S.CANCELLED
     assert [(e.type, e.message, e.version) for e in d.errors] == [
         (DEPENDENCY_FAILED, "parent job p ended cancelled", __version__)]
+
+
+async def test_a_dependant_whose_id_is_taken_is_answered_by_the_stored_job(
+        backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
+    # Again, with one more dependant: the stored ones answer, the new one is linked once.
+    again = await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",)),
+                                        new_job(id="c", depends_on=("a", "b"))])
+    assert [(j.id, j.state) for j in again] == [("a", S.AVAILABLE), ("b", S.BLOCKED),
+                                                ("c", S.BLOCKED)]
+    assert await backend.dependants_of("a") == ["b", "c"]
+    assert await backend.dependants_of("b") == ["c"]
+    a = await claim_one(backend)
+    await backend.settle_jobs([complete(a)])
+    assert [await state_of(backend, i) for i in "bc"] == [S.AVAILABLE, S.BLOCKED]

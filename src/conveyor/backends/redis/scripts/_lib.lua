@@ -663,7 +663,9 @@ local function enqueue_batch(shed, links, version)
       end
       redis.call('SADD', QUEUES, queue)
       redis.call('ZADD', JOBS, seq, id)
-      out[#out + 1] = 0
+      -- 0: stored as the caller made it; a dependant started elsewhere (blocked,
+      -- cancelled) is sent back as stored, or its caller would see it available.
+      out[#out + 1] = (link and state ~= ARGV[j + 4]) and job_reply(id) or 0
     end
   end
   return out
