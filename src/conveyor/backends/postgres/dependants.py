@@ -3,13 +3,18 @@
 One transaction (a savepoint inside the caller's): the parents named by the batch
 are locked in id order first, so a parent that ends meanwhile either ended before
 (its state says so here) or waits for this commit and then finds the new dependant
-in its `dependants` (the settle statement releases it). Jobs without parents go
-through the ordinary enqueue, in the same transaction; each dependant is one insert
-and one update of its parents' lists. Dependants are deduplicated by id only.
+in its `dependants` (the settle statement releases it). Then the jobs without
+parents go through the ordinary enqueue, as one batch in the same transaction, and
+every dependant is inserted by one statement (insert_dependants), which also
+appends them to their stored parents' lists: three round trips whatever the size of
+the workflow. Dependants are deduplicated by id only: when one names a stored job
+(or the batch names one twice) that statement is undone and the dependants are
+inserted one at a time, each answered by the job holding its id.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -29,26 +34,84 @@ def has_dependants(jobs: Sequence[NewJob]) -> bool:
     return any(new.depends_on for new in jobs)
 
 
+class _IdTaken(Exception):
+    """A dependant's id names a stored job: undo the batched insert."""
+
+
 async def enqueue_with_parents(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
                                jobs: Sequence[NewJob], now: float, scope: Any,
-                               plain: Callable[[NewJob], Awaitable[Job]]) -> list[Job]:
+                               plain: Callable[[Sequence[NewJob]], Awaitable[list[Job]]]
+                               ) -> list[Job]:
     """`scope`: the transaction to work in (None: the one the connection began);
-    `plain`: the ordinary enqueue of one job, on `conn`."""
+    `plain`: the ordinary enqueue of a batch of jobs without parents, on `conn`."""
     q = backend.q
-    out: list[Job] = []
     async with scope if scope is not None else nullcontext():
         named = sorted({p for new in jobs for p in new.depends_on})
         cur = await conn.execute(q["lock_parents"], {"ids": named})
         states = {row[0]: JobState(row[1]) for row in await cur.fetchall()}
         check_parents(jobs, states.__contains__)
-        for new in jobs:
-            if new.depends_on:
-                job = await _insert_dependant(backend, conn, new, states, now)
+        # Parents come before their dependants in a batch, so the plain jobs can all go
+        # first: no dependant is a parent of one of them.
+        free = [new for new in jobs if not new.depends_on]
+        stored = dict(zip((new.id for new in free), await plain(free) if free else []))
+        states.update((job_id, job.state) for job_id, job in stored.items())
+        dependants = [new for new in jobs if new.depends_on]
+        try:
+            async with conn.transaction():  # a savepoint: _IdTaken undoes the statement
+                stored.update(await _insert_dependants(backend, conn, dependants,
+                                                       dict(states), now))
+        except _IdTaken:
+            for new in dependants:
+                stored[new.id] = job = await _insert_dependant(backend, conn, new, states, now)
+                states[new.id] = job.state
+    return [stored[new.id] for new in jobs]
+
+
+async def _insert_dependants(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
+                             dependants: Sequence[NewJob], states: dict[str, JobState],
+                             now: float) -> dict[str, Job]:
+    """Every dependant by one statement; _IdTaken if an id is taken."""
+    starts, errors = [], []
+    children: dict[str, list[str]] = {new.id: [] for new in dependants}
+    links: list[tuple[str, str]] = []  # (stored parent, dependant): their lists grow
+    for new in dependants:
+        run_at = now if new.run_at is None else float(new.run_at)
+        start = start_of(new.id, new.depends_on, states, new.allow_failure,
+                         initial_state(run_at, now))
+        states[new.id] = start.state
+        starts.append((start, run_at))
+        errors.append(None if start.failed_parent is None
+                      else jsonb(json.loads(dependency_error(*start.failed_parent, now))))
+        for parent in start.pending:
+            if parent in children:
+                children[parent].append(new.id)
             else:
-                job = await plain(new)
-            states[new.id] = job.state
-            out.append(job)
-    return out
+                links.append((parent, new.id))
+    cur = await conn.execute(backend.q["insert_dependants"], {
+        "channel": backend.config.channel, "now": now,
+        "ids": [n.id for n in dependants], "queues": [n.queue for n in dependants],
+        "tasks": [n.task for n in dependants], "payloads": [n.payload for n in dependants],
+        "states": [start.state.value for start, _ in starts],
+        "priorities": [n.priority for n in dependants],
+        "max_attempts": [n.max_attempts for n in dependants],
+        "run_ats": [run_at for _, run_at in starts],
+        "unique_fors": [opt_float(n.unique_for) for n in dependants],
+        "timeouts": [opt_float(n.timeout) for n in dependants],
+        "metas": [jsonb(n.meta) for n in dependants],
+        "agings": [opt_float(n.aging) for n in dependants],
+        "ckeys": [n.concurrency_key for n in dependants],
+        "climits": [n.concurrency_limit for n in dependants],
+        "rate_keys": [n.rate_key for n in dependants],
+        "pendings": [len(start.pending) for start, _ in starts],
+        "allows": [n.allow_failure for n in dependants],
+        "parents": [jsonb(list(n.depends_on)) for n in dependants],
+        "children": [jsonb(children[n.id]) if children[n.id] else None for n in dependants],
+        "errors": errors,
+        "link_parents": [p for p, _ in links], "link_children": [c for _, c in links]})
+    rows = await cur.fetchall()
+    if len(rows) < len(dependants):
+        raise _IdTaken
+    return {job.id: job for job in (job_from_row(row[:-2]) for row in rows)}
 
 
 async def _insert_dependant(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
@@ -65,7 +128,7 @@ async def _insert_dependant(backend: PostgresConnections, conn: psycopg.AsyncCon
         "unique_for": opt_float(new.unique_for), "timeout": opt_float(new.timeout),
         "meta": jsonb(new.meta), "aging": opt_float(new.aging),
         "concurrency_key": new.concurrency_key, "concurrency_limit": new.concurrency_limit,
-        "pending_parents": len(start.pending), "allow_failure": new.allow_failure,
+        "rate_key": new.rate_key, "pending_parents": len(start.pending), "allow_failure": new.allow_failure,
         "parents": list(new.depends_on),
         "error": error})
     row = await cur.fetchone()

@@ -216,8 +216,8 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
     if not jobs:
         return []
     if has_dependants(jobs):
-        async def plain(new: NewJob) -> Job:
-            return (await enqueue_async(backend, conn, [new], now))[0]
+        async def plain(free: Sequence[NewJob]) -> list[Job]:
+            return await enqueue_async(backend, conn, free, now)
 
         return await enqueue_with_parents(backend, conn, jobs, now, transaction_scope(conn), plain)
     unique, answer = plan(jobs, now)

@@ -825,12 +825,12 @@ SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::text[]) ORDER BY id 
 WITH inserted AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                                created_at, finished_at, unique_for, timeout, meta, aging,
-                               concurrency_key, concurrency_limit,
+                               concurrency_key, concurrency_limit, rate_key,
                                pending_parents, allow_failure, parents, errors)
     VALUES (%(id)s, %(queue)s, %(task)s, %(payload)s, %(state)s, %(priority)s, %(max_attempts)s,
             %(run_at)s, %(now)s, CASE WHEN %(state)s = 'cancelled' THEN %(now)s::float8 END,
             %(unique_for)s, %(timeout)s, %(meta)s, %(aging)s, %(concurrency_key)s,
-            %(concurrency_limit)s, %(pending_parents)s,
+            %(concurrency_limit)s, %(rate_key)s, %(pending_parents)s,
             %(allow_failure)s, %(parents)s::text[],
             CASE WHEN %(error)s::jsonb IS NULL THEN '[]'::jsonb
                  ELSE jsonb_build_array(%(error)s::jsonb) END)
@@ -840,6 +840,54 @@ WITH inserted AS (
     SELECT pg_notify(%(channel)s, queue) FROM inserted WHERE state = 'available'
 )
 SELECT *, (SELECT count(*) FROM woken) FROM inserted
+
+-- name: insert_dependants
+-- Every dependant of a batch in one statement (dependants.py), each in the state
+-- conveyor.dependencies.start_of gave it, in batch order. `dependants` holds the
+-- batch's own dependants of each (rows inserted here cannot be updated here); the
+-- `linked` part appends to the lists of the parents stored before this statement.
+-- A conflicting id inserts nothing for that row: the caller sees fewer rows back
+-- and redoes the dependants one at a time.
+WITH new AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(queues)s::text[], %(tasks)s::text[],
+                         %(payloads)s::text[], %(states)s::text[], %(priorities)s::int[],
+                         %(max_attempts)s::int[], %(run_ats)s::float8[],
+                         %(unique_fors)s::float8[], %(timeouts)s::float8[], %(metas)s::jsonb[],
+                         %(agings)s::float8[], %(ckeys)s::text[], %(climits)s::int[],
+                         %(rate_keys)s::text[], %(pendings)s::int[], %(allows)s::bool[],
+                         %(parents)s::jsonb[], %(children)s::jsonb[], %(errors)s::jsonb[])
+        WITH ORDINALITY AS n(id, queue, task, payload, state, priority, max_attempts, run_at,
+                             unique_for, timeout, meta, aging, ckey, climit, rate_key,
+                             pending, allow, parents, children, error, pos)
+), inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
+                               created_at, finished_at, unique_for, timeout, meta, aging,
+                               concurrency_key, concurrency_limit, rate_key,
+                               pending_parents, allow_failure, parents, dependants, errors)
+    SELECT n.id, n.queue, n.task, n.payload, n.state, n.priority, n.max_attempts, n.run_at,
+           %(now)s, CASE WHEN n.state = 'cancelled' THEN %(now)s::float8 END,
+           n.unique_for, n.timeout, n.meta, n.aging, n.ckey, n.climit, n.rate_key,
+           n.pending, n.allow, ARRAY(SELECT jsonb_array_elements_text(n.parents)),
+           CASE WHEN n.children IS NOT NULL
+                THEN ARRAY(SELECT jsonb_array_elements_text(n.children)) END,
+           CASE WHEN n.error IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(n.error) END
+    FROM new AS n
+    ORDER BY n.pos
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {job_columns}
+), linked AS (
+    UPDATE {schema}.jobs AS j SET dependants = array_cat(j.dependants, l.children)
+    FROM (SELECT parent, array_agg(child ORDER BY ord) AS children
+          FROM unnest(%(link_parents)s::text[], %(link_children)s::text[])
+               WITH ORDINALITY AS l(parent, child, ord)
+          GROUP BY parent) AS l
+    WHERE j.id = l.parent
+    RETURNING 1
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted
+                                               WHERE state = 'available') AS q
+)
+SELECT *, (SELECT count(*) FROM woken), (SELECT count(*) FROM linked) FROM inserted
 
 -- name: add_dependant
 UPDATE {schema}.jobs SET dependants = array_append(dependants, %(child)s::text)
