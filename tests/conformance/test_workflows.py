@@ -323,3 +323,10 @@ async def test_a_dependant_whose_id_is_taken_is_answered_by_the_stored_job(
     a = await claim_one(backend)
     await backend.settle_jobs([complete(a)])
     assert [await state_of(backend, i) for i in "bc"] == [S.AVAILABLE, S.BLOCKED]
+
+
+async def test_a_dependant_keeps_its_rate_limit_bucket(backend: Backend) -> None:
+    await backend.enqueue_jobs([new_job(id="p"),
+                                new_job(id="r", depends_on=("p",), rate_key="bucket")])
+    r = await backend.get_job("r")
+    assert r is not None and r.state is S.BLOCKED and r.rate_key == "bucket"

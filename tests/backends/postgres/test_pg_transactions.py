@@ -302,3 +302,29 @@ def test_sync_facade_enqueues_from_the_callers_thread(pg_url: str) -> None:
         assert [j.state for j in jobs if j] == [JobState.AVAILABLE] * 4
     finally:
         app.close()
+
+
+async def test_a_result_stored_by_a_handler_transaction_keeps_its_result_ttl(
+    pg_app: Conveyor, schema: str, admin_conn: psycopg.Connection
+) -> None:
+    from pg_helpers import RunningWorker, wait_finished
+
+    orders = business_table(admin_conn, schema)
+
+    @pg_app.task(name="pay_kept", result_ttl=600)
+    async def pay_kept(order_id: int) -> None:
+        async with current_job().transaction(result=order_id) as conn:
+            await conn.execute(f"INSERT INTO {orders} VALUES (%s, 'kept')", (order_id,))
+
+    @pg_app.task(name="pay_kept_sync", result_ttl=60)
+    def pay_kept_sync(order_id: int) -> None:
+        with current_job().transaction_sync(result=order_id) as conn:
+            conn.execute(f"INSERT INTO {orders} VALUES (%s, 'kept')", (order_id,))
+
+    handles = [await pay_kept.enqueue_async(1), await pay_kept_sync.enqueue_async(2)]
+    async with RunningWorker(pg_app, WorkerConfig(concurrency=2, poll_interval=0.05)):
+        jobs = await wait_finished(pg_app, [h.id for h in handles])
+    kept, kept_sync = (jobs[h.id] for h in handles)
+    assert kept.result_value == 1 and kept.finished_at is not None
+    assert kept.result_expires_at == kept.finished_at + 600
+    assert kept_sync.result_expires_at == kept_sync.finished_at + 60  # type: ignore[operator]
