@@ -18,6 +18,7 @@ from conveyor import Conveyor
 from conveyor.backends.base import Backend, Settlement
 from conveyor.claim_check import reference_in
 from conveyor.claiming import strict_claim
+from conveyor.cli.render import job_detail
 from conveyor.errors import InvalidJob, JobFailed, ResultExpired
 from conveyor.job import JobState
 from conveyor.results import RESULT_TTL_META_KEY
@@ -132,6 +133,8 @@ async def test_reading_an_expired_result_says_so(app: Conveyor, clock: ManualClo
         _ = job.result_value
     with pytest.raises(ResultExpired):
         await handle.result_async(5)
+    shown = job_detail(job, [], [], None, app.rate_limits)  # `conveyor jobs show`
+    assert "(expired: past its result_ttl)" in shown and "result kept to" in shown
 
 
 @pytest.fixture

@@ -262,3 +262,24 @@ def test_job_page_draws_its_workflow_by_level_with_each_members_state(
     [drawn] = re.findall(r'<ol class="workflow" id="job-workflow">(.*?)</ol>', page, re.S)
     assert [re.findall(r'href="/job\?id=([^"]+)"', level)
             for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)] == [[plain.id], [by_hand.id]]
+
+
+def test_job_page_says_how_long_a_result_is_kept_and_when_it_expired(
+        client: TestClient, app: Conveyor) -> None:
+    build = app.tasks["reports.build"]
+
+    async def complete_both(backend):  # type: ignore[no-untyped-def]
+        ids = [(await build.options(result_ttl=ttl).enqueue_async(n)).id
+               for n, ttl in ((1, 3600), (2, 1))]
+        claimed = await backend.fetch_jobs(strict_claim(["reports"], 2, "w", 30))
+        await backend.settle_jobs([Settlement(j.id, j.lease_token, JobState.COMPLETED,
+                                              result="7", result_ttl=3600.0 if j.id == ids[0]
+                                              else 1.0) for j in claimed])
+        assert await backend.expire_results(app.clock() + 60, 10) == [ids[1]]
+        return ids
+
+    kept, expired = run(app, complete_both)
+    page = client.get(job_url(kept)).text
+    assert 'id="job-result-kept"' in page and 'id="job-result-expired"' not in page
+    page = client.get(job_url(expired)).text
+    assert 'id="job-result-expired"' in page and "result_ttl" in page

@@ -172,7 +172,11 @@ def job_detail(job: Job, events: Sequence[Event] = (),
         ("unique key", NONE if job.unique_key is None else
             f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
                                    if job.unique_for else "")),
-        ("result", stored_apart(job.result) or json_text(job.result)),
+        ("result", stored_apart(job.result) or json_text(job.result)
+         if not job.result_expired(None) else "(expired: past its result_ttl)"),
+        *([("result kept to", f"{timestamp(job.result_expires_at)}  "
+                              f"({relative(job.result_expires_at)})")]
+          if job.result_expires_at is not None else []),
         ("checkpoint", json_text(job.checkpoint)),
         ("progress", _progress(job.progress)),
         ("meta", jsontext.cut(jsontext.dumps(job.meta) or "(cannot be shown)") if job.meta
