@@ -25,7 +25,7 @@ from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
 from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
                     Settlement)
-from ..codec import job_from_row
+from ..codec import COLUMNS, job_from_row
 from .connection import Q
 from .dependants import SqliteDependants, link, states_of
 from .inspector import SqliteInspector
@@ -290,9 +290,14 @@ def _claim_rated(db: sqlite3.Connection, buckets: ClaimBuckets,
         params[f"allowed_{i}"] = min(params["limit"], buckets.allowed(key))
     rows = db.execute(_rated_claim_sql(len(keys)), params).fetchall()
     for row in rows:
-        if row[-2] in buckets.limits:  # rate_key, before the fairness vtime
-            buckets.spend(row[-2])
+        if row[_RATE_KEY_AT] in buckets.limits:
+            buckets.spend(row[_RATE_KEY_AT])
     return rows
+
+
+# Where a claimed row (seq, then the codec's COLUMNS, then the fairness vtime) holds
+# its rate_key: by name, so a column added to the codec does not move it.
+_RATE_KEY_AT = 1 + COLUMNS.index("rate_key")
 
 
 @functools.lru_cache(maxsize=16)
