@@ -115,6 +115,20 @@ async def test_the_store_contract(store: BlobStore, clock: ManualClock) -> None:
     await store.close()
 
 
+async def test_deleting_a_kind_of_blob_keeps_the_jobs_others(store: BlobStore) -> None:
+    args, result = blob_key("job/k", "args", "44" * 32), blob_key("job/k", "result", "55" * 32)
+    other = blob_key("job/o", "result", "66" * 32)
+    for key, job_id in ((args, "job/k"), (result, "job/k"), (other, "job/o")):
+        await store.put_blob(key, job_id, b"1")
+    assert await store.delete_job_blobs(["job/k"], kind="result") == 1  # an expired result
+    assert await store.get_blob(result) is None
+    assert await store.get_blob(args) == b"1" and await store.get_blob(other) == b"1"
+    assert {b.key for b in await store.list_blobs(float("inf"))} == {args, other}
+    assert await store.delete_job_blobs(["job/k"], kind="result") == 0
+    assert await store.delete_job_blobs(["job/k"]) == 1
+    await store.close()
+
+
 async def test_a_sqlite_app_with_an_s3_store_runs_big_jobs(tmp_path: Path, s3_url: str) -> None:
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}", claim_check_threshold=100,
                    blob_store=s3_url)
