@@ -10,6 +10,7 @@
 """
 
 from .app import Conveyor
+from .breakers import BreakerError
 from .errors import ConveyorError
 from .job import Job, JobState
 from .outcomes import Cancel, Retry, Snooze
@@ -21,6 +22,7 @@ from .workflow_inputs import Failure
 from .workflows import chain, chord, group
 
 __all__ = [
+    "BreakerError",
     "Cancel",
     "Conveyor",
     "ConveyorError",

@@ -135,7 +135,7 @@ class Conveyor(FlowDeclarations):
         dead_on: tuple[type[BaseException], ...] = (),
         backoff_base: Duration = 1.0,
         backoff_cap: Duration = 600.0,
-        retry_budget: RetryBudget | None = None,
+        retry_budget: RetryBudget | None = None, breaker: str | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
         concurrency_key: str | None = None, concurrency_limit: int | None = None,
         max_running: int | None = None, result_ttl: Duration | None = None,
@@ -166,10 +166,10 @@ class Conveyor(FlowDeclarations):
         `fairness_key=` is one too (`"tenant:{tenant_id}"`): claims rotate across a
         queue's keys (docs/flow-control.md).
 
-        Payloads: `claim_check_threshold=`, `max_payload=`, `redact=` and
-        `payload_hygiene=` (docs/payloads.md). At most N running: `concurrency_key=
-        "user:{user_id}", concurrency_limit=N` or `max_running=N` (docs/flow-control.md).
-        Rate limits: `rate_limit="10/s"`, or `rate_key=` a bucket of `app.rate_limit`.
+        Payloads: `claim_check_threshold=`, `max_payload=`, `redact=`, `payload_hygiene=`
+        (docs/payloads.md). At most N running: `concurrency_key="user:{user_id}",
+        concurrency_limit=N` or `max_running=N`. Rate limits: `rate_limit="10/s"`, `rate_key=`
+        (`app.rate_limit`, docs/flow-control.md); circuit breakers: `breaker=` (`app.breaker`).
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -190,7 +190,7 @@ class Conveyor(FlowDeclarations):
         hard_time_limit: Duration | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
         rate_limit: str | Limit | None = None, rate_key: str | None = None,
-        **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule
+        **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule, breakers
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
@@ -208,8 +208,8 @@ class Conveyor(FlowDeclarations):
         concurrency = concurrency_rule(task_name, fn, options)
         retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
                                                 if k in options})
+        bucket = self.breakers.for_task(task_name, rate_limit, rate_key, options)
         payload = payload_defaults(task_name, **options)
-        bucket = self.rate_limits.for_task(task_name, rate_limit, rate_key)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal, get_args
 
 from . import validation as valid
+from .breakers import Breaker, BreakerRegistry
 from .errors import ConfigurationError, InvalidJob
 from .job import NewJob, QueueBound
 from .rate_limits import Limit, RateLimit, RateLimitRegistry, queue_key
@@ -138,3 +140,19 @@ class FlowDeclarations:
         """Declare a bucket tasks share by `rate_key=`: `"100/s"`, `"10/m"` or `Limit(...)`
         (docs/flow-control.md)."""
         return self.rate_limits.declare(key, limit, burst)
+
+    @cached_property
+    def breakers(self) -> BreakerRegistry:
+        """The app's circuit breakers (conveyor.breakers), gates on its buckets."""
+        return BreakerRegistry(self.rate_limits)
+
+    def breaker(self, name: str, *, failures: int = 5, window: Duration = 60.0,
+                cooldown: Duration = 30.0) -> Breaker:
+        """Declare a circuit breaker tasks sit behind by `breaker=name`: open after
+        `failures` transient failures within `window`, one probe after `cooldown`
+        (docs/downstreams.md).
+
+        >>> app.breaker("stripe", failures=5, window=timedelta(seconds=60),
+        ...             cooldown=timedelta(seconds=30))
+        """
+        return self.breakers.declare(name, failures, window, cooldown)

@@ -10,6 +10,7 @@ from ..maintenance.scheduler import SchedulerApp
 from ..middleware import Middleware
 
 if TYPE_CHECKING:
+    from ..breakers import BreakerRegistry
     from ..claim_check import ClaimCheck
     from ..rate_limits import RateLimitRegistry
 
@@ -19,7 +20,7 @@ class WorkerApp(SchedulerApp, Protocol):
     the clock and the backend), the middleware around each execution, and the
     app's version, which each failed attempt records, the claim-check that
     reads big arguments back, stores big results and sweeps orphan blobs, and the
-    rate limits each claim carries."""
+    rate limits each claim carries, gated by the breakers."""
 
     @property
     def version(self) -> str: ...
@@ -29,3 +30,5 @@ class WorkerApp(SchedulerApp, Protocol):
     def claim_check(self) -> ClaimCheck: ...
     @property
     def rate_limits(self) -> RateLimitRegistry: ...
+    @property
+    def breakers(self) -> BreakerRegistry: ...

@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Settlement
+from ..breakers import BreakerError, counts_as_failure
 from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
 from ..job import AttemptError, Job, JobState
 from ..job_context import _CURRENT, JobContext
@@ -31,6 +32,7 @@ from .handler_call import (
     formatted,
     release_frames,
 )
+from .breaker_view import BreakerView
 from .limits import run_async_limited, run_sync_limited
 from .retry_ledger import RetryLedger
 from .thread_bridge import ThreadBridge
@@ -65,6 +67,9 @@ class JobExecutor:
         self.threads = ThreadBridge(thread_pool)
         self.retry_ledger = RetryLedger(self._budget_of)
         self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
+        self.breaker_view = BreakerView(app.breakers)
+        # Jobs behind a breaker whose attempt ended -> whether it counts as a failure.
+        self._breaker_failed: dict[str, bool] = {}
         # Told when a sync handler outlives its hard limit: its thread cannot be
         # stopped, only its process (the pool child replaces itself).
         self.on_runaway: Callable[[Job], None] = lambda job: None
@@ -76,9 +81,24 @@ class JobExecutor:
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
         self.retry_ledger.started(job, self.app.clock())
         try:
-            return await self._observed(job, ctx)
+            settlement = await self._observed(job, ctx)
+            await self._report_to_breaker(job)
+            return settlement
         finally:
             self._deferred.discard(job.id)  # however the attempt ended
+            self._breaker_failed.pop(job.id, None)
+
+    async def _report_to_breaker(self, job: Job) -> None:
+        failed = self._breaker_failed.pop(job.id, None)
+        breaker = self.breaker_view.breaker_of(job.rate_key)
+        if failed is None or breaker is None:
+            return
+        try:
+            await self.breaker_view.report(await self.app.backend(), breaker, failed,
+                                           self.app.clock())
+        except Exception as exc:  # noqa: BLE001 - the job's outcome is still written
+            log.warning("breaker %s: could not count the outcome of job %s (%s)",
+                        breaker.name, job.id, exc)
 
     async def _observed(self, job: Job, ctx: JobContext) -> Settlement:
         """`_run` inside the app's middleware."""
@@ -148,7 +168,10 @@ class JobExecutor:
                     on_runaway=lambda: self.on_runaway(job))
         finally:
             _CURRENT.reset(token)
+        behind_breaker = self.breaker_view.breaker_of(job.rate_key) is not None
         if isinstance(outcome, Returned):
+            if behind_breaker:
+                self._breaker_failed[job.id] = False
             result = self._encode(job, outcome.value)
             if result is not None:
                 result = await self.app.claim_check.stored_result(job, result)
@@ -156,6 +179,8 @@ class JobExecutor:
             return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result,
                               result_ttl=None if result is None else result_ttl_of(job))
         error = outcome.error
+        if behind_breaker:
+            self._breaker_failed[job.id] = counts_as_failure(error, policy)
         try:
             return self._raised(job, ctx, error, policy)
         finally:
@@ -179,6 +204,8 @@ class JobExecutor:
             return self._failed(job, error, policy, tb="")
         if isinstance(error, UnknownTask):  # a handler calling a task not deployed yet
             return self._failed(job, error, policy, tb="", force_retry=True)
+        if isinstance(error, BreakerError):  # the downstream is down: worth another attempt
+            return self._failed(job, error, policy, tb=formatted(error), force_retry=True)
         return self._failed(job, error, policy, tb=formatted(error))
 
     def failed_outside_the_handler(self, job: Job, error: BaseException) -> Settlement:

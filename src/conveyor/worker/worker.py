@@ -31,6 +31,7 @@ from .executor import JobExecutor
 # The held jobs' part of the worker; corrupt_outcome's first home was here.
 from .held_jobs import HeldJobs, RunningJob, corrupt_outcome as corrupt_outcome
 from .liveness import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
+from .breaker_view import REFRESH_INTERVAL
 from .presence import Presence
 from .rescue import rescue_expired
 from .retry_ledger import SYNC_INTERVAL
@@ -133,6 +134,8 @@ class Worker(HeldJobs):
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
         await self._presence.start(backend)  # the liveness signal, before the first claim
+        if len(self.app.breakers):  # the first claim already knows which breakers are open
+            await self._refresh_breakers()
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
                  self._queue_plan.spec, self.config.concurrency)
         services = [
@@ -149,6 +152,9 @@ class Worker(HeldJobs):
         if any(task.defaults.retry.budget is not None for task in self.app.tasks.values()):
             services.append(asyncio.create_task(
                 self._every(SYNC_INTERVAL, self._sync_retry_budgets), name="retry-budgets"))
+        if len(self.app.breakers):
+            services.append(asyncio.create_task(
+                self._every(REFRESH_INTERVAL, self._refresh_breakers), name="breakers"))
         if scheduler is not None and scheduler.schedules:
             services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
@@ -219,10 +225,12 @@ class Worker(HeldJobs):
                 want = min(free, self.config.fetch_batch)
                 if self.config.max_jobs is not None:
                     want = min(want, self.config.max_jobs - self.claimed)
+                breakers = self._executor.breaker_view
+                breakers.changed.clear()  # a change from now on makes the idle wait short
                 try:
                     jobs = await self._backend.fetch_jobs(self._queue_plan.request(
                         want, self.id, self.config.lease, self._running_by_queue(),
-                        self.app.rate_limits.declared))
+                        breakers.claim_limits()))
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -261,9 +269,12 @@ class Worker(HeldJobs):
                 if len(jobs) < want:
                     waiter = asyncio.create_task(self._backend.wait_for_jobs(
                         self.config.queues, self._idle_wait(jobs)))
-                    await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
-                    if not waiter.done():
-                        waiter.cancel()
+                    # A breaker turning half-open or closed has work for this claim.
+                    changed = asyncio.create_task(breakers.changed.wait())
+                    await asyncio.wait([stop, waiter, changed],
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    changed.cancel()
         finally:
             stop.cancel()
 
@@ -340,6 +351,10 @@ class Worker(HeldJobs):
     async def _sync_retry_budgets(self) -> None:
         assert self._backend is not None
         await self._executor.retry_ledger.sync(self._backend, self.app.clock())
+
+    async def _refresh_breakers(self) -> None:
+        assert self._backend is not None
+        await self._executor.breaker_view.refresh(self._backend, self.app.clock())
 
     async def _rescue(self) -> None:
         assert self._backend is not None

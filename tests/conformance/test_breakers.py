@@ -1,0 +1,162 @@
+"""Circuit breakers (docs/downstreams.md): the state shared in the backend's records,
+changed by compare-and-set from several workers at once, and the claim each worker's
+view builds from it (several claimers on the injected clock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conveyor import Conveyor
+from conveyor.backends.base import Backend, ClaimRequest, QueueQuota
+from conveyor.breaker_records import close_by_hand, open_by_hand, read_breaker
+from conveyor.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
+from conveyor.job import JobState
+from conveyor.timeutil import ManualClock
+from conveyor.worker.breaker_view import BreakerView
+from helpers import new_job
+
+WORKERS = 4
+
+
+def views(app: Conveyor, n: int = WORKERS) -> list[BreakerView]:
+    """One view per worker of a fleet sharing the app's declarations."""
+    return [BreakerView(app.breakers) for _ in range(n)]
+
+
+def stripe(app: Conveyor, failures: int = 5) -> Breaker:
+    return app.breaker("stripe", failures=failures, window=60, cooldown=30)
+
+
+async def claim_round(backend: Backend, fleet: list[BreakerView], limit: int = 10) -> list[str]:
+    """Each worker claims at once with the buckets its view gives; the ids claimed."""
+    claims = await asyncio.gather(*(
+        backend.fetch_jobs(ClaimRequest((QueueQuota("default", limit),), limit, f"w{n}", 30.0,
+                                        rate_limits=view.claim_limits()))
+        for n, view in enumerate(fleet)))
+    ids = [job.id for claim in claims for job in claim]
+    assert len(ids) == len(set(ids))
+    return ids
+
+
+async def fill(backend: Backend, n: int, rate_key: str | None = "stripe",
+               prefix: str = "s") -> list[str]:
+    ids = [f"{prefix}-{i:03d}" for i in range(n)]
+    await backend.enqueue_jobs([new_job(id=i, rate_key=rate_key) for i in ids])
+    return ids
+
+
+async def test_concurrent_failures_open_the_breaker_once(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker = stripe(app)
+    fleet = views(app, 8)
+    # Eight workers count a failure each at once: the fifth opens it, once.
+    await asyncio.gather(*(view.report(backend, breaker, True, clock()) for view in fleet))
+    state = await read_breaker(backend, "stripe")
+    assert state.state == OPEN and state.opened_at == clock()
+    assert state.transitions == {OPEN: 1}
+    assert [(t.source, t.target) for t in state.history] == [(CLOSED, OPEN)]
+    assert state.failures == ()
+
+
+async def test_only_failures_within_the_window_count(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker = stripe(app, failures=3)
+    [view] = views(app, 1)
+    for _ in range(2):
+        await view.report(backend, breaker, True, clock())
+    clock.advance(61)  # those two are out of the window now
+    await view.report(backend, breaker, True, clock())
+    await view.report(backend, breaker, False, clock())  # a success erases nothing
+    await view.report(backend, breaker, True, clock())
+    assert (await read_breaker(backend, "stripe")).state == CLOSED
+    clock.advance(59)
+    await view.report(backend, breaker, True, clock())
+    assert (await read_breaker(backend, "stripe")).state == OPEN
+
+
+async def test_an_open_breaker_holds_its_jobs_without_using_an_attempt(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker = stripe(app, failures=1)
+    fleet = views(app)
+    held = await fill(backend, 20)
+    free = await fill(backend, 6, rate_key=None, prefix="f")
+    await fleet[0].report(backend, breaker, True, clock())  # this worker learns at once
+    for view in fleet[1:]:
+        await view.refresh(backend, clock())  # the others at their next refresh
+    assert sorted(await claim_round(backend, fleet)) == free  # other jobs never wait
+    assert await claim_round(backend, fleet) == []
+    clock.advance(29)
+    for view in fleet:
+        await view.refresh(backend, clock())
+    assert await claim_round(backend, fleet) == []
+    for job_id in held:
+        job = await backend.get_job(job_id)
+        assert job is not None
+        assert (job.state, job.attempt, job.worker_id) == (JobState.AVAILABLE, 0, None)
+
+
+async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker = stripe(app, failures=1)
+    fleet = views(app)
+    held = await fill(backend, 20)
+    await fleet[0].report(backend, breaker, True, clock())
+    clock.advance(30)
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    state = await read_breaker(backend, "stripe")
+    assert state.state == HALF_OPEN and state.transitions == {OPEN: 1, HALF_OPEN: 1}
+    assert all(view.state("stripe") == HALF_OPEN for view in fleet)
+    probe = await claim_round(backend, fleet)
+    assert probe == held[:1]
+    clock.advance(1)
+    assert await claim_round(backend, fleet) == []  # the probe's outcome is not in yet
+    # Its success closes the breaker: the backlog is claimed again.
+    await fleet[2].report(backend, breaker, False, clock())
+    assert (await read_breaker(backend, "stripe")).state == CLOSED
+    for view in fleet:
+        await view.refresh(backend, clock())
+    clock.advance(0.01)  # an unlimited bucket (a million a second) has refilled by then
+    assert sorted(await claim_round(backend, fleet)) == held[1:]
+
+
+async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker = stripe(app, failures=1)
+    fleet = views(app)
+    held = await fill(backend, 5)
+    await fleet[0].report(backend, breaker, True, clock())
+    clock.advance(30)
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    assert await claim_round(backend, fleet) == held[:1]
+    clock.advance(5)
+    await fleet[1].report(backend, breaker, True, clock())
+    state = await read_breaker(backend, "stripe")
+    assert state.state == OPEN and state.opened_at == clock()
+    for view in fleet:
+        await view.refresh(backend, clock())
+    clock.advance(29)  # the new cooldown is counted from the failed probe
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    assert await claim_round(backend, fleet) == []
+    clock.advance(1)
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    assert await claim_round(backend, fleet) == held[1:2]
+    state = await read_breaker(backend, "stripe")
+    assert [t.target for t in state.history] == [OPEN, HALF_OPEN, OPEN, HALF_OPEN]
+
+
+async def test_opened_by_hand_it_stays_open_until_closed_by_hand(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    stripe(app)
+    fleet = views(app)
+    held = await fill(backend, 3)
+    await open_by_hand(backend, "stripe", clock())
+    clock.advance(3600)  # no cooldown ends it
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    assert await claim_round(backend, fleet) == []
+    assert (await read_breaker(backend, "stripe")).state == OPEN
+    await close_by_hand(backend, "stripe", clock())
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    assert sorted(await claim_round(backend, fleet)) == held
+    state = await read_breaker(backend, "stripe")
+    assert [(t.target, t.reason) for t in state.history] == [
+        (OPEN, "opened by hand"), (CLOSED, "closed by hand")]
