@@ -1,7 +1,8 @@
 """The one inspection and admin API, used by the CLI, the dashboard and users.
 
 `app.admin` is async; `app.jobs` is the same API for sync code. Every action that
-changes jobs or queues (retry, redrive, cancel, delete, purge, pause, resume) records
+changes jobs, queues or breakers (retry, redrive, cancel, delete, purge, pause, resume,
+open and close a breaker) records
 one entry in the audit trail (`conveyor.audit`) here, whichever front end called it:
 `by=` says who acts (a name, or an `Actor`); without it, the OS user of the process.
 Task names in a filter may be short, as `conveyor enqueue` takes them
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
 from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
+from .breaker_records import close_by_hand, fleet_breakers, open_by_hand
+from .breakers import BreakerState
 from .concurrency import held_back
 from .job import Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
@@ -29,6 +32,7 @@ from .worker_records import WORKERS_NAMESPACE
 log = logging.getLogger("conveyor.admin")
 
 if TYPE_CHECKING:
+    from .breakers import BreakerRegistry
     from .claim_check import ClaimCheck
     from .portal import Portal
     from .timeutil import Clock
@@ -102,6 +106,8 @@ class AdminApp(Protocol):
     def admin(self) -> Admin: ...
     @property
     def claim_check(self) -> ClaimCheck: ...  # blobs go with the jobs deleted here
+    @property
+    def breakers(self) -> BreakerRegistry: ...
     async def backend(self) -> Backend: ...
 
 
@@ -292,6 +298,17 @@ class Admin:
     async def resume(self, queue: str, *, by: By = None) -> None:
         async with self.recording("resume", by=by, target=f"queue {queue}"):
             await (await self.app.backend()).pause_queue(queue, False)
+
+    async def breakers(self) -> dict[str, BreakerState]:
+        """Every circuit breaker the app declares or the store holds, by name."""
+        return await fleet_breakers(await self.app.backend(), (b.name for b in self.app.breakers))
+
+    async def set_breaker(self, name: str, *, open: bool, by: By = None) -> BreakerState:
+        """Open a breaker by hand (it stays open until closed by hand) or close it
+        (docs/downstreams.md). Workers follow within their refresh interval."""
+        change = open_by_hand if open else close_by_hand
+        async with self.recording("open" if open else "close", by=by, target=f"breaker {name}"):
+            return await change(await self.app.backend(), name, self.app.clock())
 
     async def prune(self, completed_before: float, dead_before: float) -> int:
         """Delete finished jobs past retention, clear results past their result_ttl,

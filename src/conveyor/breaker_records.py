@@ -4,7 +4,7 @@ transition (two workers counting the last failure at once open the breaker once)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .backends.base import SharedRecords
 from .breakers import NAMESPACE, BreakerState, closed_by_hand, opened_by_hand
@@ -53,3 +53,11 @@ async def open_by_hand(records: SharedRecords, name: str, now: float) -> Breaker
 async def close_by_hand(records: SharedRecords, name: str, now: float) -> BreakerState:
     """Close `name`, forgetting the failures it counted."""
     return (await change_breaker(records, name, lambda s: closed_by_hand(s, now)))[0]
+
+
+async def fleet_breakers(records: SharedRecords, declared: Iterable[str]
+                         ) -> dict[str, BreakerState]:
+    """Every breaker an app declares or a record names, by name in order; one with no
+    record yet is closed."""
+    stored = await read_breakers(records)
+    return {name: stored.get(name, BreakerState()) for name in sorted({*declared, *stored})}

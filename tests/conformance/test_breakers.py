@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor import Conveyor
+from conveyor import BreakerError, Conveyor
 from conveyor.backends.base import Backend, ClaimRequest, QueueQuota
 from conveyor.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
 from conveyor.job import JobState
 from conveyor.timeutil import ManualClock
 from conveyor.worker.breaker_view import BreakerView
-from helpers import new_job
+from conveyor.worker import WorkerConfig
+from helpers import RunningWorker, eventually, new_job, wait_finished
 
 WORKERS = 4
 
@@ -160,3 +161,57 @@ async def test_opened_by_hand_it_stays_open_until_closed_by_hand(
     state = await read_breaker(backend, "stripe")
     assert [(t.target, t.reason) for t in state.history] == [
         (OPEN, "opened by hand"), (CLOSED, "closed by hand")]
+
+
+# --- the worker ---------------------------------------------------------------------------
+async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
+        live_app: Conveyor) -> None:
+    """One worker, one slot, so that every start is in order: while the breaker is
+    open no job of its task starts, one probe starts per half-open spell, the other
+    task's jobs run meanwhile, and after the downstream is back the backlog drains."""
+    live_app.breaker("downstream", failures=3, window=60, cooldown=0.5)
+    down = asyncio.Event()
+    down.set()
+    starts: list[float] = []
+    others: list[float] = []
+
+    @live_app.task(name="tests.call", breaker="downstream", backoff_base=0.01, backoff_cap=0.05)
+    async def call() -> None:
+        starts.append(live_app.clock())
+        if down.is_set():
+            raise BreakerError("the downstream answered 503")
+
+    @live_app.task(name="tests.other")
+    async def other() -> None:
+        others.append(live_app.clock())
+
+    calls = await live_app.enqueue_many_async([call.message() for _ in range(10)])
+    backend = await live_app.backend()
+
+    async def probes_failed(n: int) -> bool:
+        history = (await read_breaker(backend, "downstream")).history
+        return sum(t.reason == "probe failed" for t in history) >= n
+
+    config = WorkerConfig(queues=("default",), concurrency=1, scheduler=False)
+    async with RunningWorker(live_app, config):
+        await eventually(lambda: probes_failed(1), timeout=20)
+        await live_app.enqueue_many_async([other.message() for _ in range(10)])
+        await eventually(lambda: probes_failed(2), timeout=20)
+        assert len(others) == 10  # run while the breaker was open: they never wait for it
+        down.clear()
+        await wait_finished(live_app, [h.id for h in calls], timeout=20)
+    state = await read_breaker(backend, "downstream")
+    assert state.state == CLOSED
+    # Open -> half-open -> open (probe failed) ... -> half-open -> closed.
+    spells = list(zip(state.history, state.history[1:]))
+    for entered, left in spells:
+        within = [t for t in starts if entered.at <= t < left.at]
+        if entered.target == OPEN:
+            assert within == [], (entered, left, starts)
+        if entered.target == HALF_OPEN:
+            assert len(within) == 1, (entered, left, starts)  # the one probe
+    probes = sum(t.target == HALF_OPEN for t in state.history)
+    # Three failures opened it, each half-open spell had one probe, the last one
+    # succeeded and the other nine calls ran after it.
+    assert len(starts) == 3 + probes + 9
+    assert state.history[-1].reason == "probe succeeded"

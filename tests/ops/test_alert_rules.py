@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from backends_under_test import service_missing
 from conveyor.admin import WorkerInfo
 from conveyor.backends.base import QueueStats
+from conveyor.breakers import BreakerState
 from conveyor.job import Job, JobState
 from conveyor.metrics import JobMetrics
 from conveyor.metrics.queue_state import _Snapshot
@@ -40,7 +41,7 @@ def exported_names() -> set[str]:
     metrics.scheduler_lag.set(0)
     registry.register(_Snapshot(
         [QueueStats("q", {JobState.AVAILABLE: 1}, oldest_available_age=3.0)],
-        [WorkerInfo("w", "h", 1, ("q",), 4, 0, 0.0, 0.0, "v", False)]))
+        [WorkerInfo("w", "h", 1, ("q",), 4, 0, 0.0, 0.0, "v", False)], {"b": BreakerState()}))
     return {s.name for family in registry.collect() for s in family.samples}
 
 

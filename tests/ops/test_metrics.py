@@ -187,3 +187,18 @@ async def test_retries_the_budget_moved_are_counted(app: Conveyor) -> None:
     assert value("conveyor_jobs_retried_total") == 5
     assert value("conveyor_retries_deferred_total") == 3
     assert value("conveyor_jobs_dead_total") == 2
+
+
+async def test_breakers_export_their_state_and_transitions(app: Conveyor) -> None:
+    app.breaker("stripe", failures=5, window=60, cooldown=30)
+    app.breaker("mailer", failures=5, window=60, cooldown=30)
+    await app.admin.set_breaker("stripe", open=True)
+    await app.admin.set_breaker("stripe", open=False)
+    await app.admin.set_breaker("stripe", open=True)
+    lines = set((await queue_state_text(app)).decode().splitlines())
+    assert 'conveyor_breaker_state{breaker="stripe",state="open"} 1.0' in lines
+    assert 'conveyor_breaker_state{breaker="stripe",state="closed"} 0.0' in lines
+    assert 'conveyor_breaker_state{breaker="mailer",state="closed"} 1.0' in lines
+    assert 'conveyor_breaker_transitions_total{breaker="stripe",to="open"} 2.0' in lines
+    assert 'conveyor_breaker_transitions_total{breaker="stripe",to="closed"} 1.0' in lines
+    assert 'conveyor_breaker_transitions_total{breaker="mailer",to="open"} 0.0' in lines

@@ -22,6 +22,7 @@ from ..version import __version__
 from . import (
     commands_admin,
     commands_audit,
+    commands_breakers,
     commands_dashboard,
     commands_demo,
     commands_jobs,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands_audit.register(commands, target)
     commands_demo.register(commands)
     commands_ops.register(commands, target)
+    commands_breakers.register(commands, target)
     commands_dashboard.register(commands)
     return parser
 

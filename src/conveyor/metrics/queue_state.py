@@ -1,7 +1,8 @@
 """Queue state as Prometheus gauges, read through the admin API at scrape time.
 
 Works on every backend, since it only uses `app.admin`: stats (depth by state,
-oldest waiting age, paused), workers, and the per-minute records of the workers.
+oldest waiting age, paused), workers, the per-minute records of the workers, and the
+circuit breakers' shared records (state, and transitions counted fleet-wide).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..breakers import STATES, BreakerState
 from ..job import JobState
 
 if TYPE_CHECKING:
@@ -25,9 +27,11 @@ if TYPE_CHECKING:
 
 
 class _Snapshot(Collector):
-    def __init__(self, stats: list[QueueStats], workers: list[WorkerInfo]) -> None:
+    def __init__(self, stats: list[QueueStats], workers: list[WorkerInfo],
+                 breakers: dict[str, BreakerState]) -> None:
         self.stats = stats
         self.workers = workers
+        self.breakers = breakers
 
     def collect(self) -> Iterable[Metric]:
         depth = GaugeMetricFamily("conveyor_queue_jobs", "Jobs in the backend by queue and "
@@ -58,11 +62,27 @@ class _Snapshot(Collector):
                                "TTL).", value=len(self.workers))
         slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
                                   value=sum(w.concurrency for w in self.workers))
-        return [depth, oldest, dead, paused, running, throttled, held, up, slots]
+        return [depth, oldest, dead, paused, running, throttled, held, up, slots,
+                *self._breaker_metrics()]
+
+    def _breaker_metrics(self) -> list[Metric]:
+        state = GaugeMetricFamily("conveyor_breaker_state", "1 for the state each circuit "
+                                  "breaker is in (closed, open, half-open), 0 for the others.",
+                                  labels=["breaker", "state"])
+        # Counted in the breaker's record by whoever made the transition: fleet-wide,
+        # and it survives restarts, as a counter should.
+        moves = CounterMetricFamily("conveyor_breaker_transitions", "Times each circuit "
+                                    "breaker entered a state.", labels=["breaker", "to"])
+        for name, current in self.breakers.items():
+            for each in STATES:
+                state.add_metric([name, each], 1.0 if current.state == each else 0.0)
+                moves.add_metric([name, each], current.transitions.get(each, 0))
+        return [state, moves]
 
 
 async def queue_state_text(app: Conveyor) -> bytes:
     """The state gauges in the Prometheus text format."""
     registry = CollectorRegistry()
-    registry.register(_Snapshot(await app.admin.stats(), await app.admin.workers()))
+    registry.register(_Snapshot(await app.admin.stats(), await app.admin.workers(),
+                                await app.admin.breakers()))
     return generate_latest(registry)
