@@ -306,9 +306,11 @@ class Admin:
     async def set_breaker(self, name: str, *, open: bool, by: By = None) -> BreakerState:
         """Open a breaker by hand (it stays open until closed by hand) or close it
         (docs/downstreams.md). Workers follow within their refresh interval."""
-        change = open_by_hand if open else close_by_hand
         async with self.recording("open" if open else "close", by=by, target=f"breaker {name}"):
-            return await change(await self.app.backend(), name, self.app.clock())
+            backend, now = await self.app.backend(), self.app.clock()
+            if open:
+                return await open_by_hand(backend, name, now, self.app.breakers.get(name))
+            return await close_by_hand(backend, name, now)
 
     async def prune(self, completed_before: float, dead_before: float) -> int:
         """Delete finished jobs past retention, clear results past their result_ttl,

@@ -11,6 +11,7 @@ from conveyor.backends.base import Backend, ClaimRequest, QueueQuota
 from conveyor.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
 from conveyor.job import JobState
+from conveyor.rate_limits import RateLimit
 from conveyor.timeutil import ManualClock
 from conveyor.worker.breaker_view import BreakerView
 from conveyor.worker import WorkerConfig
@@ -96,13 +97,54 @@ async def test_an_open_breaker_holds_its_jobs_without_using_an_attempt(
         assert (job.state, job.attempt, job.worker_id) == (JobState.AVAILABLE, 0, None)
 
 
+async def test_opening_stops_every_workers_claims_at_once(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    """The other workers have not refreshed their view (it says closed): the bucket
+    the opening held gives their claims nothing, and tells them when to look again."""
+    breaker = stripe(app, failures=1)
+    fleet = views(app)
+    held = await fill(backend, 20)
+    free = await fill(backend, 4, rate_key=None, prefix="f")
+    await fleet[0].report(backend, breaker, True, clock())
+    assert [view.state("stripe") for view in fleet] == [OPEN, CLOSED, CLOSED, CLOSED]
+    assert sorted(await claim_round(backend, fleet)) == free
+    stale = await backend.fetch_jobs(ClaimRequest(
+        (QueueQuota("default", 10),), 10, "w9", 30.0, rate_limits=fleet[1].claim_limits()))
+    assert stale == [] and stale.next_token_at is not None
+    assert clock() + 30 - 1e-3 <= stale.next_token_at <= clock() + 30 + 1e-3  # the hold's end
+    clock.advance(29.9)  # (the view of a worker that never refreshed)
+    assert await claim_round(backend, fleet) == []
+    for job_id in held:
+        job = await backend.get_job(job_id)
+        assert job is not None and (job.state, job.attempt) == (JobState.AVAILABLE, 0)
+
+
+async def test_a_held_bucket_refills_from_the_end_of_its_hold(
+        backend: Backend, clock: ManualClock) -> None:
+    limits = (RateLimit("stripe", rate=10.0, burst=5),)
+    await fill(backend, 20)
+
+    async def claim() -> int:
+        return len(await backend.fetch_jobs(ClaimRequest(
+            (QueueQuota("default", 20),), 20, "w1", 30.0, rate_limits=limits)))
+
+    await backend.hold_rate_bucket("stripe", 0.5, clock() + 10)
+    assert await claim() == 0
+    clock.advance(10)
+    assert await claim() == 0  # half a token at the end of the hold
+    clock.advance(0.05)
+    assert await claim() == 1  # a twentieth of a second at 10 a second: half a token more
+    clock.advance(60)
+    assert await claim() == 5  # then as any bucket: at most its burst
+
+
 async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
         app: Conveyor, backend: Backend, clock: ManualClock) -> None:
     breaker = stripe(app, failures=1)
     fleet = views(app)
     held = await fill(backend, 20)
     await fleet[0].report(backend, breaker, True, clock())
-    clock.advance(30)
+    clock.advance(30.01)  # just past the cooldown: the held bucket has its token
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
     state = await read_breaker(backend, "stripe")
     assert state.state == HALF_OPEN and state.transitions == {OPEN: 1, HALF_OPEN: 1}
@@ -126,7 +168,7 @@ async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
     fleet = views(app)
     held = await fill(backend, 5)
     await fleet[0].report(backend, breaker, True, clock())
-    clock.advance(30)
+    clock.advance(30.01)
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
     assert await claim_round(backend, fleet) == held[:1]
     clock.advance(5)
@@ -138,7 +180,7 @@ async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
     clock.advance(29)  # the new cooldown is counted from the failed probe
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
     assert await claim_round(backend, fleet) == []
-    clock.advance(1)
+    clock.advance(1.01)
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
     assert await claim_round(backend, fleet) == held[1:2]
     state = await read_breaker(backend, "stripe")

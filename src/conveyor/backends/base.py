@@ -84,6 +84,14 @@ class JobLifecycle(Protocol):
         """Store JSON progress fenced by the lease; False if the lease was lost."""
         ...
 
+    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+        """Store rate limit bucket `key` as holding `tokens` as of `until`, a time that
+        may be ahead: no claim refills it before then, whatever rate its claimer
+        declares (conveyor.rate_limits.refill adds nothing for a time behind the
+        bucket's). A circuit breaker that opens holds its bucket so, which stops every
+        worker's claims of it at once (conveyor.breakers)."""
+        ...
+
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         """Return when new work may be there (a hint) or after `timeout`."""
         ...

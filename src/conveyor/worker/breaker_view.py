@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..backends.base import SharedRecords
-from ..breaker_records import change_breaker, read_breakers
+from ..backends.base import Backend
+from ..breaker_records import change_breaker, hold_seconds, read_breakers
 from ..breakers import (CLOSED, Breaker, BreakerRegistry, BreakerState, after_cooldown,
                         after_failure, after_success)
 from ..rate_limits import RateLimit
@@ -61,26 +61,27 @@ class BreakerView:
             log.warning("breaker %s is %s%s", name, state.state,
                         f" ({state.history[-1].reason})" if state.history else "")
 
-    async def refresh(self, records: SharedRecords, now: float) -> None:
+    async def refresh(self, backend: Backend, now: float) -> None:
         """Read every breaker's state; move the ones whose cooldown is over to half-open."""
-        states = await read_breakers(records)
+        states = await read_breakers(backend)
         for breaker in self._breakers:
             state = states.get(breaker.name, BreakerState())
             if after_cooldown(breaker, state, now) is not None:
                 state, _ = await change_breaker(
-                    records, breaker.name, lambda s, b=breaker: after_cooldown(b, s, now))
+                    backend, breaker.name, lambda s, b=breaker: after_cooldown(b, s, now))
             self._learn(breaker.name, state)
 
-    async def report(self, records: SharedRecords, breaker: Breaker, failed: bool,
+    async def report(self, backend: Backend, breaker: Breaker, failed: bool,
                      now: float) -> None:
         """An attempt of a job behind `breaker` ended: `failed` if it counts as a
         failure (conveyor.breakers.counts_as_failure)."""
         if not failed and self.state(breaker.name) == CLOSED:
             return  # the common case: nothing to write
         if failed:
-            state, _ = await change_breaker(records, breaker.name,
-                                            lambda s: after_failure(breaker, s, now))
+            state, _ = await change_breaker(backend, breaker.name,
+                                            lambda s: after_failure(breaker, s, now),
+                                            hold_seconds(breaker))
         else:
-            state, _ = await change_breaker(records, breaker.name,
+            state, _ = await change_breaker(backend, breaker.name,
                                             lambda s: after_success(s, now))
         self._learn(breaker.name, state)

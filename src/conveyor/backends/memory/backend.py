@@ -112,6 +112,10 @@ class MemoryBackend:
     async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
+    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+        with self.store.lock:
+            self.store.buckets[key] = (tokens, until)
+
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
 

@@ -397,6 +397,14 @@ SELECT name, burst, %(now)s, rate, burst
 FROM unnest(%(rate_keys)s::text[], %(rates)s::float8[], %(bursts)s::int[]) AS l(name, rate, burst)
 ON CONFLICT (name) DO NOTHING
 
+-- name: hold_rate_bucket
+-- Backend.hold_rate_bucket: tokens as of a time that may be ahead. The row lock
+-- orders it with the claims of the bucket (claim_rated_jobs locks it FOR UPDATE). A
+-- bucket no claim made yet gets rate and burst 0 until its first claim declares them.
+INSERT INTO {schema}.rate_buckets (name, tokens, updated_at, rate, burst)
+VALUES (%(name)s, %(tokens)s, %(until)s, 0, 0)
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+
 -- name: claim_rated_jobs
 -- claim_jobs for a worker that declares rate limits (docs/flow-control.md), still one
 -- statement. The request's buckets are locked first (FOR UPDATE, in name order: no

@@ -98,3 +98,11 @@ class PostgresRecords(PostgresConnections):
     async def delete_record(self, namespace: str, key: str) -> bool:
         row = await self._one("delete_record", self._params(namespace, key))
         return row is not None and bool(row[0])
+
+    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+        params = {"name": key, "tokens": tokens, "until": until}
+
+        async def op(conn: AsyncConn) -> None:
+            await conn.execute(self.q["hold_rate_bucket"], params)
+
+        await self._run(op)

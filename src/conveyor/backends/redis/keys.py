@@ -78,6 +78,10 @@ class Keys:
     def state(self, queue: str, state: JobState | str) -> str:
         return f"{self.base}q:{queue}:{state}"
 
+    def bucket(self, rate_key: str) -> str:
+        """A token bucket (_lib.lua's bucket_key)."""
+        return f"{self.base}rate:{rate_key}"
+
     def lane(self, queue: str, rate_key: str) -> str:
         """The queue's available jobs with rate limit bucket `rate_key` (_lib.lua's lane_key)."""
         return f"{self.base}rl:{len(queue.encode())}:{queue}:{rate_key}"

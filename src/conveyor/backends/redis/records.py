@@ -100,3 +100,9 @@ class RedisRecords:
         deleted = await self.scripts.call("delete_record", self._record_keys(namespace),
                                           [float_arg(self.clock()), key])
         return bool(deleted)
+
+    @translated
+    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+        # One HSET: atomic against claim.lua, which reads and writes the same fields.
+        await self.client.hset(self.keys.bucket(key), mapping={
+            "tokens": float_arg(tokens), "updated_at": float_arg(until)})

@@ -168,6 +168,9 @@ class SqliteBackend:
     async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
         return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
 
+    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+        await self._on_thread(lambda s: records.hold_bucket(s, key, tokens, until))
+
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
         if self._listener is None:
             self._listener = WakeupListener(self.path)

@@ -160,6 +160,13 @@ VALUES (:name, :tokens, :now, :rate, :burst)
 ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at,
                                  rate = excluded.rate, burst = excluded.burst
 
+-- name: hold_rate_bucket
+-- Backend.hold_rate_bucket: tokens as of a time that may be ahead. A bucket no claim
+-- made yet gets rate and burst 0 until its first claim declares them.
+INSERT INTO conveyor_rate_buckets (name, tokens, updated_at, rate, burst)
+VALUES (:name, :tokens, :until, 0, 0)
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+
 -- name: rate_held_back
 -- Does a bucket hold back a job of these queues? (one index entry)
 SELECT 1 FROM conveyor_jobs

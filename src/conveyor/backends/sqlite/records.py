@@ -73,3 +73,9 @@ def _put(store: SqliteConnection, db: sqlite3.Connection, namespace: str, key: s
     db.execute(Q["delete_expired_records"], {"now": now})  # keep the table small
     db.execute(Q["put_record"], {"namespace": namespace, "key": key, "value": value,
                                  "expires_at": expiry(now, ttl)})
+
+
+def hold_bucket(store: SqliteConnection, key: str, tokens: float, until: float) -> None:
+    """SqliteBackend.hold_rate_bucket: a write the claims serialise with."""
+    with store.write() as db:
+        db.execute(Q["hold_rate_bucket"], {"name": key, "tokens": tokens, "until": until})
