@@ -219,6 +219,9 @@ class BreakerRegistry:
         task behind a breaker (`breaker=`, popped from the task's `options`) is the
         breaker's own: one gate per downstream."""
         breaker = options.pop("breaker", None)
+        if breaker is not None and not isinstance(breaker, str):
+            raise ConfigurationError(f"task {task_name}: breaker= takes the name of an "
+                                     f"app.breaker(...), not {breaker!r}")
         if breaker is None:
             return self._limits.for_task(task_name, rate_limit, rate_key)
         if breaker not in self._breakers:

@@ -16,6 +16,7 @@ compare-and-set on the breaker's record.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from ..backends.base import Backend
@@ -68,7 +69,7 @@ class BreakerView:
             state = states.get(breaker.name, BreakerState())
             if after_cooldown(breaker, state, now) is not None:
                 state, _ = await change_breaker(
-                    backend, breaker.name, lambda s, b=breaker: after_cooldown(b, s, now))
+                    backend, breaker.name, functools.partial(after_cooldown, breaker, now=now))
             self._learn(breaker.name, state)
 
     async def report(self, backend: Backend, breaker: Breaker, failed: bool,
