@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from conveyor import Conveyor, current_job
@@ -103,3 +105,20 @@ def chord_callback(results: list[int], chord: str) -> list[int]:
 def kept_briefly(value: str) -> str:
     """Its result is kept one second (result_ttl, docs/workflows.md)."""
     return value
+
+
+# The breaker test_breaker_processes.py trips: a fake downstream (its URL in
+# $DOWNSTREAM_URL) that answers 503 for a while. Times scaled down: a 2 s cooldown.
+app.breaker("downstream", failures=3, window=60, cooldown=2.0)
+
+
+@app.task(name="call_downstream", queue="downstream", breaker="downstream", max_attempts=100,
+          backoff_base=0.05, backoff_cap=0.2)
+def call_downstream() -> None:
+    """One request per attempt, naming the attempt and when it was claimed; an HTTP
+    error (an OSError: transient) counts against the breaker."""
+    job = current_job()
+    query = urllib.parse.urlencode({"job": job.id, "attempt": job.attempt,
+                                    "claimed": repr(job.job.started_at)})
+    with urllib.request.urlopen(f"{os.environ['DOWNSTREAM_URL']}?{query}", timeout=10):
+        pass
