@@ -135,6 +135,13 @@ class BreakerState:
         return replace(self, state=target, history=history, transitions=counts,
                        **changes)  # type: ignore[arg-type]
 
+    def counted(self, breaker: Breaker | None, now: float) -> int:
+        """The failures counting towards opening it: those still within its window
+        (every one stored when the breaker's declaration is not known here)."""
+        if breaker is None:
+            return len(self.failures)
+        return sum(t > now - breaker.window for t in self.failures)
+
     def probe_due_at(self, breaker: Breaker) -> float | None:
         """When an open breaker turns half-open (None: not open, or held open)."""
         if self.state != OPEN or self.held or self.opened_at is None:

@@ -45,7 +45,7 @@ async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
     if args.json:
         for name, state in breakers.items():
             print(json.dumps({"name": name, "state": state.state,
-                              "failures": counted(app, name, state, now),
+                              "failures": state.counted(app.breakers.get(name), now),
                               "opened_at": state.opened_at, "held": state.held,
                               "history": [{"at": t.at, "from": t.source, "to": t.target,
                                            "reason": t.reason} for t in state.history]}))
@@ -56,7 +56,7 @@ async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
     print(render.table(
         ["BREAKER", "STATE", "FAILURES", "OPENED", "PROBE"],
         [[name, state.state + (" (by hand)" if state.held else ""),
-          counted(app, name, state, now), render.relative(state.opened_at, now),
+          state.counted(app.breakers.get(name), now), render.relative(state.opened_at, now),
           probe_due(app, name, state, now)] for name, state in breakers.items()]))
     for name, state in breakers.items():
         if state.history:
@@ -64,15 +64,6 @@ async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
             for t in state.history[-args.history:]:
                 print(f"  {render.timestamp(t.at)}  {t.source} -> {t.target}  {t.reason}")
     return OK
-
-
-def counted(app: Conveyor, name: str, state: BreakerState, now: float) -> int:
-    """Failures counted towards opening it: those still within its window (all stored
-    ones when this app does not declare it, with --url)."""
-    breaker = app.breakers.get(name)
-    if breaker is None:
-        return len(state.failures)
-    return sum(t > now - breaker.window for t in state.failures)
 
 
 def probe_due(app: Conveyor, name: str, state: BreakerState, now: float) -> str:

@@ -167,6 +167,21 @@ class Actions:
         return d.redirect(request, d.back(request, form, d.url(request, "overview")),
                           f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.")
 
+    async def breaker_action(self, request: Request) -> Response:
+        """Open a circuit breaker by hand (held open until closed) or close it."""
+        d = self.d
+        action = request.path_params["action"]
+        if action not in ("open", "close"):
+            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
+        form = await d.action_form(request)
+        name = single(request.query_params, "breaker")
+        if not name or name not in await d.app.admin.breakers():
+            raise BadRequest("which breaker? pass one of the listed: /breakers/open?breaker=<name>")
+        state = await d.app.admin.set_breaker(name, open=action == "open", by=self.actor(request))
+        self.audit(request, action, f"breaker {name}", state.state)
+        return d.redirect(request, d.back(request, form, d.url(request, "breakers")),
+                          f"Breaker {name} is {state.state}.")
+
     async def start_run(self, request: Request) -> Response:
         """Start a paced redrive run, driven by this dashboard process."""
         d = self.d

@@ -85,6 +85,9 @@ def create_dashboard(
         Route("/audit", d.audit_page, name="audit"),
         Route("/queues/{action:str}", act.queue_action, methods=["POST"], name="queue_action"),
         Route("/workers", d.workers, name="workers"),
+        Route("/breakers", d.breakers, name="breakers"),
+        Route("/breakers/{action:str}", act.breaker_action, methods=["POST"],
+              name="breaker_action"),
         Route("/metrics", d.metrics, name="metrics"),
         Mount("/static", StaticFiles(directory=package_dir("static")), name="static"),
     ]

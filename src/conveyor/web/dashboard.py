@@ -50,6 +50,7 @@ from .params import (
 
 FLASH_COOKIE = "conveyor_flash"
 AUDIT_ACTIONS = ("retry", "redrive", "cancel", "delete", "purge", "pause", "resume",
+                 "open", "close",
                  "redrive run started", "redrive run paused", "redrive run resumed",
                  "redrive run cancelled", "redrive run stopped", "redrive run done")
 log = logging.getLogger("conveyor.dashboard")
@@ -260,6 +261,18 @@ class Dashboard:
     async def workers(self, request: Request) -> Response:
         return self.render(request, "workers.html", {
             "workers": await self.app.admin.workers(), "now": self.app.clock()})
+
+    async def breakers(self, request: Request) -> Response:
+        """The circuit breakers (docs/downstreams.md): state, failures counted, when the
+        probe is due, recent transitions; open or close one."""
+        now = self.app.clock()
+        rows = [{"name": name, "state": state, "breaker": self.app.breakers.get(name),
+                 "counted": state.counted(self.app.breakers.get(name), now),
+                 "probe_due_at": (None if (b := self.app.breakers.get(name)) is None
+                                  else state.probe_due_at(b)),
+                 "history": list(reversed(state.history[-10:]))}
+                for name, state in (await self.app.admin.breakers()).items()]
+        return self.render(request, "breakers.html", {"breakers": rows, "now": now})
 
     async def redrive_page(self, request: Request) -> Response:
         query = ListQuery.from_mapping(request.query_params).for_redrive()
