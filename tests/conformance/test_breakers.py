@@ -138,14 +138,26 @@ async def test_a_held_bucket_refills_from_the_end_of_its_hold(
     assert await claim() == 5  # then as any bucket: at most its burst
 
 
-async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+async def refresh_all(backend: Backend, fleet: list[BreakerView], clock: ManualClock) -> None:
+    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+
+
+async def half_open(app: Conveyor, backend: Backend, clock: ManualClock, jobs: int
+                    ) -> tuple[Breaker, list[BreakerView], list[str]]:
+    """`jobs` waiting behind a breaker that one failure opened and whose cooldown is over,
+    seen by a fleet of refreshed views: (the breaker, the views, the waiting ids)."""
     breaker = stripe(app, failures=1)
     fleet = views(app)
-    held = await fill(backend, 20)
+    held = await fill(backend, jobs)
     await fleet[0].report(backend, breaker, True, clock())
     clock.advance(30.01)  # just past the cooldown: the held bucket has its token
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    await refresh_all(backend, fleet, clock)
+    return breaker, fleet, held
+
+
+async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
+        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    breaker, fleet, held = await half_open(app, backend, clock, 20)
     state = await read_breaker(backend, "stripe")
     assert state.state == HALF_OPEN and state.transitions == {OPEN: 1, HALF_OPEN: 1}
     assert all(view.state("stripe") == HALF_OPEN for view in fleet)
@@ -164,12 +176,7 @@ async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
 
 async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
         app: Conveyor, backend: Backend, clock: ManualClock) -> None:
-    breaker = stripe(app, failures=1)
-    fleet = views(app)
-    held = await fill(backend, 5)
-    await fleet[0].report(backend, breaker, True, clock())
-    clock.advance(30.01)
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    breaker, fleet, held = await half_open(app, backend, clock, 5)
     assert await claim_round(backend, fleet) == held[:1]
     clock.advance(5)
     await fleet[1].report(backend, breaker, True, clock())
@@ -178,10 +185,10 @@ async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
     for view in fleet:
         await view.refresh(backend, clock())
     clock.advance(29)  # the new cooldown is counted from the failed probe
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    await refresh_all(backend, fleet, clock)
     assert await claim_round(backend, fleet) == []
     clock.advance(1.01)
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    await refresh_all(backend, fleet, clock)
     assert await claim_round(backend, fleet) == held[1:2]
     state = await read_breaker(backend, "stripe")
     assert [t.target for t in state.history] == [OPEN, HALF_OPEN, OPEN, HALF_OPEN]
@@ -194,11 +201,11 @@ async def test_opened_by_hand_it_stays_open_until_closed_by_hand(
     held = await fill(backend, 3)
     await open_by_hand(backend, "stripe", clock())
     clock.advance(3600)  # no cooldown ends it
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    await refresh_all(backend, fleet, clock)
     assert await claim_round(backend, fleet) == []
     assert (await read_breaker(backend, "stripe")).state == OPEN
     await close_by_hand(backend, "stripe", clock())
-    await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
+    await refresh_all(backend, fleet, clock)
     assert sorted(await claim_round(backend, fleet)) == held
     state = await read_breaker(backend, "stripe")
     assert [(t.target, t.reason) for t in state.history] == [

@@ -1,13 +1,15 @@
 """What an operator can do from the dashboard: retry, cancel, delete (one job or in
 bulk, after a confirmation that counts), redrive (a batch, or a paced run), pause and
-resume a queue. Each is allowed by `Dashboard.action_form` first; `app.admin` records
-it in the audit trail as the dashboard's user, and a log line says what it did.
+resume a queue, open and close a circuit breaker. Each is allowed by
+`Dashboard.action_form` first; `app.admin` records it in the audit trail as the
+dashboard's user, and a log line says what it did.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -150,15 +152,26 @@ class Actions:
                                          {**query.params(), "batch": str(batch)}),
                           result + ".")
 
+    async def _on_one(self, request: Request, actions: tuple[str, ...], kind: str
+                      ) -> tuple[str, FormData, str] | Response:
+        """An action on one named thing (a queue, a breaker): (the action, its form,
+        allowed by action_form, and the name from `?<kind>=`), or a 404 for an action
+        that does not exist."""
+        action = request.path_params["action"]
+        if action not in actions:
+            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
+        form = await self.d.action_form(request)
+        name = single(request.query_params, kind)
+        if not name:
+            raise BadRequest(f"which {kind}? pass its name: /{kind}s/{actions[0]}?{kind}=<name>")
+        return action, form, name
+
     async def queue_action(self, request: Request) -> Response:
         d = self.d
-        action = request.path_params["action"]
-        if action not in ("pause", "resume"):
-            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
-        form = await d.action_form(request)
-        name = single(request.query_params, "queue")
-        if not name:
-            raise BadRequest("which queue? pass its name: /queues/pause?queue=<name>")
+        target = await self._on_one(request, ("pause", "resume"), "queue")
+        if isinstance(target, Response):
+            return target
+        action, form, name = target
         if action == "pause":
             await d.app.admin.pause(name, by=self.actor(request))
         else:
@@ -170,13 +183,12 @@ class Actions:
     async def breaker_action(self, request: Request) -> Response:
         """Open a circuit breaker by hand (held open until closed) or close it."""
         d = self.d
-        action = request.path_params["action"]
-        if action not in ("open", "close"):
-            return PlainTextResponse(f"unknown action {action[:40]!r}", status_code=404)
-        form = await d.action_form(request)
-        name = single(request.query_params, "breaker")
-        if not name or name not in await d.app.admin.breakers():
-            raise BadRequest("which breaker? pass one of the listed: /breakers/open?breaker=<name>")
+        target = await self._on_one(request, ("open", "close"), "breaker")
+        if isinstance(target, Response):
+            return target
+        action, form, name = target
+        if name not in await d.app.admin.breakers():
+            raise BadRequest(f"breaker {name[:40]!r} is not one of those listed on /breakers")
         state = await d.app.admin.set_breaker(name, open=action == "open", by=self.actor(request))
         self.audit(request, action, f"breaker {name}", state.state)
         return d.redirect(request, d.back(request, form, d.url(request, "breakers")),
