@@ -135,7 +135,10 @@ class Worker(HeldJobs):
         self._completer = Completer(backend, self._on_settled)
         await self._presence.start(backend)  # the liveness signal, before the first claim
         if len(self.app.breakers):  # the first claim already knows which breakers are open
-            await self._refresh_breakers()
+            try:
+                await self._refresh_breakers()
+            except Exception as exc:  # noqa: BLE001 - an opening's bucket hold still applies
+                log.warning("reading the circuit breakers failed (%s); retrying in 1s", exc)
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
                  self._queue_plan.spec, self.config.concurrency)
         services = [
