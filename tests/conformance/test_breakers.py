@@ -5,9 +5,10 @@ view builds from it (several claimers on the injected clock)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from conveyor import BreakerError, Conveyor
-from conveyor.backends.base import Backend, ClaimRequest, QueueQuota
+from conveyor.backends.base import Backend, ClaimedJobs, ClaimRequest, QueueQuota
 from conveyor.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
 from conveyor.job import JobState
@@ -236,6 +237,16 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
 
     calls = await live_app.enqueue_many_async([call.message() for _ in range(10)])
     backend = await live_app.backend()
+    claims: list[int] = []
+    fetch = backend.fetch_jobs
+
+    async def counted(request: ClaimRequest) -> ClaimedJobs:
+        jobs = await fetch(request)
+        claims.append(len(jobs))
+        return jobs
+
+    backend.fetch_jobs = counted  # type: ignore[method-assign]
+    began = time.monotonic()
 
     async def probes_failed(n: int) -> bool:
         history = (await read_breaker(backend, "downstream")).history
@@ -249,6 +260,9 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
         assert len(others) == 10  # run while the breaker was open: they never wait for it
         down.clear()
         await wait_finished(live_app, [h.id for h in calls], timeout=20)
+    # While its only work waited behind the breaker the worker claimed once per poll
+    # interval or wake-up, not in a loop (a spinning one makes thousands of claims).
+    assert len(claims) <= 2 * sum(claims) + 4 * (time.monotonic() - began), claims
     state = await read_breaker(backend, "downstream")
     assert state.state == CLOSED
     # Open -> half-open -> open (probe failed) ... -> half-open -> closed.
