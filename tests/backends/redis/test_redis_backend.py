@@ -422,15 +422,15 @@ async def test_blocking_enqueue_from_threads_stores_each_job_once(backend: Redis
 
 
 async def test_blocking_and_lane_enqueues_reload_scripts_after_a_flush(
-        backend: RedisBackend) -> None:
-    await backend.enqueue_jobs([job(1)])
-    backend.enqueue_jobs_blocking([job(2)])
-    await backend.client.script_flush()  # as after a server restart
-    [a] = await backend.enqueue_jobs([job(3)])
-    await backend.client.script_flush()
-    [b] = await asyncio.to_thread(backend.enqueue_jobs_blocking, [job(4)])
+        flushable_backend: RedisBackend) -> None:
+    await flushable_backend.enqueue_jobs([job(1)])
+    flushable_backend.enqueue_jobs_blocking([job(2)])
+    await flushable_backend.client.script_flush()  # as after a server restart
+    [a] = await flushable_backend.enqueue_jobs([job(3)])
+    await flushable_backend.client.script_flush()
+    [b] = await asyncio.to_thread(flushable_backend.enqueue_jobs_blocking, [job(4)])
     assert (a.id, b.id) == ("job-3", "job-4")
-    assert await backend.count_jobs(JobFilter()) == 4
+    assert await flushable_backend.count_jobs(JobFilter()) == 4
 
 
 def test_blocking_enqueue_during_an_outage_raises_backend_unavailable() -> None:
@@ -454,16 +454,16 @@ async def test_a_batch_larger_than_one_script_call_is_one_write(backend: RedisBa
 
 
 async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply(
-        backend: RedisBackend) -> None:
+        flushable_backend: RedisBackend) -> None:
     # Every caller meets NOSCRIPT, loads the script and sends again: the resend must
     # not take the lane while another caller holds it (replies would cross).
-    await backend.enqueue_jobs([job(n, unique_key=f"k{n}") for n in range(50)])
+    await flushable_backend.enqueue_jobs([job(n, unique_key=f"k{n}") for n in range(50)])
     for round_ in range(5):
-        await backend.client.script_flush()
-        made = await asyncio.gather(*(backend.enqueue_jobs([job(1000 * (round_ + 1) + n)])
+        await flushable_backend.client.script_flush()
+        made = await asyncio.gather(*(flushable_backend.enqueue_jobs([job(1000 * (round_ + 1) + n)])
                                       for n in range(50)))
         assert [m[0].id for m in made] == [f"job-{1000 * (round_ + 1) + n}" for n in range(50)]
-    assert await backend.count_jobs(JobFilter()) == 50 + 250
+    assert await flushable_backend.count_jobs(JobFilter()) == 50 + 250
 
 
 async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
