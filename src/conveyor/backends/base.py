@@ -35,8 +35,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..job import Job, JobState, NewJob
 from ..timeutil import Clock
-from .params import (WAITING_STATES, ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease,
-                     JobFilter, Lease, LeaseQuery, QueueQuota, QueueStats, Settlement, ascii_lower,
+from .params import (WAITING_STATES, ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery,
+                     HeartbeatReply, HeldLease, JobFilter, KeyLoad, Lease, LeaseQuery, QueueQuota,
+                     QueueStats, Settlement, ascii_lower, flow_loads_from_rows,
                      queue_stats_from_rows, redrive_scope, waiting_scope)
 
 __all__ = [
@@ -48,7 +49,8 @@ __all__ = [
     # from params.py
     "QueueQuota", "ClaimRequest", "ClaimedJobs", "Lease", "HeldLease", "LeaseQuery", "Settlement",
     "HeartbeatReply", "JobFilter", "QueueStats", "WAITING_STATES", "ascii_lower",
-    "waiting_scope", "redrive_scope", "queue_stats_from_rows",
+    "waiting_scope", "redrive_scope", "queue_stats_from_rows", "FlowQuery", "FlowLoads", "KeyLoad",
+    "flow_loads_from_rows",
 ]
 
 
@@ -170,6 +172,15 @@ class Inspector(Protocol):
         ...
 
     async def queue_stats(self) -> list[QueueStats]: ...
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        """What holds the jobs of `query.queue` back: the top concurrency keys by
+        running and by held (parked) jobs, and the rate limit buckets their throttled
+        jobs wait for (docs/flow-control.md, Operations). It reads every running and
+        held job that has a key (an index each on SQL), so it is an operator's read,
+        not one for each claim."""
+        ...
+
     async def pause_queue(self, queue: str, paused: bool) -> None: ...
 
 

@@ -184,6 +184,61 @@ class QueueStats:
         return self.counts.get(JobState.RUNNING, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class FlowQuery:
+    """What `flow_loads` looks at: the jobs of `queue` (None: of every queue), and how
+    many keys each of its top lists names at most."""
+
+    queue: str | None = None
+    top: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLoad:
+    """One concurrency key: its running jobs, and its available jobs parked behind
+    its limit (held), among the jobs a `FlowQuery` looks at."""
+
+    key: str
+    running: int = 0
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLoads:
+    """What holds a queue's jobs back, for operators (`conveyor queues`, the dashboard's
+    queue page, `/metrics`): the keys with the most running jobs and those with the
+    most held ones (each at most `top`, ties by key), the totals over every key (so
+    what the top lists leave out is `running - sum(...)`), and each rate limit bucket's
+    available jobs waiting for its tokens, most first."""
+
+    by_running: tuple[KeyLoad, ...] = ()
+    by_held: tuple[KeyLoad, ...] = ()
+    running: int = 0  # running jobs that have a concurrency key
+    held: int = 0     # available jobs parked behind their key
+    keys: int = 0     # keys with a running or a held job
+    buckets: tuple[tuple[str, int], ...] = ()
+
+
+def flow_loads_from_rows(top: int, key_rows: Iterable[Sequence[Any]],
+                         bucket_rows: Iterable[Sequence[Any]] = ()) -> FlowLoads:
+    """FlowLoads from rows (key, running, held) and (bucket, throttled jobs); a key or
+    a bucket may come in several rows (summed). Every backend ranks through here."""
+    loads: dict[str, list[int]] = {}
+    for key, running, held in key_rows:
+        entry = loads.setdefault(readable_text(key), [0, 0])
+        entry[0] += int(running)
+        entry[1] += int(held)
+    keyed = [KeyLoad(k, r, h) for k, (r, h) in sorted(loads.items()) if r or h]
+    buckets = _per_queue(bucket_rows)  # summed by name, as readable text
+    return FlowLoads(
+        by_running=tuple(sorted((k for k in keyed if k.running),
+                                key=lambda k: (-k.running, k.key))[:top]),
+        by_held=tuple(sorted((k for k in keyed if k.held), key=lambda k: (-k.held, k.key))[:top]),
+        running=sum(k.running for k in keyed), held=sum(k.held for k in keyed), keys=len(keyed),
+        buckets=tuple(sorted(((b, n) for b, n in buckets.items() if n),
+                             key=lambda item: (-item[1], item[0]))))
+
+
 def queue_stats_from_rows(
     now: float,
     counts_by_queue_and_state: Iterable[Sequence[Any]],

@@ -19,8 +19,8 @@ from ...errors import ConfigurationError
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import IN_PROCESS_ONLY as ONE_PROCESS
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement)
+from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
+                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
 from . import inspector, liveness, records
 from .blobs import MemoryBlobStore
 from .store import MemoryStore
@@ -187,6 +187,9 @@ class MemoryBackend:
 
     async def queue_stats(self) -> list[QueueStats]:
         return inspector.queue_stats(self.store, self.clock())
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return inspector.flow_loads(self.store, query)
 
     async def pause_queue(self, queue: str, paused: bool) -> None:
         inspector.pause_queue(self.store, queue, paused)

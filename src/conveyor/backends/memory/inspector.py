@@ -16,7 +16,8 @@ from ...errors import JobNotFound
 from ...escaping import readable_text
 from ...job import TERMINAL_STATES, Job, JobState
 from ...lifecycle import Transition
-from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
+from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
+                    queue_stats_from_rows, redrive_scope, waiting_scope)
 from ..codec import last_error_type
 from ..filtering import job_matches
 from .dependants import MemoryDependants
@@ -172,6 +173,21 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
         return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
                                      list(oldest.items()), list(store.paused.items()),
                                      throttled, parked)
+
+
+def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
+    def wanted(queue: Any) -> bool:
+        return query.queue is None or queue == query.queue
+
+    with store.lock:
+        running = [(key, 1, 0) for key, holders in store.slots.holders.items()
+                   for job_id in holders
+                   if job_id in store.running and wanted(store.rows[job_id].get("queue"))]
+        held = [(key, 0, 1) for key, jobs in store.slots.parked.items()
+                for _order, (queue, _bucket), _limit in jobs.values() if wanted(queue)]
+        buckets = [(key, len(lane)) for (queue, key), lane in store.available.items()
+                   if key is not None and wanted(queue)]
+    return flow_loads_from_rows(query.top, running + held, buckets)
 
 
 def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:

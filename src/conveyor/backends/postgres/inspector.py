@@ -9,7 +9,8 @@ from typing import Any
 from ...errors import JobNotFound
 from ...job import TERMINAL_STATES, Job
 from ...version import __version__
-from ..base import JobFilter, QueueStats, queue_stats_from_rows, redrive_scope, waiting_scope
+from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
+                    queue_stats_from_rows, redrive_scope, waiting_scope)
 from .connections import AsyncConn, PostgresConnections
 from .rows import filter_params, job_from_row
 
@@ -119,6 +120,11 @@ class PostgresInspector(PostgresConnections):
             await self._fetch("throttled_by_queue", {}),
             await self._fetch("parked_by_queue", {}),
         )
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        params = {"queue": query.queue}
+        return flow_loads_from_rows(query.top, await self._fetch("key_loads", params),
+                                    await self._fetch("throttled_by_bucket", params))
 
     async def pause_queue(self, queue: str, paused: bool) -> None:
         async def op(conn: AsyncConn) -> None:

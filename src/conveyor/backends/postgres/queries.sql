@@ -657,6 +657,27 @@ WHERE state = 'available' AND NOT parked AND rate_key IS NOT NULL GROUP BY queue
 -- Available jobs parked behind their concurrency key, from jobs_parked.
 SELECT queue, count(*) FROM {schema}.jobs WHERE state = 'available' AND parked GROUP BY queue
 
+-- name: key_loads
+-- Running and held (parked) jobs by concurrency key, of one queue or of every queue
+-- (:queue NULL): for operators (flow_loads). Each half reads one partial index: the
+-- running jobs from the key's slot holders (the restated state as in running_of_key),
+-- the held ones from the parked index.
+SELECT concurrency_key, count(*), 0 FROM {schema}.jobs
+WHERE concurrency_key IS NOT NULL AND state IN ('running', 'available') AND NOT parked
+  AND state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY concurrency_key
+UNION ALL
+SELECT concurrency_key, 0, count(*) FROM {schema}.jobs
+WHERE state = 'available' AND parked AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY concurrency_key
+
+-- name: throttled_by_bucket
+-- Available jobs waiting for a rate limit bucket's tokens, by bucket (flow_loads).
+SELECT rate_key, count(*) FROM {schema}.jobs
+WHERE state = 'available' AND NOT parked AND rate_key IS NOT NULL
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY rate_key
+
 -- name: all_queue_flags
 SELECT name, paused FROM {schema}.queues
 

@@ -24,8 +24,9 @@ from redis.exceptions import NoScriptError, ResponseError
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import redact_url
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
-                    LeaseQuery, QueueStats, Settlement, redrive_scope, waiting_scope)
+from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
+                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement, redrive_scope,
+                    waiting_scope)
 from ..codec import job_from_fields
 from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
@@ -365,6 +366,10 @@ class RedisBackend(RedisRecords, Following, ResultExpiry):
     @translated
     async def queue_stats(self) -> list[QueueStats]:
         return await self.queries.queue_stats(self.clock())
+
+    @translated
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self.queries.flow_loads(query)
 
     @translated
     async def pause_queue(self, queue: str, paused: bool) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import JobNotFound
 from ...escaping import readable_text
 from ...job import Job, JobState
-from ..base import JobFilter, QueueStats
+from ..base import FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows
 from ..codec import job_from_fields, last_error_type
 from ..filtering import job_matches
 from .keys import Keys, id_from_rank, micros_from_rank
@@ -196,20 +196,23 @@ class JobQueries:
 
     async def _lane_sizes(self, queues: Sequence[str]) -> dict[str, int]:
         """Each queue's available jobs in its rate limit lanes (the throttled ones)."""
+        out: dict[str, int] = {}
+        for (queue, _), n in (await self._lane_sizes_by_bucket(queues)).items():
+            out[queue] = out.get(queue, 0) + n
+        return out
+
+    async def _lane_sizes_by_bucket(self, queues: Sequence[str]) -> dict[tuple[str, str], int]:
+        """The available jobs of each rate limit lane of `queues`, by (queue, bucket)."""
         async with self.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.smembers(self.keys.lanes(queue))
             lanes = await pipe.execute()
+        keyed = [(q, b) for q, buckets in zip(queues, lanes, strict=True) for b in sorted(buckets)]
         async with self.client.pipeline(transaction=False) as pipe:
-            keyed = [(q, self.keys.lane(q, b)) for q, buckets in zip(queues, lanes, strict=True)
-                     for b in sorted(buckets)]
-            for _, key in keyed:
-                pipe.zcard(key)
+            for queue, bucket in keyed:
+                pipe.zcard(self.keys.lane(queue, bucket))
             sizes = await pipe.execute() if keyed else []
-        out: dict[str, int] = {}
-        for (queue, _), n in zip(keyed, sizes, strict=True):
-            out[queue] = out.get(queue, 0) + n
-        return out
+        return dict(zip(keyed, sizes, strict=True))
 
     async def count_running_of_key(self, concurrency_key: str) -> int:
         """The running jobs among a concurrency key's slot holders (at most its limit)."""
@@ -219,6 +222,28 @@ class JobQueries:
                 pipe.hget(self.keys.job(job_id), "state")
             states = await pipe.execute()
         return sum(state == JobState.RUNNING.value for state in states)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        """Each running and parked job's key, read from the queues' running and parked
+        indexes (a field per job, pipelined), and each rate limit lane's size."""
+        queues = ([query.queue] if query.queue is not None
+                  else sorted(await self.client.smembers(self.keys.queues)))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.zrange(self.keys.state(queue, JobState.RUNNING), 0, -1)
+                pipe.zrange(self.keys.parked(queue), 0, -1)
+            pages = await pipe.execute()
+        # running ids come as they are; parked ones too (members of q:<queue>:parked are ids)
+        tagged = [(job_id, i % 2) for i, page in enumerate(pages) for job_id in page]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id, _ in tagged:
+                pipe.hget(self.keys.job(job_id), "concurrency_key")
+            keys = await pipe.execute() if tagged else []
+        rows = [(key, 1 - held, held) for (_, held), key in zip(tagged, keys, strict=True)
+                if key is not None]
+        by_lane = await self._lane_sizes_by_bucket(queues)
+        buckets = [(bucket, n) for (_, bucket), n in by_lane.items()]
+        return flow_loads_from_rows(query.top, rows, buckets)
 
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority

@@ -23,8 +23,8 @@ from ...errors import ConfigurationError
 from .. import redact_url
 from ...job import Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease, LeaseQuery,
-                    QueueStats, Settlement)
+from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
+                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
 from . import liveness, records
 from .store import ENDED, SqliteStore
 from .dependants import SqliteDependants
@@ -248,6 +248,9 @@ class SqliteBackend:
 
     async def queue_stats(self) -> list[QueueStats]:
         return await self._on_thread(lambda s: s.queue_stats())
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self._on_thread(lambda s: s.flow_loads(query))
 
     async def pause_queue(self, queue: str, paused: bool) -> None:
         await self._on_thread(lambda s: s.pause_queue(queue, paused))

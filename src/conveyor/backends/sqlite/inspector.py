@@ -12,8 +12,8 @@ from ...errors import JobNotFound
 from ...escaping import readable_text
 from ...dependencies import release_dependants, resume_dependants
 from ...job import TERMINAL_STATES, Job, JobState
-from ..base import (JobFilter, QueueStats, ascii_lower, queue_stats_from_rows, redrive_scope,
-                    waiting_scope)
+from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, ascii_lower,
+                    flow_loads_from_rows, queue_stats_from_rows, redrive_scope, waiting_scope)
 from ..codec import job_from_row
 from .connection import Q, SqliteConnection
 from .dependants import SqliteDependants
@@ -132,6 +132,11 @@ class SqliteInspector(SqliteConnection):
             self.conn.execute(Q["throttled_by_queue"]).fetchall(),
             self.conn.execute(Q["parked_by_queue"]).fetchall(),
         )
+
+    def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        params = {"queue": query.queue}
+        return flow_loads_from_rows(query.top, self.conn.execute(Q["key_loads"], params),
+                                    self.conn.execute(Q["throttled_by_bucket"], params))
 
     def pause_queue(self, queue: str, paused: bool) -> None:
         with self.write() as db:

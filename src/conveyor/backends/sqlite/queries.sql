@@ -311,6 +311,27 @@ WHERE state = 'available' AND parked = 0 AND rate_key IS NOT NULL GROUP BY queue
 -- Available jobs parked behind their concurrency key, from conveyor_jobs_parked.
 SELECT queue, count(*) FROM conveyor_jobs WHERE state = 'available' AND parked = 1 GROUP BY queue
 
+-- name: key_loads
+-- Running and held (parked) jobs by concurrency key, of one queue or of every queue
+-- (:queue NULL): for operators (flow_loads). Each half reads one partial index: the
+-- running jobs from the key's slot holders (the restated state as in running_of_key),
+-- the held ones from the parked index.
+SELECT concurrency_key, count(*), 0 FROM conveyor_jobs
+WHERE concurrency_key IS NOT NULL AND state IN ('running', 'available') AND parked = 0
+  AND state = 'running' AND (:queue IS NULL OR queue = :queue)
+GROUP BY concurrency_key
+UNION ALL
+SELECT concurrency_key, 0, count(*) FROM conveyor_jobs
+WHERE state = 'available' AND parked = 1 AND (:queue IS NULL OR queue = :queue)
+GROUP BY concurrency_key
+
+-- name: throttled_by_bucket
+-- Available jobs waiting for a rate limit bucket's tokens, by bucket (flow_loads).
+SELECT rate_key, count(*) FROM conveyor_jobs
+WHERE state = 'available' AND parked = 0 AND rate_key IS NOT NULL
+  AND (:queue IS NULL OR queue = :queue)
+GROUP BY rate_key
+
 -- name: all_queue_flags
 SELECT name, paused FROM conveyor_queues
 
