@@ -1,4 +1,5 @@
-"""`conveyor workers` and `conveyor throughput`: what the dashboard shows, in a terminal."""
+"""`conveyor workers`, `conveyor queues` and `conveyor throughput`: what the dashboard
+shows, in a terminal."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 
 from ..app import Conveyor
+from ..queue_overview import queue_overviews
 from . import render
 from .exits import OK
 from .parsing import Commands, Parser, positive_int
@@ -16,6 +18,18 @@ def register(commands: Commands, target: Parser) -> None:
                                   help="live workers: host, pid, queues, busy slots, heartbeat")
     workers.add_argument("--json", action="store_true", help="one JSON object per line")
     workers.set_defaults(handler=workers_command)
+
+    queues = commands.add_parser(
+        "queues", parents=[target],
+        help="per queue: the weights live workers claim it with, the limits the app declares "
+             "(rate limit, max_waiting, aging), waiting, throttled and held-by-key jobs",
+        description="One line per queue: how the live workers claim it (a weight, e.g. "
+                    "'6 (2 workers)', or its place in a strict order), the limits the loaded "
+                    "app declares for it, and its waiting jobs, of which THROTTLED wait for a "
+                    "rate limit's tokens and HELD BY KEY for a slot of their concurrency key. "
+                    "Give the app (module:app) to see its limits.")
+    queues.add_argument("--json", action="store_true", help="one JSON object per line")
+    queues.set_defaults(handler=queues_command)
 
     throughput = commands.add_parser(
         "throughput", parents=[target],
@@ -44,6 +58,24 @@ async def workers_command(app: Conveyor, args: argparse.Namespace) -> int:
         [[w.id, w.host, w.pid, ",".join(w.queues), f"{w.in_flight}/{w.concurrency}",
           render.relative(w.started_at, now), render.relative(w.last_heartbeat, now), w.version,
           "draining" if w.stopping else "running"] for w in workers]))
+    return OK
+
+
+async def queues_command(app: Conveyor, args: argparse.Namespace) -> int:
+    found = await queue_overviews(app)
+    if args.json:
+        for queue in found:
+            print(json.dumps(queue.as_json(), ensure_ascii=False))
+        return OK
+    if not found:
+        print("no queues yet")
+        return OK
+    print(render.table(
+        ["QUEUE", "CLAIMED BY", "PAUSED", "WAITING", "THROTTLED", "HELD BY KEY", "RUNNING",
+         "LIMITS"],
+        [[q.name, ", ".join(map(str, q.claimed_by)) or "no live worker",
+          "yes" if q.stats.paused else "no", q.waiting, q.stats.throttled, q.stats.held_by_key,
+          q.stats.in_flight, "; ".join(q.limits) or render.NONE] for q in found]))
     return OK
 
 

@@ -336,6 +336,9 @@ class Worker(HeldJobs):
         return {
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.config.queues), "concurrency": self.config.concurrency,
+            # None: strict order. What `conveyor queues` shows each queue claimed with.
+            "queue_weights": None if self.config.queue_weights is None
+            else list(self.config.queue_weights),
             "in_flight": len(self._running), "started_at": self._started_at,
             "last_heartbeat": self.app.clock(), "version": __version__,
             "stopping": self._stop_claiming.is_set(),
