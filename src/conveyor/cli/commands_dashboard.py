@@ -45,6 +45,9 @@ def register(commands: Commands) -> None:
                            help="the path prefix a reverse proxy serves it under, e.g. /jobs")
     dashboard.add_argument("--poll", type=positive_float, default=5.0, metavar="SECONDS",
                            help="live refresh interval of the overview (default 5)")
+    dashboard.add_argument("--metrics-top-keys", type=positive_int, default=20, metavar="N",
+                           help="/metrics: a series for each of the N concurrency keys with "
+                                "the most running (and held) jobs, one for the rest (default 20)")
     dashboard.add_argument("--log-level", choices=LEVELS, default="info")
     dashboard.add_argument("--log-format", choices=FORMATS, default="text")
     dashboard.set_defaults(runner=dashboard_command)
@@ -69,7 +72,8 @@ def dashboard_command(args: argparse.Namespace) -> int:
     except (ValueError, InsecureBind) as exc:
         raise CliError(str(exc), USAGE) from None
     asgi = create_dashboard(app, read_only=args.read_only, basic_auth=args.basic_auth,
-                            token=args.token, poll_seconds=args.poll)
+                            token=args.token, poll_seconds=args.poll,
+                            metrics_top_keys=args.metrics_top_keys)
     log.info("dashboard for %s on http://%s:%d%s/%s", redact_url(app.url), args.host, args.port,
              args.root_path, " (read-only)" if args.read_only else "")
     uvicorn.run(asgi, host=args.host, port=args.port, root_path=args.root_path,

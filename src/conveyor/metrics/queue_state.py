@@ -1,8 +1,13 @@
 """Queue state as Prometheus gauges, read through the admin API at scrape time.
 
-Works on every backend, since it only uses `app.admin`: stats (depth by state,
-oldest waiting age, paused), workers, the per-minute records of the workers, and the
-circuit breakers' shared records (state, and transitions counted fleet-wide).
+Works on every backend, since it only uses `app.admin` and the Inspector: stats
+(depth by state, oldest waiting age, paused), workers, the flow loads (the busiest
+concurrency keys), the count of shed jobs, and the circuit breakers' shared records
+(state, and transitions counted fleet-wide).
+
+Per-key gauges have bounded cardinality: the `top_keys` keys with the most running
+jobs (and those with the most held ones) get a series each; what the others hold is
+one `..._other_jobs` series, so a key per user cannot flood the time-series store.
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..backends.base import FlowLoads, FlowQuery, JobFilter
+from ..backpressure import SHED_ERROR_TYPE
 from ..breakers import STATES, BreakerState
 from ..job import JobState
+
+DEFAULT_TOP_KEYS = 20  # per-key series per gauge: a sane bound for a Prometheus server
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -28,10 +37,13 @@ if TYPE_CHECKING:
 
 class _Snapshot(Collector):
     def __init__(self, stats: list[QueueStats], workers: list[WorkerInfo],
-                 breakers: dict[str, BreakerState]) -> None:
+                 breakers: dict[str, BreakerState], loads: FlowLoads | None = None,
+                 shed: dict[str, int] | None = None) -> None:
         self.stats = stats
         self.workers = workers
         self.breakers = breakers
+        self.loads = loads or FlowLoads()
+        self.shed = shed or {}
 
     def collect(self) -> Iterable[Metric]:
         depth = GaugeMetricFamily("conveyor_queue_jobs", "Jobs in the backend by queue and "
@@ -58,12 +70,41 @@ class _Snapshot(Collector):
             running.add_metric([s.queue], s.in_flight)
             throttled.add_metric([s.queue], s.throttled)
             held.add_metric([s.queue], s.held_by_key)
+        shed = GaugeMetricFamily("conveyor_queue_shed_jobs", "Waiting jobs a full shed_oldest "
+                                 "queue cancelled to admit newer ones, still stored (pruning "
+                                 "lowers it).", labels=["queue"])
+        for s in self.stats:
+            shed.add_metric([s.queue], self.shed.get(s.queue, 0))
         up = GaugeMetricFamily("conveyor_workers_up", "Live workers (announced within their "
                                "TTL).", value=len(self.workers))
         slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
                                   value=sum(w.concurrency for w in self.workers))
-        return [depth, oldest, dead, paused, running, throttled, held, up, slots,
-                *self._breaker_metrics()]
+        return [depth, oldest, dead, paused, running, throttled, held, shed, up, slots,
+                *self._keys(), *self._breaker_metrics()]
+
+    def _keys(self) -> list[Metric]:
+        loads = self.loads
+        running = GaugeMetricFamily("conveyor_concurrency_key_running_jobs", "Running jobs of "
+                                    "the concurrency keys with the most of them (the top N).",
+                                    labels=["key"])
+        for k in loads.by_running:
+            running.add_metric([k.key], k.running)
+        held = GaugeMetricFamily("conveyor_concurrency_key_held_jobs", "Available jobs waiting "
+                                 "for a slot, of the keys with the most of them (the top N).",
+                                 labels=["key"])
+        for k in loads.by_held:
+            held.add_metric([k.key], k.held)
+        other_running = GaugeMetricFamily(
+            "conveyor_concurrency_key_running_other_jobs", "Running jobs of the keys not in "
+            "the top N of conveyor_concurrency_key_running_jobs.",
+            value=loads.running - sum(k.running for k in loads.by_running))
+        other_held = GaugeMetricFamily(
+            "conveyor_concurrency_key_held_other_jobs", "Held jobs of the keys not in the "
+            "top N of conveyor_concurrency_key_held_jobs.",
+            value=loads.held - sum(k.held for k in loads.by_held))
+        keys = GaugeMetricFamily("conveyor_concurrency_keys", "Concurrency keys with a running "
+                                 "or a held job.", value=loads.keys)
+        return [running, other_running, held, other_held, keys]
 
     def _breaker_metrics(self) -> list[Metric]:
         state = GaugeMetricFamily("conveyor_breaker_state", "1 for the state each circuit "
@@ -80,9 +121,17 @@ class _Snapshot(Collector):
         return [state, moves]
 
 
-async def queue_state_text(app: Conveyor) -> bytes:
-    """The state gauges in the Prometheus text format."""
+async def queue_state_text(app: Conveyor, top_keys: int = DEFAULT_TOP_KEYS) -> bytes:
+    """The state gauges in the Prometheus text format, with a series for each of the
+    `top_keys` busiest concurrency keys (0: none, only the totals)."""
+    stats = await app.admin.stats()
+    backend = await app.backend()
+    loads = await backend.flow_loads(FlowQuery(top=top_keys))
+    # Shed jobs are cancelled ones: only a queue with cancelled jobs is counted.
+    shed = {s.queue: await backend.count_jobs(JobFilter(
+        states=(JobState.CANCELLED,), queues=(s.queue,), error_type=SHED_ERROR_TYPE))
+        for s in stats if s.counts.get(JobState.CANCELLED)}
     registry = CollectorRegistry()
-    registry.register(_Snapshot(await app.admin.stats(), await app.admin.workers(),
-                                await app.admin.breakers()))
+    registry.register(_Snapshot(stats, await app.admin.workers(), await app.admin.breakers(),
+                                loads, shed))
     return generate_latest(registry)

@@ -41,6 +41,7 @@ def create_dashboard(
     secret: str | bytes | None = None,
     trusted_origins: Iterable[str] | None = None,
     close_backend_on_shutdown: bool = True,
+    metrics_top_keys: int = 20,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve (`conveyor dashboard`) or to mount.
 
@@ -52,9 +53,11 @@ def create_dashboard(
     per process): give every replica behind one load balancer the same one.
     `trusted_origins` are origins the browser may see the dashboard at besides the
     one the app sees (default `$CONVEYOR_DASHBOARD_ORIGINS`, comma-separated), e.g.
-    `["https://ops.example.org"]` behind a proxy that ends TLS.
+    `["https://ops.example.org"]` behind a proxy that ends TLS. `metrics_top_keys`:
+    how many concurrency keys get a series of their own in `/metrics`.
     """
-    settings = DashboardSettings(read_only=read_only, poll_seconds=poll_seconds, title=title)
+    settings = DashboardSettings(read_only=read_only, poll_seconds=poll_seconds, title=title,
+                                 metrics_top_keys=metrics_top_keys)
     csrf = CsrfGuard(load_secret(secret), load_origins(trusted_origins))
     auth_settings = AuthSettings.from_strings(basic_auth, token, auth)
     d = Dashboard(app, csrf, settings)

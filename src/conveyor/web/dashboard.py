@@ -67,6 +67,7 @@ class DashboardSettings:
     redrive_batch: int = 100
     bulk_batch: int = 500
     title: str = "Conveyor"
+    metrics_top_keys: int = 20  # /metrics: concurrency keys with a series of their own
 
 
 def package_dir(name: str) -> str:
@@ -309,7 +310,7 @@ class Dashboard:
         except ImportError:
             return PlainTextResponse("metrics need prometheus-client: "
                                      "pip install 'conveyor[metrics]'", status_code=404)
-        body = await queue_state_text(self.app) + generate_latest(exposition_registry())
+        body = await queue_state_text(self.app, self.settings.metrics_top_keys) + generate_latest(exposition_registry())
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
