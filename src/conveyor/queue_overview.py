@@ -49,6 +49,10 @@ class QueueOverview:
         return sum(self.stats.counts.get(s, 0) for s in WAITING_STATES)
 
     @property
+    def available(self) -> int:
+        return self.stats.counts.get(JobState.AVAILABLE, 0)
+
+    @property
     def limits(self) -> list[str]:
         """The declared limits, each as a short phrase ("rate limit 10/m, burst 10")."""
         s = self.settings
@@ -67,7 +71,7 @@ class QueueOverview:
             "queue": self.name, "paused": self.stats.paused,
             "claimed_by": [{"how": c.how, "workers": c.workers} for c in self.claimed_by],
             "limits": self.limits, "waiting": self.waiting,
-            "available": self.stats.counts.get(JobState.AVAILABLE, 0),
+            "available": self.available,
             "throttled": self.stats.throttled, "held_by_key": self.stats.held_by_key,
             "running": self.stats.in_flight,
         }

@@ -87,6 +87,7 @@ def create_dashboard(
         Route("/redrive/runs/{action:str}", act.run_action, methods=["POST"], name="run_action"),
         Route("/audit", d.audit_page, name="audit"),
         Route("/queues/{action:str}", act.queue_action, methods=["POST"], name="queue_action"),
+        Route("/queue", d.queue, name="queue"),
         Route("/workers", d.workers, name="workers"),
         Route("/breakers", d.breakers, name="breakers"),
         Route("/breakers/{action:str}", act.breaker_action, methods=["POST"],

@@ -26,6 +26,8 @@ from ..app import Conveyor
 from ..audit import RETENTION
 from ..errors import JobNotFound
 from ..job import ACTIVE_STATES, TERMINAL_STATES
+from ..queue_overview import queue_overview
+from ..rate_limits import describe
 from ..redrive_driver import Driver, drive
 from ..redrive_runs import Runs, format_rate, new_driver_id
 from ..task_names import AmbiguousTaskName
@@ -258,6 +260,21 @@ class Dashboard:
         """`/jobs/<id>`, as links before ids moved to the query string: the same page."""
         target = self.url(request, "job", {"id": request.path_params["job_id"]})
         return RedirectResponse(target, status_code=308)
+
+    async def queue(self, request: Request) -> Response:
+        """One queue: how workers claim it, its declared limits, its counts, and what
+        holds its jobs back (the busiest keys, the buckets). `/queue?queue=<name>`."""
+        name = single(request.query_params, "queue")
+        if not name:
+            raise BadRequest("which queue? pass its name: /queue?queue=<name>")
+        found = await queue_overview(self.app, name)
+        if found is None:
+            return self.render(request, "not_found.html", {"queue": name}, status_code=404)
+        limits = {bucket: self.app.rate_limits.get(bucket) for bucket, _ in found.loads.buckets}
+        return self.render(request, "queue.html", {
+            "q": found, "loads": found.loads,
+            "bucket_limits": {b: describe(lim) for b, lim in limits.items() if lim is not None},
+            "here": self.url(request, "queue", {"queue": name})})
 
     async def workers(self, request: Request) -> Response:
         return self.render(request, "workers.html", {
