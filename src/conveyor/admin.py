@@ -24,9 +24,10 @@ from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
 from .breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from .breakers import BreakerState
 from .concurrency import held_back
-from .job import Job, JobState
+from .job import TERMINAL_STATES, Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
+from .workflow_graph import parents_in_meta
 from .worker_records import WORKERS_NAMESPACE
 
 log = logging.getLogger("conveyor.admin")
@@ -161,12 +162,29 @@ class Admin:
         return await (await self.app.backend()).get_job(job_id)
 
     async def held_back(self, job: Job) -> str | None:
-        """Why an available job waits although it is due: "waiting for a slot of key
-        user:42: 1 of 1 running" (conveyor.concurrency), or None."""
-        if job.state is not JobState.AVAILABLE or job.concurrency_key is None:
+        """Why a job waits although it is due, every reason that holds, or None: "its
+        queue mail is paused", "waiting for a slot of key user:42: 1 of 1 running"
+        (conveyor.concurrency), "waiting for a token of rate limit bucket stripe",
+        "waiting for its workflow parents: 1 of 3 finished"."""
+        backend = await self.app.backend()
+        if job.state is JobState.BLOCKED:
+            parents = parents_in_meta(job)  # a job enqueued by hand may name none in its meta
+            if not parents:
+                return "waiting for its workflow parents to finish"
+            done = await backend.count_jobs(JobFilter(ids=tuple(parents),
+                                                      states=tuple(TERMINAL_STATES)))
+            return f"waiting for its workflow parents: {done} of {len(parents)} finished"
+        if job.state is not JobState.AVAILABLE:
             return None
-        running = await (await self.app.backend()).count_running_of_key(job.concurrency_key)
-        return held_back(job, running)
+        reasons = [f"its queue {job.queue} is paused"] if await backend.queue_paused(
+            job.queue) else []
+        by_key = None if job.concurrency_key is None else held_back(
+            job, await backend.count_running_of_key(job.concurrency_key))
+        if by_key is not None:
+            reasons.append(by_key)
+        elif job.rate_key is not None:  # a parked job waits for its slot before its token
+            reasons.append(f"waiting for a token of rate limit bucket {job.rate_key}")
+        return "; ".join(reasons) or None
 
     async def list(  # noqa: A003 - mirrors list_jobs; the builtin is builtins.list here
         self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,

@@ -11,7 +11,7 @@ producers and workers apply, when they import the same module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .backends.base import FlowLoads, FlowQuery, QueueStats, WAITING_STATES
@@ -42,7 +42,6 @@ class QueueOverview:
     stats: QueueStats
     claimed_by: tuple[ClaimedBy, ...] = ()
     settings: QueueSettings | None = None  # None: the loaded app declares nothing for it
-    loads: FlowLoads | None = field(default=None, compare=False)  # only for one queue's page
 
     @property
     def waiting(self) -> int:
@@ -108,12 +107,11 @@ async def queue_overviews(app: Conveyor) -> list[QueueOverview]:
     return overviews(await app.admin.stats(), await app.admin.workers(), app.queues)
 
 
-async def queue_overview(app: Conveyor, name: str, top: int = 10) -> QueueOverview | None:
-    """One queue with its flow loads (the top `top` keys), or None if no job, pause,
+async def queue_overview(app: Conveyor, name: str,
+                         top: int = 10) -> tuple[QueueOverview, FlowLoads] | None:
+    """One queue and its flow loads (the top `top` keys), or None if no job, pause,
     declaration or live worker names it."""
     found = [q for q in await queue_overviews(app) if q.name == name]
     if not found:
         return None
-    loads = await (await app.backend()).flow_loads(FlowQuery(queue=name, top=top))
-    return QueueOverview(found[0].name, found[0].stats, found[0].claimed_by, found[0].settings,
-                         loads)
+    return found[0], await (await app.backend()).flow_loads(FlowQuery(queue=name, top=top))

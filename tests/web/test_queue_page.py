@@ -110,3 +110,14 @@ def test_an_unknown_queue_is_a_404_and_a_malformed_request_a_400(app: Conveyor) 
         assert mail.status_code == 200
         assert "No job waits for a rate limit." in mail.text
         assert "This dashboard's app declares nothing for this queue" in mail.text
+
+
+def test_a_throttled_jobs_page_says_which_bucket_holds_it(app: Conveyor) -> None:
+    waiting = [job for job in app.jobs.list(limit=50) if job.task == "ping"
+               and job.state.value == "available"]
+    assert len(waiting) == 2
+    with local_client(create_dashboard(app, close_backend_on_shutdown=False)) as client:
+        page = client.get("/job", params={"id": waiting[0].id}).text
+        assert ("<strong>Held back:</strong> waiting for a token of rate limit bucket "
+                "task:ping. Waiting uses no attempt.") in page
+        assert '<dd id="job-rate-limit">task:ping: 1/h, burst 1</dd>' in page

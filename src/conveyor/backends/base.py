@@ -181,6 +181,10 @@ class Inspector(Protocol):
         not one for each claim."""
         ...
 
+    async def queue_paused(self, queue: str) -> bool:
+        """Whether `queue` is paused (one flag read): why its due jobs wait."""
+        ...
+
     async def pause_queue(self, queue: str, paused: bool) -> None: ...
 
 

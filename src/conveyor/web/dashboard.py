@@ -27,7 +27,7 @@ from ..audit import RETENTION
 from ..errors import JobNotFound
 from ..job import ACTIVE_STATES, TERMINAL_STATES
 from ..queue_overview import queue_overview
-from ..rate_limits import describe
+from ..rate_limits import bucket_status, describe
 from ..redrive_driver import Driver, drive
 from ..redrive_runs import Runs, format_rate, new_driver_id
 from ..task_names import AmbiguousTaskName
@@ -250,6 +250,8 @@ class Dashboard:
             "job": job, "progress": views.progress_of(job), "events": events,
             "workflow": workflow if sum(map(len, workflow)) > 1 else None, "workflow_cut": cut,
             "held_back": await self.app.admin.held_back(job),
+            "rate_limit": None if job.rate_key is None else bucket_status(
+                job.rate_key, False, self.app.rate_limits),  # why it waits: in held_back
             "here": self.url(request, "job", {"id": job.id}),
             "can_retry": job.state in RETRYABLE_BY_OPERATOR,
             "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,
@@ -270,9 +272,10 @@ class Dashboard:
         found = await queue_overview(self.app, name)
         if found is None:
             return self.render(request, "not_found.html", {"queue": name}, status_code=404)
-        limits = {bucket: self.app.rate_limits.get(bucket) for bucket, _ in found.loads.buckets}
+        overview, loads = found
+        limits = {bucket: self.app.rate_limits.get(bucket) for bucket, _ in loads.buckets}
         return self.render(request, "queue.html", {
-            "q": found, "loads": found.loads,
+            "q": overview, "loads": loads,
             "bucket_limits": {b: describe(lim) for b, lim in limits.items() if lim is not None},
             "here": self.url(request, "queue", {"queue": name})})
 

@@ -191,6 +191,10 @@ class MemoryBackend:
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:
         return inspector.flow_loads(self.store, query)
 
+    async def queue_paused(self, queue: str) -> bool:
+        with self.store.lock:
+            return self.store.paused.get(queue, False)
+
     async def pause_queue(self, queue: str, paused: bool) -> None:
         inspector.pause_queue(self.store, queue, paused)
 

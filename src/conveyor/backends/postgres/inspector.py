@@ -126,6 +126,10 @@ class PostgresInspector(PostgresConnections):
         return flow_loads_from_rows(query.top, await self._fetch("key_loads", params),
                                     await self._fetch("throttled_by_bucket", params))
 
+    async def queue_paused(self, queue: str) -> bool:
+        rows = await self._fetch("queue_paused", {"queue": queue})
+        return bool(rows and rows[0][0])
+
     async def pause_queue(self, queue: str, paused: bool) -> None:
         async def op(conn: AsyncConn) -> None:
             await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})

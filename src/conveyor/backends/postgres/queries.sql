@@ -678,6 +678,9 @@ WHERE state = 'available' AND NOT parked AND rate_key IS NOT NULL
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY rate_key
 
+-- name: queue_paused
+SELECT paused FROM {schema}.queues WHERE name = %(queue)s
+
 -- name: all_queue_flags
 SELECT name, paused FROM {schema}.queues
 

@@ -24,10 +24,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from ...job import TERMINAL_STATES, Job, JobState, NewJob
 from ...timeutil import Clock, system_clock
 from .. import redact_url
-from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
-                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement, redrive_scope,
-                    waiting_scope)
-from ..codec import job_from_fields
+from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
+                    LeaseQuery, Settlement, redrive_scope, waiting_scope)
 from .codec import float_arg, job_from_reply, optional_arg
 from .config import connection_settings, parse_redis_url
 from .errors import UNAVAILABLE, translate, translated
@@ -39,6 +37,7 @@ from .lua import script_source
 from .queries import JobQueries
 from .expiring import ResultExpiry
 from .following import Following
+from .inspector_reads import InspectorReads
 from .records import RedisRecords
 from .script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
                           enqueue_script, enqueued_jobs, settle_calls, stale_settlements)
@@ -54,7 +53,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords, Following, ResultExpiry):
+class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
@@ -300,25 +299,7 @@ class RedisBackend(RedisRecords, Following, ResultExpiry):
     async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
         return await liveness.dead_workers(self.client, candidates)
 
-    # --- admin ---------------------------------------------------------------------
-    @translated
-    async def get_job(self, job_id: str) -> Job | None:
-        fields = await self.client.hgetall(self.keys.job(job_id))
-        return job_from_fields(fields, job_id) if fields else None
-
-    @translated
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
-                        after: str | None = None) -> list[Job]:
-        return await self.queries.list_jobs(where, limit, offset, after)
-
-    @translated
-    async def count_jobs(self, where: JobFilter) -> int:
-        return await self.queries.count_jobs(where)
-
-    @translated
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        return await self.queries.count_running_of_key(concurrency_key)
-
+    # --- admin (the reads are InspectorReads') ----------------------------------------
     @translated
     async def cancel_job(self, job_id: str) -> Job | None:
         row = await self.scripts.call(
@@ -358,18 +339,6 @@ class RedisBackend(RedisRecords, Following, ResultExpiry):
         cancelled = set(await self.scripts.call(
             "cancel_waiting", [self.keys.due], bulk_cancel_args(self.clock(), self.max_completed, ids)))
         return [job_id for job_id in ids if job_id in cancelled]
-
-    @translated
-    async def task_names(self, where: JobFilter) -> list[str]:
-        return await self.queries.task_names(where)
-
-    @translated
-    async def queue_stats(self) -> list[QueueStats]:
-        return await self.queries.queue_stats(self.clock())
-
-    @translated
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return await self.queries.flow_loads(query)
 
     @translated
     async def pause_queue(self, queue: str, paused: bool) -> None:

@@ -252,6 +252,9 @@ class SqliteBackend:
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:
         return await self._on_thread(lambda s: s.flow_loads(query))
 
+    async def queue_paused(self, queue: str) -> bool:
+        return await self._on_thread(lambda s: s.queue_paused(queue))
+
     async def pause_queue(self, queue: str, paused: bool) -> None:
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 

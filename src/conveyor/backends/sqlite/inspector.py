@@ -138,6 +138,10 @@ class SqliteInspector(SqliteConnection):
         return flow_loads_from_rows(query.top, self.conn.execute(Q["key_loads"], params),
                                     self.conn.execute(Q["throttled_by_bucket"], params))
 
+    def queue_paused(self, queue: str) -> bool:
+        row = self.conn.execute(Q["queue_paused"], {"queue": queue}).fetchone()
+        return row is not None and bool(row[0])
+
     def pause_queue(self, queue: str, paused: bool) -> None:
         with self.write() as db:
             db.execute(Q["set_queue_paused"], {"queue": queue, "paused": int(paused)})

@@ -332,6 +332,9 @@ WHERE state = 'available' AND parked = 0 AND rate_key IS NOT NULL
   AND (:queue IS NULL OR queue = :queue)
 GROUP BY rate_key
 
+-- name: queue_paused
+SELECT paused FROM conveyor_queues WHERE name = :queue
+
 -- name: all_queue_flags
 SELECT name, paused FROM conveyor_queues
 

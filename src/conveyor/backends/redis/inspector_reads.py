@@ -1,0 +1,58 @@
+"""The Inspector's reads on Redis, for RedisBackend: each hands over to `JobQueries`
+(queries.py) or reads one key, with Redis errors translated at the boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...job import Job
+from ...timeutil import Clock
+from ..base import FlowLoads, FlowQuery, JobFilter, QueueStats
+from ..codec import job_from_fields
+from .errors import translated
+from .keys import Keys
+from .queries import JobQueries
+
+
+class InspectorReads:
+    client: Any
+    keys: Keys
+    clock: Clock
+
+    @property
+    def queries(self) -> JobQueries:
+        raise NotImplementedError  # RedisBackend's
+
+    @translated
+    async def get_job(self, job_id: str) -> Job | None:
+        fields = await self.client.hgetall(self.keys.job(job_id))
+        return job_from_fields(fields, job_id) if fields else None
+
+    @translated
+    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
+                        after: str | None = None) -> list[Job]:
+        return await self.queries.list_jobs(where, limit, offset, after)
+
+    @translated
+    async def count_jobs(self, where: JobFilter) -> int:
+        return await self.queries.count_jobs(where)
+
+    @translated
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self.queries.count_running_of_key(concurrency_key)
+
+    @translated
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self.queries.task_names(where)
+
+    @translated
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self.queries.queue_stats(self.clock())
+
+    @translated
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self.queries.flow_loads(query)
+
+    @translated
+    async def queue_paused(self, queue: str) -> bool:
+        return bool(await self.client.hget(self.keys.paused, queue) == "1")
