@@ -12,6 +12,7 @@ from ..codec import job_from_fields
 from .errors import translated
 from .keys import Keys
 from .queries import JobQueries
+from .script_calls import Scripts
 
 
 class InspectorReads:
@@ -21,6 +22,10 @@ class InspectorReads:
 
     @property
     def queries(self) -> JobQueries:
+        raise NotImplementedError  # RedisBackend's
+
+    @property
+    def scripts(self) -> Scripts:
         raise NotImplementedError  # RedisBackend's
 
     @translated
@@ -51,7 +56,7 @@ class InspectorReads:
 
     @translated
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return await self.queries.flow_loads(query)
+        return await self.queries.flow_loads(query, self.scripts)
 
     @translated
     async def queue_paused(self, queue: str) -> bool:

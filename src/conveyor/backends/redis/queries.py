@@ -17,10 +17,12 @@ from ..base import FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_
 from ..codec import job_from_fields, last_error_type
 from ..filtering import job_matches
 from .keys import Keys, id_from_rank, micros_from_rank
+from .script_calls import Scripts
 
 # The fields of a row a filter tests, in this order (5 and 6: see _rows).
 _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 _WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
+_KEY_PAGE = 5000  # jobs key_loads.lua reads per call: a few milliseconds of the server's time
 
 
 class JobQueries:
@@ -223,27 +225,28 @@ class JobQueries:
             states = await pipe.execute()
         return sum(state == JobState.RUNNING.value for state in states)
 
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        """Each running and parked job's key, read from the queues' running and parked
-        indexes (a field per job, pipelined), and each rate limit lane's size."""
+    async def flow_loads(self, query: FlowQuery, scripts: Scripts) -> FlowLoads:
+        """Each running and parked job's key, counted by key_loads.lua a page at a time
+        (a bounded time on the server per call; pages are not one snapshot: a job that
+        moves between two calls may be counted in both indexes or in neither), and each
+        rate limit lane's size."""
         queues = ([query.queue] if query.queue is not None
                   else sorted(await self.client.smembers(self.keys.queues)))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.zrange(self.keys.state(queue, JobState.RUNNING), 0, -1)
-                pipe.zrange(self.keys.parked(queue), 0, -1)
-            pages = await pipe.execute()
-        # running ids come as they are; parked ones too (members of q:<queue>:parked are ids)
-        tagged = [(job_id, i % 2) for i, page in enumerate(pages) for job_id in page]
-        async with self.client.pipeline(transaction=False) as pipe:
-            for job_id, _ in tagged:
-                pipe.hget(self.keys.job(job_id), "concurrency_key")
-            keys = await pipe.execute() if tagged else []
-        rows = [(key, 1 - held, held) for (_, held), key in zip(tagged, keys, strict=True)
-                if key is not None]
+        rows: list[tuple[str, int, int]] = []
+        for queue in queues:
+            for index, held in ((self.keys.state(queue, JobState.RUNNING), 0),
+                                (self.keys.parked(queue), 1)):
+                start = 0
+                while True:
+                    reply = await scripts.call("key_loads", [index], [start, _KEY_PAGE])
+                    rows += [(key, int(n) * (1 - held), int(n) * held)
+                             for key, n in zip(reply[1::2], reply[2::2], strict=True)]
+                    start += int(reply[0])
+                    if int(reply[0]) < _KEY_PAGE:
+                        break
         by_lane = await self._lane_sizes_by_bucket(queues)
-        buckets = [(bucket, n) for (_, bucket), n in by_lane.items()]
-        return flow_loads_from_rows(query.top, rows, buckets)
+        return flow_loads_from_rows(query.top, rows,
+                                    [(bucket, n) for (_, bucket), n in by_lane.items()])
 
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority

@@ -1,0 +1,26 @@
+"""Redis's flow_loads counts keys a page at a time (key_loads.lua): the pages add up to
+what one read of the whole index would count."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor.backends.base import FlowQuery, KeyLoad
+from conveyor.backends.redis import queries
+from conveyor.backends.redis.backend import RedisBackend
+from conveyor.claiming import strict_claim
+from conveyor.job import NewJob
+
+
+async def test_pages_of_two_jobs_count_what_one_page_counts(
+        backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    await backend.enqueue_jobs([
+        NewJob(task="t", queue="default", payload='{"args":[],"kwargs":{}}', id=f"j{i}",
+               concurrency_key=f"user:{i % 3}", concurrency_limit=1) for i in range(11)])
+    assert len(await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))) == 3
+    whole = await backend.flow_loads(FlowQuery(queue="default"))
+    monkeypatch.setattr(queries, "_KEY_PAGE", 2)
+    assert await backend.flow_loads(FlowQuery(queue="default")) == whole
+    assert whole.by_held == (KeyLoad("user:0", 1, 3), KeyLoad("user:1", 1, 3),
+                             KeyLoad("user:2", 1, 2))
+    assert (whole.running, whole.held, whole.keys) == (3, 8, 3)
