@@ -116,7 +116,8 @@ def test_a_missing_command_lists_the_commands(cli: Cli) -> None:
     assert (alone.code, alone.err) == (USAGE, "")
     listed = re.findall(r"^    (\w+)", alone.out, flags=re.M)
     assert listed == ["worker", "scheduler", "cron", "enqueue", "jobs", "stats", "dead", "queue",
-                      "migrate", "audit", "demo", "workers", "throughput", "breakers", "dashboard"]
+                      "migrate", "audit", "demo", "workers", "queues", "throughput", "breakers",
+                      "dashboard"]
     group = cli("jobs")
     assert (group.code, group.err) == (USAGE, "")
     assert re.findall(r"^    (\w+)", group.out, flags=re.M) == [
