@@ -108,7 +108,7 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         self._client = aioredis.Redis.from_url(self._driver_url, retry=Retry(NoBackoff(), 1),
                                                **options)
         self._scripts = Scripts(self._client, self.keys.base)
-        self._queries = JobQueries(self._client, self.keys)
+        self._queries = JobQueries(self._client, self.keys, self._scripts)
         self._lane = Lane(self._client.connection_pool.make_connection)
         sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
         self._thread_lanes = ThreadLanes(

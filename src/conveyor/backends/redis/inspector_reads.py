@@ -12,7 +12,6 @@ from ..codec import job_from_fields
 from .errors import translated
 from .keys import Keys
 from .queries import JobQueries
-from .script_calls import Scripts
 
 
 class InspectorReads:
@@ -22,10 +21,6 @@ class InspectorReads:
 
     @property
     def queries(self) -> JobQueries:
-        raise NotImplementedError  # RedisBackend's
-
-    @property
-    def scripts(self) -> Scripts:
         raise NotImplementedError  # RedisBackend's
 
     @translated
@@ -56,7 +51,7 @@ class InspectorReads:
 
     @translated
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return await self.queries.flow_loads(query, self.scripts)
+        return await self.queries.flow_loads(query)
 
     @translated
     async def queue_paused(self, queue: str) -> bool:
