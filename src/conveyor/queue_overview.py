@@ -72,7 +72,7 @@ class QueueOverview:
             "limits": self.limits, "waiting": self.waiting,
             "available": self.available,
             "throttled": self.stats.throttled, "held_by_key": self.stats.held_by_key,
-            "running": self.stats.in_flight,
+            "running": self.stats.in_flight, "shed": self.stats.shed,
         }
 
 

@@ -60,3 +60,27 @@ async def test_a_finished_job_leaves_the_loads_and_its_keys_next_job_moves_up(
     # u1-1 took the slot: unparked, available, neither running nor held.
     assert loads.by_held == (KeyLoad("user:2", 2, 2), KeyLoad("user:1", 0, 1))
     assert (loads.running, loads.held, loads.keys) == (3, 3, 3)
+
+
+async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) -> None:
+    """Four producers at once over a queue of 20 that sheds: 120 jobs, 20 left waiting,
+    so exactly 100 shed, counted by the enqueues that shed them; deleting the shed jobs
+    (as pruning does) leaves the count."""
+    from conveyor.backends.base import JobFilter
+    from conveyor.job import QueueBound
+
+    bound = QueueBound(20, shed_oldest=True)
+
+    async def producer(n: int) -> None:
+        for batch in range(6):
+            await backend.enqueue_jobs([new_job(queue="mail", bound=bound, id=f"m{n}-{batch}-{i}")
+                                        for i in range(5)])
+
+    await asyncio.gather(*(producer(n) for n in range(4)))
+    await backend.enqueue_jobs([new_job(queue="other", id="plain")])
+    stats = {s.queue: s for s in await backend.queue_stats()}
+    assert (stats["mail"].shed, stats["mail"].counts[JobState.AVAILABLE]) == (100, 20)
+    assert stats["other"].shed == 0
+    cancelled = JobFilter(states=(JobState.CANCELLED,), queues=("mail",))
+    assert len(await backend.delete_jobs(cancelled, 1000, False)) == 100
+    assert {s.queue: s.shed for s in await backend.queue_stats()}["mail"] == 100

@@ -39,7 +39,7 @@ async def test_per_key_gauges_name_the_top_keys_and_sum_the_rest(app: Conveyor) 
     assert none == {"conveyor_concurrency_key_running_other_jobs": 4.0}
 
 
-async def test_jobs_a_full_queue_shed_are_a_gauge(app: Conveyor) -> None:
+async def test_jobs_a_full_queue_shed_are_a_counter(app: Conveyor) -> None:
     app.queue("mail", max_waiting=2, on_full="shed_oldest")
 
     @app.task(name="send", queue="mail")
@@ -53,5 +53,11 @@ async def test_jobs_a_full_queue_shed_are_a_gauge(app: Conveyor) -> None:
     cancelled = await other.enqueue_async()
     await app.admin.cancel(cancelled.id)  # cancelled by an operator: not shed
     shed = samples(await queue_state_text(app), "conveyor_queue_shed_jobs")
-    assert shed == {'conveyor_queue_shed_jobs{queue="mail"}': 4.0,
-                    'conveyor_queue_shed_jobs{queue="reports"}': 0.0}
+    assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
+                    'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0}
+    # Deleting the shed jobs (as pruning does) leaves the counter as it was.
+    from conveyor.admin import make_filter
+    assert len(await app.admin.delete(make_filter(states=["cancelled"], queues=["mail"]))) == 4
+    shed = samples(await queue_state_text(app), "conveyor_queue_shed_jobs_total")
+    assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
+                    'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0}

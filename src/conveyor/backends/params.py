@@ -178,6 +178,9 @@ class QueueStats:
     # Available jobs parked behind their concurrency key (docs/flow-control.md): waiting
     # for one of the key's slots, however many workers are idle.
     held_by_key: int = 0
+    # Waiting jobs a full shed_oldest queue cancelled to admit newer ones, ever: a
+    # counter kept by the enqueue that sheds them (pruning does not lower it).
+    shed: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -246,11 +249,12 @@ def queue_stats_from_rows(
     queue_flags: Iterable[Sequence[Any]],
     throttled_by_queue: Iterable[Sequence[Any]] = (),
     parked_by_queue: Iterable[Sequence[Any]] = (),
+    shed_by_queue: Iterable[Sequence[Any]] = (),
 ) -> list[QueueStats]:
     """Stats from rows: (queue, state, count), (queue, earliest available run_at),
     (queue, paused), (queue, available jobs with a rate limit bucket), (queue, available
-    jobs parked behind their concurrency key). Shared so every
-    backend lists the same queues: those with jobs or a pause flag, by name.
+    jobs parked behind their concurrency key), (queue, jobs shed ever). Shared so every
+    backend lists the same queues: those with jobs, a pause flag or shed jobs, by name.
 
     Values a corrupt job may have put there never fail the stats: a state that is
     not one of JobState is counted in no state (listings show such a job, marked
@@ -266,6 +270,7 @@ def queue_stats_from_rows(
               if isinstance(run_at, (int, float))}
     paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
     throttled, parked = _per_queue(throttled_by_queue), _per_queue(parked_by_queue)
+    shed = _per_queue(shed_by_queue)
     return [
         QueueStats(
             queue=name,
@@ -274,8 +279,9 @@ def queue_stats_from_rows(
             paused=paused.get(name, False),
             throttled=throttled.get(name, 0),
             held_by_key=parked.get(name, 0),
+            shed=shed.get(name, 0),
         )
-        for name in sorted(set(counts) | set(paused))
+        for name in sorted(set(counts) | set(paused) | set(shed))
     ]
 
 

@@ -2,7 +2,7 @@
 
 Works on every backend, since it only uses `app.admin` and the Inspector: stats
 (depth by state, oldest waiting age, paused), workers, the flow loads (the busiest
-concurrency keys), the count of shed jobs, and the circuit breakers' shared records
+concurrency keys), the jobs full queues shed, and the circuit breakers' shared records
 (state, and transitions counted fleet-wide).
 
 Per-key gauges have bounded cardinality: the `top_keys` keys with the most running
@@ -18,8 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..backends.base import FlowLoads, FlowQuery, JobFilter
-from ..backpressure import SHED_ERROR_TYPE
+from ..backends.base import FlowLoads, FlowQuery, KeyLoad
 from ..breakers import STATES, BreakerState
 from ..job import JobState
 
@@ -37,13 +36,11 @@ if TYPE_CHECKING:
 
 class _Snapshot(Collector):
     def __init__(self, stats: list[QueueStats], workers: list[WorkerInfo],
-                 breakers: dict[str, BreakerState], loads: FlowLoads | None = None,
-                 shed: dict[str, int] | None = None) -> None:
+                 breakers: dict[str, BreakerState], loads: FlowLoads | None = None) -> None:
         self.stats = stats
         self.workers = workers
         self.breakers = breakers
         self.loads = loads or FlowLoads()
-        self.shed = shed or {}
 
     def collect(self) -> Iterable[Metric]:
         depth = GaugeMetricFamily("conveyor_queue_jobs", "Jobs in the backend by queue and "
@@ -70,11 +67,12 @@ class _Snapshot(Collector):
             running.add_metric([s.queue], s.in_flight)
             throttled.add_metric([s.queue], s.throttled)
             held.add_metric([s.queue], s.held_by_key)
-        shed = GaugeMetricFamily("conveyor_queue_shed_jobs", "Waiting jobs a full shed_oldest "
-                                 "queue cancelled to admit newer ones, still stored (pruning "
-                                 "lowers it).", labels=["queue"])
+        # A counter kept by the backend (QueueStats.shed): exported as one, at scrape time.
+        shed = CounterMetricFamily("conveyor_queue_shed_jobs", "Waiting jobs a full "
+                                   "shed_oldest queue cancelled to admit newer ones.",
+                                   labels=["queue"])
         for s in self.stats:
-            shed.add_metric([s.queue], self.shed.get(s.queue, 0))
+            shed.add_metric([s.queue], s.shed)
         up = GaugeMetricFamily("conveyor_workers_up", "Live workers (announced within their "
                                "TTL).", value=len(self.workers))
         slots = GaugeMetricFamily("conveyor_worker_slots", "Concurrency of the live workers.",
@@ -84,27 +82,24 @@ class _Snapshot(Collector):
 
     def _keys(self) -> list[Metric]:
         loads = self.loads
-        running = GaugeMetricFamily("conveyor_concurrency_key_running_jobs", "Running jobs of "
-                                    "the concurrency keys with the most of them (the top N).",
-                                    labels=["key"])
-        for k in loads.by_running:
-            running.add_metric([k.key], k.running)
-        held = GaugeMetricFamily("conveyor_concurrency_key_held_jobs", "Available jobs waiting "
-                                 "for a slot, of the keys with the most of them (the top N).",
-                                 labels=["key"])
-        for k in loads.by_held:
-            held.add_metric([k.key], k.held)
-        other_running = GaugeMetricFamily(
-            "conveyor_concurrency_key_running_other_jobs", "Running jobs of the keys not in "
-            "the top N of conveyor_concurrency_key_running_jobs.",
-            value=loads.running - sum(k.running for k in loads.by_running))
-        other_held = GaugeMetricFamily(
-            "conveyor_concurrency_key_held_other_jobs", "Held jobs of the keys not in the "
-            "top N of conveyor_concurrency_key_held_jobs.",
-            value=loads.held - sum(k.held for k in loads.by_held))
         keys = GaugeMetricFamily("conveyor_concurrency_keys", "Concurrency keys with a running "
                                  "or a held job.", value=loads.keys)
-        return [running, other_running, held, other_held, keys]
+        return [*_top_and_rest("running", "Running jobs", loads.by_running, loads.running),
+                *_top_and_rest("held", "Available jobs waiting for a slot", loads.by_held,
+                               loads.held), keys]
+
+
+def _top_and_rest(field: str, what: str, top: tuple[KeyLoad, ...], total: int) -> list[Metric]:
+    """A series per key of `top` (its `field`), and one for what the other keys hold."""
+    name = f"conveyor_concurrency_key_{field}_jobs"
+    per_key = GaugeMetricFamily(name, f"{what} of the concurrency keys with the most of them "
+                                "(the top N).", labels=["key"])
+    for k in top:
+        per_key.add_metric([k.key], getattr(k, field))
+    rest = GaugeMetricFamily(f"conveyor_concurrency_key_{field}_other_jobs",
+                             f"{what} of the keys not in the top N of {name}.",
+                             value=total - sum(getattr(k, field) for k in top))
+    return [per_key, rest]
 
     def _breaker_metrics(self) -> list[Metric]:
         state = GaugeMetricFamily("conveyor_breaker_state", "1 for the state each circuit "
@@ -124,14 +119,8 @@ class _Snapshot(Collector):
 async def queue_state_text(app: Conveyor, top_keys: int = DEFAULT_TOP_KEYS) -> bytes:
     """The state gauges in the Prometheus text format, with a series for each of the
     `top_keys` busiest concurrency keys (0: none, only the totals)."""
-    stats = await app.admin.stats()
-    backend = await app.backend()
-    loads = await backend.flow_loads(FlowQuery(top=top_keys))
-    # Shed jobs are cancelled ones: only a queue with cancelled jobs is counted.
-    shed = {s.queue: await backend.count_jobs(JobFilter(
-        states=(JobState.CANCELLED,), queues=(s.queue,), error_type=SHED_ERROR_TYPE))
-        for s in stats if s.counts.get(JobState.CANCELLED)}
+    loads = await (await app.backend()).flow_loads(FlowQuery(top=top_keys))
     registry = CollectorRegistry()
-    registry.register(_Snapshot(stats, await app.admin.workers(), await app.admin.breakers(),
-                                loads, shed))
+    registry.register(_Snapshot(await app.admin.stats(), await app.admin.workers(),
+                                await app.admin.breakers(), loads))
     return generate_latest(registry)

@@ -172,7 +172,7 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
                   for _order, (queue, _bucket), _limit in jobs.values()]
         return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
                                      list(oldest.items()), list(store.paused.items()),
-                                     throttled, parked)
+                                     throttled, parked, list(store.shed.items()))
 
 
 def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:

@@ -79,6 +79,7 @@ class MemoryStore:
         self.waiting_in: dict[str, dict[str, None]] = {}
         self._by_unique: dict[str, dict[str, None]] = {}  # unique key -> ids holding it
         self.paused: dict[str, bool] = {}
+        self.shed: dict[str, int] = {}  # jobs each queue shed, ever (QueueStats.shed)
         self.records: dict[tuple[str, str], tuple[str, float | None]] = {}
         self.liveness_nonce = os.urandom(6).hex()
         self.held_signals: dict[str, str] = {}  # token -> worker id
@@ -225,6 +226,7 @@ class MemoryStore:
             self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
                        errors=(*job.errors, why))
             self._release_dependants(job_id, now)  # a workflow member's dependants follow
+            self.shed[queue] = self.shed.get(queue, 0) + 1
 
     def _duplicate_of(self, new: NewJob, now: float) -> Job | None:
         row = self.rows.get(new.id)

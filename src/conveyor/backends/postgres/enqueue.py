@@ -190,12 +190,16 @@ def _fixes(backend: PostgresConnections, unique: Sequence[NewJob], refused: dict
            shed: dict[str, int], now: float) -> list[tuple[str, dict[str, Any]]]:
     """The statements that take refused jobs back and shed the oldest waiting ones."""
     q, bounds = backend.q, bounds_of(unique)
-    fixes = [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else []
-    return fixes + [(q["shed_oldest_waiting"],
-                     {"queue": queue, "n": n, "now": now,
-                      "error": shed_error(queue, bounds[queue].max_waiting, now),
-                      "version": __version__, "done_channel": backend.config.done_channel})
-                    for queue, n in shed.items()]
+    fixes: list[tuple[str, dict[str, Any]]] = (
+        [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else [])
+    # n is exact: the queue holds more than n waiting jobs, counted under its lock.
+    for queue, n in shed.items():
+        fixes += [(q["shed_oldest_waiting"],
+                   {"queue": queue, "n": n, "now": now,
+                    "error": shed_error(queue, bounds[queue].max_waiting, now),
+                    "version": __version__, "done_channel": backend.config.done_channel}),
+                  (q["count_shed"], {"queue": queue, "n": n})]
+    return fixes
 
 
 def _by_input(answer: Sequence[int], stored: Sequence[Job | None],

@@ -119,6 +119,7 @@ class PostgresInspector(PostgresConnections):
             await self._fetch("all_queue_flags", {}),
             await self._fetch("throttled_by_queue", {}),
             await self._fetch("parked_by_queue", {}),
+            await self._fetch("shed_by_queue", {}),
         )
 
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:

@@ -684,6 +684,14 @@ SELECT paused FROM {schema}.queues WHERE name = %(queue)s
 -- name: all_queue_flags
 SELECT name, paused FROM {schema}.queues
 
+-- name: count_shed
+-- The jobs a full queue just shed, added to its counter (migration 11).
+INSERT INTO {schema}.queues (name, paused, shed) VALUES (%(queue)s, false, %(n)s)
+ON CONFLICT (name) DO UPDATE SET shed = {schema}.queues.shed + excluded.shed
+
+-- name: shed_by_queue
+SELECT name, shed FROM {schema}.queues WHERE shed > 0
+
 -- name: set_queue_paused
 INSERT INTO {schema}.queues (name, paused) VALUES (%(queue)s, %(paused)s)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused

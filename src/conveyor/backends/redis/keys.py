@@ -14,6 +14,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:queues`                 | set    | every queue name enqueued to                      |
 | `{p}:jobs`                   | zset   | every job id by seq (newest-first listing)        |
 | `{p}:paused`                 | hash   | queue -> "1" paused / "0" resumed                 |
+| `{p}:shed`                   | hash   | queue -> waiting jobs a full queue shed, ever (absent: 0) |
 | `{p}:due`                    | zset   | scheduled + retryable job ids by run_at (staging) |
 | `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
 | `{p}:schema`                 | string | layout version (what `migrate()` reports)         |
@@ -65,6 +66,7 @@ class Keys:
         self.seq = self.base + "seq"
         self.queues = self.base + "queues"
         self.paused = self.base + "paused"
+        self.shed = self.base + "shed"
         self.due = self.base + "due"
         self.unique = self.base + "unique"
         self.schema = self.base + "schema"

@@ -128,7 +128,8 @@ class JobQueries:
     async def queue_stats(self, now: float) -> list[QueueStats]:
         client = self.client
         flags = await client.hgetall(self.keys.paused)
-        names = sorted(set(await client.smembers(self.keys.queues)) | set(flags))
+        shed = await client.hgetall(self.keys.shed)
+        names = sorted(set(await client.smembers(self.keys.queues)) | set(flags) | set(shed))
         states = tuple(JobState)
         async with client.pipeline(transaction=False) as pipe:
             for name in names:
@@ -145,7 +146,7 @@ class JobQueries:
             row[states.index(JobState.AVAILABLE)] += parked  # parked jobs are available
             row[states.index(JobState.AVAILABLE)] += throttled.get(name, 0)
             counts = {s: n for s, n in zip(states, row, strict=True) if n}
-            if not counts and name not in flags:
+            if not counts and name not in flags and not int(shed.get(name, 0)):
                 continue
             oldest_age = None
             if counts.get(JobState.AVAILABLE):
@@ -157,7 +158,7 @@ class JobQueries:
                     oldest_age = max(0.0, now - first_run_at)
             out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
                                   paused=flags.get(name) == "1", throttled=throttled.get(name, 0),
-                                  held_by_key=parked))
+                                  held_by_key=parked, shed=int(shed.get(name, 0))))
         return out
 
     async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:

@@ -131,6 +131,7 @@ class SqliteInspector(SqliteConnection):
             self.conn.execute(Q["all_queue_flags"]).fetchall(),
             self.conn.execute(Q["throttled_by_queue"]).fetchall(),
             self.conn.execute(Q["parked_by_queue"]).fetchall(),
+            self.conn.execute(Q["shed_by_queue"]).fetchall(),
         )
 
     def flow_loads(self, query: FlowQuery) -> FlowLoads:

@@ -338,6 +338,14 @@ SELECT paused FROM conveyor_queues WHERE name = :queue
 -- name: all_queue_flags
 SELECT name, paused FROM conveyor_queues
 
+-- name: count_shed
+-- The jobs a full queue just shed, added to its counter (migration 10).
+INSERT INTO conveyor_queues (name, paused, shed) VALUES (:queue, 0, :n)
+ON CONFLICT (name) DO UPDATE SET shed = shed + excluded.shed
+
+-- name: shed_by_queue
+SELECT name, shed FROM conveyor_queues WHERE shed > 0
+
 -- name: set_queue_paused
 INSERT INTO conveyor_queues (name, paused) VALUES (:queue, :paused)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused

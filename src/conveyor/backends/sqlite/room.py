@@ -42,6 +42,7 @@ class Room:
                 shed = self.db.execute(Q["shed_oldest_waiting"], {
                     "queue": queue, "n": depth - bound.max_waiting, "now": self.now,
                     "error": shed_error(queue, bound.max_waiting, self.now)}).fetchall()
+                self.db.execute(Q["count_shed"], {"queue": queue, "n": len(shed)})
                 for job_id, has_dependants in shed:  # a workflow member's dependants follow
                     if has_dependants:
                         release_dependants(SqliteDependants(self.db, self.now), job_id,

@@ -14,6 +14,7 @@ local DUE = PREFIX .. 'due'
 local UNIQUE = PREFIX .. 'unique'
 local QUEUES = PREFIX .. 'queues'
 local PAUSED = PREFIX .. 'paused'
+local SHED = PREFIX .. 'shed'  -- queue -> jobs it shed, ever (QueueStats.shed)
 local SEQ = PREFIX .. 'seq'
 local JOBS = PREFIX .. 'jobs'  -- every job id by seq: newest-first listing
 -- Ids someone waits to see end (job.result(), FinishWakeups), by how many wait.
@@ -495,6 +496,7 @@ local function shed_oldest(queue, n, now_text, error_json)
       f.finished_at = now_text
       index_job(oldest, queue, 'cancelled', f)
       signal_end(oldest)
+      redis.call('HINCRBY', SHED, queue, 1)
       if f.dependants then
         -- The dependants' records name the version the shed record names (the producer's).
         local ok, shed = pcall(cjson.decode, error_json)
