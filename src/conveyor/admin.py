@@ -27,7 +27,6 @@ from .concurrency import held_back
 from .job import TERMINAL_STATES, Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
-from .workflow_graph import parents_in_meta
 from .worker_records import WORKERS_NAMESPACE
 
 log = logging.getLogger("conveyor.admin")
@@ -168,7 +167,7 @@ class Admin:
         "waiting for its workflow parents: 1 of 3 finished"."""
         backend = await self.app.backend()
         if job.state is JobState.BLOCKED:
-            parents = parents_in_meta(job)  # a job enqueued by hand may name none in its meta
+            parents = await backend.parents_of(job.id)
             if not parents:
                 return "waiting for its workflow parents to finish"
             done = await backend.count_jobs(JobFilter(ids=tuple(parents),
