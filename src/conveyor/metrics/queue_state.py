@@ -88,19 +88,6 @@ class _Snapshot(Collector):
                 *_top_and_rest("held", "Available jobs waiting for a slot", loads.by_held,
                                loads.held), keys]
 
-
-def _top_and_rest(field: str, what: str, top: tuple[KeyLoad, ...], total: int) -> list[Metric]:
-    """A series per key of `top` (its `field`), and one for what the other keys hold."""
-    name = f"conveyor_concurrency_key_{field}_jobs"
-    per_key = GaugeMetricFamily(name, f"{what} of the concurrency keys with the most of them "
-                                "(the top N).", labels=["key"])
-    for k in top:
-        per_key.add_metric([k.key], getattr(k, field))
-    rest = GaugeMetricFamily(f"conveyor_concurrency_key_{field}_other_jobs",
-                             f"{what} of the keys not in the top N of {name}.",
-                             value=total - sum(getattr(k, field) for k in top))
-    return [per_key, rest]
-
     def _breaker_metrics(self) -> list[Metric]:
         state = GaugeMetricFamily("conveyor_breaker_state", "1 for the state each circuit "
                                   "breaker is in (closed, open, half-open), 0 for the others.",
@@ -114,6 +101,19 @@ def _top_and_rest(field: str, what: str, top: tuple[KeyLoad, ...], total: int) -
                 state.add_metric([name, each], 1.0 if current.state == each else 0.0)
                 moves.add_metric([name, each], current.transitions.get(each, 0))
         return [state, moves]
+
+
+def _top_and_rest(field: str, what: str, top: tuple[KeyLoad, ...], total: int) -> list[Metric]:
+    """A series per key of `top` (its `field`), and one for what the other keys hold."""
+    name = f"conveyor_concurrency_key_{field}_jobs"
+    per_key = GaugeMetricFamily(name, f"{what} of the concurrency keys with the most of them "
+                                "(the top N).", labels=["key"])
+    for k in top:
+        per_key.add_metric([k.key], getattr(k, field))
+    rest = GaugeMetricFamily(f"conveyor_concurrency_key_{field}_other_jobs",
+                             f"{what} of the keys not in the top N of {name}.",
+                             value=total - sum(getattr(k, field) for k in top))
+    return [per_key, rest]
 
 
 async def queue_state_text(app: Conveyor, top_keys: int = DEFAULT_TOP_KEYS) -> bytes:
