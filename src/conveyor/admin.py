@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
 from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
 from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
@@ -27,7 +26,7 @@ from .concurrency import held_back
 from .job import TERMINAL_STATES, Job, JobState
 from .minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from .task_names import match_task_name
-from .worker_records import WORKERS_NAMESPACE
+from .worker_records import WORKERS_NAMESPACE, WorkerInfo
 
 log = logging.getLogger("conveyor.admin")
 
@@ -36,40 +35,6 @@ if TYPE_CHECKING:
     from .claim_check import ClaimCheck
     from .portal import Portal
     from .timeutil import Clock
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A live worker, as it last announced itself."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    in_flight: int
-    started_at: float
-    last_heartbeat: float
-    version: str
-    stopping: bool
-    # One weight per queue (`-q critical=6,default=3`); None: the queues in strict order.
-    queue_weights: tuple[float, ...] | None = None
-
-    @classmethod
-    def from_json(cls, key: str, text: str) -> WorkerInfo:
-        data: dict[str, Any] = json.loads(text)
-        queues, weights = data.get("queues", []), data.get("queue_weights")
-        return cls(
-            id=str(data.get("id", key)), host=str(data.get("host", "")),
-            pid=int(data.get("pid", 0)), queues=tuple(str(q) for q in queues),
-            concurrency=int(data.get("concurrency", 0)), in_flight=int(data.get("in_flight", 0)),
-            started_at=float(data.get("started_at", 0.0)),
-            last_heartbeat=float(data.get("last_heartbeat", 0.0)),
-            version=str(data.get("version", "")), stopping=bool(data.get("stopping", False)),
-            queue_weights=tuple(float(w) for w in weights)
-            if isinstance(weights, list) and len(weights) == len(queues) else None,
-        )
-
 
 
 def make_filter(

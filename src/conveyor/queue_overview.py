@@ -20,7 +20,7 @@ from .queues import QueueSettings
 from .rate_limits import describe
 
 if TYPE_CHECKING:
-    from .admin import WorkerInfo
+    from .worker_records import WorkerInfo
     from .app import Conveyor
 
 

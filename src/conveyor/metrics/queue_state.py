@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from ..admin import WorkerInfo
+    from ..worker_records import WorkerInfo
     from ..app import Conveyor
     from ..backends.base import QueueStats
 

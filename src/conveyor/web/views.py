@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ..admin import WorkerInfo
+from ..worker_records import WorkerInfo
 from ..backends.base import QueueStats
 from .. import jsontext
 from ..job import Job, JobState
