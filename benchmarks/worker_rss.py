@@ -8,10 +8,11 @@ Per backend, on a fresh store (a temp SQLite file, a fresh PostgreSQL schema, a 
 Redis prefix, dropped afterwards): enqueue `--jobs` no-op async jobs with `enqueue_many`
 in chunks of 5,000, then run one `conveyor worker --burst -c 200` process over them
 (as benchmarks/cost_per_job.py does) and read its VmRSS from /proc/<pid>/status every
-second, beside the number of jobs completed so far. Prints the RSS after 10k, 100k, 500k
-and 1M jobs (the first sample at or past each) and the slope after warm-up: a least-squares
-line through the samples from 100k jobs on, in KB per 100,000 jobs. Every job is checked
-to have completed once.
+second, beside the number of jobs completed so far. Prints the RSS after 10k, 100k and
+500k jobs (the first sample at or past each), at the last sample before the worker exits
+(the count it had reached) and the peak, and the slope after warm-up: a least-squares
+line through the samples from 100k jobs on, in KB per 100,000 jobs. Each run checks that
+the store holds `--jobs` completed jobs at the end.
 
 `--tracemalloc` runs the worker in this process instead, under tracemalloc, and prints the
 15 source lines whose allocations grew most between the snapshot at 100k jobs and the one
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,13 +106,14 @@ def slope_per_100k(samples: list[tuple[int, int]]) -> float | None:
 
 
 def at_marks(samples: list[tuple[int, int]], jobs: int) -> list[str]:
+    """The first sample at or past each mark; the last mark (the run's end, which the
+    worker may reach between two samples) is the last sample, labelled with its count."""
     out = []
-    for mark in MARKS:
-        if mark > jobs:
-            continue
-        rss = next((kb for n, kb in samples if n >= mark), None)
-        out.append(f"{mark // 1000:>5}k {rss / 1024:6.1f} MB" if rss else f"{mark // 1000:>5}k      -")
-    return out
+    for mark in (m for m in MARKS if m < jobs):
+        hit = next(((n, kb) for n, kb in samples if n >= mark), None)
+        out.append(f"{mark // 1000:>5}k {hit[1] / 1024:6.1f} MB" if hit else f"{mark // 1000:>5}k      -")
+    n, kb = samples[-1]
+    return [*out, f"{n / 1000:>5.0f}k {kb / 1024:6.1f} MB"]
 
 
 def load() -> str:
@@ -186,12 +189,15 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="conveyor-rss-"))
     print(f"{args.jobs:,} no-op async jobs, one `conveyor worker --burst -c 200` process, "
           f"{os.cpu_count()} cores; worker VmRSS after n jobs")
-    for _ in range(args.repeat):
-        for backend in args.backends.split(","):
-            if args.tracemalloc:
-                traced_run(backend, args.jobs, folder)
-            else:
-                print(one_run(backend, args.jobs, folder), flush=True)
+    try:
+        for _ in range(args.repeat):
+            for backend in args.backends.split(","):
+                if args.tracemalloc:
+                    traced_run(backend, args.jobs, folder)
+                else:
+                    print(one_run(backend, args.jobs, folder), flush=True)
+    finally:
+        shutil.rmtree(folder)  # the SQLite files
 
 
 if __name__ == "__main__":
