@@ -117,9 +117,12 @@ async def drop(backend: str, url: str) -> None:
     elif backend == "redis":
         import redis.asyncio as redis
 
+        from conveyor.backends.redis.keys import Keys
+
         prefix = url.rsplit("prefix=", 1)[1]
         client = redis.Redis.from_url(REDIS)
-        keys = [key async for key in client.scan_iter(f"{prefix}*", count=1000)]
+        # Conveyor's keys start with the hash tag "{prefix}:", not with the prefix.
+        keys = [key async for key in client.scan_iter(Keys(prefix).pattern(), count=1000)]
         for start in range(0, len(keys), 1000):
             await client.delete(*keys[start:start + 1000])
         await client.aclose()

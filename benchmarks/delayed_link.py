@@ -168,8 +168,10 @@ def cleanup(backend: str, tag: str) -> None:
         return
     import redis
 
+    from conveyor.backends.redis.keys import Keys
+
     client = redis.Redis(host="127.0.0.1", port=6379)
-    keys = list(client.scan_iter(f"bench-link-{tag}:*", count=1000))
+    keys = list(client.scan_iter(Keys(f"bench-link-{tag}:").pattern(), count=1000))
     for start in range(0, len(keys), 1000):
         client.unlink(*keys[start:start + 1000])
     client.close()

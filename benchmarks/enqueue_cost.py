@@ -135,7 +135,11 @@ class RedisFloor(Floor):
         pipe.execute()
 
     def close(self) -> None:
-        keys = list(self.client.scan_iter(f"{self.prefix}*", count=1000))
+        from conveyor.backends.redis.keys import Keys
+
+        # The floor's keys start with the prefix, Conveyor's with the hash tag "{prefix}:".
+        keys = [*self.client.scan_iter(f"{self.prefix}*", count=1000),
+                *self.client.scan_iter(Keys(self.prefix).pattern(), count=1000)]
         for start in range(0, len(keys), 1000):
             self.client.unlink(*keys[start:start + 1000])
         self.client.close()
