@@ -45,7 +45,7 @@ __all__ = [
     "JobLifecycle", "Inspector", "SharedRecords", "Backend", "StateForcing",
     # optional capabilities
     "TransactionalEnqueue", "CompleteInTransaction", "RecordsInTransaction", "BlockingEnqueue",
-    "LivenessHold", "WorkerLiveness", "FinishWakeups",
+    "LivenessHold", "WorkerLiveness", "FinishWakeups", "KeyLimits",
     # from params.py
     "QueueQuota", "ClaimRequest", "ClaimedJobs", "Lease", "HeldLease", "LeaseQuery", "Settlement",
     "HeartbeatReply", "JobFilter", "QueueStats", "WAITING_STATES", "ascii_lower",
@@ -351,4 +351,22 @@ class FinishWakeups(Protocol):
         """Return once the job has ended or may have (a hint: the caller reads it
         again), or after `timeout`. It watches before it looks, so an end between
         the caller's last read and this call is not missed."""
+        ...
+
+
+@runtime_checkable
+class KeyLimits(Protocol):
+    """A concurrency key's limit set from outside its jobs (conveyor.adaptive: the
+    limit an adaptive task's controller computes), in place of the `concurrency_limit`
+    its jobs were enqueued with. Every backend has it."""
+
+    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        """Hold the key to `limit` slots from now on (None: back to its jobs' own
+        limit). Raising it unparks the key's next jobs in the same step; lowering it
+        takes no slot back: running jobs finish, and the key's next job gets a slot
+        once fewer than `limit` hold one."""
+        ...
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        """The limit set for the key, None if none is."""
         ...

@@ -60,7 +60,7 @@ def dump_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> st
 async def test_migrations_produce_the_committed_schema(pg_url: str, schema: str, admin_conn) -> None:
     backend = PostgresBackend(pg_url)
     try:
-        assert await backend.migrate() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert await backend.migrate() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
         assert await backend.migrate() == []  # idempotent
     finally:
         await backend.close()
@@ -75,7 +75,8 @@ async def test_migrations_produce_the_committed_schema(pg_url: str, schema: str,
                         (4, "0004_priority_aging.sql"), (5, "0005_tenant_fairness.sql"),
                         (6, "0006_workflows.sql"), (7, "0007_concurrency_keys.sql"),
                         (8, "0008_rate_limits.sql"), (9, "0009_cascade_wakeups.sql"),
-                        (10, "0010_result_ttl.sql"), (11, "0011_shed_counts.sql")]
+                        (10, "0010_result_ttl.sql"), (11, "0011_shed_counts.sql"),
+                        (12, "0012_key_limits.sql")]
 
 
 async def test_concurrent_migrators_apply_each_migration_once(pg_url: str, schema: str,
@@ -86,8 +87,8 @@ async def test_concurrent_migrators_apply_each_migration_once(pg_url: str, schem
     finally:
         await asyncio.gather(*(b.close() for b in backends))
     # Each migration applied by exactly one of them (not necessarily the same one).
-    assert sorted(v for applied in results for v in applied) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
-    assert admin_conn.execute(f'SELECT count(*) FROM "{schema}".migrations').fetchone() == (11,)
+    assert sorted(v for applied in results for v in applied) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert admin_conn.execute(f'SELECT count(*) FROM "{schema}".migrations').fetchone() == (12,)
 
 
 def test_trigger_lists_exactly_the_lifecycle_table() -> None:

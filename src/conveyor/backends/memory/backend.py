@@ -162,6 +162,16 @@ class MemoryBackend:
             holders = self.store.slots.holders.get(concurrency_key, {})
             return sum(job_id in self.store.running for job_id in holders)
 
+    # --- adaptive limits (KeyLimits) ---------------------------------------------------
+    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        with self.store.lock:
+            self.store.slots.set_limit(concurrency_key, limit)
+        self.store.wakeups.notify()
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        with self.store.lock:
+            return self.store.slots.overrides.get(concurrency_key)
+
     async def cancel_job(self, job_id: str) -> Job | None:
         return inspector.cancel_job(self.store, job_id, self.clock())
 

@@ -20,6 +20,16 @@ class KeySlots:
         self.holders: dict[str, dict[str, None]] = {}
         self.parked: dict[str, dict[str, tuple[Order, tuple[str, str | None], int]]] = {}
         self._heaps: dict[str, list[tuple[Order, str]]] = {}
+        # A key's limit set by its adaptive controller (conveyor.adaptive), in place of
+        # its jobs' own concurrency_limit.
+        self.overrides: dict[str, int] = {}
+
+    def set_limit(self, key: str, limit: int | None) -> None:
+        if limit is None:
+            self.overrides.pop(key, None)
+        else:
+            self.overrides[key] = limit
+        self.rebalance(key)
 
     def filed(self, job_id: str, job: Job, order: Order | None) -> None:
         """A job of a key was filed under its state (`order`: its claim order, when
@@ -54,7 +64,8 @@ class KeySlots:
         return len(self.holders.get(key, {}))
 
     def rebalance(self, key: str) -> None:
-        """Unpark the key's next jobs while fewer hold a slot than the next one's limit."""
+        """Unpark the key's next jobs while fewer hold a slot than the key's limit: its
+        override if it has one, else the next job's own."""
         parked, heap = self.parked.get(key, {}), self._heaps.get(key, [])
         while heap:
             order, job_id = heap[0]
@@ -63,7 +74,7 @@ class KeySlots:
                 heapq.heappop(heap)  # left, or parked again under another order
                 continue
             _, lane, limit = entry
-            if self.holding(key) >= limit:
+            if self.holding(key) >= self.overrides.get(key, limit):
                 break
             heapq.heappop(heap)
             del parked[job_id]

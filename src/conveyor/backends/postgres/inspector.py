@@ -48,6 +48,21 @@ class PostgresInspector(PostgresConnections):
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return int((await self._fetch("running_of_key", {"key": concurrency_key}))[0][0])
 
+    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        params = {"key": concurrency_key, "limit": limit}
+
+        async def op(conn: AsyncConn) -> None:
+            async with conn.transaction():
+                await conn.execute(self.q["drop_key_limit" if limit is None
+                                          else "set_key_limit"], params)
+                await self._notify(conn)  # a raised limit may have unparked jobs
+
+        await self._run(op)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        rows = await self._fetch("key_limit", {"key": concurrency_key})
+        return int(rows[0][0]) if rows else None
+
     async def cancel_job(self, job_id: str) -> Job | None:
         params = {"id": job_id, "now": self.clock(), "version": __version__,
                   "done_channel": self.config.done_channel}

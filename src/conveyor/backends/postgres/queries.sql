@@ -938,3 +938,15 @@ SELECT dependants FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: parents_of
 SELECT parents FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: set_key_limit
+-- An adaptive key's limit (migration 12); its trigger rebalances the key.
+INSERT INTO {schema}.key_limits (concurrency_key, key_limit) VALUES (%(key)s, %(limit)s)
+ON CONFLICT (concurrency_key) DO UPDATE SET key_limit = excluded.key_limit
+WHERE key_limits.key_limit IS DISTINCT FROM excluded.key_limit
+
+-- name: drop_key_limit
+DELETE FROM {schema}.key_limits WHERE concurrency_key = %(key)s
+
+-- name: key_limit
+SELECT key_limit FROM {schema}.key_limits WHERE concurrency_key = %(key)s

@@ -36,6 +36,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:parked`       | zset   | available ids of a concurrency key that has no slot for them, by seq: listed and counted as available, never claimed |
 | `{p}:ck:<key>:held`          | set    | ids holding a slot of a concurrency key: running, or available in their queue's available index |
 | `{p}:ck:<key>:parked`        | zset   | the key's parked jobs, members and scores as in `q:<queue>:available` (claim order): the next to unpark is the first |
+| `{p}:ck:<key>:limit`         | string | the key's limit set by its adaptive controller (conveyor.adaptive), in place of its jobs' own |
 | `{p}:rl:<n>:<queue>:<bucket>` | zset  | the queue's available jobs with that rate limit bucket (`rate_key`), as in `available`, which holds only jobs with none; n: the queue name's length in bytes |
 | `{p}:q:<queue>:lanes`        | set    | the rate limit buckets that have had a lane in the queue |
 | `{p}:rate:<bucket>`          | hash   | a token bucket: `tokens` as of `updated_at`, and the `rate`, `burst` last declared |
@@ -99,6 +100,9 @@ class Keys:
 
     def key_holders(self, concurrency_key: str) -> str:
         return f"{self.base}ck:{concurrency_key}:held"
+
+    def key_limit(self, concurrency_key: str) -> str:
+        return f"{self.base}ck:{concurrency_key}:limit"
 
     def wake(self, queue: str) -> str:
         return f"{self.base}q:{queue}:wake"

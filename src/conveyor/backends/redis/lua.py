@@ -19,7 +19,7 @@ SCRIPT_NAMES = (
     "enqueue", "enqueue_bounded", "enqueue_dependants", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
     "find_leases", "prune", "cancel", "cancel_waiting", "redrive", "delete", "force_state",
     "put_record", "set_record_if", "incr_record", "delete_record", "index_waiting",
-    "expire_results", "key_loads", "count_by_error",
+    "expire_results", "key_loads", "count_by_error", "set_key_limit",
 )
 
 

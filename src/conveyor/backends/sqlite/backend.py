@@ -219,6 +219,14 @@ class SqliteBackend:
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return await self._on_thread(lambda s: s.count_running_of_key(concurrency_key))
 
+    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        await self._on_thread(lambda s: s.set_key_limit(concurrency_key, limit))
+        if self._sender is not None:  # a raised limit may have unparked jobs
+            self._sender.notify()
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return await self._on_thread(lambda s: s.key_limit(concurrency_key))
+
     async def cancel_job(self, job_id: str) -> Job | None:
         job = await self._on_thread(lambda s: s.cancel_job(job_id))
         if self._done_sender is not None and job is not None and job.is_finished:

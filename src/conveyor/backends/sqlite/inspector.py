@@ -58,6 +58,17 @@ class SqliteInspector(SqliteConnection):
     def count_running_of_key(self, concurrency_key: str) -> int:
         return int(self.conn.execute(Q["running_of_key"], {"key": concurrency_key}).fetchone()[0])
 
+    def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        with self.write() as db:
+            if limit is None:
+                db.execute(Q["drop_key_limit"], {"key": concurrency_key})
+            else:
+                db.execute(Q["set_key_limit"], {"key": concurrency_key, "limit": limit})
+
+    def key_limit(self, concurrency_key: str) -> int | None:
+        row = self.conn.execute(Q["key_limit"], {"key": concurrency_key}).fetchone()
+        return None if row is None else int(row[0])
+
     def cancel_job(self, job_id: str) -> Job | None:
         with self.write() as db:
             now = self.clock()

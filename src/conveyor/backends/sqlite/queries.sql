@@ -470,3 +470,15 @@ SELECT state FROM conveyor_jobs WHERE id = :id
 -- name: reblock_job
 UPDATE conveyor_jobs SET state = 'blocked', finished_at = NULL, pending_parents = :pending_parents
 WHERE id = :id AND state = 'cancelled'
+
+-- name: set_key_limit
+-- An adaptive key's limit (migration 9); its trigger rebalances the key.
+INSERT INTO conveyor_key_limits (concurrency_key, key_limit) VALUES (:key, :limit)
+ON CONFLICT (concurrency_key) DO UPDATE SET key_limit = excluded.key_limit
+WHERE key_limit IS NOT excluded.key_limit
+
+-- name: drop_key_limit
+DELETE FROM conveyor_key_limits WHERE concurrency_key = :key
+
+-- name: key_limit
+SELECT key_limit FROM conveyor_key_limits WHERE concurrency_key = :key

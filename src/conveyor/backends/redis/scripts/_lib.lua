@@ -33,6 +33,9 @@ local function waiting_key(queue) return PREFIX .. 'q:' .. queue .. ':waiting' e
 -- jobs, members and scores as in a queue's available index (claim order).
 local function holders_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':held' end
 local function parked_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':parked' end
+-- A key's limit set by its adaptive controller (conveyor.adaptive), in place of its
+-- jobs' own concurrency_limit.
+local function key_limit_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':limit' end
 -- A queue's parked jobs by seq: available to listings and stats, not to the claim.
 local function queue_parked_key(queue) return PREFIX .. 'q:' .. queue .. ':parked' end
 -- Rate limits (docs/flow-control.md): an available job that names a bucket (its
@@ -211,12 +214,14 @@ local function wake(queue)
 end
 
 -- Unpark a key's next parked jobs (into their queue's available index, holding a
--- slot), in claim order, while fewer jobs hold a slot than the next one's limit. An
+-- slot), in claim order, while fewer jobs hold a slot than the key's limit: its set
+-- limit (key_limit_key) if it has one, else the next job's own. An
 -- entry whose job is no longer parked there (written over by something else) is
--- dropped. Called by index_job after every move of a keyed job but the claim, which
--- keeps the slot its job held.
+-- dropped. Called when a job is indexed after every move of a keyed job but the
+-- claim, which keeps the slot its job held, and when the key's set limit changes.
 local function rebalance(ckey)
   local held, parked = holders_key(ckey), parked_key(ckey)
+  local set_limit = redis.call('GET', key_limit_key(ckey))
   while true do
     local head = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
     if not head[1] then return end
@@ -226,7 +231,7 @@ local function rebalance(ckey)
     if v[1] ~= 'available' or v[4] ~= head[1] or v[5] ~= ckey then
       redis.call('ZREM', parked, head[1])
     else
-      if redis.call('SCARD', held) >= as_number(v[3], 1) then return end
+      if redis.call('SCARD', held) >= as_number(set_limit or v[3], 1) then return end
       redis.call('ZREM', parked, head[1])
       redis.call('ZREM', queue_parked_key(v[2] or ''), id)
       redis.call('SADD', held, id)
