@@ -9,6 +9,7 @@
 3
 """
 
+from .adaptive import Adaptive
 from .app import Conveyor
 from .breakers import BreakerError
 from .errors import ConveyorError
@@ -22,6 +23,7 @@ from .workflow_inputs import Failure
 from .workflows import chain, chord, group
 
 __all__ = [
+    "Adaptive",
     "BreakerError",
     "Cancel",
     "Conveyor",

@@ -18,7 +18,7 @@ from .blobs import BlobStore
 from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
 from . import validation as valid, version as versions
 from .backpressure import enqueue_offering
-from .concurrency import concurrency_rule
+from .concurrency import Adaptive, concurrency_rule
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles, refusals_by_handle
 from .hygiene import PayloadHygiene
@@ -94,8 +94,7 @@ class Conveyor(FlowDeclarations):
         self.rate_limits = RateLimitRegistry()  # buckets its claims spend (conveyor.rate_limits)
         self.queues = QueueSettingsRegistry(self.rate_limits)  # flow control (conveyor.queues)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
-            weakref.WeakKeyDictionary()
-        )
+            weakref.WeakKeyDictionary())
         # A script that exits without close() still closes the sync facade's backend;
         # the hook holds the backends, not the app, which stays free to be collected.
         self.portal = Portal(on_exit=functools.partial(_close_loop_backend, self._backends))
@@ -133,12 +132,12 @@ class Conveyor(FlowDeclarations):
         hard_time_limit: Duration | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dead_on: tuple[type[BaseException], ...] = (),
-        backoff_base: Duration = 1.0,
-        backoff_cap: Duration = 600.0,
+        backoff_base: Duration = 1.0, backoff_cap: Duration = 600.0,
         retry_budget: RetryBudget | None = None, breaker: str | None = None,
         idempotency_key: str | None = None, fairness_key: str | None = None,
         concurrency_key: str | None = None, concurrency_limit: int | None = None,
         max_running: int | None = None, result_ttl: Duration | None = None,
+        adaptive: bool | Adaptive | None = None,
         claim_check_threshold: int | None = None, max_payload: int | None = None,
         redact: Sequence[str] = (), payload_hygiene: str | None = None,
         rate_limit: str | Limit | None = None, rate_key: str | None = None,
@@ -168,7 +167,8 @@ class Conveyor(FlowDeclarations):
 
         Payloads: `claim_check_threshold=`, `max_payload=`, `redact=`, `payload_hygiene=`
         (docs/payloads.md). At most N running: `concurrency_key="user:{user_id}",
-        concurrency_limit=N` or `max_running=N`. Rate limits: `rate_limit="10/s"`, `rate_key=`
+        concurrency_limit=N` or `max_running=N`; `adaptive=True` moves N by what the
+        downstream says (docs/downstreams.md). Rate limits: `rate_limit="10/s"`, `rate_key=`
         (`app.rate_limit`, docs/flow-control.md); circuit breakers: `breaker=` (`app.breaker`).
         """
         if len(fn) > 1:

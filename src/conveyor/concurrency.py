@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import validation as valid
+from .adaptive import Adaptive as Adaptive, adaptive_rule  # Adaptive: app.py's too
 from .errors import ConfigurationError, InvalidJob
 from .idempotency_key import KeyTemplate
 from .job import Job, JobState
@@ -42,6 +43,9 @@ class ConcurrencyRule:
     limit: int
     template: KeyTemplate | None = None
     fixed_key: str | None = None
+    # adaptive=: the workers move the key's limit (conveyor.adaptive); `limit` is its
+    # start, what the jobs are enqueued with and hold until the first decision.
+    adaptive: Adaptive | None = None
 
     def key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         if self.template is not None:
@@ -51,9 +55,21 @@ class ConcurrencyRule:
 
 
 def task_rule(task_name: str, signature: inspect.Signature, concurrency_key: str | None,
-              concurrency_limit: int | None, max_running: int | None) -> ConcurrencyRule | None:
+              concurrency_limit: int | None, max_running: int | None,
+              adaptive: bool | Adaptive | None = None) -> ConcurrencyRule | None:
     """The rule of a task's options, checked at registration (ConfigurationError)."""
     try:
+        rule = adaptive_rule(adaptive)
+        if rule is not None:
+            if max_running is not None or concurrency_limit is not None:
+                raise ConfigurationError(
+                    "adaptive= finds the limit itself: give its bounds as Adaptive(min=, "
+                    "max=) instead of max_running= or concurrency_limit=")
+            if concurrency_key is None:
+                return ConcurrencyRule(rule.start, adaptive=rule, fixed_key=valid.name(
+                    "task", MAX_RUNNING_PREFIX + task_name))
+            return ConcurrencyRule(rule.start, adaptive=rule, template=KeyTemplate(
+                concurrency_key, signature, field="concurrency_key"))
         if max_running is not None:
             if concurrency_key is not None or concurrency_limit is not None:
                 raise ConfigurationError(
@@ -75,9 +91,11 @@ def task_rule(task_name: str, signature: inspect.Signature, concurrency_key: str
 def concurrency_rule(task_name: str, fn: Callable[..., Any],
                      options: dict[str, Any]) -> ConcurrencyRule | None:
     """A task's rule, from its options (`concurrency_key`, `concurrency_limit`,
-    `max_running`), which are taken out of `options`; checked (ConfigurationError)."""
+    `max_running`, `adaptive`), which are taken out of `options`; checked
+    (ConfigurationError)."""
     return task_rule(task_name, inspect.signature(fn), *(
-        options.pop(o, None) for o in ("concurrency_key", "concurrency_limit", "max_running")))
+        options.pop(o, None) for o in ("concurrency_key", "concurrency_limit", "max_running",
+                                       "adaptive")))
 
 
 def job_concurrency(rule: ConcurrencyRule | None, key: str | None, limit: int | None,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import Settlement
 from ..breakers import BreakerError, counts_as_failure
 from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
+from ..adaptive import Adaptive
 from ..job import AttemptError, Job, JobState
 from ..job_context import _CURRENT, JobContext
 from ..middleware import ExecuteContext, MiddlewareContext, run_chain
@@ -32,6 +33,7 @@ from .handler_call import (
     formatted,
     release_frames,
 )
+from .adaptive_controller import AdaptiveController
 from .breaker_view import BreakerView
 from .limits import run_async_limited, run_sync_limited
 from .retry_ledger import RetryLedger
@@ -66,6 +68,7 @@ class JobExecutor:
         self.worker_id = worker_id
         self.threads = ThreadBridge(thread_pool)
         self.retry_ledger = RetryLedger(self._budget_of)
+        self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.adaptive
         self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
         self.breaker_view = BreakerView(app.breakers)
         # Jobs behind a breaker whose attempt ended -> whether it counts as a failure.
@@ -78,8 +81,15 @@ class JobExecutor:
         task = self.app.tasks.get(task_name)
         return None if task is None else task.defaults.retry.budget
 
+    def _adaptive_of(self, task_name: str) -> Adaptive | None:
+        task = self.app.tasks.get(task_name)
+        rule = None if task is None else task.defaults.concurrency
+        return None if rule is None else rule.adaptive
+
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
         self.retry_ledger.started(job, self.app.clock())
+        self.adaptive.started(job, self.app.clock())
+        settlement = None
         try:
             settlement = await self._observed(job, ctx)
             await self._report_to_breaker(job)
@@ -87,6 +97,7 @@ class JobExecutor:
         finally:
             self._deferred.discard(job.id)  # however the attempt ended
             self._breaker_failed.pop(job.id, None)
+            self.adaptive.ended(job, settlement, self.app.clock())
 
     async def _report_to_breaker(self, job: Job) -> None:
         failed = self._breaker_failed.pop(job.id, None)
@@ -247,6 +258,7 @@ class JobExecutor:
         after: float | None = None, force_retry: bool = False,
     ) -> Settlement:
         err = self._error(job, exc, tb)
+        self.adaptive.failed(job, exc)
         transient = force_retry or policy.is_transient(exc)
         if transient and job.attempt < job.max_attempts:
             delay = policy.backoff(job.attempt) if after is None else after

@@ -35,6 +35,7 @@ from .breaker_view import REFRESH_INTERVAL
 from .presence import Presence
 from .rescue import rescue_expired
 from .retry_ledger import SYNC_INTERVAL
+from .unlimited_calls import unlimited_callers
 
 if TYPE_CHECKING:
     from .app_protocol import WorkerApp
@@ -141,6 +142,9 @@ class Worker(HeldJobs):
                 log.warning("reading the circuit breakers failed (%s); retrying in 1s", exc)
         log.info("worker %s started: queues=%s concurrency=%d", self.id,
                  self._queue_plan.spec, self.config.concurrency)
+        for warning in unlimited_callers(self.app.tasks.values(), self.app.rate_limits,
+                                         self.config.concurrency):
+            log.warning(warning)
         services = [
             asyncio.create_task(self._completer.run(), name="completer"),
             asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
@@ -158,6 +162,12 @@ class Worker(HeldJobs):
         if len(self.app.breakers):
             services.append(asyncio.create_task(
                 self._every(REFRESH_INTERVAL, self._refresh_breakers), name="breakers"))
+        adaptive = [t.defaults.concurrency.adaptive for t in self.app.tasks.values()
+                    if t.defaults.concurrency is not None and t.defaults.concurrency.adaptive]
+        if adaptive:
+            services.append(asyncio.create_task(self._every(
+                self._executor.adaptive.sync_interval(adaptive), self._sync_adaptive),
+                name="adaptive-limits"))
         if scheduler is not None and scheduler.schedules:
             services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
         producer = asyncio.create_task(self._produce(), name="producer")
@@ -361,6 +371,10 @@ class Worker(HeldJobs):
     async def _refresh_breakers(self) -> None:
         assert self._backend is not None
         await self._executor.breaker_view.refresh(self._backend, self.app.clock())
+
+    async def _sync_adaptive(self) -> None:
+        assert self._backend is not None
+        await self._executor.adaptive.sync(self._backend, self.app.clock())
 
     async def _rescue(self) -> None:
         assert self._backend is not None
