@@ -63,7 +63,7 @@ class Adaptive:
     window: float
 
     def __init__(self, min: int = 1, max: int = 100, *, start: int | None = None,
-                 increase: int = 1, decrease: float = 0.7,
+                 increase: int = 1, decrease: float = 0.9,
                  signals: tuple[type[BaseException], ...] = DEFAULT_SIGNALS,
                  latency_target: Duration | None = None, window: Duration = 1.0) -> None:
         for name, value in (("min", min), ("max", max), ("increase", increase)):
@@ -98,15 +98,20 @@ class Adaptive:
         requests' HTTP errors, aiohttp's ClientResponseError, most SDKs' own)."""
         return isinstance(error, self.signals) or http_status(error) in SIGNAL_STATUSES
 
-    def next_limit(self, limit: int, window: WindowCounts, saturated: bool) -> int:
-        """The limit after a window (the rule, exactly): a signal, or successes slower
+    def next_limit(self, limit: int, window: WindowCounts, saturated: bool,
+                   after_cut: bool = False) -> int:
+        """The limit after a window (the rule, exactly). A signal, or successes slower
         than `latency_target` on average, multiply it by `decrease` (rounded down, by
-        at least 1, never under `min`); else successes in a window that used the limit
+        at least 1, never under `min`), unless the window came right after a cut
+        (`after_cut`): then it stays, as the jobs the higher limit admitted were still
+        running through it. Else successes in a window that used the limit
         (`saturated`) add `increase` (never over `max`); else it stays."""
         limit = self.min if limit < self.min else self.max if limit > self.max else limit
         slow = (self.latency_target is not None and window.ok > 0
                 and window.latency_ms / window.ok > self.latency_target * 1000.0)
         if window.signals > 0 or slow:
+            if after_cut:
+                return limit
             return max(self.min, min(limit - 1, math.floor(limit * self.decrease)))
         if window.ok > 0 and saturated:
             return min(self.max, limit + self.increase)

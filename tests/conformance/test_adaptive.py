@@ -106,7 +106,7 @@ async def test_successes_that_use_the_limit_add_one_per_window_up_to_max(
     assert isinstance(backend, KeyLimits) and await backend.key_limit(KEY) == 6
 
 
-async def test_a_signal_cuts_the_limit_by_the_factor_once_per_window(
+async def test_a_signal_cuts_the_limit_at_once_by_the_factor_once_per_window(
         backend: Backend, clock: ManualClock) -> None:
     fleet = Fleet(backend, clock)
     for _ in range(4):
@@ -114,20 +114,33 @@ async def test_a_signal_cuts_the_limit_by_the_factor_once_per_window(
             fleet.run(fleet.one)
         await fleet.window()
     assert (await fleet.state()).limit == 6
-    # Both workers see 429s in one window, with successes: one decision, 6 -> 3.
+    # Both workers see 429s, with successes: at their next sync (the window is not
+    # over), one decision between them, 6 -> 3.
     fleet.run(fleet.one, fail=Throttled("slow down"))
     fleet.run(fleet.two, fail=Throttled("slow down"))
     fleet.run(fleet.two)
     before = (await fleet.state()).version
-    state = await fleet.window()
-    assert (state.limit, state.version) == (3, before + 1)
+    await fleet.sync()
+    await fleet.sync()
+    state = await fleet.state()
+    assert (state.limit, state.version, state.cut_at) == (3, before + 1, clock())
     assert isinstance(backend, KeyLimits) and await backend.key_limit(KEY) == 3
+    assert fleet.one.limits() == fleet.two.limits() == {KEY: 3}
+    # The window right after the cut never cuts again: its signals may be those of
+    # the jobs the old limit let in, still leaving.
+    fleet.run(fleet.two, fail=TimeoutError())
+    fleet.run(fleet.two)
+    await fleet.sync()
+    assert (await fleet.state()).version == before + 1
+    state = await fleet.window()
+    assert (state.limit, state.version) == (3, before + 2)
     # A signal of an attempt started before the cut judged the old limit: ignored.
-    fleet.run(fleet.one, fail=TimeoutError(), started_before=0.5)
+    fleet.run(fleet.one, fail=TimeoutError(), started_before=RULE.window * 1.5)
     for _ in range(3):
         fleet.run(fleet.two)
     assert (await fleet.window()).limit == 4
-    # A fresh timeout cuts again: 4 -> 2, then 1, and never under min.
+    # Fresh timeouts cut again, each after the window that follows the last cut:
+    # 4 -> 2, then 1, and never under min.
     for expected in (2, 1, 1):
         fleet.run(fleet.two, fail=TimeoutError())
         assert (await fleet.window()).limit == expected
@@ -154,7 +167,7 @@ async def test_the_latency_target_counts_as_a_signal(backend: Backend,
     await controller.sync(backend, clock())
     clock.advance(1.0)
     await controller.sync(backend, clock())
-    assert controller.limits() == {KEY: 2}  # floor(4 * 0.7)
+    assert controller.limits() == {KEY: 3}  # floor(4 * 0.9), at the window's end
 
 
 async def test_claimers_are_held_to_the_decided_limit(app: Conveyor, backend: Backend,

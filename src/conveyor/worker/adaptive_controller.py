@@ -5,8 +5,9 @@ written to the backend, which holds every claimer to it (KeyLimits).
 Each key has one record, its `LimitState` (limit, version, when decided). A worker
 counts its attempts' outcomes in memory and, every `sync_interval` seconds, adds them
 to the counters of the version it just read (`incr_record`: no round trip per job).
-Once a window has passed since the last decision, the first worker to see it reads
-the version's counters, computes the next limit (`Adaptive.next_limit`) and writes it
+Once a window has passed since the last decision (or at once, when a worker has
+just counted a signal: see `run`), the first worker to see it reads the version's
+counters, computes the next limit (`Adaptive.next_limit`) and writes it
 with `compare_and_set_record` from the state it read: of several workers deciding at
 once exactly one wins, the others read the new state at their next sync. The winner
 then writes the limit to the backend; every worker writes a limit it sees in the
@@ -16,11 +17,14 @@ made good by the next worker's sync; the write is idempotent).
 What a window counts: successes (and their duration), and signals of attempts that
 started after the limit last went down (the others were admitted by the older,
 higher limit: counting them would cut the new limit for the old one's fault). Other
-failures, snoozes and cancels count for nothing.
+failures, snoozes and cancels count for nothing. For the same reason the window
+right after a cut never cuts again: the jobs the old limit let in were still
+leaving (a lowered limit takes no slot back), so its signals may still be theirs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from ..adaptive import Adaptive, LimitState, WindowCounts
 from ..backends.base import Backend, KeyLimits, Settlement
 from ..job import Job, JobState
+from ..timeutil import Clock
 
 log = logging.getLogger("conveyor.worker")
 NAMESPACE = "adaptive"
@@ -52,6 +57,11 @@ def _count_key(key: str, version: int, count: str) -> str:
     return f"{key}|{version}|{count}"
 
 
+def _after_cut(state: LimitState) -> bool:
+    """Whether the state's decision was a cut (its window does not cut again)."""
+    return state.version > 0 and state.cut_at == state.since
+
+
 class AdaptiveController:
     """Per adaptive key: this worker's attempts and the fleet's shared state."""
 
@@ -59,6 +69,9 @@ class AdaptiveController:
         self._rule_of = rule_of
         self._keys: dict[str, _Key] = {}
         self._unsupported_logged = False
+        # Set when an attempt ends with a counted signal: the sync loop runs at once,
+        # so the fleet cuts within a round trip instead of at the window's end.
+        self.signalled = asyncio.Event()
 
     def _key_of(self, job: Job) -> tuple[str, _Key] | None:
         if job.concurrency_key is None:
@@ -98,6 +111,7 @@ class AdaptiveController:
         if signalled:
             if entry.state is None or began >= entry.state.cut_at:
                 entry.pending.signals += 1
+                self.signalled.set()
         elif settlement.state is JobState.COMPLETED:
             entry.pending.ok += 1
             entry.pending.latency_ms += max(0, round((now - began) * 1000.0))
@@ -105,6 +119,23 @@ class AdaptiveController:
     def sync_interval(self, rules: list[Adaptive]) -> float:
         """How often a worker syncs: a quarter of the shortest window, 50 ms to 1 s."""
         return min(1.0, max(0.05, min((r.window for r in rules), default=1.0) / 4))
+
+    async def run(self, backend: Backend, clock: Clock, interval: float,
+                  closing: asyncio.Event) -> None:
+        """The worker's service: `sync` every `interval` seconds, and at once after a
+        signal, until `closing` is set."""
+        while not closing.is_set():
+            waiters = [asyncio.ensure_future(e.wait()) for e in (closing, self.signalled)]
+            await asyncio.wait(waiters, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            self.signalled.clear()
+            if closing.is_set():
+                return
+            try:
+                await self.sync(backend, clock())
+            except Exception as exc:  # noqa: BLE001 - the next sync tries again
+                log.warning("adaptive limits: sync failed: %s", exc)
 
     async def sync(self, backend: Backend, now: float) -> None:
         """Flush this worker's counts, read each key's state, decide where due."""
@@ -136,37 +167,62 @@ class AdaptiveController:
 
     async def _sync_key(self, backend: Backend, key: str, entry: _Key, now: float) -> None:
         assert isinstance(backend, KeyLimits)
+        cached = entry.state
+        if (cached is not None and entry.pending.signals and not _after_cut(cached)
+                and await self._flush(backend, key, entry, cached)):
+            # The fast way to a cut, in three round trips (the counts, the CAS, the
+            # limit), from the state as last read: a stale one fails the CAS.
+            if await self._decide(backend, key, entry, cached, WindowCounts(signals=1),
+                                  saturated=False, now=now):
+                return
         state = await self._read(backend, key, entry, now)
         await self._apply(backend, key, entry, state.limit)
-        counts_ttl = max(60.0, entry.rule.window * 10)
-        pending, entry.pending = entry.pending, WindowCounts()
-        try:
-            for count in COUNTS:
-                amount = getattr(pending, count)
-                if amount:
-                    await backend.incr_record(NAMESPACE, _count_key(key, state.version, count),
-                                              amount, ttl=counts_ttl)
-                    setattr(pending, count, 0)
-        finally:  # what was not added is added at the next sync
-            for count in COUNTS:
-                setattr(entry.pending, count, getattr(entry.pending, count)
-                        + getattr(pending, count))
-        if now < state.since + entry.rule.window:
+        signalled = await self._flush(backend, key, entry, state)
+        # A cut is decided as soon as a signal is counted; an increase (or nothing) at
+        # the window's end.
+        if now < state.since + entry.rule.window and (_after_cut(state) or not signalled):
             return
         window = WindowCounts(*[int(await backend.get_record(
             NAMESPACE, _count_key(key, state.version, count)) or 0) for count in COUNTS])
         saturated = (window.ok + window.signals >= state.limit
                      or await backend.count_running_of_key(key) >= state.limit)
-        limit = entry.rule.next_limit(state.limit, window, saturated)
+        await self._decide(backend, key, entry, state, window, saturated, now)
+
+    async def _flush(self, backend: Backend, key: str, entry: _Key, state: LimitState) -> bool:
+        """Add this worker's counts to the version's; True if signals were among them."""
+        ttl = max(60.0, entry.rule.window * 10)
+        pending, entry.pending = entry.pending, WindowCounts()
+        signalled = False
+        try:
+            for count in COUNTS:
+                amount = getattr(pending, count)
+                if amount:
+                    await backend.incr_record(NAMESPACE, _count_key(key, state.version, count),
+                                              amount, ttl=ttl)
+                    setattr(pending, count, 0)
+                    signalled = signalled or count == "signals"
+        finally:  # what was not added is added at the next sync
+            for count in COUNTS:
+                setattr(entry.pending, count, getattr(entry.pending, count)
+                        + getattr(pending, count))
+        return signalled
+
+    async def _decide(self, backend: Backend, key: str, entry: _Key, state: LimitState,
+                      window: WindowCounts, saturated: bool, now: float) -> bool:
+        """Write the next state if `state` is still the fleet's; True if written."""
+        assert isinstance(backend, KeyLimits)
+        limit = entry.rule.next_limit(state.limit, window, saturated, _after_cut(state))
         decided = LimitState(limit, state.version + 1, now,
                              now if limit < state.limit else state.cut_at)
-        if await backend.compare_and_set_record(NAMESPACE, key, entry.text, decided.encode(),
-                                                ttl=STATE_TTL):
-            entry.state, entry.text = decided, decided.encode()
-            if limit != state.limit:
-                log.info("adaptive limit of %s: %d -> %d (window: %d ok, %d signals)",
-                         key, state.limit, limit, window.ok, window.signals)
-            await self._apply(backend, key, entry, limit)
+        if not await backend.compare_and_set_record(NAMESPACE, key, entry.text,
+                                                    decided.encode(), ttl=STATE_TTL):
+            return False
+        entry.state, entry.text = decided, decided.encode()
+        if limit != state.limit:
+            log.info("adaptive limit of %s: %d -> %d (window: %d ok, %d signals)",
+                     key, state.limit, limit, window.ok, window.signals)
+        await self._apply(backend, key, entry, limit)
+        return True
 
     async def _apply(self, backend: KeyLimits, key: str, entry: _Key, limit: int) -> None:
         if entry.applied != limit:

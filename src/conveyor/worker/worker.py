@@ -165,8 +165,9 @@ class Worker(HeldJobs):
         adaptive = [t.defaults.concurrency.adaptive for t in self.app.tasks.values()
                     if t.defaults.concurrency is not None and t.defaults.concurrency.adaptive]
         if adaptive:
-            services.append(asyncio.create_task(self._every(
-                self._executor.adaptive.sync_interval(adaptive), self._sync_adaptive),
+            controller = self._executor.adaptive
+            services.append(asyncio.create_task(controller.run(
+                backend, self.app.clock, controller.sync_interval(adaptive), self._closing),
                 name="adaptive-limits"))
         if scheduler is not None and scheduler.schedules:
             services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
@@ -371,10 +372,6 @@ class Worker(HeldJobs):
     async def _refresh_breakers(self) -> None:
         assert self._backend is not None
         await self._executor.breaker_view.refresh(self._backend, self.app.clock())
-
-    async def _sync_adaptive(self) -> None:
-        assert self._backend is not None
-        await self._executor.adaptive.sync(self._backend, self.app.clock())
 
     async def _rescue(self) -> None:
         assert self._backend is not None

@@ -1,0 +1,72 @@
+"""Adaptive concurrency against a downstream of fixed capacity (docs/downstreams.md):
+two workers, each with more slots than the downstream takes, find its capacity
+through the backend's shared limit. The downstream refuses (a 429) every call past
+`CAPACITY` in flight; after the warm-up the fleet's throughput is within 20 % of the
+capacity and fewer than 5 % of its calls are refused.
+
+Times are scaled down from the rule's 30 s warm-up with the window (0.5 s instead of
+the default 1 s; calls of 0.2 s): 5 s of warm-up (ten windows; the climb from 1 to 10
+takes nine), then 6 s measured."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from conformance.helpers import RunningWorker
+from conveyor import Adaptive, Conveyor
+from conveyor.worker import WorkerConfig
+
+CAPACITY = 10
+SERVICE = 0.2  # seconds a call takes: the capacity is CAPACITY / SERVICE calls a second
+WARM_UP, MEASURED = 7.0, 8.0
+
+
+class Throttled(Exception):
+    """What an HTTP client raises for a 429 (its status on the error)."""
+
+    status_code = 429
+
+
+class Downstream:
+    """A service that takes CAPACITY calls at once and refuses the rest."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.served: list[float] = []
+        self.refused: list[float] = []
+
+    async def call(self) -> None:
+        if self.in_flight >= CAPACITY:
+            self.refused.append(time.monotonic())
+            raise Throttled("429 Too Many Requests")
+        self.in_flight += 1
+        try:
+            await asyncio.sleep(SERVICE)
+        finally:
+            self.in_flight -= 1
+        self.served.append(time.monotonic())
+
+    def between(self, times: list[float], start: float, end: float) -> int:
+        return sum(start <= t < end for t in times)
+
+
+async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyor) -> None:
+    downstream = Downstream()
+
+    @live_app.task(name="calls", queue="calls", max_attempts=1000, backoff_base=0.01,
+                   backoff_cap=0.05, adaptive=Adaptive(min=1, max=40, window=1.0, start=5))
+    async def calls(i: int) -> None:
+        await downstream.call()
+
+    await live_app.enqueue_many_async([calls.message(i) for i in range(1500)])
+    config = WorkerConfig(queues=("calls",), concurrency=16, poll_interval=0.02)
+    start = time.monotonic()
+    async with RunningWorker(live_app, config), RunningWorker(live_app, config):
+        await asyncio.sleep(WARM_UP + MEASURED)  # the test's span, not a synchronisation
+    begin, end = start + WARM_UP, start + WARM_UP + MEASURED
+    served = downstream.between(downstream.served, begin, end)
+    refused = downstream.between(downstream.refused, begin, end)
+    capacity = CAPACITY / SERVICE * MEASURED
+    assert served >= 0.8 * capacity, (served, capacity, refused)
+    assert refused < 0.05 * (served + refused), (served, refused)
