@@ -6,6 +6,9 @@ after a signal), and the backend holds every claimer to it."""
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from conveyor import Adaptive, Conveyor
 from conveyor.adaptive import LimitState
@@ -13,6 +16,7 @@ from conveyor.backends.base import Backend, JobFilter, KeyLimits, Settlement
 from conveyor.claiming import strict_claim
 from conveyor.job import Job, JobState
 from conveyor.timeutil import ManualClock
+from conveyor.worker import Worker, WorkerConfig
 from conveyor.worker.adaptive_controller import NAMESPACE, AdaptiveController
 from helpers import error
 
@@ -185,3 +189,18 @@ async def test_claimers_are_held_to_the_decided_limit(app: Conveyor, backend: Ba
     assert sum(len(jobs) for jobs in claimed) == 3
     running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=50)
     assert {job.concurrency_key for job in running} == {KEY}
+
+
+async def test_a_worker_warns_at_start_of_a_task_that_calls_out_with_no_limit(
+        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    @app.task(name="unlimited", retry_on=(ConnectionError,))
+    async def unlimited() -> None: ...
+
+    @app.task(name="limited", retry_on=(ConnectionError,), adaptive=True)
+    async def limited() -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        await Worker(app, WorkerConfig(concurrency=100, burst=True)).run()
+        await Worker(app, WorkerConfig(concurrency=10, burst=True)).run()
+    warned = [r.getMessage() for r in caplog.records if "calls out" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("task unlimited retries on ConnectionError")

@@ -72,6 +72,8 @@ class AdaptiveController:
         # Set when an attempt ends with a counted signal: the sync loop runs at once,
         # so the fleet cuts within a round trip instead of at the window's end.
         self.signalled = asyncio.Event()
+        self._next_sync: asyncio.Future[None] | None = None  # resolved when a sync ends
+        self._sync_timeout = 1.0
 
     def _key_of(self, job: Job) -> tuple[str, _Key] | None:
         if job.concurrency_key is None:
@@ -97,24 +99,40 @@ class AdaptiveController:
         if entry is not None and job.id in entry.started and entry.rule.is_signal(error):
             entry.signalled.add(job.id)
 
-    def ended(self, job: Job, settlement: Settlement | None, now: float) -> None:
-        """The attempt ended (`settlement` None: the worker stopped it, counted nowhere)."""
+    def ended(self, job: Job, settlement: Settlement | None, now: float) -> bool:
+        """The attempt ended (`settlement` None: the worker stopped it, counted nowhere).
+        True if it counted a signal: the caller then holds the job's settlement, and
+        so its slot, until `signal_written` (see there)."""
         entry = self._keys.get(job.concurrency_key or "")
         if entry is None or job.id not in entry.started:
-            return
+            return False
         began = entry.started.pop(job.id)
         signalled = job.id in entry.signalled
         entry.signalled.discard(job.id)
         entry.last_active = now
         if settlement is None:
-            return
+            return False
         if signalled:
             if entry.state is None or began >= entry.state.cut_at:
                 entry.pending.signals += 1
                 self.signalled.set()
+                return True
         elif settlement.state is JobState.COMPLETED:
             entry.pending.ok += 1
             entry.pending.latency_ms += max(0, round((now - began) * 1000.0))
+        return False
+
+    async def signal_written(self) -> None:
+        """Wait for the sync that counts a signal just counted here (and cuts), at most
+        a sync interval. Why: a refused call ends at once, and its freed slot would go
+        to the key's next job, refused in turn, and so on until the cut is written; a
+        refused job that keeps its slot until then stops that."""
+        if self._next_sync is None:
+            self._next_sync = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._next_sync), self._sync_timeout)
+        except TimeoutError:
+            pass
 
     def sync_interval(self, rules: list[Adaptive]) -> float:
         """How often a worker syncs: a quarter of the shortest window, 50 ms to 1 s."""
@@ -124,18 +142,22 @@ class AdaptiveController:
                   closing: asyncio.Event) -> None:
         """The worker's service: `sync` every `interval` seconds, and at once after a
         signal, until `closing` is set."""
+        self._sync_timeout = interval
         while not closing.is_set():
             waiters = [asyncio.ensure_future(e.wait()) for e in (closing, self.signalled)]
             await asyncio.wait(waiters, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:
                 waiter.cancel()
             self.signalled.clear()
-            if closing.is_set():
-                return
+            done, self._next_sync = self._next_sync, None
             try:
-                await self.sync(backend, clock())
+                if not closing.is_set():
+                    await self.sync(backend, clock())
             except Exception as exc:  # noqa: BLE001 - the next sync tries again
                 log.warning("adaptive limits: sync failed: %s", exc)
+            finally:
+                if done is not None and not done.done():
+                    done.set_result(None)
 
     async def sync(self, backend: Backend, now: float) -> None:
         """Flush this worker's counts, read each key's state, decide where due."""

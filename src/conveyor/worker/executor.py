@@ -93,11 +93,13 @@ class JobExecutor:
         try:
             settlement = await self._observed(job, ctx)
             await self._report_to_breaker(job)
-            return settlement
         finally:
             self._deferred.discard(job.id)  # however the attempt ended
             self._breaker_failed.pop(job.id, None)
-            self.adaptive.ended(job, settlement, self.app.clock())
+            signalled = self.adaptive.ended(job, settlement, self.app.clock())
+        if signalled:  # its slot is kept until the cut is written (signal_written)
+            await self.adaptive.signal_written()
+        return settlement
 
     async def _report_to_breaker(self, job: Job) -> None:
         failed = self._breaker_failed.pop(job.id, None)
