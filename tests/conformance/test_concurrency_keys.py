@@ -16,6 +16,8 @@ from conveyor.claiming import strict_claim
 from conveyor.job import Job, JobState
 from conveyor.timeutil import ManualClock
 from conveyor.worker.rescue import release_worker_jobs, rescue_expired
+from conformance.helpers import RunningWorker, wait_finished
+from conveyor.worker import WorkerConfig
 from helpers import claim_one, complete, error, new_job
 
 S = JobState
@@ -278,3 +280,18 @@ async def test_queue_stats_count_the_jobs_held_by_their_key(backend: Backend) ->
     [stats] = await backend.queue_stats()
     assert stats.counts == {S.AVAILABLE: 3, S.RUNNING: 3, S.COMPLETED: 1}
     assert stats.held_by_key == 2
+
+
+async def test_a_worker_claims_its_keys_next_job_without_waiting_for_a_poll(
+        live_app: Conveyor) -> None:
+    @live_app.task(name="one_at_a_time", max_running=1)
+    async def one_at_a_time(i: int) -> None: ...
+
+    handles = await live_app.enqueue_many_async([one_at_a_time.message(i) for i in range(5)])
+    # A poll of a minute: were the worker to wait for it after each job (SQLite and
+    # PostgreSQL send no wake-up when a key's slot is given), five jobs would take
+    # four minutes; the worker claims again once its keyed job's outcome is written.
+    config = WorkerConfig(concurrency=4, poll_interval=60.0)
+    async with RunningWorker(live_app, config):
+        done = await wait_finished(live_app, [h.id for h in handles], timeout=20.0)
+    assert {job.state for job in done.values()} == {S.COMPLETED}

@@ -63,6 +63,8 @@ class HeldJobs:
     _running: dict[str, RunningJob]
     _unsettled: dict[str, Lease]  # claimed and not yet written back
     _slot_freed: asyncio.Event
+    _key_slot_freed: asyncio.Event  # a keyed job's outcome was written (see _on_settled)
+    _keyed_settling: set[str]
     _backend: Backend | None
     _completer: Completer | None
     _executor: JobExecutor
@@ -115,6 +117,8 @@ class HeldJobs:
                         job.attempt, job.max_attempts, settlement.error.type,
                         settlement.error.message, settlement.state.value)
         assert self._completer is not None
+        if job.concurrency_key is not None:
+            self._keyed_settling.add(job.id)
         self._completer.add(settlement)
 
     def _interrupted(self, job: Job, ctx: JobContext, exc: BaseException) -> Settlement | None:
@@ -145,6 +149,12 @@ class HeldJobs:
         stale_ids = set(stale)
         for s in batch:
             self._unsettled.pop(s.job_id, None)
+            if s.job_id in self._keyed_settling:
+                # Its key's next job may just have been given the slot: claim it now,
+                # without waiting for a poll (SQLite and PostgreSQL send no wake-up
+                # for a key's slot; memory and Redis do).
+                self._keyed_settling.discard(s.job_id)
+                self._key_slot_freed.set()
             if s.job_id in stale_ids:
                 self.counts["stale"] += 1
                 log.warning("job %s: outcome %s rejected, lease token %d is stale "

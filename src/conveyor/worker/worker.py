@@ -78,6 +78,8 @@ class Worker(HeldJobs):
         self._cold = asyncio.Event()
         self._closing = asyncio.Event()  # run() is ending: the maintenance loops stop
         self._slot_freed = asyncio.Event()
+        self._key_slot_freed = asyncio.Event()
+        self._keyed_settling: set[str] = set()
         self._thread_pool = ThreadPoolExecutor(
             max_workers=config.thread_pool_size or config.concurrency,
             thread_name_prefix="conveyor-job",
@@ -241,6 +243,7 @@ class Worker(HeldJobs):
                     want = min(want, self.config.max_jobs - self.claimed)
                 breakers = self._executor.breaker_view
                 breakers.changed.clear()  # a change from now on makes the idle wait short
+                self._key_slot_freed.clear()  # a keyed settle during the claim is kept
                 try:
                     jobs = await self._backend.fetch_jobs(self._queue_plan.request(
                         want, self.id, self.config.lease, self._running_by_queue(),
@@ -283,12 +286,15 @@ class Worker(HeldJobs):
                 if len(jobs) < want:
                     waiter = asyncio.create_task(self._backend.wait_for_jobs(
                         self.config.queues, self._idle_wait(jobs)))
-                    # A breaker turning half-open or closed has work for this claim.
+                    # A breaker turning half-open or closed has work for this claim,
+                    # and so has a key's slot passed on by a settle.
                     changed = asyncio.create_task(breakers.changed.wait())
-                    await asyncio.wait([stop, waiter, changed],
+                    freed = asyncio.create_task(self._key_slot_freed.wait())
+                    await asyncio.wait([stop, waiter, changed, freed],
                                        return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    changed.cancel()
+                    for pending in (waiter, changed, freed):
+                        if not pending.done():
+                            pending.cancel()
         finally:
             stop.cancel()
 
