@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from conveyor import Conveyor, current_job
+from conveyor import Adaptive, Conveyor, current_job
 from conveyor.rate_limits import Limit
 from runs_log import record
 
@@ -122,3 +122,12 @@ def call_downstream() -> None:
                                     "claimed": repr(job.job.started_at)})
     with urllib.request.urlopen(f"{os.environ['DOWNSTREAM_URL']}?{query}", timeout=10):
         pass
+
+
+# test_adaptive_processes.py: calls to a downstream of fixed capacity (its address in
+# $DOWNSTREAM_URL), which answers 429 past it; urllib's HTTPError carries the status.
+@app.task(name="adaptive_call", max_attempts=1000, backoff_base=0.05, backoff_cap=0.2,
+          adaptive=Adaptive(min=1, max=40, start=6, window=1.0))
+def adaptive_call() -> None:
+    with urllib.request.urlopen(os.environ["DOWNSTREAM_URL"], timeout=30) as response:
+        response.read()
