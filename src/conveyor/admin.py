@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from .audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
-from .backends.base import WAITING_STATES, Backend, JobFilter, QueueStats
+from .backends.base import WAITING_STATES, Backend, JobFilter, KeyLimits, QueueStats
 from .breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from .breakers import BreakerState
 from .concurrency import held_back
@@ -142,8 +142,13 @@ class Admin:
             return None
         reasons = [f"its queue {job.queue} is paused"] if await backend.queue_paused(
             job.queue) else []
-        by_key = None if job.concurrency_key is None else held_back(
-            job, await backend.count_running_of_key(job.concurrency_key))
+        by_key = None
+        if job.concurrency_key is not None:
+            running = await backend.count_running_of_key(job.concurrency_key)
+            # An adaptive key's limit is the one its controller set (conveyor.adaptive).
+            limit = (await backend.key_limit(job.concurrency_key)
+                     if isinstance(backend, KeyLimits) else None)
+            by_key = held_back(job, running, limit)
         if by_key is not None:
             reasons.append(by_key)
         elif job.rate_key is not None:  # a parked job waits for its slot before its token

@@ -109,11 +109,12 @@ def job_concurrency(rule: ConcurrencyRule | None, key: str | None, limit: int | 
     return key, (1 if key is not None and limit is None else limit)
 
 
-def held_back(job: Job, running: int) -> str | None:
+def held_back(job: Job, running: int, key_limit: int | None = None) -> str | None:
     """Why an available job does not run, for `jobs show` and the dashboard: its key's
-    limit, when `running` jobs of its key (the backend's count) reach it."""
+    limit (`key_limit`, the key's set limit, else the job's own), when `running` jobs
+    of its key (the backend's count) reach it."""
+    limit = job.concurrency_limit if key_limit is None else key_limit
     if (job.state is not JobState.AVAILABLE or job.concurrency_key is None
-            or job.concurrency_limit is None or running < job.concurrency_limit):
+            or limit is None or running < limit):
         return None
-    return (f"waiting for a slot of key {job.concurrency_key}: "
-            f"{running} of {job.concurrency_limit} running")
+    return f"waiting for a slot of key {job.concurrency_key}: {running} of {limit} running"

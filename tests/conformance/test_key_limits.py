@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from conveyor import Conveyor
 from conveyor.backends.base import Backend, JobFilter, KeyLimits
 from conveyor.claiming import strict_claim
 from conveyor.job import Job, JobState
@@ -107,3 +108,13 @@ async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id=f"o{i}", concurrency_key="other",
                                         concurrency_limit=1) for i in range(5)])
     assert [job.id for job in await claim(backend)] == ["o0"]
+
+
+async def test_a_held_back_job_names_the_keys_set_limit(app: Conveyor, backend: Backend) -> None:
+    assert isinstance(backend, KeyLimits)
+    await fill(backend, 5, limit=1)
+    await backend.set_key_limit(KEY, 2)
+    assert len(await claim(backend)) == 2
+    waiting = await backend.get_job("j004")
+    assert waiting is not None
+    assert await app.admin.held_back(waiting) == f"waiting for a slot of key {KEY}: 2 of 2 running"
