@@ -18,6 +18,7 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess
 from conveyor import Conveyor
+from downstream_bounds import assert_near_capacity
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +37,6 @@ class Downstream(ThreadingHTTPServer):
         self.served: list[float] = []
         self.refused: list[float] = []
 
-    def between(self, times: list[float], start: float, end: float) -> int:
-        with self.lock:
-            return sum(start <= t < end for t in times)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -93,9 +91,5 @@ def test_worker_processes_settle_near_the_downstreams_capacity(
     for _ in range(2):
         workers.append(WorkerProcess(url, runs.path, "-c", "16"))
     time.sleep(WARM_UP + MEASURED)  # the test's span, not a synchronisation
-    begin, end = start + WARM_UP, start + WARM_UP + MEASURED
-    served = downstream.between(downstream.served, begin, end)
-    refused = downstream.between(downstream.refused, begin, end)
-    capacity = CAPACITY / SERVICE * MEASURED
-    assert served >= 0.8 * capacity, (served, capacity, refused)
-    assert refused < 0.05 * (served + refused), (served, refused)
+    assert_near_capacity(downstream.served, downstream.refused, start + WARM_UP, MEASURED,
+                         CAPACITY / SERVICE)

@@ -16,6 +16,7 @@ import time
 from conformance.helpers import RunningWorker
 from conveyor import Adaptive, Conveyor
 from conveyor.worker import WorkerConfig
+from downstream_bounds import assert_near_capacity
 
 CAPACITY = 20
 SERVICE = 0.5  # seconds a call takes: the capacity is CAPACITY / SERVICE calls a second
@@ -47,8 +48,6 @@ class Downstream:
             self.in_flight -= 1
         self.served.append(time.monotonic())
 
-    def between(self, times: list[float], start: float, end: float) -> int:
-        return sum(start <= t < end for t in times)
 
 
 async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyor) -> None:
@@ -64,9 +63,5 @@ async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyo
     start = time.monotonic()
     async with RunningWorker(live_app, config), RunningWorker(live_app, config):
         await asyncio.sleep(WARM_UP + MEASURED)  # the test's span, not a synchronisation
-    begin, end = start + WARM_UP, start + WARM_UP + MEASURED
-    served = downstream.between(downstream.served, begin, end)
-    refused = downstream.between(downstream.refused, begin, end)
-    capacity = CAPACITY / SERVICE * MEASURED
-    assert served >= 0.8 * capacity, (served, capacity, refused)
-    assert refused < 0.05 * (served + refused), (served, refused)
+    assert_near_capacity(downstream.served, downstream.refused, start + WARM_UP, MEASURED,
+                         CAPACITY / SERVICE)

@@ -34,7 +34,6 @@ from .keys import Keys
 from . import liveness
 from .lane import Command, Lane, ThreadLanes, first_error
 from .lua import script_source
-from .key_limits import RedisKeyLimits
 from .queries import JobQueries
 from .expiring import ResultExpiry
 from .following import Following
@@ -54,7 +53,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords, RedisKeyLimits, Following, ResultExpiry, InspectorReads):
+class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:

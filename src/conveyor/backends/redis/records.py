@@ -1,5 +1,8 @@
 """The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
-atomic under any number of concurrent writers.
+atomic under any number of concurrent writers; and a concurrency key's set limit
+(KeyLimits, conveyor.adaptive), small shared state of the same kind: a string beside
+the key's slots, read by the rebalance in every script that moves a keyed job
+(_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
 
 TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
 clock): each namespace is a hash of values plus a zset of expiry times.
@@ -106,3 +109,12 @@ class RedisRecords:
         # One HSET: atomic against claim.lua, which reads and writes the same fields.
         await self.client.hset(self.keys.bucket(key), mapping={
             "tokens": float_arg(tokens), "updated_at": float_arg(until)})
+
+    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+        await self.scripts.call("set_key_limit", [self.keys.key_limit(concurrency_key)],
+                                [concurrency_key, "" if limit is None else str(limit)])
+
+    @translated
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        value = await self.client.get(self.keys.key_limit(concurrency_key))
+        return None if value is None else int(value)
