@@ -472,7 +472,7 @@ UPDATE conveyor_jobs SET state = 'blocked', finished_at = NULL, pending_parents 
 WHERE id = :id AND state = 'cancelled'
 
 -- name: set_key_limit
--- An adaptive key's limit (migration 9); its trigger rebalances the key.
+-- An adaptive key's limit (migration 11); its trigger rebalances the key.
 INSERT INTO conveyor_key_limits (concurrency_key, key_limit) VALUES (:key, :limit)
 ON CONFLICT (concurrency_key) DO UPDATE SET key_limit = excluded.key_limit
 WHERE key_limit IS NOT excluded.key_limit
