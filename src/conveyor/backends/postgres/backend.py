@@ -149,21 +149,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             await conn.execute(self.q["stage_due_jobs"], {"now": now})
             if new_buckets:  # once per bucket and process: a new bucket starts full
                 await conn.execute(self.q["ensure_rate_buckets"], params)
-            if limits:
-                # The rated claim's generic plan is the one a custom plan comes to,
-                # but PostgreSQL's estimate of it is higher, so under the default
-                # `auto` it planned the statement afresh each time: about 1 ms of
-                # its 1.5 ms (benchmarks/flow_claims.py). Only for this statement:
-                # the admin filters (`x IS NULL OR ...`) need their custom plans.
-                await conn.execute("SET plan_cache_mode = force_generic_plan")
-                try:
-                    cur = await conn.execute(self.q["claim_rated_jobs"], params)
-                    rows = await cur.fetchall()
-                finally:
-                    await conn.execute("RESET plan_cache_mode")
-            else:
-                cur = await conn.execute(self.q["claim_jobs"], params)
-                rows = await cur.fetchall()
+            cur = await conn.execute(self.q["claim_rated_jobs" if limits else "claim_jobs"], params)
+            rows = await cur.fetchall()
             next_token_at = rows[0][-1] if limits and rows else None
             if limits:
                 rows = [r[:-1] for r in rows if r[0] is not None]
