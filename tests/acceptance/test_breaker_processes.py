@@ -23,7 +23,7 @@ from conveyor.job import JobState
 
 pytestmark = pytest.mark.slow
 
-OUTAGE = 8.0  # seconds the downstream fails, from its first request
+OUTAGE = 10.0  # seconds the downstream fails, from its first request
 JOBS = 30
 # An opening stops the claims once its bucket hold is written, one round trip after
 # the breaker's record: a claim in that gap may still take a job (docs/downstreams.md).
