@@ -41,10 +41,10 @@ class SqliteStore(SqliteInspector):
 
     # --- producer -----------------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        now = self.clock()
         out: list[Job | None] = []
         refused: dict[int, RefusedJob] = {}
         with self.write() as db:
-            now = self.clock()  # holding the write lock: times follow the commit order
             if any(new.depends_on for new in jobs):  # a workflow (conveyor.dependencies)
                 stored = states_of(db, [p for new in jobs for p in new.depends_on])
                 check_parents(jobs, stored.__contains__)
@@ -131,13 +131,10 @@ class SqliteStore(SqliteInspector):
 
     # --- worker -------------------------------------------------------------------
     def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
+        now = self.clock()
+        params = {"now": now, "lease_expires_at": now + request.lease_seconds,
+                  "worker_id": request.worker_id}
         with self.write() as db:
-            # Read holding the write lock, so that started_at and created_at follow the
-            # order the writes commit in: a clock read before waiting for the lock
-            # dated a claim before an enqueue that committed ahead of it.
-            now = self.clock()
-            params = {"now": now, "lease_expires_at": now + request.lease_seconds,
-                      "worker_id": request.worker_id}
             db.execute(Q["stage_due_jobs"], {"now": now})
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
             reached: dict[str, int] = {}  # the largest vtime claimed, by queue
@@ -181,9 +178,9 @@ class SqliteStore(SqliteInspector):
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> tuple[list[str], int]:
         """The stale ids, and how many dependants became available."""
+        now = self.clock()
         stale, unblocked = [], 0
         with self.write() as db:
-            now = self.clock()  # holding the write lock: times follow the commit order
             for s in settlements:
                 params: dict[str, Any] = {"id": s.job_id, "token": s.token, "now": now}
                 if s.state is JobState.COMPLETED:
@@ -208,9 +205,9 @@ class SqliteStore(SqliteInspector):
         return stale, unblocked
 
     def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+        now = self.clock()
         lost, cancel = set(), set()
         with self.write() as db:
-            now = self.clock()  # holding the write lock: a lease counts from its write
             for lease in leases:
                 row = db.execute(
                     Q["heartbeat_job"],
