@@ -58,27 +58,33 @@ class RedisBlobStore:
         if not digests:
             return 0
         client = self._client()
+        # One round trip reads every hash's fields, whatever the number of jobs: a
+        # round trip each made deleting 20,000 jobs over a 5 ms link take minutes.
+        fields_of = await self._fields(client, digests)
         if kind is not None:  # some of a job's blobs: its hash stays, with the rest
-            return await self._delete_fields(client, digests, kind)
-        deleted = 0
-        for digest in digests:
-            fields = await client.hkeys(self.keys.blob(digest))
-            deleted += sum(1 for f in fields if str(f).startswith(_FIELD))
+            return await self._delete_fields(client, digests, fields_of, kind)
+        deleted = sum(1 for fields in fields_of for f in fields if str(f).startswith(_FIELD))
         async with client.pipeline(transaction=True) as tx:
             tx.unlink(*(self.keys.blob(d) for d in digests))
             tx.zrem(self.keys.blobs, *digests)
             await tx.execute()
         return deleted
 
-    async def _delete_fields(self, client: Any, digests: Sequence[str], kind: str) -> int:
-        deleted = 0
-        for digest in digests:
-            hash_key = self.keys.blob(digest)
-            fields = [f for f in await client.hkeys(hash_key)
-                      if str(f).startswith(_FIELD) and is_of(str(f)[len(_FIELD):], kind)]
-            if fields:
-                deleted += await client.hdel(hash_key, *fields)
-        return deleted
+    async def _fields(self, client: Any, digests: Sequence[str]) -> list[list[Any]]:
+        async with client.pipeline(transaction=False) as pipe:
+            for digest in digests:
+                pipe.hkeys(self.keys.blob(digest))
+            return list(await pipe.execute())
+
+    async def _delete_fields(self, client: Any, digests: Sequence[str],
+                             fields_of: Sequence[Sequence[Any]], kind: str) -> int:
+        async with client.pipeline(transaction=False) as pipe:
+            for digest, fields in zip(digests, fields_of):
+                doomed = [f for f in fields
+                          if str(f).startswith(_FIELD) and is_of(str(f)[len(_FIELD):], kind)]
+                if doomed:
+                    pipe.hdel(self.keys.blob(digest), *doomed)
+            return sum(await pipe.execute())
 
     @translated
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
