@@ -3,6 +3,7 @@
     python benchmarks/cost_per_job.py                          # SQLite, PostgreSQL, Redis
     python benchmarks/cost_per_job.py --backends redis --jobs 20000 --repeat 5
     python benchmarks/cost_per_job.py --backends sqlite --profile   # top 15 functions
+    python benchmarks/cost_per_job.py --workers 2        # two worker processes at once
 
 Per backend and handler kind (async, sync): enqueue N no-op jobs, then run one
 `conveyor worker --burst -c 200` process over them and read, from /proc, the user+sys
@@ -12,6 +13,11 @@ A burst worker over an empty queue (start, exit) is run as well and its figures 
 off, so what is left divided by N is the cost per job. Each figure is the min/median/max over
 `--repeat` runs. The server figure counts whatever else the server served meanwhile:
 run it on a quiet machine.
+
+`--workers N` starts N such processes at once over the same jobs: the worker figure is
+their sum, and "cores" is all the CPU used (workers and server) over the drain's wall
+time, which shows when the machine's cores, shared by the workers and the server, are
+what bounds the drain.
 
 `--profile` runs the worker under cProfile instead and prints Conveyor's 15
 functions with the largest cumulative time in the event-loop thread (the profiler's own overhead inflates every figure; read
@@ -137,31 +143,31 @@ def worker_command(profile_to: Path | None) -> list[str]:
 
 
 def one_run(backend: str, task: str, jobs: int, folder: Path,
-            profile_to: Path | None = None) -> tuple[float, float, float]:
-    """Worker CPU seconds, server CPU seconds and wall seconds of one burst worker's
-    run over `jobs` jobs (start and exit included)."""
+            profile_to: Path | None = None, workers: int = 1) -> tuple[float, float, float]:
+    """Worker CPU seconds (summed over `workers` processes), server CPU seconds and wall
+    seconds of burst workers' run over `jobs` jobs (start and exit included)."""
     url = isolated_url(backend, folder)
     try:
         asyncio.run(enqueue(url, task, jobs))
         server = ServerCpu(backend)
         started = time.perf_counter()
-        proc = subprocess.Popen(worker_command(profile_to), cwd=HERE,
-                                env={**os.environ, "CONVEYOR_URL": url,
-                                     "PYTHONPATH": os.pathsep.join(
-                                         filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))})
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # the worker's own rusage
-            if pid:
-                break
+        env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": os.pathsep.join(
+            filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))}
+        running = {subprocess.Popen(worker_command(profile_to), cwd=HERE, env=env).pid
+                   for _ in range(workers)}
+        worker_cpu = 0.0
+        while running:
+            for pid in list(running):
+                done, status, usage = os.wait4(pid, os.WNOHANG)  # the worker's own rusage
+                if done:
+                    running.discard(pid)
+                    if os.waitstatus_to_exitcode(status) != 0:
+                        raise RuntimeError(f"a worker exited {os.waitstatus_to_exitcode(status)}")
+                    worker_cpu += usage.ru_utime + usage.ru_stime
             server.sample()
             time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - started
-        if proc.returncode != 0:
-            raise RuntimeError(f"the worker exited {proc.returncode}")
-        worker_cpu = usage.ru_utime + usage.ru_stime
-        server_cpu = server.used()
-        return worker_cpu, server_cpu, elapsed
+        return worker_cpu, server.used(), elapsed
     finally:
         asyncio.run(drop(backend, url))
 
@@ -176,13 +182,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes at once")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="conveyor-cost-"))
-    print(f"{args.jobs} no-op jobs per run, one worker process at -c 200, {os.cpu_count()} cores")
+    print(f"{args.jobs} no-op jobs per run, {args.workers} worker process(es) at -c 200, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
     print(f"{'backend':9} {'handler':7} | {'worker µs/job':^26} | {'server µs/job':^26} | "
-          f"{'drain jobs/s':^26}")
+          f"{'drain jobs/s':^26} | {'cores':^17}")
     print(f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
-          f"| {'min':>8} {'median':>8} {'max':>8}")
+          f"| {'min':>8} {'median':>8} {'max':>8} | {'min':>5} {'med':>5} {'max':>5}")
     for backend in args.backends.split(","):
         for kind in ("async", "sync"):
             task = f"noop_{kind}"
@@ -196,13 +204,18 @@ def main() -> None:
                 stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
                 continue
             # A worker over an empty queue: its start and exit, taken off every run.
-            base = [one_run(backend, task, 0, folder) for _ in range(args.repeat)]
+            base = [one_run(backend, task, 0, folder, workers=args.workers)
+                    for _ in range(args.repeat)]
             base_worker, base_server, base_wall = (statistics.median(c) for c in zip(*base))
-            runs = [one_run(backend, task, args.jobs, folder) for _ in range(args.repeat)]
+            runs = [one_run(backend, task, args.jobs, folder, workers=args.workers)
+                    for _ in range(args.repeat)]
             worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs]
             server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs]
             rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs]
-            print(f"{backend:9} {kind:7} | {spread(worker)} | {spread(server)} | {spread(rate)}")
+            cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
+                     for w, s, wall in runs]
+            print(f"{backend:9} {kind:7} | {spread(worker)} | {spread(server)} | {spread(rate)} "
+                  f"| {min(cores):5.2f} {statistics.median(cores):5.2f} {max(cores):5.2f}")
     print(f"(start and exit taken off: a worker over an empty queue, median of {args.repeat})")
 
 if __name__ == "__main__":
