@@ -51,6 +51,25 @@ async def test_batch_settle_reports_only_the_stale(backend: Backend) -> None:
     assert [await state_of(backend, j.id) for j in jobs] == [JobState.COMPLETED] * 3 + [JobState.RUNNING]
 
 
+async def test_a_batch_of_mixed_outcomes_settles_each_as_told(
+        backend: Backend, clock: ManualClock) -> None:
+    await backend.enqueue_jobs([new_job(id=f"x{i}", max_attempts=3) for i in range(5)])
+    jobs = {j.id: j for j in await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30))}
+    batch = [
+        Settlement("x0", jobs["x0"].lease_token, JobState.COMPLETED, result='{"n": 0}'),
+        Settlement("x1", jobs["x1"].lease_token, JobState.RETRYABLE, run_at=clock() + 60),
+        Settlement("x2", jobs["x2"].lease_token, JobState.COMPLETED, result=None),
+        Settlement("x3", jobs["x3"].lease_token + 7, JobState.COMPLETED, result="3"),  # forged
+        Settlement("x4", jobs["x4"].lease_token, JobState.COMPLETED, result='"four"'),
+    ]
+    assert await backend.settle_jobs(batch) == ["x3"]
+    states = [await state_of(backend, f"x{i}") for i in range(5)]
+    assert states == [JobState.COMPLETED, JobState.RETRYABLE, JobState.COMPLETED,
+                      JobState.RUNNING, JobState.COMPLETED]
+    results = [(await backend.get_job(f"x{i}")).result for i in (0, 2, 4)]  # type: ignore[union-attr]
+    assert results == ['{"n": 0}', None, '"four"']
+
+
 async def test_retry_keeps_errors_and_runs_again_when_due(backend: Backend, clock: ManualClock) -> None:
     await backend.enqueue_jobs([new_job(id="r", max_attempts=3)])
     job = await claim_one(backend)

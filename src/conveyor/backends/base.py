@@ -77,7 +77,9 @@ class JobLifecycle(Protocol):
         ...
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        """Apply attempt outcomes; return the ids whose token was stale (not applied)."""
+        """Apply attempt outcomes; return the ids whose token was stale (not applied).
+        A batch names each job once (the worker's completer writes an attempt's
+        outcome once), so backends may write it in one statement."""
         ...
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply: ...

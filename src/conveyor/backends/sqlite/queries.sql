@@ -200,6 +200,19 @@ SET state = 'completed', result = :result, finished_at = :now, lease_expires_at 
 WHERE id = :id AND CAST(lease_token AS INTEGER) = :token AND state = 'running'
 RETURNING dependants IS NOT NULL
 
+-- name: complete_jobs
+-- complete_job for a batch: :batch is a JSON array of [id, lease token, result, result_ttl].
+-- RETURNING gives the ids it completed (a stale one is missing) and whether each has
+-- dependants. `+state` keeps the planner from driving the join by the state index
+-- (every running job, times the batch): the batch drives it, one id lookup each.
+UPDATE conveyor_jobs
+SET state = 'completed', result = b.value ->> 2, finished_at = :now, lease_expires_at = NULL,
+    result_expires_at = CASE WHEN b.value ->> 2 IS NOT NULL THEN :now + (b.value ->> 3) END
+FROM json_each(:batch) AS b
+WHERE conveyor_jobs.id = b.value ->> 0 AND CAST(lease_token AS INTEGER) = b.value ->> 1
+  AND +state = 'running'
+RETURNING id, dependants IS NOT NULL
+
 -- name: fail_job
 -- Retry (retryable, run_at) or dead-letter (dead, finished_at): appends the attempt's
 -- error. A history that is not a JSON array (a corrupt one: the error being written
