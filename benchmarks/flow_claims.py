@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import statistics
 import sys
 import tempfile
@@ -237,6 +238,11 @@ async def main() -> None:
     parser.add_argument("--no-enqueue", action="store_true")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     args = parser.parse_args()
+    # SIGTERM (a timeout, a kill) cancels the run as Ctrl-C does, so the run under way
+    # still drops its schema or deletes its Redis keys in its `finally`.
+    running = asyncio.current_task()
+    assert running is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, running.cancel)
     with tempfile.TemporaryDirectory() as folder:
         def fresh() -> str:
             return isolated(args.url, Path(folder))
