@@ -72,7 +72,10 @@ def isolated(url: str | None, folder: Path) -> str:
 async def cleanup(app: Conveyor, url: str) -> None:
     backend = await app.backend()
     if url.startswith("redis"):
-        await backend.delete_all_keys()  # type: ignore[attr-defined]
+        # Twice: an enqueue cut off by a cancel may still be arriving on its old
+        # connection, and land behind the first sweep's cursor.
+        for _ in range(2):
+            await backend.delete_all_keys()  # type: ignore[attr-defined]
     elif url.startswith("postgresql"):
         import psycopg
 
