@@ -55,7 +55,7 @@ class Unreadable(Exception):
 
 
 # --- the rules: one per kind of field ------------------------------------------------
-def _is_clean(text: str) -> bool:
+def is_clean(text: str) -> bool:
     """No lone surrogates (a driver's stand-ins for bytes that are not UTF-8)."""
     if text.isascii():
         return True
@@ -68,7 +68,7 @@ def _is_clean(text: str) -> bool:
 
 def _text(raw: Any) -> str:
     if isinstance(raw, str):
-        if _is_clean(raw):
+        if is_clean(raw):
             return raw
         raise Unreadable(f"not valid UTF-8 ({excerpt(raw)})", readable_text(raw))
     if isinstance(raw, (bytes, bytearray)):
@@ -212,7 +212,7 @@ def _errors(raw: Any) -> tuple[AttemptError, ...]:
             continue
         texts = (error.type, error.message, error.traceback, error.worker_id, error.host,
                  error.version, error.app_version)
-        if not all(_is_clean(t) for t in texts):  # lone surrogates from JSON escapes
+        if not all(is_clean(t) for t in texts):  # lone surrogates from JSON escapes
             error = AttemptError(error.attempt, error.at, *map(readable_text, texts))
         errors.append(error)
     if bad:  # the readable records are kept: the last one may say what happened since
@@ -280,14 +280,14 @@ def last_error_type(errors: Any) -> str | None:
 
 # --- the fast paths ----------------------------------------------------------------------
 def _clean_or_none(text: Any) -> bool:
-    return text is None or (type(text) is str and (text.isascii() or _is_clean(text)))
+    return text is None or (type(text) is str and (text.isascii() or is_clean(text)))
 
 
 def _json_ok(text: Any) -> bool:
     """A JSON text field (result, checkpoint, progress) that needs no careful look."""
     if text is None:
         return True
-    if type(text) is not str or not _is_clean(text):
+    if type(text) is not str or not is_clean(text):
         return False
     try:
         json.loads(text)
@@ -307,9 +307,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
      result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
      concurrency_key, concurrency_limit, rate_key, result_expires_at) = row
     try:
-        if not (type(id_) is str and _is_clean(id_) and type(queue) is str and _is_clean(queue)
-                and type(task) is str and _is_clean(task)
-                and type(payload) is str and _is_clean(payload)
+        if not (type(id_) is str and is_clean(id_) and type(queue) is str and is_clean(queue)
+                and type(task) is str and is_clean(task)
+                and type(payload) is str and is_clean(payload)
                 and type(priority) is int and type(attempt) is int
                 and type(max_attempts) is int and type(lease_token) is int
                 and 1 <= max_attempts < _INT_END and _INT_MIN <= priority < _INT_END
@@ -354,7 +354,7 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
         worker_id, unique_key, rate_key = get("worker_id"), get("unique_key"), get("rate_key")
         result, checkpoint, progress = get("result"), get("checkpoint"), get("progress")
         cancel = get("cancel_requested")
-        if not (_is_clean(id_) and _is_clean(queue) and _is_clean(task) and _is_clean(payload)
+        if not (is_clean(id_) and is_clean(queue) and is_clean(task) and is_clean(payload)
                 and _clean_or_none(worker_id) and _clean_or_none(unique_key)
                 and _json_ok(result) and _json_ok(checkpoint) and _json_ok(progress)
                 and (cancel is None or cancel == "1" or cancel == "0") and _clean_or_none(rate_key)):

@@ -25,7 +25,7 @@ from ...dependencies import check_parents, release_dependants, start_of
 from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
 from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
                     Settlement)
-from ..codec import COLUMNS, job_from_row
+from ..codec import COLUMNS, is_clean, job_from_row
 from .connection import Q
 from .dependants import SqliteDependants, link, states_of
 from .inspector import SqliteInspector
@@ -139,8 +139,11 @@ class SqliteStore(SqliteInspector):
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
             reached: dict[str, int] = {}  # the largest vtime claimed, by queue
             buckets = _buckets(db, request, now)
+            takes = 0
 
-            def take(queue: str, n: int) -> list[Job]:
+            def take(queue: str, n: int) -> list[tuple[int, Any, str]]:
+                """The queue's claimed rows, raw, each with its take and its id."""
+                nonlocal takes
                 if queue in paused:
                     return []
                 rows: Iterable[Any]
@@ -149,32 +152,36 @@ class SqliteStore(SqliteInspector):
                                       {**params, "queue": queue, "limit": n}).fetchall()
                 else:
                     rows = _claim_rated(db, buckets, {**params, "queue": queue, "limit": n})
-                # RETURNING has no order: sort by claim order, on decoded values (a
-                # corrupt priority reads as 0 instead of failing the comparison).
-                batch = sorted(((job_from_row(r[1:-1]), r[0], r[1], as_vtime(r[-1]))
-                                for r in rows), key=lambda row: _claim_key(row[0], row[3], row[1]))
-                top = claimed_vtime([row[3] for row in batch])
+                takes += 1
+                batch = [(takes, r, r[1] if _readable(r[1]) else self._give_readable_id(
+                    db, r[0], job_from_row(r[1:-1]).id)) for r in rows]
+                top = claimed_vtime([as_vtime(r[-1]) for _, r, _ in batch])
                 if top:
                     reached[queue] = max(top, reached.get(queue, 0))
-                return [job if job.id == raw_id else
-                        replace(job, id=self._give_readable_id(db, seq, job.id))
-                        for job, seq, raw_id, _ in batch]
+                return batch
 
-            jobs = claim_in_passes(request, take)
+            claimed = claim_in_passes(request, take)
             if reached:  # one statement per claim, only for claims of keyed jobs
                 db.executemany(Q["advance_fair_queue"], [{"queue": q, "vtime": v}
                                                          for q, v in reached.items()])
-            if buckets is None:
-                return ClaimedJobs(jobs)
-            db.executemany(Q["store_rate_bucket"], [
-                {"name": key, "tokens": tokens, "now": as_of, "rate": buckets.limits[key].rate,
-                 "burst": buckets.limits[key].burst}
-                for key, (tokens, as_of) in buckets.stored().items()])
-            queues = json.dumps([q.name for q in request.queues if q.name not in paused])
-            held_back = [key for key in buckets.limits if buckets.allowed(key) < 1
-                         and db.execute(Q["rate_held_back"],
-                                        {"rate_key": key, "queues": queues}).fetchone()]
-            return ClaimedJobs.of(jobs, buckets.next_token_at(held_back))
+            next_token_at = None
+            if buckets is not None:
+                db.executemany(Q["store_rate_bucket"], [
+                    {"name": key, "tokens": tokens, "now": as_of,
+                     "rate": buckets.limits[key].rate, "burst": buckets.limits[key].burst}
+                    for key, (tokens, as_of) in buckets.stored().items()])
+                queues = json.dumps([q.name for q in request.queues if q.name not in paused])
+                held_back = [key for key in buckets.limits if buckets.allowed(key) < 1
+                             and db.execute(Q["rate_held_back"],
+                                            {"rate_key": key, "queues": queues}).fetchone()]
+                next_token_at = buckets.next_token_at(held_back)
+        # Decoded after the commit: the write lock, which every other claimer and
+        # settler of the file waits for, is not held while Python reads the rows.
+        # RETURNING has no order: each take's jobs are sorted into claim order, on
+        # decoded values (a corrupt priority reads as 0 instead of failing).
+        jobs = sorted(((t, _decoded(r, job_id)) for t, r, job_id in claimed),
+                      key=lambda tj: (tj[0], *_claim_key(tj[1][0], tj[1][1], tj[1][2])))
+        return ClaimedJobs.of([job for _, (job, _, _) in jobs], next_token_at)
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> tuple[list[str], int]:
         """The stale ids, and how many dependants became available."""
@@ -334,6 +341,18 @@ _RATE_KEY_AT = 1 + COLUMNS.index("rate_key")
 def _rated_claim_sql(buckets: int) -> str:
     lanes = "\n".join(Q["rate_lane"].replace("#", str(i)) for i in range(buckets))
     return Q["claim_rated_jobs"].replace("/* rate lanes */", lanes)
+
+
+def _readable(raw_id: Any) -> bool:
+    """A stored id the codec takes as it is (see _give_readable_id for the others)."""
+    return type(raw_id) is str and is_clean(raw_id)
+
+
+def _decoded(row: Any, job_id: str) -> tuple[Job, int, int]:
+    """A claimed row (seq, the codec's COLUMNS, fair_vtime) as its job, under the id it
+    now has, with its vtime and seq."""
+    job = job_from_row(row[1:-1])
+    return (job if job.id == job_id else replace(job, id=job_id)), as_vtime(row[-1]), row[0]
 
 
 def _claim_key(job: Job, fair_vtime: int, seq: int) -> tuple[int, int, float, int]:
