@@ -16,6 +16,7 @@ from ..errors import ConveyorError
 from ..job import JobState
 from ..worker import ExitStatus, Worker, WorkerConfig
 from ..worker.pool import run_pool
+from ..worker.pool_fork import fork_children
 from ..worker.pool_config import PoolConfig, parse_size
 from ..worker.process_exit import report_left_running, threads_left_running
 from .exits import DEAD_JOBS, USAGE, CliError
@@ -105,6 +106,39 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _queue_plan(args: argparse.Namespace) -> QueuePlan | None:
+    """The -q options, or None for the app's own queues."""
+    if not args.queues:
+        return None
+    try:
+        return parse_queues([q for group in args.queues for q in group])
+    except ValueError as exc:
+        raise CliError(f"worker settings: {exc}", USAGE) from None
+
+
+def _worker_config(args: argparse.Namespace, plan: QueuePlan) -> WorkerConfig:
+    try:
+        return WorkerConfig(queues=plan.queues, queue_weights=plan.weights,
+                            concurrency=args.concurrency, lease=args.lease,
+                            grace_period=args.grace, poll_interval=args.poll,
+                            scheduler=not args.no_scheduler, burst=args.burst,
+                            max_jobs=args.max_jobs)
+    except ValueError as exc:
+        raise CliError(f"worker settings: {exc}", USAGE) from None
+
+
+def _pool_config(args: argparse.Namespace) -> PoolConfig:
+    for option in ("burst", "max_jobs"):
+        if getattr(args, option):
+            raise CliError(f"--{option.replace('_', '-')} runs one worker process: drop "
+                           "-p/--processes (children recycle with --max-tasks-per-child)",
+                           USAGE)
+    return PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
+                      max_memory_per_child=args.max_memory_per_child,
+                      log_level=args.log_level.upper(), log_format=args.log_format,
+                      metrics=bool(args.metrics_port))
+
+
 def default_queues(app: Conveyor) -> tuple[str, ...]:
     """The app's default queue first, then its tasks' queues in registration order
     (a worker serves its queues in the order given)."""
@@ -124,31 +158,29 @@ def worker_command(args: argparse.Namespace) -> int:
 
         if not is_reload_child():
             return run_with_reload(args.reload_dir or [Path.cwd()], grace=args.grace)
-    app = load_app(args.app)
-    if args.processes and args.metrics_port:
-        share_metrics_between_processes()
-    observe(app, args)
-    try:
-        plan = (parse_queues([q for group in args.queues for q in group]) if args.queues
-                else QueuePlan(default_queues(app)))
-        config = WorkerConfig(queues=plan.queues, queue_weights=plan.weights,
-                              concurrency=args.concurrency, lease=args.lease,
-                              grace_period=args.grace, poll_interval=args.poll,
-                              scheduler=not args.no_scheduler, burst=args.burst,
-                              max_jobs=args.max_jobs)
-    except ValueError as exc:
-        raise CliError(f"worker settings: {exc}", USAGE) from None
+    plan = _queue_plan(args)  # checked before a pool forks its children
+
+    def settings(app: Conveyor) -> WorkerConfig:
+        return _worker_config(args, plan or QueuePlan(default_queues(app)))
+
     if args.processes:
-        for option in ("burst", "max_jobs"):
-            if getattr(args, option):
-                raise CliError(f"--{option.replace('_', '-')} runs one worker process: drop "
-                               "-p/--processes (children recycle with --max-tasks-per-child)",
-                               USAGE)
-        pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
-                          max_memory_per_child=args.max_memory_per_child,
-                          log_level=args.log_level.upper(), log_format=args.log_format,
-                          metrics=bool(args.metrics_port))
-        return int(run_pool(app, args.app, config, pool))
+        pool = _pool_config(args)
+        if args.metrics_port:
+            share_metrics_between_processes()
+        # Before the app is imported: the children load it alongside this process
+        # (worker/pool_fork.py says why that is safe here and nowhere later).
+        forked = fork_children(args.app, pool, settings)
+        try:
+            app = load_app(args.app)
+            observe(app, args)
+            return int(run_pool(app, args.app, settings(app), pool, forked))
+        except BaseException:
+            if forked is not None:
+                forked.abandon()
+            raise
+    app = load_app(args.app)
+    observe(app, args)
+    config = settings(app)
     for option in ("max_tasks_per_child", "max_memory_per_child"):
         if getattr(args, option) is not None:
             raise CliError(f"--{option.replace('_', '-')} replaces pool children: "

@@ -36,10 +36,8 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import time
-import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -47,8 +45,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..claiming import QueuePlan
 from .config import WorkerConfig
-from .pool_child import COLD, DRAIN, RETIRING, STOP_SIGNALS, child_main
+from .pool_child import (
+    COLD,
+    DRAIN,
+    GO,
+    RETIRING,
+    STOP_SIGNALS,
+    child_main,
+    child_settings,
+    child_worker_id,
+)
 from .pool_config import PoolConfig
+from .pool_fork import ForkedStart
 from .rescue import release_worker_jobs
 from .worker import ExitStatus
 
@@ -79,12 +87,12 @@ class Supervisor:
     """
 
     def __init__(self, app: Conveyor, app_path: str, config: WorkerConfig,
-                 pool: PoolConfig) -> None:
+                 pool: PoolConfig, forked: ForkedStart | None = None) -> None:
         self.app = app
         self.app_path = app_path
         self.config = config
         self.pool = pool
-        self.child_config = replace(config, max_jobs=pool.max_tasks_per_child, stop_on_runaway=True)
+        self._forked = forked  # children forked at the command's start (pool_fork.py)
         self._mp = multiprocessing.get_context("spawn")
         self._children: dict[int, _Child] = {}  # by pid, while running
         self._slots: dict[int, _Child] = {}  # slot -> its current (not retiring) child
@@ -118,11 +126,22 @@ class Supervisor:
             self._kill_all()
 
     async def run(self) -> ExitStatus:
-        backend = await self.app.backend()  # for returning orphans; opened before any child
-        del backend
         loop = asyncio.get_running_loop()
-        for slot in range(self.pool.processes):
-            self._start_child(slot, loop)
+        if self._forked is None:
+            await self.app.backend()  # for returning orphans; opened before any child
+            for slot in range(self.pool.processes):
+                self._start_child(slot, loop)
+        else:
+            forked = self._forked.adopt()
+            for early in forked:
+                self._generation += 1
+                self._watch(_Child(early.slot, early.worker_id, early.process, early.conn,
+                                   time.monotonic()), loop)
+            await self.app.backend()  # while the children open theirs
+            if not self._stopping:  # they claim nothing before this
+                for early in forked:
+                    if early.pid in self._children:
+                        self._command(self._children[early.pid], GO)
         plan = QueuePlan(self.config.queues, self.config.queue_weights)
         log.info("pool started: %d processes x %d slots, queues=%s", self.pool.processes,
                  self.config.concurrency, plan.spec)
@@ -148,15 +167,11 @@ class Supervisor:
     # --- children -------------------------------------------------------------------------
     def _start_child(self, slot: int, loop: asyncio.AbstractEventLoop) -> None:
         self._generation += 1
-        worker_id = (f"{socket.gethostname()}:{os.getpid()}:p{slot}.{self._generation}"
-                     f":{uuid.uuid4().hex[:6]}")
+        worker_id = child_worker_id(slot, self._generation)
         ours, theirs = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
             target=child_main, name=f"conveyor-child-{slot}",
-            # One child runs the periodic schedules (ticks are enqueued once either way;
-            # N schedulers per pool would only add load).
-            args=(self.app_path, replace(self.child_config, scheduler=self.config.scheduler
-                                         and slot == 0), worker_id, theirs,
+            args=(self.app_path, child_settings(self.config, self.pool, slot), worker_id, theirs,
                   self.pool.max_memory_per_child, self.pool.log_level, self.pool.log_format,
                   self.pool.metrics),
         )
@@ -175,12 +190,15 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()  # the child holds the only other end: EOF tells it we are gone
-        child = _Child(slot, worker_id, process, ours, time.monotonic())
+        self._watch(_Child(slot, worker_id, process, ours, time.monotonic()), loop)
+
+    def _watch(self, child: _Child, loop: asyncio.AbstractEventLoop) -> None:
+        slot, process, ours = child.slot, child.process, child.conn
         self._children[child.pid] = child
         self._slots[slot] = child
         loop.add_reader(process.sentinel, self._on_exit, child)
         loop.add_reader(ours.fileno(), self._on_report, child)
-        log.info("child %d started (pid %d, %s)", slot, child.pid, worker_id)
+        log.info("child %d started (pid %d, %s)", slot, child.pid, child.worker_id)
         if self._stopping:  # started during a stop (a replacement in flight): stop it too
             self._command(child, DRAIN if self._stopping == 1 else COLD)
 
@@ -338,11 +356,14 @@ class Supervisor:
             app_version=self.app.version)  # the child ran this app's code
 
 
-def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig) -> ExitStatus:
-    """Run a pool until SIGTERM/SIGINT; the process's exit status follows the return."""
+def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig,
+             forked: ForkedStart | None = None) -> ExitStatus:
+    """Run a pool until SIGTERM/SIGINT; the process's exit status follows the return.
+    `forked`: children forked at the start (`pool_fork.fork_children`), else they are
+    spawned."""
 
     async def serve() -> ExitStatus:
-        supervisor = Supervisor(app, app_path, config, pool)
+        supervisor = Supervisor(app, app_path, config, pool, forked)
         loop = asyncio.get_running_loop()
         handled = (signal.SIGTERM, signal.SIGINT)
         received = 0
@@ -357,6 +378,10 @@ def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfi
 
         for signum in handled:
             loop.add_signal_handler(signum, on_signal, signum)
+        # Signals that came while the forked children started, handled now that the
+        # supervisor has adopted them (call_soon: after run() took them in).
+        for kept in forked.take_signals() if forked else ():
+            loop.call_soon(on_signal, kept)
         try:
             return await supervisor.run()
         finally:

@@ -1,4 +1,5 @@
-"""A pool child: a fresh interpreter (spawn) running the ordinary asyncio `Worker`.
+"""A pool child: a fresh interpreter (spawn) or a fork taken before the supervisor
+loaded the app (`pool_fork.py`), running the ordinary asyncio `Worker`.
 
 Children ignore SIGTERM and SIGINT: a terminal's Ctrl-C or `kill -TERM -PGID` reaches
 the whole process group, and a child that acted on it as well as on its supervisor's
@@ -6,7 +7,10 @@ command would count two requests and stop cold. They take orders from the
 supervisor over a pipe instead, and stop cold on their own when that pipe closes (the
 supervisor died). A child that retires by itself (too many jobs, too much memory, a
 sync handler past its hard time limit) says so first, so that its replacement starts
-while it drains.
+while it drains. A forked child is *gated*: it loads the app and opens its backend
+alongside the supervisor, then waits for GO before its first claim, so nothing is
+claimed before the supervisor can return a dead child's jobs, and a start the
+supervisor gives up (a usage error, a signal) leaves nothing behind and says nothing.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ import asyncio
 import logging
 import os
 import signal
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from ..loading import load_app
 from ..logs import configure_logging, flush_all
 from .config import WorkerConfig
-from .pool_config import rss_bytes
+from .pool_config import PoolConfig, rss_bytes
 from .process_exit import report_left_running, threads_left_running
 from .worker import ExitStatus, Worker
 
@@ -31,27 +39,75 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.pool")
 
 # Supervisor -> child commands and child -> supervisor reports, over the child's pipe.
-DRAIN, COLD = "drain", "cold"
+DRAIN, COLD, GO = "drain", "cold", "go"
 RETIRING = "retiring"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+# A forked child builds its settings from the app it loaded itself (the default queues
+# are the app's); a spawned one gets them made.
+Settings = WorkerConfig | Callable[["Conveyor"], WorkerConfig]
 
-def child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connection,
+
+def child_worker_id(slot: int, generation: int) -> str:
+    """Unique per child; the supervisor finds a dead child's jobs by it."""
+    return f"{socket.gethostname()}:{os.getpid()}:p{slot}.{generation}:{uuid.uuid4().hex[:6]}"
+
+
+def child_settings(config: WorkerConfig, pool: PoolConfig, slot: int) -> WorkerConfig:
+    """The worker settings of the child in `slot`: a budget of jobs, runaway code stops
+    it, and only the first slot runs the periodic schedules (ticks are enqueued once
+    either way; N schedulers per pool would only add load)."""
+    return replace(config, max_jobs=pool.max_tasks_per_child, stop_on_runaway=True,
+                   scheduler=config.scheduler and slot == 0)
+
+
+class _Gate:
+    """A gated child's first command: GO, or how it is to stop before it ran anything."""
+
+    def __init__(self, conn: Connection, gated: bool) -> None:
+        self.conn, self.first = conn, None if gated else GO
+
+    def wait(self) -> str:
+        if self.first is None:
+            try:
+                self.first = str(self.conn.recv())
+            except (EOFError, OSError):  # the supervisor gave the start up
+                self.first = COLD
+        return self.first
+
+    async def wait_async(self) -> str:
+        if self.first is None:
+            loop = asyncio.get_running_loop()
+            readable = loop.create_future()
+            loop.add_reader(self.conn.fileno(), readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self.conn.fileno())
+        return self.wait()
+
+
+def child_main(app_path: str, config: Settings, worker_id: str, conn: Connection,
                max_memory: int | None, log_level: str, log_format: str = "text",
-                metrics: bool = False) -> None:
+               metrics: bool = False, gated: bool = False) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor
     # The supervisor's own format, each line naming the child's pid.
     configure_logging(log_level, log_format, process_label="child")
+    gate = _Gate(conn, gated)
     try:
         app = load_app(app_path)
         from ..instrumentation import instrument
 
         instrument(app, metrics=metrics, tracing=None)
-        status = asyncio.run(_child(app, config, worker_id, conn, max_memory))
+        settings = config if isinstance(config, WorkerConfig) else config(app)
+        status = asyncio.run(_child(app, settings, worker_id, conn, max_memory, gate))
     except BaseException:  # noqa: BLE001 - report, then exit with the error status
-        log.exception("pool child %s failed", worker_id)
+        # Before GO the supervisor is still starting: if it goes on, this child's error
+        # is news; if it gave up, it says why itself (the same app failed it).
+        if gate.wait() == GO:
+            log.exception("pool child %s failed", worker_id)
         status = ExitStatus.ERROR
     # Always os._exit, as a thread left running (a sync handler abandoned at its hard
     # limit, one a handler started) would hold a normal exit; see process_exit.
@@ -63,7 +119,17 @@ def child_main(app_path: str, config: WorkerConfig, worker_id: str, conn: Connec
 
 
 async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
-                 max_memory: int | None) -> ExitStatus:
+                 max_memory: int | None, gate: _Gate) -> ExitStatus:
+    if gate.first is None:
+        try:
+            await app.backend()  # alongside the supervisor, which opens its own
+            first = await gate.wait_async()
+        except BaseException:
+            await app.aclose()
+            raise
+        if first != GO:  # stopped while starting: nothing ran
+            await app.aclose()
+            return ExitStatus.DRAINED if first == DRAIN else ExitStatus.COLD
     def over_memory() -> str | None:
         if max_memory is None:
             return None
@@ -95,6 +161,8 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
             commanded = True
             cold()
             return
+        if command not in (DRAIN, COLD):
+            return  # GO came before the loop took over the pipe
         commanded = True
         if command == DRAIN and not worker.stopping:
             worker.stop()
