@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,17 +20,6 @@ from ..errors import (
     UnknownTask,
 )
 from ..version import __version__
-from . import (
-    commands_admin,
-    commands_audit,
-    commands_breakers,
-    commands_dashboard,
-    commands_demo,
-    commands_jobs,
-    commands_ops,
-    commands_schedules,
-    commands_worker,
-)
 from .exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
 from .loading import add_target_arguments, app_from_arguments, open_backend
 from .parsing import Parser
@@ -39,7 +29,27 @@ _USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, Seria
                  InvalidJob)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each command and the module that registers it. The modules are imported only for
+# the command given (`conveyor worker` needs neither rich nor the admin commands, and
+# a worker's start is that much shorter); `conveyor`, `--help` or an unknown command
+# registers them all, in this order.
+COMMANDS = {
+    "worker": "commands_worker",
+    "scheduler": "commands_schedules", "cron": "commands_schedules",
+    "enqueue": "commands_jobs", "jobs": "commands_jobs",
+    "stats": "commands_admin", "dead": "commands_admin", "queue": "commands_admin",
+    "migrate": "commands_admin",
+    "audit": "commands_audit",
+    "demo": "commands_demo",
+    "workers": "commands_ops", "queues": "commands_ops", "throughput": "commands_ops",
+    "breakers": "commands_breakers",
+    "dashboard": "commands_dashboard",
+}
+_WITHOUT_TARGET = {"commands_worker", "commands_schedules", "commands_demo", "commands_dashboard"}
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: every command, or only the one `argv` names."""
     parser = Parser(
         prog="conveyor",
         description="Conveyor background jobs: run workers, enqueue, inspect and repair queues.",
@@ -51,20 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     target = Parser(add_help=False)
     add_target_arguments(target)
-    commands_worker.register(commands)
-    commands_schedules.register(commands)
-    commands_jobs.register(commands, target)
-    commands_admin.register(commands, target)
-    commands_audit.register(commands, target)
-    commands_demo.register(commands)
-    commands_ops.register(commands, target)
-    commands_breakers.register(commands, target)
-    commands_dashboard.register(commands)
+    named = argv[0] if argv else None  # the top level has no option that takes a value
+    modules = [COMMANDS[named]] if named in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for name in modules:
+        module = importlib.import_module(f"{__package__}.{name}")
+        if name in _WITHOUT_TARGET:
+            module.register(commands)
+        else:
+            module.register(commands, target)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     if not hasattr(args, "runner") and not hasattr(args, "handler"):
         args.help_parser.print_help()  # a command group without its verb, or nothing
         return USAGE
