@@ -1,8 +1,9 @@
 """Cron expressions on naive wall-clock times, behind a small interface.
 
-Only this module imports the cron parser (croniter), so it can be swapped for
-another one without touching the scheduler. Everything here works on *wall*
-times (naive datetimes read off a clock in some zone); mapping wall times to
+Only this module imports the cron parser (croniter), and only once an expression
+is parsed, so it can be swapped for another one without touching the scheduler
+(and a worker whose app has no cron schedule never imports it). Everything here
+works on *wall* times (naive datetimes read off a clock in some zone); mapping wall times to
 UTC instants, with the DST rules, is `conveyor.maintenance.timing`'s job.
 """
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 from typing import Protocol
-
-from croniter import CroniterError, croniter  # type: ignore[import-untyped]
 
 from ..errors import ConfigurationError
 
@@ -60,6 +59,10 @@ class CronCalendar:
                 f"(minute hour day-of-month month day-of-week) or one of {known}"
             )
         normalized = " ".join(fields)
+        # Imported here, by the first cron schedule: an app without one (and every
+        # worker start) does not pay for the parser's import.
+        from croniter import CroniterError, croniter  # type: ignore[import-untyped]
+
         try:
             croniter(normalized, datetime(2000, 1, 1))
         except (CroniterError, ValueError, KeyError) as exc:

@@ -142,6 +142,9 @@ class Supervisor:
                 for early in forked:
                     if early.pid in self._children:
                         self._command(self._children[early.pid], GO)
+            # A replacement is spawned, and the first spawn would start multiprocessing's
+            # resource tracker (an interpreter) on its critical path: start it now.
+            resource_tracker.ensure_running()
         plan = QueuePlan(self.config.queues, self.config.queue_weights)
         log.info("pool started: %d processes x %d slots, queues=%s", self.pool.processes,
                  self.config.concurrency, plan.spec)
