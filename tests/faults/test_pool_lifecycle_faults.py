@@ -19,6 +19,7 @@ from harness import (
     Runs,
     WorkerGroup,
     enqueue,
+    jobs_of,
     poll,
     recorded_twice,
     report,
@@ -160,3 +161,25 @@ def test_sigterm_while_the_supervisor_starts_a_child_stops_the_pool(
     output = pool.output()
     assert output.count("SIGTERM received") == 1
     assert "killed by SIGTERM" not in output
+
+
+def test_sigterm_while_the_supervisor_imports_the_app_drains_before_any_claim(
+    backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
+) -> None:
+    # The children are forked before the supervisor imports the app, so they exist
+    # before its signal handlers do. A group-wide SIGTERM then must neither kill the
+    # supervisor nor be lost: it is handled once the supervisor runs, the children are
+    # told to drain before they were ever told to claim, and nothing runs.
+    ids = enqueue(url, lambda app: [app.work.message(0.01) for _ in range(3)])
+    marker = tmp_path / "imports"
+    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1", app="slow_import_app:app",
+                 env={"IMPORT_MARKER": str(marker)})
+    poll(lambda: marker.exists() and str(pool.proc.pid) in marker.read_text().split(), 30,
+         "the supervisor to import the app")
+    assert pool.stop() == 0, pool.output()[-3000:]
+    output = pool.output()
+    assert output.count("SIGTERM received") == 1
+    assert "killed by SIGTERM" not in output and "failed" not in output
+    assert runs.count("start") == 0
+    assert all(j.state is JobState.AVAILABLE and j.attempt == 0
+               for j in jobs_of(url, ids).values())

@@ -15,15 +15,20 @@ ordinary asyncio `Worker` with `-c` slots, and:
   period running out, is a cold stop (running jobs go back without using an
   attempt); a third kills the children and returns their jobs itself.
 
-Children are started with the "spawn" context: a fresh interpreter that imports the
-app by its `module:attr` path. Nothing is inherited: not the supervisor's backend
-connection (which it keeps to return orphaned jobs), not its threads or locks (a
-fork while the SQLite backend's thread or the sync facade's portal thread holds a
-lock deadlocks the child), not a half-written socket buffer. "forkserver" would
-start children faster, but only by importing the app into a long-lived server
-process ahead of time, and an app that opens connections at import would then share
-them; a pool starts children rarely, so spawn's cost (one interpreter start and app
-import, a fraction of a second) is paid where it does not matter.
+The first children are forked at the command's start, before the app is imported
+(`pool_fork.py`): the process has one thread then (checked), no app and no backend,
+so nothing that spawn protects against exists to be inherited, and the children load
+the app alongside the supervisor instead of after it. Every later child (a
+replacement) is started with the "spawn" context: a fresh interpreter that imports
+the app by its `module:attr` path. By then the supervisor holds its backend connection
+(to return orphans) and threads (the SQLite backend's, the sync facade's portal): a
+fork while one of them holds a lock deadlocks the child, and a shared socket is
+corrupted by two writers. Without a provably thread-free start (not Linux, a thread
+already running) the first children are spawned too. A forkserver would make
+replacements cheaper only by keeping a process that has imported Conveyor, whose
+children are not the supervisor's (it could not reap them or read their exit status);
+a replacement spawned is back to claiming within the 0.3 s the pool aims at
+(docs/pool.md has the figures).
 
 The child's side (its signals, its commands and reports over the pipe) is in
 `pool_child.py`; the settings in `pool_config.py`.
