@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkContext
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -118,6 +119,16 @@ def fork_children(app_path: str, pool: PoolConfig,
     context = multiprocessing.get_context("fork")
     start = ForkedStart([])
     start._previous = {signum: signal.signal(signum, start._keep) for signum in STOP_SIGNALS}
+    try:
+        _fork_each(start, context, app_path, pool, settings)
+    except BaseException:
+        start.abandon()  # a fork that failed (EAGAIN) or a second signal meanwhile
+        raise
+    return start
+
+
+def _fork_each(start: ForkedStart, context: ForkContext, app_path: str, pool: PoolConfig,
+               settings: Callable[[Conveyor], WorkerConfig]) -> None:
     ours_so_far: list[Connection] = []
     for slot in range(pool.processes):
         worker_id = child_worker_id(slot, slot + 1)
@@ -135,7 +146,6 @@ def fork_children(app_path: str, pool: PoolConfig,
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()
         start.children.append(ForkedChild(slot, worker_id, process, ours))
-    return start
 
 
 def _forked_main(app_path: str, settings: Callable[[Conveyor], WorkerConfig], pool: PoolConfig,
