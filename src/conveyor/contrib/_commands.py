@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import multiprocessing  # noqa: F401 - see import_path_of
 import sys
 from collections.abc import Sequence
 
@@ -16,7 +17,12 @@ _NO_APP = frozenset({"demo"})
 
 def import_path_of(app: Conveyor) -> str:
     """`module:attribute` under which `app` can be imported: what worker pool children
-    and `--reload` use to load it again in a new process."""
+    and `--reload` use to load it again in a new process.
+
+    An app defined in a script run directly is found as `__mp_main__:attr`:
+    multiprocessing (imported above, so this does not depend on what the command line
+    happened to import first) names the main module so in this process, and a pool
+    child has it under that name too (a spawned one runs the script again as such)."""
     for name in sorted(sys.modules):
         module = sys.modules[name]
         if name == "__main__" or module is None:
