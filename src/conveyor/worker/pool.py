@@ -27,8 +27,8 @@ corrupted by two writers. Without a provably thread-free start (not Linux, a thr
 already running) the first children are spawned too. A forkserver would make
 replacements cheaper only by keeping a process that has imported Conveyor, whose
 children are not the supervisor's (it could not reap them or read their exit status);
-a replacement spawned is back to claiming within the 0.3 s the pool aims at
-(docs/pool.md has the figures).
+a replacement spawned costs about a single worker's start (docs/pool.md has
+the figures).
 
 The child's side (its signals, its commands and reports over the pipe) is in
 `pool_child.py`; the settings in `pool_config.py`.
