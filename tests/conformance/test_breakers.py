@@ -256,8 +256,16 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
     async with RunningWorker(live_app, config):
         await eventually(lambda: probes_failed(1), timeout=20)
         await live_app.enqueue_many_async([other.message() for _ in range(10)])
+
+        async def others_ran() -> bool:
+            return len(others) == 10
+
+        # They run while the breaker is open or half-open (the downstream is still down,
+        # so it cannot close): they never wait for it. Not bounded by the cooldown,
+        # which a loaded machine's 10 claim-run-settle rounds can outlast.
+        await eventually(others_ran, timeout=20)
+        assert (await read_breaker(backend, "downstream")).state != CLOSED
         await eventually(lambda: probes_failed(2), timeout=20)
-        assert len(others) == 10  # run while the breaker was open: they never wait for it
         down.clear()
         await wait_finished(live_app, [h.id for h in calls], timeout=20)
     # While its only work waited behind the breaker the worker claimed once per poll
