@@ -67,3 +67,18 @@ SELECT {things} FROM things
 """)
     with pytest.raises(ValueError, match="'things' defined twice"):
         load_queries(package)
+
+
+def test_comment_lines_stay_out_of_the_queries(queries_package: Callable[[str], str]) -> None:
+    """A query's own comments are not sent: psycopg caches its parsing of a query only
+    up to 4,096 bytes (the plain claim's comments took it past that)."""
+    package = queries_package("""
+-- name: list_red
+-- Why red: said here, not sent with each call.
+SELECT id FROM things
+    -- nor this one
+WHERE colour = 'red' -- a trailing comment ends at its line
+""")
+    assert load_queries(package) == {
+        "list_red": "SELECT id FROM things\nWHERE colour = 'red' -- a trailing comment ends at its line",
+    }

@@ -6,12 +6,15 @@ over a full scan for the claim.)"""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import psycopg
 import pytest
 
 from conveyor.backends.postgres.backend import PostgresBackend
+from conveyor.claiming import strict_claim
+from conveyor.job import NewJob
 
 FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
  created_at, finished_at, lease_expires_at, attempt)
@@ -202,5 +205,94 @@ async def test_the_rated_claim_reads_each_lane_from_its_index(
         assert "Seq Scan jobs" not in scans(plan), scans(plan)
         assert {"jobs_claim", "jobs_rate_claim"} <= indexes(plan), indexes(plan)
         assert not sorted_scans(plan), scans(plan)
+    finally:
+        await backend.close()
+
+
+def generic_plan_of(conn: psycopg.Connection, session: str, statement: str,
+                    params: dict[str, Any]) -> dict[str, Any]:
+    """The plan a claim runs on: the statement prepared on a connection set up as the
+    claim lane's (`session`), then its plan for the same values, with the generic plan
+    forced (the parameters unknown to the planner). In a transaction rolled back, which
+    also undoes the session's settings."""
+    with conn.transaction(force_rollback=True):
+        conn.execute(session.encode(), prepare=False)
+        conn.execute(statement, params, prepare=True)
+        row = conn.execute("SELECT name, parameter_types::text[] FROM pg_prepared_statements "
+                           "WHERE NOT from_sql ORDER BY prepare_time DESC LIMIT 1").fetchone()
+        assert row is not None
+        name, types = row
+        order: list[str] = []
+        for found in re.finditer(r"%\((\w+)\)[sb]", statement):
+            if found.group(1) not in order:
+                order.append(found.group(1))
+        args = ", ".join(f"%s::{t}" for t in types)
+        cur = psycopg.ClientCursor(conn)
+        cur.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({args})", [params[k] for k in order])
+        explained = cur.fetchone()
+    assert explained is not None
+    assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)  # undone
+    plan: dict[str, Any] = explained[0][0]["Plan"]
+    return plan
+
+
+@pytest.mark.parametrize("total", [2_000, 50_000])
+async def test_the_claims_generic_plans_read_each_lane_from_its_index(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection, total: int
+) -> None:
+    """Claims run on their generic plans (the claim lane, queries.sql claim_session),
+    planned without the request's values: those too are index walks of each lane, no
+    scan of the table, no sort of a lane, at any size. Half the jobs name a throttled
+    bucket, ahead of the free ones in claim order; half of each are fair."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts,
+                run_at, created_at, rate_key, fair_vtime)
+                SELECT 'j' || g, CASE WHEN g %% 3 = 0 THEN 'q' ELSE 'other' END, 't', '{{}}',
+                       'available', 20, g, 0, CASE WHEN g <= %(total)s / 2 THEN 'slow' END,
+                       CASE WHEN g %% 2 = 0 THEN 1000 * (g %% 100 + 1) ELSE 0 END
+                FROM generate_series(1, %(total)s) AS g""", {"total": total})
+        admin_conn.execute(
+            f"""INSERT INTO "{schema}".rate_buckets VALUES ('slow', 0, 1e9, 0.001, 1),
+                ('fast', 100, 1e9, 1000, 100)""")
+        admin_conn.execute(f'ANALYZE "{schema}".jobs')
+        claim = {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [99, 99],
+                 "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9}
+        rated = {**claim, "rate_keys": ["slow", "fast"], "rates": [0.001, 1000.0],
+                 "bursts": [1, 100]}
+        for name, params, lanes in (("claim_jobs", claim, {"jobs_claim"}),
+                                    ("claim_rated_jobs", rated, {"jobs_claim", "jobs_rate_claim"})):
+            plan = generic_plan_of(admin_conn, backend.q["claim_session"], backend.q[name], params)
+            assert "Seq Scan jobs" not in scans(plan), (name, scans(plan))
+            assert lanes <= indexes(plan), (name, indexes(plan))
+            assert not sorted_scans(plan), (name, scans(plan))
+    finally:
+        await backend.close()
+
+
+async def test_claims_run_on_the_claim_lane_and_other_verbs_keep_custom_plans(
+    pg_url: str, schema: str
+) -> None:
+    """The claim lane's connection has generic plans and no JIT; the pool's, which
+    serve the admin filters, keep the server's defaults."""
+    backend = PostgresBackend(pg_url)
+    try:
+        await backend.migrate()
+        await backend.enqueue_jobs([NewJob(id=f"j{n}", task="t", payload="{}", queue="q")
+                                    for n in range(3)])
+        for n in range(3):
+            claimed = await backend.fetch_jobs(strict_claim(["q"], 1, "w", 30.0))
+            assert [job.id for job in claimed] == [f"j{n}"]
+
+        async def settings(conn: Any) -> list[tuple[Any, ...]]:
+            cur = await conn.execute("SELECT current_setting('plan_cache_mode'), "
+                                     "current_setting('jit')")
+            return list(await cur.fetchall())
+
+        assert await backend._claim_lane.run(settings) == [("force_generic_plan", "off")]
+        pooled = await backend._run(settings)
+        assert pooled[0][0] == "auto", pooled
     finally:
         await backend.close()

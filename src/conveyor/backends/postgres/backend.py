@@ -158,7 +158,10 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             rows.sort(key=lambda r: (order.get(r[2], 0), claim_order(r)))
             return ClaimedJobs.of((job_from_row(r) for r in rows), next_token_at)
 
-        claimed = await self._run(op)
+        try:  # generic plans, no JIT (queries.sql, claim_session)
+            claimed = await self._claim_lane.run(op)
+        except Busy:
+            claimed = await self._run(op)
         self._buckets_made |= {limit.key for limit in limits}
         return claimed
 

@@ -43,6 +43,8 @@ class PostgresConnections:
         self._listener: Listener | None = None
         self._done_listener: Listener | None = None  # job ends, for job.result()
         self._lane = Lane(self.config.conninfo, self.config.timeout)
+        self._claim_lane = Lane(self.config.conninfo, self.config.timeout,
+                                setup=self.q["claim_session"])
         self._open_lock = asyncio.Lock()
 
     # --- plumbing -------------------------------------------------------------------
@@ -65,6 +67,7 @@ class PostgresConnections:
 
     async def close(self) -> None:
         await self._lane.close()
+        await self._claim_lane.close()
         for listener in (self._listener, self._done_listener):
             if listener is not None:
                 await listener.close()

@@ -1,11 +1,16 @@
-"""A connection held for enqueues, beside the pool.
+"""A connection held for one kind of call, beside the pool: enqueues, and claims.
 
 Taking a connection from psycopg_pool and giving it back costs about 50 µs here
 (measured against the same statement on a held connection), an eighth of a
-one-by-one enqueue. The lane keeps one autocommit connection for enqueues and uses
-it when it is free; a caller that finds it busy, or finds it broken, goes through
-the pool (`PostgresBackend._run`, with its retries). Enqueue is safe to repeat
-there: the job id deduplicates a statement that ran before its connection died.
+one-by-one enqueue. A lane keeps one autocommit connection and uses it when it is
+free; a caller that finds it busy, or finds it broken, goes through the pool
+(`PostgresBackend._run`, with its retries). Enqueue is safe to repeat there: the job
+id deduplicates a statement that ran before its connection died; so is a claim (a
+lost reply's jobs come back through lease expiry).
+
+A lane may set its connection up once (`setup`: session settings). The claim lane
+runs its statements on generic plans without JIT (queries.sql, claim_session); a
+server that refuses the setup gets no lane, and its claims go through the pool.
 """
 
 from __future__ import annotations
@@ -26,16 +31,18 @@ class Busy(Exception):
 
 
 class Lane:
-    def __init__(self, conninfo: str, connect_timeout: float) -> None:
+    def __init__(self, conninfo: str, connect_timeout: float, setup: str | None = None) -> None:
         self._conninfo = conninfo
         self._connect_timeout = connect_timeout
+        self._setup = setup  # run once on each new connection (session settings)
         self._connection: AsyncConn | None = None
         self._busy = False
+        self._refused = False  # the server refused the setup: no lane, the pool serves
         self._closing: set[asyncio.Task[None]] = set()
 
     async def run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
         """`op` on the held connection; Busy when it is in use or cannot be had."""
-        if self._busy:
+        if self._busy or self._refused:
             raise Busy
         self._busy = True
         try:
@@ -65,10 +72,20 @@ class Lane:
 
     async def _connect(self) -> AsyncConn:
         try:
-            return await asyncio.wait_for(psycopg.AsyncConnection.connect(
+            connection = await asyncio.wait_for(psycopg.AsyncConnection.connect(
                 self._conninfo, autocommit=True), self._connect_timeout)
         except (OSError, psycopg.Error, TimeoutError) as exc:
             raise Busy from exc  # the pool's path reports the outage
+        if self._setup is not None:
+            try:
+                await connection.execute(self._setup.encode(), prepare=False)
+            except psycopg.Error as exc:
+                # Refused (not a dead connection): asking again each call would cost a
+                # connect each time for the same answer.
+                self._refused = not isinstance(exc, psycopg.OperationalError)
+                await _close_quietly(connection)
+                raise Busy from exc
+        return connection
 
     def _drop(self, connection: AsyncConn) -> None:
         self._connection = None
