@@ -320,9 +320,9 @@ WHERE seq = ANY (ARRAY(
 -- fairness and a rate limit (docs/flow-control.md). JIT: the planner's estimates of a
 -- claim grow with the waiting jobs (a LIMIT it cannot evaluate reads as 10 % of the
 -- index range), and past jit_above_cost compiling took about 100 ms for a 3 ms claim
--- (the rated claim's generic plan at 1,000,000 waiting jobs; a custom one at about
--- 2,500,000). Only on this connection: the admin filters (`x IS NULL OR ...`) need
--- their custom plans.
+-- (the rated claim's generic plan at 1,000,000 waiting jobs; a custom one, by its
+-- estimate at 1,000,000, near 2,500,000). Only on this connection: the admin filters
+-- (`x IS NULL OR ...`) need their custom plans.
 SET plan_cache_mode = force_generic_plan; SET jit = off
 
 -- name: claim_jobs
