@@ -15,7 +15,10 @@ one `INSERT ... SELECT FROM unnest(...)` (PostgreSQL), one `executemany` in one
 transaction (SQLite), one pipeline of the same HSET + ZADD writes (Redis).
 Each figure is min/median/max over `--repeat` interleaved rounds (so a drift of the
 machine's speed hits both sides alike), with the ratio Conveyor / floor per round.
-Every round checks the jobs it enqueued are all stored, once.
+Beside each one-by-one rate: the client's CPU time per job (time.process_time, every
+thread of this process: the caller's, the portal's, SQLite's), which a busy machine
+changes far less than the wall clock. Every round checks the jobs it enqueued are all
+stored, once.
 """
 
 from __future__ import annotations
@@ -40,10 +43,16 @@ def rate(n: int, seconds: float) -> float:
     return n / seconds
 
 
-def timed(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
+CPU: dict[str, list[float]] = {}  # µs of client CPU per job, by figure
+
+
+def timed(fn: Callable[[], None], cpu_of: str = "", n: int = 1) -> float:
+    c0, t0 = time.process_time(), time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    if cpu_of:
+        CPU.setdefault(cpu_of, []).append((time.process_time() - c0) / n * 1e6)
+    return wall
 
 
 class Floor:
@@ -174,6 +183,11 @@ def ratios(values: list[float]) -> str:
     return f"{min(values):5.2f} {statistics.median(values):5.2f} {max(values):5.2f}"
 
 
+def cpu(figure: str) -> str:
+    values = CPU[figure]
+    return f"{min(values):4.0f} {statistics.median(values):4.0f} {max(values):4.0f} µs CPU/job"
+
+
 def measure(backend: str, jobs: int, repeat: int) -> list[str]:
     from conveyor import Conveyor
     from conveyor.backends.base import JobFilter
@@ -186,29 +200,33 @@ def measure(backend: str, jobs: int, repeat: int) -> list[str]:
     async def task(i: int) -> None:
         return None
 
+    CPU.clear()
     try:
         app.jobs.count()  # connect and migrate outside the timings
         figures: dict[str, list[float]] = {k: [] for k in ("floor1", "sync", "async", "floorN", "bulk")}
         for _ in range(repeat):
-            figures["floor1"].append(rate(jobs, timed(lambda: floor.one(jobs))))
-            figures["sync"].append(rate(jobs, timed(lambda: [task.enqueue(i) for i in range(jobs)])))
+            figures["floor1"].append(rate(jobs, timed(lambda: floor.one(jobs), "floor1", jobs)))
+            figures["sync"].append(rate(jobs, timed(lambda: [task.enqueue(i) for i in range(jobs)],
+                                                    "sync", jobs)))
 
             async def one_by_one_async() -> None:
                 for i in range(jobs):
                     await task.enqueue_async(i)
 
-            figures["async"].append(rate(jobs, timed(lambda: app.portal.call(one_by_one_async()))))
+            figures["async"].append(rate(jobs, timed(lambda: app.portal.call(one_by_one_async()),
+                                                     "async", jobs)))
             figures["floorN"].append(rate(1000, timed(lambda: floor.bulk(1000))))
             messages = [task.message(i) for i in range(1000)]
             figures["bulk"].append(rate(1000, timed(lambda: app.enqueue_many(messages))))
         stored = app.jobs.count(JobFilter(queues=("bench",)))
         assert stored == repeat * (2 * jobs + 1000), (stored, repeat, jobs)
         lines = [
-            f"{backend:9} floor: one write    | {spread(figures['floor1'])} |",
+            f"{backend:9} floor: one write    | {spread(figures['floor1'])} |"
+            f"{'':18} | {cpu('floor1')}",
             f"{backend:9} enqueue, sync API   | {spread(figures['sync'])} | "
-            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'])])}",
+            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'])])} | {cpu('sync')}",
             f"{backend:9} enqueue, async API  | {spread(figures['async'])} | "
-            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'])])}",
+            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'])])} | {cpu('async')}",
             f"{backend:9} floor: batched 1000 | {spread(figures['floorN'])} |",
             f"{backend:9} enqueue_many 1000   | {spread(figures['bulk'])} | "
             f"{ratios([a / b for a, b in zip(figures['bulk'], figures['floorN'])])}",
@@ -229,7 +247,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.jobs} jobs one by one and 1,000 in bulk per round, {args.repeat} rounds, "
           f"{os.cpu_count()} cores; jobs/s min/median/max, and Conveyor / floor per round")
-    print(f"{'':29} | {'min':>9} {'median':>9} {'max':>9} | ratio min/median/max")
+    print(f"{'':29} | {'min':>9} {'median':>9} {'max':>9} | ratio min/median/max"
+          " | client CPU per job min/median/max")
     for backend in args.backends.split(","):
         for line in measure(backend, args.jobs, args.repeat):
             print(line, flush=True)
