@@ -221,3 +221,12 @@ class NewJob:
     # unless `allow_failure`, which lets it run with the failure as its input.
     depends_on: tuple[str, ...] = ()
     allow_failure: bool = False
+
+    @property
+    def only_id_dedups(self) -> bool:
+        """No unique_key, queue bound, fairness key or parents: only an existing job of
+        the same id can change how it is stored. Such a job can be written by one
+        plain insert that skips on a taken id (the backends' fast path); a skip sends
+        it down the full path, which decides the duplicate."""
+        return (self.unique_key is None and self.bound is None and self.fairness_key is None
+                and not self.depends_on)

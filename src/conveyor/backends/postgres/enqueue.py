@@ -225,8 +225,7 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
 
         return await enqueue_with_parents(backend, conn, jobs, now, transaction_scope(conn), plain)
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None or job.bound is not None
-           or job.fairness_key is not None for job in unique):
+    if not all(job.only_id_dedups for job in unique):
         stored, refused = _by_input(answer, *await _full_async(backend, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
@@ -248,8 +247,7 @@ def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
         raise ConfigurationError("jobs with depends_on are enqueued on an async connection "
                                  "(psycopg.AsyncConnection) or without connection=")
     unique, answer = plan(jobs, now)
-    if any(job.unique_key is not None or job.bound is not None
-           or job.fairness_key is not None for job in unique):
+    if not all(job.only_id_dedups for job in unique):
         stored, refused = _by_input(answer, *_full_sync(backend, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     # A cursor of our own: the connection's cursor_factory may be a ClientCursor
