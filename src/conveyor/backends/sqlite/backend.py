@@ -10,10 +10,8 @@ never on a process crash).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -28,6 +26,7 @@ from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatRe
 from . import liveness, records
 from .store import ENDED, SqliteStore
 from .dependants import SqliteDependants
+from .store_thread import StoreThread
 from .wakeup import WakeupListener, WakeupSender
 
 T = TypeVar("T")
@@ -62,7 +61,7 @@ class SqliteBackend:
         self.path, options = parse_sqlite_url(url)
         self.synchronous = options.get("synchronous", "full")
         self.clock = clock
-        self._executor: ThreadPoolExecutor | None = None
+        self._thread: StoreThread | None = None
         self._store: SqliteStore | None = None
         self._sender: WakeupSender | None = None
         self._listener: WakeupListener | None = None
@@ -78,28 +77,27 @@ class SqliteBackend:
 
     # --- plumbing -------------------------------------------------------------------
     async def _on_thread(self, call: Callable[[SqliteStore], T]) -> T:
-        """Run `call(store)` on the backend's own thread."""
-        if self._executor is None:
+        """Run `call(store)` on the backend's own thread (store_thread.py)."""
+        if self._thread is None:
             await self.open()
-        assert self._executor is not None
+        assert self._thread is not None
 
         def run() -> T:
             assert self._store is not None, "backend closed"
             return call(self._store)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        return await self._thread.run(run)
 
     async def open(self) -> None:
         with self._open_lock:
-            if self._executor is not None:
+            if self._thread is not None:
                 return
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-sqlite")
-        loop = asyncio.get_running_loop()
+            self._thread = StoreThread("conveyor-sqlite")
 
         def connect() -> None:
             self._store = SqliteStore(self.path, self.clock, self.synchronous)
 
-        await loop.run_in_executor(self._executor, connect)
+        await self._thread.run(connect)
         self._sender = WakeupSender(self.path)
         self._done_sender = WakeupSender(self.path, "done")
 
@@ -112,15 +110,12 @@ class SqliteBackend:
             if sender is not None:
                 sender.close()
         self._sender = self._done_sender = None
-        executor, self._executor = self._executor, None
-        if executor is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
             store = self._store
             if store is not None:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(executor, store.close)
-                except RuntimeError:  # at interpreter exit executors take no more work:
-                    pass  # the file closes with the process
-            executor.shutdown(wait=True)
+                await thread.run(store.close)
+            thread.stop()
         self._store = None
 
     async def migrate(self) -> list[int]:
