@@ -2,6 +2,7 @@
 
     python benchmarks/enqueue_cost.py                          # SQLite, PostgreSQL, Redis
     python benchmarks/enqueue_cost.py --backends postgres --jobs 3000 --repeat 5
+    python benchmarks/enqueue_cost.py --backends sqlite --sqlite-synchronous normal
 
 One by one: N jobs through the sync API (what a Django view calls) and through the
 async one, each against the floor of one write on that storage:
@@ -64,10 +65,10 @@ class Floor:
 
 
 class SqliteFloor(Floor):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, synchronous: str) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")  # Conveyor's default
+        self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")  # as Conveyor's URL says
 
     def _rows(self, n: int) -> list[tuple[object, ...]]:
         now = time.time()
@@ -154,10 +155,10 @@ class RedisFloor(Floor):
         self.client.close()
 
 
-def setup(backend: str, tmp: str) -> tuple[str, Floor]:
+def setup(backend: str, tmp: str, synchronous: str = "full") -> tuple[str, Floor]:
     if backend == "sqlite":
         path = f"{tmp}/enqueue.db"
-        return f"sqlite:///{path}", SqliteFloor(path)
+        return f"sqlite:///{path}?synchronous={synchronous}", SqliteFloor(path, synchronous)
     tag = uuid.uuid4().hex[:10]
     if backend == "postgres":
         schema = f"bench_{tag}"
@@ -188,12 +189,12 @@ def cpu(figure: str) -> str:
     return f"{min(values):4.0f} {statistics.median(values):4.0f} {max(values):4.0f} µs CPU/job"
 
 
-def measure(backend: str, jobs: int, repeat: int) -> list[str]:
+def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> list[str]:
     from conveyor import Conveyor
     from conveyor.backends.base import JobFilter
 
     tmp = tempfile.mkdtemp(prefix="conveyor-enqueue-")
-    url, floor = setup(backend, tmp)
+    url, floor = setup(backend, tmp, synchronous)
     app = Conveyor(url)
 
     @app.task(name="noop_async", queue="bench")
@@ -244,13 +245,16 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs enqueued one by one per round")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sqlite-synchronous", default="full", choices=("full", "normal"),
+                        help="SQLite's synchronous setting, for Conveyor's URL and the floor alike")
     args = parser.parse_args()
     print(f"{args.jobs} jobs one by one and 1,000 in bulk per round, {args.repeat} rounds, "
-          f"{os.cpu_count()} cores; jobs/s min/median/max, and Conveyor / floor per round")
+          f"{os.cpu_count()} cores, SQLite synchronous={args.sqlite_synchronous}; jobs/s "
+          "min/median/max, and Conveyor / floor per round")
     print(f"{'':29} | {'min':>9} {'median':>9} {'max':>9} | ratio min/median/max"
           " | client CPU per job min/median/max")
     for backend in args.backends.split(","):
-        for line in measure(backend, args.jobs, args.repeat):
+        for line in measure(backend, args.jobs, args.repeat, args.sqlite_synchronous):
             print(line, flush=True)
 
 
