@@ -279,13 +279,18 @@ def _batchable(settlements: Sequence[Settlement]
     A busy worker's batch is mostly completions: one UPDATE for all of them spends
     less time holding the write lock than one per job, and that lock is what two
     worker processes on one file queue for. A batch that names a job twice (the
-    seam says it does not) is written one settlement at a time, in order."""
+    seam says it does not) is written one settlement at a time, in order. So is a
+    job whose id the batch's JSON would not carry back unchanged: SQLite's JSON
+    functions end a text at a NUL, and a lone surrogate has no UTF-8 (such an id
+    was reported stale, and the job's outcome lost, until it went this way)."""
     if len({s.job_id for s in settlements}) < len(settlements):
         return [], list(settlements)
-    completed = [s for s in settlements if s.state is JobState.COMPLETED]
+    completed = [s for s in settlements if s.state is JobState.COMPLETED
+                 and "\x00" not in s.job_id and is_clean(s.job_id)]
     if len(completed) < 2:
         return [], list(settlements)
-    return completed, [s for s in settlements if s.state is not JobState.COMPLETED]
+    batched = {id(s) for s in completed}
+    return completed, [s for s in settlements if id(s) not in batched]
 
 
 def _run_at(new: NewJob, now: float) -> float:

@@ -1,0 +1,33 @@
+"""SQLite: a settle batch's completions are one UPDATE joined to the batch as JSON
+(store.py, complete_jobs). Found by the corrupt-field fuzz: an id with a NUL in it did
+not come back from SQLite's JSON functions unchanged, so its completion was reported
+stale and the job stayed running until its lease ran out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conveyor.backends.base import Settlement
+from conveyor.backends.sqlite.store import SqliteStore
+from conveyor.claiming import strict_claim
+from conveyor.job import JobState, NewJob
+
+IDS = ["plain", "nul\x00inside", "accents-é-ü", "emoji-\U0001F600", "last"]
+
+
+def test_every_completion_of_a_batch_applies_whatever_its_id(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
+    store.migrate()
+    store.enqueue_jobs([NewJob(id=i, task="t.noop", queue="default",
+                               payload='{"args": [], "kwargs": {}}') for i in IDS])
+    claimed = store.fetch_jobs(strict_claim(["default"], 10, "w1", 30))
+    assert sorted(job.id for job in claimed) == sorted(IDS)
+    stale, unblocked = store.settle_jobs([
+        Settlement(job.id, job.lease_token, JobState.COMPLETED, result=f'"{n}"')
+        for n, job in enumerate(claimed)])
+    assert (stale, unblocked) == ([], 0)
+    for n, job in enumerate(claimed):
+        stored = store.get_job(job.id)
+        assert stored is not None
+        assert (stored.state, stored.result) == (JobState.COMPLETED, f'"{n}"')
+    store.close()
