@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conveyor.backends.base import ClaimRequest, QueueQuota
 from conveyor.claiming import QueuePlan, claim_in_passes, parse_queues
@@ -118,3 +120,26 @@ def test_ceilings_bound_both_passes() -> None:
 def test_the_plan_spells_itself_as_the_command_line_does() -> None:
     assert parse_queues("critical=6, default=3,bulk=1.5").spec == "critical=6,default=3,bulk=1.5"
     assert parse_queues(["a", "b"]).spec == "a,b"
+
+
+@settings(max_examples=300, deadline=None)
+@given(weights=st.lists(st.sampled_from([1.0, 2.0, 3.0, 0.5, 6.0, 1 / 3, 7.25, 1e-3, 1e6]),
+                        min_size=1, max_size=6),
+       slots=st.integers(1, 300), data=st.data())
+def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
+        weights: list[float], slots: int, data: st.DataObject) -> None:
+    """The slot shares, against the rule written out one slot at a time: the queue
+    furthest below its share of the slots, then the heavier, then the earlier."""
+    names = [f"q{i}" for i in range(len(weights))]
+    plan = QueuePlan(names, weights, slots=slots)
+    running = {name: data.draw(st.integers(0, slots)) for name in names}
+    limit = data.draw(st.integers(0, slots))
+    shares = [slots * w / sum(weights) for w in weights]
+    granted = [0] * len(names)
+    for _ in range(limit):
+        i = max(range(len(names)), key=lambda i: (
+            shares[i] - running[names[i]] - granted[i], weights[i], -i))
+        granted[i] += 1
+    quotas = {q.name: q for q in plan.quotas(limit, running)}
+    assert [quotas[name].quota for name in names] == [
+        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)]
