@@ -143,3 +143,13 @@ def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
     quotas = {q.name: q for q in plan.quotas(limit, running)}
     assert [quotas[name].quota for name in names] == [
         min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)]
+
+
+@pytest.mark.parametrize(("weights", "running", "first"), [
+    ([1, 3], {"q0": 0, "q1": 2}, "q1"),  # both one slot below their share: the heavier
+    ([2, 2], {"q0": 1, "q1": 1}, "q0"),  # and with equal weights, the earlier
+])
+def test_a_slot_between_queues_equally_far_below_their_shares(
+        weights: list[float], running: dict[str, int], first: str) -> None:
+    plan = QueuePlan(["q0", "q1"], weights, slots=4)
+    assert {q.name: q.quota for q in plan.quotas(1, running)}[first] == 1
