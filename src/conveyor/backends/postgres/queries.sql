@@ -64,18 +64,21 @@ fair_vtime AS kf,
 -- fragment: fair_advance
 -- Tenant fairness (conveyor.fairness): each queue's vtime moves up to the largest vtime
 -- its claim took. Only claims that took jobs with a fairness key write (unkeyed jobs
--- have vtime 0); the queues' rows are locked in name order first, so two claims of
--- several fair queues never wait for each other in a cycle.
+-- have vtime 0), and only where the vtime moves: with many keys, most claims take
+-- jobs of the vtime the last one reached (a lock and a new row version per queue and
+-- claim, for nothing). The queues' rows are locked in name order first, so two claims
+-- of several fair queues never wait for each other in a cycle; a row another claim
+-- moved meanwhile is checked again at its latest version before it is locked.
 fair_claimed AS (
     SELECT r.queue, max(c.kf) AS vtime
     FROM chosen AS c JOIN req AS r USING (ord)
     WHERE c.kf > 0
     GROUP BY r.queue
 ), fair_locked AS (
-    SELECT f.queue FROM {schema}.fair_queues AS f
-    WHERE f.queue IN (SELECT queue FROM fair_claimed)
+    SELECT f.queue FROM {schema}.fair_queues AS f JOIN fair_claimed AS m USING (queue)
+    WHERE f.vtime < m.vtime
     ORDER BY f.queue
-    FOR UPDATE
+    FOR UPDATE OF f
 ), fair_advanced AS (
     UPDATE {schema}.fair_queues AS f SET vtime = GREATEST(f.vtime, m.vtime)
     FROM fair_locked AS l JOIN fair_claimed AS m USING (queue)
