@@ -147,6 +147,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                           rates=[limit.rate for limit in limits],
                           bursts=[limit.burst for limit in limits])
         new_buckets = bool({limit.key for limit in limits} - self._buckets_made)
+        claim = self.claims["claim_rated_jobs" if limits else "claim_jobs"]
 
         async def op(conn: AsyncConn) -> ClaimedJobs:
             # Two statements, not one pipeline: measured no faster here (psycopg's
@@ -154,7 +155,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             await conn.execute(self.q["stage_due_jobs"], {"now": now})
             if new_buckets:  # once per bucket and process: a new bucket starts full
                 await conn.execute(self.q["ensure_rate_buckets"], params)
-            cur = await conn.execute(self.q["claim_rated_jobs" if limits else "claim_jobs"], params)
+            cur = psycopg.AsyncRawCursor(conn)
+            await cur.execute(claim.sql, claim.args(params))
             rows = await cur.fetchall()
             next_token_at = rows[0][-1] if limits and rows else None
             if limits:

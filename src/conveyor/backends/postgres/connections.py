@@ -21,7 +21,7 @@ from .config import parse_postgres_url
 from .connect import first_connection
 from .lane import Lane
 from .listener import Listener
-from .rows import load_schema_queries
+from .rows import load_schema_queries, positional
 
 log = logging.getLogger("conveyor.postgres")
 T = TypeVar("T")
@@ -37,6 +37,9 @@ class PostgresConnections:
         self.clock = clock
         self.schema = self.config.schema
         self.q = load_schema_queries(self.schema, self.config.channel, self.config.done_channel)
+        # Run through a raw cursor (rows.Positional): longer than psycopg's parse cache.
+        self.claims = {name: positional(self.q[name])
+                       for name in ("claim_jobs", "claim_rated_jobs")}
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._sync_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._sync_pool_lock = threading.Lock()

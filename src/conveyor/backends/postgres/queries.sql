@@ -64,18 +64,21 @@ fair_vtime AS kf,
 -- fragment: fair_advance
 -- Tenant fairness (conveyor.fairness): each queue's vtime moves up to the largest vtime
 -- its claim took. Only claims that took jobs with a fairness key write (unkeyed jobs
--- have vtime 0); the queues' rows are locked in name order first, so two claims of
--- several fair queues never wait for each other in a cycle.
+-- have vtime 0), and only where the vtime moves: with many keys, most claims take
+-- jobs of the vtime the last one reached (a lock and a new row version per queue and
+-- claim, for nothing). The queues' rows are locked in name order first, so two claims
+-- of several fair queues never wait for each other in a cycle; a row another claim
+-- moved meanwhile is checked again at its latest version before it is locked.
 fair_claimed AS (
     SELECT r.queue, max(c.kf) AS vtime
-    FROM cand AS c JOIN (SELECT seq FROM chosen) AS ch USING (seq) JOIN req AS r USING (ord)
+    FROM chosen AS c JOIN req AS r USING (ord)
     WHERE c.kf > 0
     GROUP BY r.queue
 ), fair_locked AS (
-    SELECT f.queue FROM {schema}.fair_queues AS f
-    WHERE f.queue IN (SELECT queue FROM fair_claimed)
+    SELECT f.queue FROM {schema}.fair_queues AS f JOIN fair_claimed AS m USING (queue)
+    WHERE f.vtime < m.vtime
     ORDER BY f.queue
-    FOR UPDATE
+    FOR UPDATE OF f
 ), fair_advanced AS (
     UPDATE {schema}.fair_queues AS f SET vtime = GREATEST(f.vtime, m.vtime)
     FROM fair_locked AS l JOIN fair_claimed AS m USING (queue)
@@ -326,22 +329,23 @@ WHERE seq = ANY (ARRAY(
 SET plan_cache_mode = force_generic_plan; SET jit = off
 
 -- name: claim_jobs
--- A whole ClaimRequest in one statement (one round trip, however many queues): each
--- queue's first candidates in claim order that no other worker has locked (at most
--- its ceiling, at most the limit; a paused queue has none), then the two passes of
--- conveyor.claiming.claim_steps over them: first each queue up to its quota, in the
--- request's order, while short of the limit; then the queues that gave all they were
--- asked (or were asked nothing) take what is left, in the same order. The chosen rows
--- are leased and returned. A count at the top of its range (written by something
--- else) starts again at 1 instead of overflowing, which would fail the claim of every
--- row of the queue. Jobs with a rate limit bucket are claimed by claim_rated_jobs
--- only (the request carries no limits here).
+-- A whole ClaimRequest in one statement (one round trip, however many queues), in the
+-- two passes of conveyor.claiming.claim_steps: first each queue's first jobs in claim
+-- order that no other worker has locked, up to its quota (cut by its ceiling and the
+-- limit; a paused queue has none), taken in the request's order while short of the
+-- limit; then the queues that gave all they were asked (or were asked nothing) take
+-- what is left, in the same order, up to their ceilings. The second pass locks its
+-- candidates only when the first left room, so a claim locks the jobs it takes and
+-- few more (locking each queue's candidates for both passes up front locked three
+-- times the claim's jobs for a claim of three flooded queues, and cost more than
+-- ranking them). The chosen rows are leased and returned. A count at the top of its
+-- range (written by something else) starts again at 1 instead of overflowing, which
+-- would fail the claim of every row of the queue. Jobs with a rate limit bucket are
+-- claimed by claim_rated_jobs only (the request carries no limits here).
 WITH req AS ({claim_request}
-), cand AS (
-    SELECT r.ord, r.quota, c.seq,
-           c.kf, row_number() OVER (PARTITION BY r.ord ORDER BY c.k1 DESC, c.kf, c.k2, c.seq) AS rn
-    FROM req AS r CROSS JOIN LATERAL ({free_lane}) AS c
-), {claim_passes}, {fair_advance}
+), first_cand AS (WITH lane AS ({first_lane}) {free_cand}
+), {first_pass}, second_cand AS (WITH lane AS ({second_lane}) {free_cand}
+), {second_pass}, {fair_advance}
 {claim_lease}
 
 -- fragment: claim_request
@@ -350,40 +354,69 @@ WITH req AS ({claim_request}
          WITH ORDINALITY AS r(queue, quota, ceiling, ord)
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues AS q WHERE q.name = r.queue AND q.paused)
 
+-- fragment: first_lane
+-- The first pass's lane of each queue: how many it may give (n), no jobs taken yet.
+SELECT queue, ord, GREATEST(0, LEAST(quota, ceiling, %(limit)s)) AS n, '{}'::bigint[] AS taken
+FROM req
+
+-- fragment: second_lane
+-- The second pass's lanes: the queues `more` lets give more.
+SELECT queue, ord, n, taken FROM more WHERE n > 0
+
 -- fragment: free_lane
--- A queue's first available jobs with no rate limit bucket (the jobs_claim index).
+-- The first `lane.n` available jobs of `lane.queue` with no rate limit bucket (the
+-- jobs_claim index) that this claim does not hold already (`lane.taken`: a lock of
+-- our own does not make SKIP LOCKED skip a row).
         SELECT seq, {claim_keys}
         FROM {schema}.jobs
         -- NOT parked: a job of a concurrency key that has no slot for it (migration 7).
-        WHERE state = 'available' AND NOT parked AND queue = r.queue AND rate_key IS NULL
+        WHERE state = 'available' AND NOT parked AND queue = lane.queue AND rate_key IS NULL
+          AND seq <> ALL (lane.taken)
         ORDER BY {claim_order}
-        LIMIT LEAST(r.ceiling, %(limit)s)
+        LIMIT lane.n
         FOR UPDATE SKIP LOCKED
 
--- fragment: claim_passes
--- The two passes over `cand` (ord, quota, seq, kf, rn: the rank within its queue).
-first_ranked AS (
-    SELECT seq, ord, row_number() OVER (ORDER BY ord, rn) AS pos
-    FROM cand WHERE rn <= quota
-), first AS (
-    SELECT seq, ord FROM first_ranked WHERE pos <= %(limit)s
-), asked AS (
-    -- What the first pass asked of each queue (its quota, cut by its ceiling and by
-    -- the room the queues before it left) and what it gave.
-    SELECT r.ord, r.quota,
-           LEAST(r.quota, r.ceiling, %(limit)s - coalesce(sum(coalesce(g.n, 0)) OVER (
-               ORDER BY r.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS wanted,
-           coalesce(g.n, 0) AS gave
-    FROM req AS r LEFT JOIN (SELECT ord, count(*) AS n FROM first GROUP BY ord) AS g USING (ord)
-), second_ranked AS (
-    SELECT c.seq, row_number() OVER (ORDER BY c.ord, c.rn) AS pos
-    FROM cand AS c JOIN asked AS a USING (ord)
-    WHERE c.rn > GREATEST(a.quota, 0)
-      AND (a.quota <= 0 OR (a.wanted > 0 AND a.gave = a.wanted))
+-- fragment: free_cand
+-- The candidates of `lane`'s queues, ranked within each queue (rn).
+SELECT lane.ord, c.seq, c.kf, NULL::text AS rate_key,
+       row_number() OVER (PARTITION BY lane.ord ORDER BY c.k1 DESC, c.kf, c.k2, c.seq) AS rn
+FROM lane CROSS JOIN LATERAL ({free_lane}) AS c
+
+-- fragment: first_pass
+-- The first pass over first_cand (ord, seq, kf, rate_key, rn: the rank within its
+-- queue): the queues in order, each its candidates, while short of the limit. `more`:
+-- what each queue may give in the second pass, min(the room left, its ceiling less
+-- what it gave) if it gave all the first pass asked of it (its quota, cut by its
+-- ceiling and by the room the queues before it left) or was asked nothing; `taken`,
+-- its rows the first pass holds.
+first AS (
+    SELECT seq, ord, kf, rate_key
+    FROM (SELECT *, row_number() OVER (ORDER BY ord, rn) AS pos FROM first_cand) AS f
+    WHERE pos <= %(limit)s
+), more AS (
+    SELECT a.queue, a.ord,
+           CASE WHEN a.quota <= 0 OR (a.wanted > 0 AND a.gave = a.wanted)
+                THEN GREATEST(0, LEAST(a.ceiling - a.gave,
+                                       %(limit)s - (SELECT count(*) FROM first)))
+                ELSE 0 END AS n,
+           ARRAY(SELECT c.seq FROM first_cand AS c WHERE c.ord = a.ord) AS taken
+    FROM (SELECT r.queue, r.ord, r.quota, r.ceiling, coalesce(g.n, 0) AS gave,
+                 LEAST(r.quota, r.ceiling, %(limit)s - coalesce(sum(coalesce(g.n, 0)) OVER (
+                     ORDER BY r.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                 ) AS wanted
+          FROM req AS r LEFT JOIN (SELECT ord, count(*) AS n FROM first GROUP BY ord) AS g
+               USING (ord)) AS a
+)
+
+-- fragment: second_pass
+-- The second pass over second_cand (its lanes hold at most what `more` allows each
+-- queue): the queues in order, until the limit. `chosen`: both passes' jobs.
+second AS (
+    SELECT seq, ord, kf, rate_key
+    FROM (SELECT *, row_number() OVER (ORDER BY ord, rn) AS pos FROM second_cand) AS s
+    WHERE pos <= %(limit)s - (SELECT count(*) FROM first)
 ), chosen AS (
-    SELECT seq FROM first
-    UNION ALL
-    SELECT seq FROM second_ranked WHERE pos <= %(limit)s - (SELECT count(*) FROM first)
+    SELECT * FROM first UNION ALL SELECT * FROM second
 )
 
 -- fragment: claim_lease
@@ -425,13 +458,13 @@ ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded
 -- returns each bucket's latest committed row, even one written after this
 -- statement's snapshot (READ COMMITTED), so two claimers never spend the same tokens;
 -- the jobs another claimer took meanwhile fail SKIP LOCKED's recheck of their state.
--- Each queue's candidates are its free lane plus each bucket's lane, as far as the
--- bucket's whole tokens go (jobs_rate_claim: a throttled bucket's backlog is never
--- walked); a bucket shared by several queues is cut to its tokens in the request's
--- queue order. Then the two passes, the lease, the buckets spent and stored back.
--- The last column of every row is when a bucket that still holds back a waiting job
--- of these queues has its next token (NULL: none); a claim that got nothing returns
--- one row of NULLs but that.
+-- Each pass's candidates of a queue are its free lane plus each bucket's lane, as far
+-- as the bucket's whole tokens go (jobs_rate_claim: a throttled bucket's backlog is
+-- never walked), a bucket shared by several queues cut to its tokens in the
+-- request's queue order; the second pass has the tokens the first left. Then the
+-- lease, the buckets spent and stored back. The last column of every row is when a
+-- bucket that still holds back a waiting job of these queues has its next token
+-- (NULL: none); a claim that got nothing returns one row of NULLs but that.
 WITH req AS ({claim_request}
 ), bucket_rows AS (
     SELECT b.name, l.rate, l.burst, b.tokens, b.updated_at
@@ -445,30 +478,16 @@ WITH req AS ({claim_request}
     FROM bucket_rows, LATERAL (SELECT LEAST(burst::float8, tokens
                                             + GREATEST(0::float8, %(now)s - updated_at) * rate)
                                AS tokens) AS t
-), lanes AS (
-    SELECT r.ord, r.quota, r.ceiling, c.seq, c.k1, c.kf, c.k2, NULL::text AS rate_key
-    FROM req AS r CROSS JOIN LATERAL ({free_lane}) AS c
-    UNION ALL
-    SELECT r.ord, r.quota, r.ceiling, c.seq, c.k1, c.kf, c.k2, b.name
-    FROM req AS r JOIN buckets AS b ON b.allowed > 0 CROSS JOIN LATERAL (
-        SELECT seq, {claim_keys}
-        FROM {schema}.jobs
-        WHERE state = 'available' AND NOT parked AND queue = r.queue AND rate_key = b.name
-        ORDER BY {claim_order}
-        LIMIT LEAST(r.ceiling, %(limit)s, b.allowed)
-        FOR UPDATE SKIP LOCKED) AS c
-), capped AS (
-    SELECT l.*, b.allowed,
-           row_number() OVER (PARTITION BY l.rate_key
-                              ORDER BY l.ord, l.k1 DESC, l.kf, l.k2, l.seq) AS nth
-    FROM lanes AS l LEFT JOIN buckets AS b ON b.name = l.rate_key
-), cand AS (
-    SELECT ord, quota, seq, kf, rate_key, rn FROM (
-        SELECT ord, quota, ceiling, seq, kf, rate_key,
-               row_number() OVER (PARTITION BY ord ORDER BY k1 DESC, kf, k2, seq) AS rn
-        FROM capped WHERE rate_key IS NULL OR nth <= allowed) AS ranked
-    WHERE rn <= LEAST(ceiling, %(limit)s)
-), {claim_passes}, {fair_advance}, spent AS (
+), first_cand AS (
+    WITH lane AS ({first_lane}), allowance AS (SELECT name, allowed FROM buckets)
+    {rated_cand}
+), {first_pass}, second_cand AS (
+    WITH lane AS ({second_lane}), allowance AS (
+        SELECT b.name, b.allowed - (SELECT count(*) FROM first AS f WHERE f.rate_key = b.name)
+               AS allowed
+        FROM buckets AS b)
+    {rated_cand}
+), {second_pass}, {fair_advance}, spent AS (
     UPDATE {schema}.rate_buckets AS rb
     -- A bucket's time never goes back (a claimer that read the clock earlier may
     -- spend later): ClaimBuckets.as_of.
@@ -476,9 +495,8 @@ WITH req AS ({claim_request}
         updated_at = GREATEST(b.updated_at, %(now)s),
         rate = b.rate, burst = b.burst
     FROM buckets AS b LEFT JOIN (
-        SELECT c.rate_key, count(*) AS n FROM cand AS c
-        WHERE c.rate_key IS NOT NULL AND c.seq = ANY (ARRAY(SELECT seq FROM chosen))
-        GROUP BY c.rate_key) AS t ON t.rate_key = b.name
+        SELECT rate_key, count(*) AS n FROM chosen WHERE rate_key IS NOT NULL
+        GROUP BY rate_key) AS t ON t.rate_key = b.name
     WHERE rb.name = b.name
     RETURNING rb.name, rb.tokens, rb.rate, rb.updated_at
 ), hint AS (
@@ -497,6 +515,36 @@ WITH req AS ({claim_request}
 ), claimed AS ({claim_lease}
 )
 SELECT claimed.*, hint.next_token_at FROM hint LEFT JOIN claimed ON true
+
+-- fragment: rated_cand
+-- The candidates of `lane`'s queues: each queue's free lane and each bucket's lane (as
+-- far as its `allowance` goes), a bucket shared by several queues cut to its
+-- allowance in the request's queue order; ranked within each queue (rn), its first n.
+SELECT ord, seq, kf, rate_key, rn FROM (
+    SELECT ord, n, seq, kf, rate_key,
+           row_number() OVER (PARTITION BY ord ORDER BY k1 DESC, kf, k2, seq) AS rn
+    FROM (
+        SELECT l.*, a.allowed,
+               row_number() OVER (PARTITION BY l.rate_key
+                                  ORDER BY l.ord, l.k1 DESC, l.kf, l.k2, l.seq) AS nth
+        FROM (
+            SELECT lane.ord, lane.n, c.seq, c.k1, c.kf, c.k2, NULL::text AS rate_key
+            FROM lane CROSS JOIN LATERAL ({free_lane}) AS c
+            UNION ALL
+            SELECT lane.ord, lane.n, c.seq, c.k1, c.kf, c.k2, a.name
+            FROM lane JOIN allowance AS a ON a.allowed > 0 CROSS JOIN LATERAL (
+                SELECT seq, {claim_keys}
+                FROM {schema}.jobs
+                WHERE state = 'available' AND NOT parked AND queue = lane.queue
+                  AND rate_key = a.name AND seq <> ALL (lane.taken)
+                ORDER BY {claim_order}
+                LIMIT LEAST(lane.n, a.allowed)
+                FOR UPDATE SKIP LOCKED) AS c
+        ) AS l LEFT JOIN allowance AS a ON a.name = l.rate_key
+    ) AS capped
+    WHERE rate_key IS NULL OR nth <= allowed
+) AS ranked
+WHERE rn <= n
 
 -- name: settle_jobs
 -- A batch of attempt outcomes in one statement. Completed: store the result.

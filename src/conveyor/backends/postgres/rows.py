@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -22,6 +24,35 @@ def load_schema_queries(schema: str, channel: str, done_channel: str = "") -> di
     queries = load_queries(__package__ or "conveyor.backends.postgres")
     return {name: text.replace("{schema}", f'"{schema}"').replace("{channel}", f'"{channel}"')
             .replace("{done_channel}", f'"{done_channel}"') for name, text in queries.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Positional:
+    """A query in the server's placeholders ($1, $2 ...) and the names of its
+    parameters in that order, for a raw cursor, which sends the text as it is.
+    psycopg turns named placeholders into these on every call once a text is longer
+    than it caches (4,096 bytes): the claims are, and that parse was 130-150 µs of
+    each claim's client CPU here (a claim of 50 costs the client about 2 ms)."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def positional(sql: str) -> Positional:
+    """`sql` with each %(name)s as $n (one n per name, as psycopg numbers them)."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found.group(1) is None:
+            return "%"  # %% is a literal %
+        if found.group(1) not in names:
+            names.append(found.group(1))
+        return f"${names.index(found.group(1)) + 1}"
+
+    return Positional(re.sub(r"%\((\w+)\)s|%%", number, sql), tuple(names))
 
 
 def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
