@@ -144,25 +144,20 @@ def _run_at(new: NewJob, now: float) -> float:
     return now if new.run_at is None else new.run_at
 
 
-def _row(new: NewJob, now: float, fair_vtime: int, state: JobState) -> dict[str, Any]:
-    """The insert_job parameters of a new job."""
-    return {
-        "id": new.id, "queue": new.queue, "task": new.task, "payload": new.payload,
-        "state": state.value, "priority": new.priority, "max_attempts": new.max_attempts,
-        "run_at": _run_at(new, now), "created_at": now, "unique_key": new.unique_key,
-        "unique_for": new.unique_for, "timeout": new.timeout,
-        "meta": json.dumps(new.meta) if new.meta else "{}",
-        "aging": new.aging, "fair_vtime": fair_vtime, "concurrency_key": new.concurrency_key,
-        "concurrency_limit": new.concurrency_limit, "rate_key": new.rate_key,
-    }
+def _row(new: NewJob, now: float, fair_vtime: int, state: JobState) -> tuple[Any, ...]:
+    """The insert_job parameters of a new job, in its columns' order."""
+    return (new.id, new.queue, new.task, new.payload, state.value, new.priority,
+            new.max_attempts, _run_at(new, now), now, new.unique_key, new.unique_for,
+            new.timeout, json.dumps(new.meta) if new.meta else "{}", new.aging, fair_vtime,
+            new.concurrency_key, new.concurrency_limit, new.rate_key)
 
 
-def _inserted(new: NewJob, row: dict[str, Any], state: JobState) -> Job:
+def _inserted(new: NewJob, row: tuple[Any, ...], state: JobState) -> Job:
     """The job just stored from `row`, built here rather than read back."""
     return Job(
         id=new.id, task=new.task, queue=new.queue, payload=new.payload,
         state=state, priority=new.priority, max_attempts=new.max_attempts,
-        run_at=row["run_at"], created_at=row["created_at"], unique_key=new.unique_key,
+        run_at=row[7], created_at=row[8], unique_key=new.unique_key,
         unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
         aging=new.aging, concurrency_key=new.concurrency_key,
         concurrency_limit=new.concurrency_limit, rate_key=new.rate_key,
