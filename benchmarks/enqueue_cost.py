@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import tempfile
@@ -237,6 +238,7 @@ def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> 
         app.close()
         floor.close()
         drop(backend, url)
+        shutil.rmtree(tmp, ignore_errors=True)  # the SQLite file and its blobs folder
 
 
 def main() -> None:

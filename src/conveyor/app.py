@@ -346,19 +346,21 @@ class Conveyor(FlowDeclarations):
         transactional = backend if connection is not None and isinstance(  # (asked only then:
             backend, TransactionalEnqueue) else None  # a Protocol's isinstance costs µs)
         if connection is not None and transactional is None:
-            raise ConfigurationError(
-                f"{type(backend).__name__} does not support transactional enqueue (connection=)"
-            )
+            raise ConfigurationError(f"{type(backend).__name__} does not support "
+                                     "transactional enqueue (connection=)")
+
+        def stored(jobs: Sequence[NewJob]) -> Awaitable[list[Job]]:
+            if transactional is None:  # (then there is no connection: checked above)
+                return backend.enqueue_jobs(jobs)
+            return transactional.enqueue_jobs_in(connection, jobs)
 
         async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
-            jobs = await self.claim_check.offload(jobs)  # big payloads to the blob store first
-            if connection is None or transactional is None:
-                return await backend.enqueue_jobs(jobs)
-            return await transactional.enqueue_jobs_in(connection, jobs)
+            return await stored(await self.claim_check.offload(jobs))  # big payloads first
 
         with refusals_by_handle(self):
-            if not self.middleware:
-                return handles(self, await enqueue_offering(enqueue, batch, self.queues))
+            if not self.middleware:  # nothing to offload or hold back: a coroutine less
+                return handles(self, await (stored(batch) if self._direct(batch) else
+                                            enqueue_offering(enqueue, batch, self.queues)))
 
             async def innermost(ctx: MiddlewareContext) -> None:
                 assert isinstance(ctx, EnqueueContext)
@@ -375,21 +377,19 @@ class Conveyor(FlowDeclarations):
         batch = self.queues.apply(self.claim_check.checked(jobs))
         # Middleware is async: it runs on the portal loop, with the caller's contextvars
         # (its span, say); so does a workflow. Else a blocking backend skips the portal hop.
-        if (connection is None and batch and not self.middleware
-                and not any(new.depends_on for new in batch)
-                and not self.claim_check.needs_offload(batch) and not self.queues.blocks(batch)):
-            self._portal_backend()
+        if (connection is None and batch and not self.middleware and self._direct(batch)
+                and not any(new.depends_on for new in batch)):
+            if self._sync_backend is None:
+                backend = self._sync_backend = self.portal.call(self.backend())
+                self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
             if self._sync_blocking is not None:
                 with refusals_by_handle(self):
                     return handles(self, self._sync_blocking.enqueue_jobs_blocking(batch))
         return self.portal.call(self.enqueue_many_async(batch, connection=connection))
 
-    def _portal_backend(self) -> Backend:
-        if self._sync_backend is None:
-            self._sync_backend = self.portal.call(self.backend())
-            backend = self._sync_backend
-            self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None
-        return self._sync_backend
+    def _direct(self, batch: Sequence[NewJob]) -> bool:
+        """No payload to store apart first, no job of a queue whose producers wait."""
+        return not self.claim_check.needs_offload(batch) and not self.queues.blocks(batch)
 
 
 async def _close_loop_backend(

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
-import os
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -13,13 +10,14 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation as valid
 from .concurrency import ConcurrencyRule, job_concurrency
-from .errors import ArgumentValidationError, ConfigurationError, InvalidJob, SerializationError
+from .errors import ArgumentValidationError, ConfigurationError, InvalidJob
 from .hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
 from .fairness import FAIRNESS_META_KEY
 from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from .job import NewJob
 from .results import RESULT_TTL_META_KEY, result_ttl_seconds
 from .retry import RetryPolicy
+from .task_payload import encode_payload, new_job_id
 from .task_payload import payload_defaults as payload_defaults  # checked in its own module
 from .signature import Signature
 from .timeutil import Clock, Duration, to_seconds
@@ -30,25 +28,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def new_job_id() -> str:
-    """Random, roughly time-ordered ids (UUIDv7-like) keep indexes append-mostly."""
-    millis = time.time_ns() // 1_000_000
-    return f"{millis << 80 | int.from_bytes(os.urandom(10), 'big'):032x}"
-
-
-_encode_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-
-def encode_payload(task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    try:
-        return _encode_json({"args": list(args), "kwargs": kwargs})
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(
-            f"arguments of {task_name} cannot be stored as JSON ({exc}); pass plain data "
-            "(str, int, float, bool, None, list, dict) such as ids instead of objects"
-        ) from None
 
 
 class _DefaultMarker:
@@ -247,6 +226,7 @@ class Task(Generic[P, R]):
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self._plain = BoundTask(self, _NO_OPTIONS)  # a call without options: most of them
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
@@ -278,21 +258,21 @@ class Task(Generic[P, R]):
 
     def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """The job this call would enqueue, for `app.enqueue_many`."""
-        return BoundTask(self, _NO_OPTIONS).message(*args, **kwargs)
+        return self._plain.job_of(args, kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """This call as a workflow step (`conveyor.workflows.chain`, `group`, `chord`)."""
-        return BoundTask(self, _NO_OPTIONS).s(*args, **kwargs)
+        return self._plain.s(*args, **kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
         """A workflow step that receives no result from the step before it."""
-        return BoundTask(self, _NO_OPTIONS).si(*args, **kwargs)
+        return self._plain.si(*args, **kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        return self.app.enqueue_many([self.message(*args, **kwargs)])[0]
+        return self.app.enqueue_many([self._plain.job_of(args, kwargs)])[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        return (await self.app.enqueue_many_async([self.message(*args, **kwargs)]))[0]
+        return (await self.app.enqueue_many_async([self._plain.job_of(args, kwargs)]))[0]
 
 
 class BoundTask(Generic[P, R]):

@@ -1,17 +1,66 @@
-"""A task's payload and result options, checked once when the task is registered:
-the claim-check limits, redaction, payload hygiene (docs/payloads.md) and how long
-its results are kept (`result_ttl`, conveyor.results)."""
+"""A job's payload and id, made at every enqueue; a task's payload and result options,
+checked once when the task is registered: the claim-check limits, redaction, payload
+hygiene (docs/payloads.md) and how long its results are kept (`result_ttl`,
+conveyor.results)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .claim_check import byte_count
-from .errors import ConfigurationError, InvalidJob
+from .errors import ConfigurationError, InvalidJob, SerializationError
 from .hygiene import check_mode
 from .results import result_ttl_seconds
 from .timeutil import Duration
+
+
+def new_job_id() -> str:
+    """Random, roughly time-ordered ids (UUIDv7-like) keep indexes append-mostly."""
+    millis = time.time_ns() // 1_000_000
+    return f"{millis << 80 | int.from_bytes(os.urandom(10), 'big'):032x}"
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _payload_encoder() -> Callable[[Any], str]:
+    """`_JSON.encode`, without its per-call set-up: `encode` builds the C encoder
+    afresh on every call, half of what a small payload costs. A fresh table of the
+    containers being encoded per call (what catches a circular reference) is all the
+    C encoder needs. `_JSON.encode` where the C encoder is missing, or is not called
+    as in this Python's own `json.encoder`."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _JSON.encode
+
+    def encode(value: Any) -> str:
+        return "".join(make({}, _JSON.default, json.encoder.encode_basestring_ascii, None,
+                            ":", ",", False, False, False)(value, 0))
+
+    sample = {"args": [1, 2.5, "é", None, [True]], "kwargs": {"k": {"x": -0.0}}}
+    try:
+        if encode(sample) == _JSON.encode(sample):
+            return encode
+    except Exception:  # noqa: BLE001 - another Python's C encoder: use the plain one
+        pass
+    return _JSON.encode
+
+
+_encode_json = _payload_encoder()
+
+
+def encode_payload(task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    try:
+        return _encode_json({"args": list(args), "kwargs": kwargs})
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"arguments of {task_name} cannot be stored as JSON ({exc}); pass plain data "
+            "(str, int, float, bool, None, list, dict) such as ids instead of objects"
+        ) from None
 
 
 def payload_defaults(task_name: str, *, claim_check_threshold: int | None = None,

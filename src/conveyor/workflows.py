@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Union
 from .errors import InvalidJob
 from .job import NewJob
 from .signature import Signature
-from .task import new_job_id
+from .task_payload import new_job_id
 # The input of a step after a single job: that job's result (ONE_RESULT); after a
 # group: the list of its members' results, in order (ALL_RESULTS).
 from .workflow_inputs import ALL_RESULTS, ONE_RESULT, WORKFLOW_META_KEY

@@ -109,3 +109,47 @@ async def test_racing_enqueues_with_one_unique_key_make_one_job(
     finally:
         for a in apps:
             await a.aclose()
+
+
+def _payload(n: int) -> str:
+    return f'{{"args":[{n}],"kwargs":{{}}}}'
+
+
+async def test_batch_answers_each_job_as_one_by_one_would(backend: Backend) -> None:
+    # A batch whose ids are all new, then batches that repeat an id inside
+    # themselves, name an active job's id, or a finished job's (no window: replaced).
+    fresh = await backend.enqueue_jobs([new_job(id=f"f{i}", payload=_payload(i)) for i in range(3)])
+    assert [(j.id, j.args, j.state) for j in fresh] == [
+        (f"f{i}", [i], JobState.AVAILABLE) for i in range(3)]
+    inside = await backend.enqueue_jobs([new_job(id="r", payload=_payload(1)), new_job(id="s"),
+                                         new_job(id="r", payload=_payload(2))])
+    assert [j.id for j in inside] == ["r", "s", "r"] and inside[2].args == [1]
+    finished = await claim_one(backend)  # f0, the oldest
+    await backend.settle_jobs([complete(finished)])
+    mixed = await backend.enqueue_jobs([new_job(id="t", payload=_payload(7)),
+                                        new_job(id="f1", payload=_payload(8)),
+                                        new_job(id="f0", payload=_payload(9))])
+    assert [(j.id, j.args, j.state) for j in mixed] == [
+        ("t", [7], JobState.AVAILABLE), ("f1", [1], JobState.AVAILABLE),
+        ("f0", [9], JobState.AVAILABLE)]
+    assert await backend.count_jobs(JobFilter()) == 6  # f0 f1 f2 r s t
+
+
+async def test_unique_key_dedups_across_and_inside_batches(
+    backend: Backend, clock: ManualClock
+) -> None:
+    first = await backend.enqueue_jobs([new_job(unique_key="u1", unique_for=60),
+                                        new_job(unique_key="u2", unique_for=60), new_job()])
+    job = await claim_one(backend)  # u1's job
+    await backend.settle_jobs([complete(job)])
+    clock.advance(59)
+    again = await backend.enqueue_jobs([new_job(unique_key="u1", unique_for=60), new_job(),
+                                        new_job(unique_key="u2", unique_for=60),
+                                        new_job(unique_key="u3", unique_for=60),
+                                        new_job(unique_key="u3", unique_for=60)])
+    assert (again[0].id, again[0].state) == (first[0].id, JobState.COMPLETED)
+    assert again[2].id == first[1].id and again[3].id == again[4].id
+    clock.advance(2)  # u1's window is over: a new job takes the key
+    [later] = await backend.enqueue_jobs([new_job(unique_key="u1", unique_for=60)])
+    assert later.id != first[0].id and later.state is JobState.AVAILABLE
+    assert await backend.count_jobs(JobFilter()) == 6

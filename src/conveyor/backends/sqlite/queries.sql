@@ -38,12 +38,12 @@ AND (:args_contains IS NULL OR instr(payload, :args_contains) > 0)
 SELECT {job_columns} FROM conveyor_jobs WHERE id = :id
 
 -- name: insert_job
+-- Positional parameters, in the order of the columns (enqueue.py's _row): the one
+-- statement of every enqueue, and binding 18 values by name cost a third more.
 INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts, run_at,
                            created_at, unique_key, unique_for, timeout, meta, aging, fair_vtime,
                            concurrency_key, concurrency_limit, rate_key)
-VALUES (:id, :queue, :task, :payload, :state, :priority, :max_attempts, :run_at,
-        :created_at, :unique_key, :unique_for, :timeout, :meta, :aging, :fair_vtime,
-        :concurrency_key, :concurrency_limit, :rate_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 
 -- name: find_duplicate_by_id

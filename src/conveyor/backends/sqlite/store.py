@@ -15,21 +15,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...backpressure import bounds_of, raise_if_refused
-from ...errors import RefusedJob
 from ...escaping import readable_text
 from ...job import Job, JobState, NewJob
-from ...lifecycle import initial_state
 from ...claiming import ClaimBuckets, claim_in_passes, claim_rank
-from ...dependencies import check_parents, release_dependants, start_of
-from ...fairness import VtimeAssigner, as_vtime, claimed_vtime
+from ...dependencies import release_dependants
+from ...fairness import as_vtime, claimed_vtime
 from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
                     Settlement)
 from ..codec import COLUMNS, is_clean, job_from_row
 from .connection import Q
-from .dependants import SqliteDependants, link, states_of
+from .enqueue import enqueue_jobs
+from .dependants import SqliteDependants
 from .inspector import SqliteInspector
-from .room import Room
 
 
 ENDED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
@@ -39,77 +36,9 @@ class SqliteStore(SqliteInspector):
     """Every Backend verb, synchronous: the job lifecycle here, the operators' verbs in
     inspector.py, the connection, its transactions and the migrations in connection.py."""
 
-    # --- producer -----------------------------------------------------------------
+    # --- producer (enqueue.py) -------------------------------------------------------
     def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
-        now = self.clock()
-        if len(jobs) == 1 and jobs[0].only_id_dedups:
-            # Enqueue one by one, the common call: one INSERT in autocommit, a
-            # transaction of its own as the bare insert it costs about the same as.
-            # A taken id inserts nothing and goes down the full path, which decides.
-            # SQLite takes the write lock for the statement with the busy handler, as
-            # BEGIN IMMEDIATE does.
-            state = initial_state(_run_at(jobs[0], now), now)
-            row = _row(jobs[0], now, 0, state)
-            if self.conn.execute(Q["insert_job"], row).rowcount == 1:
-                return [_inserted(jobs[0], row, state)]
-        out: list[Job | None] = []
-        refused: dict[int, RefusedJob] = {}
-        with self.write() as db:
-            if any(new.depends_on for new in jobs):  # a workflow (conveyor.dependencies)
-                stored = states_of(db, [p for new in jobs for p in new.depends_on])
-                check_parents(jobs, stored.__contains__)
-            room = Room(db, now, bounds_of(jobs))
-            vtimes = fair_vtimes(db)
-            for pos, new in enumerate(jobs):
-                existing = self._find_duplicate(db, new, now)
-                if existing is not None:
-                    out.append(existing)
-                    continue
-                if new.depends_on:  # blocked jobs take no room in a bounded queue
-                    out.append(self._insert_dependant(db, new, now, vtimes.assign(new) or 0))
-                    continue
-                refusal = room.take(new.queue)
-                if refusal is not None:
-                    refused[pos] = refusal
-                    out.append(None)
-                    continue
-                out.append(self._insert(db, new, now, vtimes.assign(new) or 0))
-            room.shed()
-            db.executemany(Q["set_fair_key_vtime"], [
-                {"queue": queue, "key": key, "vtime": vtime}
-                for (queue, key), vtime in vtimes.last.items()])
-        return raise_if_refused(jobs, out, refused)
-
-    def _insert_dependant(self, db: sqlite3.Connection, new: NewJob, now: float,
-                          fair_vtime: int) -> Job:
-        run_at = now if new.run_at is None else new.run_at
-        states = {i: JobState(v) for i, v in states_of(db, new.depends_on).items()}
-        start = start_of(new.id, new.depends_on, states, new.allow_failure,
-                         initial_state(run_at, now))
-        self._insert(db, new, now, fair_vtime, start.state)
-        link(db, new.id, start, new.allow_failure, now, new.depends_on)
-        job = self._get(db, new.id)
-        assert job is not None
-        return job
-
-    @staticmethod
-    def _insert(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int,
-                state: JobState | None = None) -> Job:
-        state = initial_state(_run_at(new, now), now) if state is None else state
-        row = _row(new, now, fair_vtime, state)
-        if db.execute(Q["insert_job"], row).rowcount == 0:
-            # The id names a finished job whose dedup window is over: replace it.
-            db.execute(Q["delete_finished_job"], {"id": new.id})
-            db.execute(Q["insert_job"], row)
-        return _inserted(new, row, state)
-
-    def _find_duplicate(self, db: sqlite3.Connection, new: NewJob, now: float) -> Job | None:
-        hit = db.execute(Q["find_duplicate_by_id"], {"id": new.id, "now": now}).fetchone()
-        if hit is None and new.unique_key is not None:
-            hit = db.execute(
-                Q["find_duplicate_by_unique_key"], {"unique_key": new.unique_key, "now": now}
-            ).fetchone()
-        return None if hit is None else job_from_row(hit)
+        return enqueue_jobs(self, jobs)
 
     # --- worker -------------------------------------------------------------------
     def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
@@ -293,35 +222,6 @@ def _batchable(settlements: Sequence[Settlement]
     return completed, [s for s in settlements if id(s) not in batched]
 
 
-def _run_at(new: NewJob, now: float) -> float:
-    return now if new.run_at is None else new.run_at
-
-
-def _row(new: NewJob, now: float, fair_vtime: int, state: JobState) -> dict[str, Any]:
-    """The insert_job parameters of a new job."""
-    return {
-        "id": new.id, "queue": new.queue, "task": new.task, "payload": new.payload,
-        "state": state.value, "priority": new.priority, "max_attempts": new.max_attempts,
-        "run_at": _run_at(new, now), "created_at": now, "unique_key": new.unique_key,
-        "unique_for": new.unique_for, "timeout": new.timeout,
-        "meta": json.dumps(new.meta) if new.meta else "{}",
-        "aging": new.aging, "fair_vtime": fair_vtime, "concurrency_key": new.concurrency_key,
-        "concurrency_limit": new.concurrency_limit, "rate_key": new.rate_key,
-    }
-
-
-def _inserted(new: NewJob, row: dict[str, Any], state: JobState) -> Job:
-    """The job just stored from `row`, built here rather than read back."""
-    return Job(
-        id=new.id, task=new.task, queue=new.queue, payload=new.payload,
-        state=state, priority=new.priority, max_attempts=new.max_attempts,
-        run_at=row["run_at"], created_at=row["created_at"], unique_key=new.unique_key,
-        unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-        aging=new.aging, concurrency_key=new.concurrency_key,
-        concurrency_limit=new.concurrency_limit, rate_key=new.rate_key,
-    )
-
-
 def _buckets(db: sqlite3.Connection, request: ClaimRequest, now: float) -> ClaimBuckets | None:
     """The claim's buckets as stored (inside its write transaction: no other claimer
     spends them meanwhile), or None when the worker declares no limit."""
@@ -374,15 +274,3 @@ def _decoded(row: Any, job_id: str) -> tuple[Job, int, int]:
 def _claim_key(job: Job, fair_vtime: int, seq: int) -> tuple[int, int, float, int]:
     priority, at = claim_rank(job.priority, job.run_at, job.aging)
     return -priority, fair_vtime, at, seq
-
-
-def fair_vtimes(db: sqlite3.Connection) -> VtimeAssigner:
-    """The vtimes of a batch, read from the fairness tables (written back by the caller)."""
-    def read_last(queue: str, key: str) -> int:
-        row = db.execute(Q["fair_key_vtime"], {"queue": queue, "key": key}).fetchone()
-        return 0 if row is None else as_vtime(row[0])
-
-    def read_queue(queue: str) -> int:
-        row = db.execute(Q["fair_queue_vtime"], {"queue": queue}).fetchone()
-        return 0 if row is None else as_vtime(row[0])
-    return VtimeAssigner(read_last, read_queue)
