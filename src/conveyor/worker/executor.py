@@ -9,7 +9,6 @@ import logging
 import socket
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Settlement
@@ -63,10 +62,10 @@ def decode_payload(job: Job, text: str | None = None) -> tuple[list[Any], dict[s
 
 
 class JobExecutor:
-    def __init__(self, app: WorkerApp, worker_id: str, thread_pool: Executor) -> None:
+    def __init__(self, app: WorkerApp, worker_id: str, threads: ThreadBridge) -> None:
         self.app = app
         self.worker_id = worker_id
-        self.threads = ThreadBridge(thread_pool)
+        self.threads = threads  # sync handlers run there
         self.retry_ledger = RetryLedger(self._budget_of)
         self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.adaptive
         self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported

@@ -142,7 +142,7 @@ async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: flo
         soft = None
     call = _ThreadCall(fn)
     loop = asyncio.get_running_loop()
-    future, queued = threads.submit(call)
+    future = threads.submit(call)
     started = loop.time()
     try:
         if soft is None and hard is None:
@@ -166,7 +166,6 @@ async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: flo
         # A cold stop or a lost lease: the thread's result is dropped, and a call still
         # waiting for a thread never starts.
         future.cancel()
-        queued.cancel()
         raise
     future.cancel()  # its result, whenever it comes, is dropped
     on_runaway()
