@@ -25,8 +25,9 @@ code, and prints its rows and the ratio of this code's CPU per job to it run by 
 a comparison that the machine's load shifts far less than two separate runs.
 
 `--profile` runs the worker under cProfile instead and prints Conveyor's 15
-functions with the largest cumulative time in the event-loop thread (the profiler's own overhead inflates every figure; read
-it for where the time goes, not for how much).
+functions with the largest cumulative time in the event-loop thread, then the 15 (of
+any code) with the most time of their own (the profiler's own overhead inflates every
+figure; read it for where the time goes, not for how much).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import argparse
 import asyncio
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -200,47 +202,54 @@ def main() -> None:
           f"{'drain jobs/s':^26} | {'cores':^17}")
     print(f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
           f"| {'min':>8} {'median':>8} {'max':>8} | {'min':>5} {'med':>5} {'max':>5}")
-    for backend in args.backends.split(","):
-        for kind in ("async", "sync"):
-            task = f"noop_{kind}"
-            if args.profile:
-                out = folder / f"{backend}-{kind}.pstats"
-                one_run(backend, task, args.jobs, folder, profile_to=out)
-                print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
-                      "time (cProfile, the worker's event-loop thread)")
-                stats = pstats.Stats(str(out)).sort_stats("cumulative")
-                # Conveyor's own code, without the start-up (imports, CLI parsing).
-                stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
-                continue
-            codes: list[Path | None] = [None] if args.against is None else [None, args.against]
-            runs: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
-            base: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
-            for _ in range(args.repeat):
-                for code in codes:  # interleaved: each code's run next to the other's
-                    # A worker over an empty queue: its start and exit, taken off every run.
-                    base[code].append(one_run(backend, task, 0, folder, workers=args.workers,
-                                              src=code))
-                    runs[code].append(one_run(backend, task, args.jobs, folder,
-                                              workers=args.workers, src=code))
-            per_job = {}
-            for code in codes:
-                base_worker, base_server, base_wall = (statistics.median(c) for c in zip(*base[code]))
-                worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs[code]]
-                server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs[code]]
-                rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs[code]]
-                cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
-                         for w, s, wall in runs[code]]
-                per_job[code] = worker
-                label = kind if code is None else "  vs"
-                print(f"{backend:9} {label:7} | {spread(worker)} | {spread(server)} | "
-                      f"{spread(rate)} | {min(cores):5.2f} {statistics.median(cores):5.2f} "
-                      f"{max(cores):5.2f}")
-            if args.against is not None:
-                ratios = [ours / theirs for ours, theirs in zip(per_job[None],
-                                                                 per_job[args.against])]
-                print(f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "
-                      f"{max(ratios):8.2f} | worker CPU per job, this code / --against, "
-                      f"run by run (load {os.getloadavg()[0]:.2f})")
+    try:
+        for backend in args.backends.split(","):
+            for kind in ("async", "sync"):
+                task = f"noop_{kind}"
+                if args.profile:
+                    out = folder / f"{backend}-{kind}.pstats"
+                    one_run(backend, task, args.jobs, folder, profile_to=out)
+                    print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
+                          "time (cProfile, the worker's event-loop thread)")
+                    stats = pstats.Stats(str(out)).sort_stats("cumulative")
+                    # Conveyor's own code, without the start-up (imports, CLI parsing).
+                    stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
+                    print(f"{backend} {kind}: the 15 functions with the most time of their own "
+                          "(any code: the event loop, the driver, json)")
+                    stats.sort_stats("tottime").print_stats(15)
+                    continue
+                codes: list[Path | None] = [None] if args.against is None else [None, args.against]
+                runs: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
+                base: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
+                for _ in range(args.repeat):
+                    for code in codes:  # interleaved: each code's run next to the other's
+                        # A worker over an empty queue: its start and exit, taken off every run.
+                        base[code].append(one_run(backend, task, 0, folder, workers=args.workers,
+                                                  src=code))
+                        runs[code].append(one_run(backend, task, args.jobs, folder,
+                                                  workers=args.workers, src=code))
+                per_job = {}
+                for code in codes:
+                    base_worker, base_server, base_wall = (statistics.median(c)
+                                                           for c in zip(*base[code]))
+                    worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs[code]]
+                    server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs[code]]
+                    rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs[code]]
+                    cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
+                             for w, s, wall in runs[code]]
+                    per_job[code] = worker
+                    label = kind if code is None else "  vs"
+                    print(f"{backend:9} {label:7} | {spread(worker)} | {spread(server)} | "
+                          f"{spread(rate)} | {min(cores):5.2f} {statistics.median(cores):5.2f} "
+                          f"{max(cores):5.2f}")
+                if args.against is not None:
+                    ratios = [ours / theirs for ours, theirs in zip(per_job[None],
+                                                                     per_job[args.against])]
+                    print(f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "
+                          f"{max(ratios):8.2f} | worker CPU per job, this code / --against, "
+                          f"run by run (load {os.getloadavg()[0]:.2f})")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the SQLite files of every run
     print(f"(start and exit taken off: a worker over an empty queue, median of {args.repeat})")
 
 if __name__ == "__main__":
