@@ -4,6 +4,7 @@ result is a `Settlement` that the completer writes in a batch."""
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import socket
@@ -175,10 +176,10 @@ class JobExecutor:
                 outcome = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
                                                   on_runaway=lambda: self.on_runaway(job))
             else:
-                call = contextvars.copy_context().run
-                outcome = await run_sync_limited(
-                    self.threads, lambda: call(task.fn, *args, **kwargs), soft, hard,
-                    on_runaway=lambda: self.on_runaway(job))
+                in_context = functools.partial(contextvars.copy_context().run, task.fn,
+                                               *args, **kwargs)
+                outcome = await run_sync_limited(self.threads, in_context, soft, hard,
+                                                 on_runaway=lambda: self.on_runaway(job))
         finally:
             _CURRENT.reset(token)
         behind_breaker = self.breaker_view.breaker_of(job.rate_key) is not None
