@@ -19,9 +19,15 @@ their sum, and "cores" is all the CPU used (workers and server) over the drain's
 time, which shows when the machine's cores, shared by the workers and the server, are
 what bounds the drain.
 
+`--against SRC` runs another copy of Conveyor's code as well (SRC is its `src` folder, say
+one taken with `git archive`), each of its runs right after the matching run of this
+code, and prints its rows and the ratio of this code's CPU per job to it run by run:
+a comparison that the machine's load shifts far less than two separate runs.
+
 `--profile` runs the worker under cProfile instead and prints Conveyor's 15
-functions with the largest cumulative time in the event-loop thread (the profiler's own overhead inflates every figure; read
-it for where the time goes, not for how much).
+functions with the largest cumulative time in the event-loop thread, then the 15 (of
+any code) with the most time of their own (the profiler's own overhead inflates every
+figure; read it for where the time goes, not for how much).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,16 +150,18 @@ def worker_command(profile_to: Path | None) -> list[str]:
 
 
 def one_run(backend: str, task: str, jobs: int, folder: Path,
-            profile_to: Path | None = None, workers: int = 1) -> tuple[float, float, float]:
+            profile_to: Path | None = None, workers: int = 1,
+            src: Path | None = None) -> tuple[float, float, float]:
     """Worker CPU seconds (summed over `workers` processes), server CPU seconds and wall
-    seconds of burst workers' run over `jobs` jobs (start and exit included)."""
+    seconds of burst workers' run over `jobs` jobs (start and exit included). `src`:
+    the workers run the Conveyor found there instead of the installed one."""
     url = isolated_url(backend, folder)
     try:
         asyncio.run(enqueue(url, task, jobs))
         server = ServerCpu(backend)
         started = time.perf_counter()
         env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": os.pathsep.join(
-            filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))}
+            filter(None, [str(src) if src else None, os.environ.get("PYTHONPATH"), str(HERE)]))}
         running = {subprocess.Popen(worker_command(profile_to), cwd=HERE, env=env).pid
                    for _ in range(workers)}
         worker_cpu = 0.0
@@ -183,6 +192,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="worker processes at once")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another copy's src folder, run interleaved as the reference")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="conveyor-cost-"))
     print(f"{args.jobs} no-op jobs per run, {args.workers} worker process(es) at -c 200, "
@@ -191,31 +202,54 @@ def main() -> None:
           f"{'drain jobs/s':^26} | {'cores':^17}")
     print(f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
           f"| {'min':>8} {'median':>8} {'max':>8} | {'min':>5} {'med':>5} {'max':>5}")
-    for backend in args.backends.split(","):
-        for kind in ("async", "sync"):
-            task = f"noop_{kind}"
-            if args.profile:
-                out = folder / f"{backend}-{kind}.pstats"
-                one_run(backend, task, args.jobs, folder, profile_to=out)
-                print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
-                      "time (cProfile, the worker's event-loop thread)")
-                stats = pstats.Stats(str(out)).sort_stats("cumulative")
-                # Conveyor's own code, without the start-up (imports, CLI parsing).
-                stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
-                continue
-            # A worker over an empty queue: its start and exit, taken off every run.
-            base = [one_run(backend, task, 0, folder, workers=args.workers)
-                    for _ in range(args.repeat)]
-            base_worker, base_server, base_wall = (statistics.median(c) for c in zip(*base))
-            runs = [one_run(backend, task, args.jobs, folder, workers=args.workers)
-                    for _ in range(args.repeat)]
-            worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs]
-            server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs]
-            rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs]
-            cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
-                     for w, s, wall in runs]
-            print(f"{backend:9} {kind:7} | {spread(worker)} | {spread(server)} | {spread(rate)} "
-                  f"| {min(cores):5.2f} {statistics.median(cores):5.2f} {max(cores):5.2f}")
+    try:
+        for backend in args.backends.split(","):
+            for kind in ("async", "sync"):
+                task = f"noop_{kind}"
+                if args.profile:
+                    out = folder / f"{backend}-{kind}.pstats"
+                    one_run(backend, task, args.jobs, folder, profile_to=out)
+                    print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
+                          "time (cProfile, the worker's event-loop thread)")
+                    stats = pstats.Stats(str(out)).sort_stats("cumulative")
+                    # Conveyor's own code, without the start-up (imports, CLI parsing).
+                    stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
+                    print(f"{backend} {kind}: the 15 functions with the most time of their own "
+                          "(any code: the event loop, the driver, json)")
+                    stats.sort_stats("tottime").print_stats(15)
+                    continue
+                codes: list[Path | None] = [None] if args.against is None else [None, args.against]
+                runs: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
+                base: dict[Path | None, list[tuple[float, float, float]]] = {c: [] for c in codes}
+                for _ in range(args.repeat):
+                    for code in codes:  # interleaved: each code's run next to the other's
+                        # A worker over an empty queue: its start and exit, taken off every run.
+                        base[code].append(one_run(backend, task, 0, folder, workers=args.workers,
+                                                  src=code))
+                        runs[code].append(one_run(backend, task, args.jobs, folder,
+                                                  workers=args.workers, src=code))
+                per_job = {}
+                for code in codes:
+                    base_worker, base_server, base_wall = (statistics.median(c)
+                                                           for c in zip(*base[code]))
+                    worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs[code]]
+                    server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs[code]]
+                    rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs[code]]
+                    cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
+                             for w, s, wall in runs[code]]
+                    per_job[code] = worker
+                    label = kind if code is None else "  vs"
+                    print(f"{backend:9} {label:7} | {spread(worker)} | {spread(server)} | "
+                          f"{spread(rate)} | {min(cores):5.2f} {statistics.median(cores):5.2f} "
+                          f"{max(cores):5.2f}")
+                if args.against is not None:
+                    ratios = [ours / theirs for ours, theirs in zip(per_job[None],
+                                                                     per_job[args.against])]
+                    print(f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "
+                          f"{max(ratios):8.2f} | worker CPU per job, this code / --against, "
+                          f"run by run (load {os.getloadavg()[0]:.2f})")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the SQLite files of every run
     print(f"(start and exit taken off: a worker over an empty queue, median of {args.repeat})")
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ T = TypeVar("T")
 DEFAULT_DEAD_RETENTION = 14 * 24 * 3600.0
 
 _CURRENT: ContextVar[JobContext] = ContextVar("conveyor_job")
+_DEFAULT_RETRY = RetryPolicy()  # frozen: one for every context that is given none
 
 
 def current_job() -> JobContext:
@@ -57,7 +58,7 @@ class JobContext:
         # What `once` needs to know how long the job may still run again: the task's
         # policy (set by the executor, which knows the task) and how long a dead job
         # is kept for a redrive (the worker's dead_retention).
-        self.retry_policy = RetryPolicy()
+        self.retry_policy = _DEFAULT_RETRY
         self.retention = retention
         self._open_transaction: Any = None  # the connection inside transaction()
         self._open_transaction_sync: Any = None  # ... inside transaction_sync()

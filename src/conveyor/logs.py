@@ -48,7 +48,9 @@ class JobLogFields:
     correlation_id: str
 
 
-_JOB: ContextVar[JobLogFields | None] = ContextVar("conveyor_log_job", default=None)
+# The job itself, its fields read only when a line is logged: building them for every
+# attempt cost more than most attempts log.
+_JOB: ContextVar[Job | None] = ContextVar("conveyor_log_job", default=None)
 _CORRELATION: ContextVar[str | None] = ContextVar("conveyor_correlation", default=None)
 
 
@@ -59,11 +61,14 @@ def correlation_of(job: Job) -> str:
 
 def bind_job(job: Job) -> None:
     """Tag every log line of the current asyncio task (one job attempt) with the job."""
-    _JOB.set(JobLogFields(job.id, job.task, job.queue, job.attempt, correlation_of(job)))
+    _JOB.set(job)
 
 
 def current_job_fields() -> JobLogFields | None:
-    return _JOB.get()
+    job = _JOB.get()
+    if job is None:
+        return None
+    return JobLogFields(job.id, job.task, job.queue, job.attempt, correlation_of(job))
 
 
 def current_correlation_id() -> str | None:
@@ -71,8 +76,8 @@ def current_correlation_id() -> str | None:
     scoped = _CORRELATION.get()
     if scoped is not None:
         return scoped
-    fields = _JOB.get()
-    return None if fields is None else fields.correlation_id
+    job = _JOB.get()
+    return None if job is None else correlation_of(job)
 
 
 @contextmanager
@@ -92,6 +97,9 @@ def correlation_scope(correlation_id: str) -> Iterator[None]:
 class CorrelationIds:
     """Middleware: stamp each new job with the current correlation id (or its own id)."""
 
+    def passes_on(self, ctx: MiddlewareContext) -> bool:
+        return not isinstance(ctx, EnqueueContext)  # an execution: nothing to stamp
+
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
         if isinstance(ctx, EnqueueContext):
             current = current_correlation_id()
@@ -107,7 +115,7 @@ class JobLogFilter(logging.Filter):
     """Adds job_id, task, queue, attempt, correlation_id to records (None outside a job)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        fields = _JOB.get()
+        fields = current_job_fields()
         for name in JOB_FIELDS:
             if not hasattr(record, name):
                 setattr(record, name, None if fields is None else getattr(fields, name))

@@ -15,6 +15,7 @@ never recorded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from opentelemetry import context as otel_context
@@ -35,6 +36,9 @@ from .version import __version__
 
 TRACE_META_KEY = "trace"
 SYSTEM = "conveyor"
+# Seconds an "off" reading of the global provider stands: a provider set up while jobs
+# run is seen by the jobs that start this long after it, at most.
+OFF_RECHECK = 1.0
 
 
 def _attributes(queue: str, job_id: str, task: str, operation: str, kind: str) -> dict[str, str]:
@@ -55,17 +59,31 @@ class Tracing:
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("conveyor", __version__, tracer_provider=tracer_provider)
         self._own_provider = tracer_provider is not None
+        self._off_until = 0.0  # monotonic time until which "off" is taken as read
 
     def _off(self) -> bool:
         """True while nothing would record a span: no provider given and none set
         globally (the API's placeholder) or the API's no-op one. Then the middleware
         only passes the call on: building spans nobody records cost about a third of
         a no-op job's time in the worker (benchmarks/cost_per_job.py --profile). Read
-        per call, since an SDK may be set up after the app is made. The trace
-        context still travels through such a process (`_pass_on`)."""
+        again after OFF_RECHECK seconds, since an SDK may be set up after the app is
+        made: reading it costs an environment lookup (the API checks
+        OTEL_PYTHON_TRACER_PROVIDER each time), a few µs that every job paid. The
+        trace context still travels through such a process (`_pass_on`)."""
         if self._own_provider:
             return False
-        return isinstance(trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider))
+        now = time.monotonic()
+        if now < self._off_until:
+            return True
+        off = isinstance(trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider))
+        self._off_until = now + OFF_RECHECK if off else 0.0
+        return off
+
+    def passes_on(self, ctx: MiddlewareContext) -> bool:
+        """An execution with nothing recording and no trace context to run in (see
+        `_pass_on`): the chain leaves this layer out."""
+        return (isinstance(ctx, ExecuteContext)
+                and not isinstance(ctx.job.meta.get(TRACE_META_KEY), dict) and self._off())
 
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
         if self._off():

@@ -19,6 +19,7 @@ from ..worker.pool import run_pool
 from ..worker.pool_fork import fork_children
 from ..worker.pool_config import PoolConfig, parse_size
 from ..worker.process_exit import report_left_running, threads_left_running
+from ..worker.process_gc import tune_gc_for_worker
 from .exits import DEAD_JOBS, USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
@@ -185,6 +186,7 @@ def worker_command(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
                            "add -p/--processes N", USAGE)
+    tune_gc_for_worker()
     code = asyncio.run(_serve(app, config))
     mark_process_dead_if_metrics(args)
     # A thread still running (a busy sync handler, one a handler started) would hold

@@ -4,12 +4,12 @@ result is a `Settlement` that the completer writes in a batch."""
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import socket
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Settlement
@@ -63,10 +63,10 @@ def decode_payload(job: Job, text: str | None = None) -> tuple[list[Any], dict[s
 
 
 class JobExecutor:
-    def __init__(self, app: WorkerApp, worker_id: str, thread_pool: Executor) -> None:
+    def __init__(self, app: WorkerApp, worker_id: str, threads: ThreadBridge) -> None:
         self.app = app
         self.worker_id = worker_id
-        self.threads = ThreadBridge(thread_pool)
+        self.threads = threads  # sync handlers run there
         self.retry_ledger = RetryLedger(self._budget_of)
         self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.adaptive
         self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
@@ -92,7 +92,8 @@ class JobExecutor:
         settlement = None
         try:
             settlement = await self._observed(job, ctx)
-            await self._report_to_breaker(job)
+            if job.id in self._breaker_failed:  # behind a breaker: a coroutine only then
+                await self._report_to_breaker(job)
         finally:
             self._deferred.discard(job.id)  # however the attempt ended
             self._breaker_failed.pop(job.id, None)
@@ -175,10 +176,10 @@ class JobExecutor:
                 outcome = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
                                                   on_runaway=lambda: self.on_runaway(job))
             else:
-                call = contextvars.copy_context().run
-                outcome = await run_sync_limited(
-                    self.threads, lambda: call(task.fn, *args, **kwargs), soft, hard,
-                    on_runaway=lambda: self.on_runaway(job))
+                in_context = functools.partial(contextvars.copy_context().run, task.fn,
+                                               *args, **kwargs)
+                outcome = await run_sync_limited(self.threads, in_context, soft, hard,
+                                                 on_runaway=lambda: self.on_runaway(job))
         finally:
             _CURRENT.reset(token)
         behind_breaker = self.breaker_view.breaker_of(job.rate_key) is not None
@@ -234,6 +235,8 @@ class JobExecutor:
             self._deferred.discard(job.id)  # no middleware is left to report it to
 
     def _encode(self, job: Job, result: Any) -> str | None:
+        if result is None:  # most handlers' value: json.dumps costs a few µs to say so
+            return "null"
         try:
             return json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
@@ -140,9 +141,11 @@ async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: flo
     """Run `fn` on a pool thread under the limits; see the module docstring."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None
-    call = _ThreadCall(fn)
+    # Only a soft limit injects an exception: without one, no lock and thread id to
+    # keep per call.
+    call = _ThreadCall(fn) if soft is not None else None
     loop = asyncio.get_running_loop()
-    future, queued = threads.submit(call)
+    future = threads.submit(call if call is not None else functools.partial(call_capturing, fn))
     started = loop.time()
     try:
         if soft is None and hard is None:
@@ -150,6 +153,7 @@ async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: flo
         if soft is not None:
             done, _ = await asyncio.wait([future], timeout=soft)
             if not done:
+                assert call is not None
                 call.interrupt()
                 if hard is None:
                     # SoftTimeLimitExceeded, unless the handler caught it
@@ -166,7 +170,6 @@ async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: flo
         # A cold stop or a lost lease: the thread's result is dropped, and a call still
         # waiting for a thread never starts.
         future.cancel()
-        queued.cancel()
         raise
     future.cancel()  # its result, whenever it comes, is dropped
     on_runaway()

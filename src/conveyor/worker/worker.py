@@ -15,7 +15,6 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +34,7 @@ from .breaker_view import REFRESH_INTERVAL
 from .presence import Presence
 from .rescue import rescue_expired
 from .retry_ledger import SYNC_INTERVAL
+from .thread_bridge import ThreadBridge
 from .unlimited_calls import unlimited_callers
 
 if TYPE_CHECKING:
@@ -80,16 +80,13 @@ class Worker(HeldJobs):
         self._slot_freed = asyncio.Event()
         self._key_slot_freed = asyncio.Event()
         self._keyed_settling: set[str] = set()
-        self._thread_pool = ThreadPoolExecutor(
-            max_workers=config.thread_pool_size or config.concurrency,
-            thread_name_prefix="conveyor-job",
-        )
+        self._threads = ThreadBridge(config.thread_pool_size or config.concurrency)
         self._backend: Backend | None = None
         self._started_at = app.clock()
         # Its record in `workers` and its liveness signal (presence.py).
         self._presence = Presence(self.id, config, app.clock, self._closing, self._record)
         self._completer: Completer | None = None
-        self._executor = JobExecutor(app, self.id, self._thread_pool)
+        self._executor = JobExecutor(app, self.id, self._threads)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
         self._executor.on_runaway = self._on_runaway
         self._queue_plan = QueuePlan(config.queues, config.queue_weights, slots=config.concurrency)
@@ -186,7 +183,7 @@ class Worker(HeldJobs):
             for service in [producer, *services]:
                 service.cancel()
             await asyncio.gather(producer, *services, return_exceptions=True)
-            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.shutdown()
             try:
                 await self._write_stats()
             except Exception:  # noqa: BLE001 - kept for the next run of this process
