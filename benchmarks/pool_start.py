@@ -80,7 +80,9 @@ def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
     app.jobs.purge("bench")
     app.jobs.delete(JobFilter(), limit=10_000_000)
     app.enqueue_many([hang.message(0.05) for _ in range(4000)])
-    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": str(HERE)}
+    # Appended to, not replaced: PYTHONPATH=<another checkout>/src measures that code.
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": path}
     args = [sys.executable, "-m", "conveyor", "worker", "bench_app:app", "-q", "bench", "-c", "10"]
     if processes:
         args += ["-p", str(processes)]
