@@ -172,7 +172,7 @@ def worker_command(args: argparse.Namespace) -> int:
         forked = fork_children(args.app, pool, settings)
         try:
             app = load_app(args.app)
-            observe(app, args)
+            observe(app, args, runs_jobs=False)
             return int(run_pool(app, args.app, settings(app), pool, forked))
         except BaseException:
             if forked is not None:
@@ -238,13 +238,18 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> int:
         await app.aclose()
 
 
-def observe(app: Conveyor, args: argparse.Namespace) -> None:
+def observe(app: Conveyor, args: argparse.Namespace, *, runs_jobs: bool = True) -> None:
     """Correlation ids always, tracing when OpenTelemetry is installed, metrics (and
-    their endpoint) with --metrics-port: the observers of conveyor.middleware."""
+    their endpoint) with --metrics-port: the observers of conveyor.middleware.
+
+    A pool's supervisor (`runs_jobs=False`) neither runs nor enqueues jobs, so it has
+    nothing to trace: it skips importing OpenTelemetry, which its children are doing
+    on the same cores at the same moment."""
     from ..instrumentation import instrument
 
     try:
-        instrument(app, metrics=True if args.metrics_port else False, tracing=None)
+        instrument(app, metrics=True if args.metrics_port else False,
+                   tracing=None if runs_jobs else False)
     except ImportError as exc:
         raise CliError(f"--metrics-port needs prometheus-client: pip install "
                        f"'conveyor[metrics]' ({exc})", USAGE) from None
