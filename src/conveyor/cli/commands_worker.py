@@ -19,6 +19,7 @@ from ..worker.pool import run_pool
 from ..worker.pool_fork import fork_children
 from ..worker.pool_config import PoolConfig, parse_size
 from ..worker.process_exit import report_left_running, threads_left_running
+from ..worker.process_start import starting
 from .exits import DEAD_JOBS, USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
@@ -167,20 +168,23 @@ def worker_command(args: argparse.Namespace) -> int:
         pool = _pool_config(args)
         if args.metrics_port:
             share_metrics_between_processes()
-        # Before the app is imported: the children load it alongside this process
-        # (worker/pool_fork.py says why that is safe here and nowhere later).
-        forked = fork_children(args.app, pool, settings)
+        forked = None
         try:
-            app = load_app(args.app)
-            observe(app, args, runs_jobs=False)
+            with starting():
+                # Before the app is imported: the children load it alongside this process
+                # (worker/pool_fork.py says why that is safe here and nowhere later).
+                forked = fork_children(args.app, pool, settings)
+                app = load_app(args.app)
+                observe(app, args, runs_jobs=False)
             return int(run_pool(app, args.app, settings(app), pool, forked))
         except BaseException:
             if forked is not None:
                 forked.abandon()
             raise
-    app = load_app(args.app)
-    observe(app, args)
-    config = settings(app)
+    with starting():
+        app = load_app(args.app)
+        observe(app, args)
+        config = settings(app)
     for option in ("max_tasks_per_child", "max_memory_per_child"):
         if getattr(args, option) is not None:
             raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
