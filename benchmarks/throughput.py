@@ -157,7 +157,14 @@ def pickup(app: object, url: str, task: object, samples: int, rate: float) -> tu
     (on a schedule, not waiting for each result), from enqueue to start. The enqueue
     calls' own time is shown too: a job's clock starts before its insert is written."""
     procs = [run_worker_process(url, 10)]
-    time.sleep(1.0)  # let the worker start and go idle (not a synchronisation: timing only)
+    # Measured from when the worker has announced itself (its record is written just
+    # before its first claim), not after a fixed pause: on a loaded machine a worker
+    # still starting made the first jobs wait for its start.
+    deadline = time.monotonic() + 60
+    while not any(w.pid == procs[0].pid for w in app.jobs.workers()):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline and procs[0].poll() is None, "the worker did not start"
+        time.sleep(0.01)
+    time.sleep(0.5)  # then idle: its first, empty claim is done (timing only)
     handles, calls = [], []
     t0 = time.perf_counter()
     for i in range(samples):
