@@ -24,7 +24,9 @@ sys.path.insert(0, str(HERE))
 
 
 def run_worker_process(url: str, concurrency: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": str(HERE)}
+    # Appended to, not replaced: PYTHONPATH=<another checkout>/src measures that code.
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": path}
     return subprocess.Popen([sys.executable, __file__, "--serve", "--url", url,
                              "--concurrency", str(concurrency)], env=env)
 
@@ -33,8 +35,13 @@ def serve(url: str, concurrency: int) -> None:
     import signal
 
     os.environ["CONVEYOR_URL"] = url
-    from bench_app import app
-    from conveyor.worker import Worker, WorkerConfig
+    try:  # as `conveyor worker` starts (code from before it had this: as it was)
+        from conveyor.worker.process_start import starting
+    except ImportError:
+        from contextlib import nullcontext as starting
+    with starting():
+        from bench_app import app
+        from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
         worker = Worker(app, WorkerConfig(queues=("bench",), concurrency=concurrency,
@@ -61,6 +68,8 @@ def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--pickup-rate", type=float, default=100.0,
                         help="jobs a second enqueued for the pickup latency")
+    parser.add_argument("--pickup-only", action="store_true",
+                        help="measure the pickup latency alone (no enqueue or drain runs)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -79,6 +88,12 @@ def main() -> None:
 
     def clear() -> None:
         app.jobs.delete(JobFilter(states=(JobState.COMPLETED,)), limit=10_000_000)
+
+    if args.pickup_only:
+        rows.append(pickup(app, url, noop_async, args.latency_samples, args.pickup_rate))
+        report(url, rows)
+        app.close()
+        return
 
     # 1. Enqueue one by one through the sync API.
     t0 = time.perf_counter()
@@ -132,17 +147,33 @@ def main() -> None:
     drain(noop_async, "async no-op")
     drain(noop_sync, "sync no-op")
 
-    # 3. Pickup latency of an idle worker: jobs enqueued one at a time at a steady
-    # --pickup-rate (on a schedule, not waiting for each result), enqueue to start.
+    rows.append(pickup(app, url, noop_async, args.latency_samples, args.pickup_rate))
+    report(url, rows)
+    app.close()
+
+
+def pickup(app: object, url: str, task: object, samples: int, rate: float) -> tuple[str, str]:
+    """Pickup latency of an idle worker: jobs enqueued one at a time at a steady `rate`
+    (on a schedule, not waiting for each result), from enqueue to start. The enqueue
+    calls' own time is shown too: a job's clock starts before its insert is written."""
     procs = [run_worker_process(url, 10)]
-    time.sleep(1.0)  # let the worker start and go idle (not a synchronisation: timing only)
-    handles = []
+    # Measured from when the worker has announced itself (its record is written just
+    # before its first claim), not after a fixed pause: on a loaded machine a worker
+    # still starting made the first jobs wait for its start.
+    deadline = time.monotonic() + 60
+    while not any(w.pid == procs[0].pid for w in app.jobs.workers()):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline and procs[0].poll() is None, "the worker did not start"
+        time.sleep(0.01)
+    time.sleep(0.5)  # then idle: its first, empty claim is done (timing only)
+    handles, calls = [], []
     t0 = time.perf_counter()
-    for i in range(args.latency_samples):
-        pause = t0 + i / args.pickup_rate - time.perf_counter()
+    for i in range(samples):
+        pause = t0 + i / rate - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
-        handles.append(noop_async.enqueue(i))
+        called = time.perf_counter()
+        handles.append(task.enqueue(i))  # type: ignore[attr-defined]
+        calls.append((time.perf_counter() - called) * 1000)
     for handle in handles:
         handle.result(timeout=30)
     for p in procs:
@@ -153,16 +184,21 @@ def main() -> None:
         job = handle.refresh()
         assert job.started_at is not None and job.attempt == 1, job
         latencies.append((job.started_at - job.created_at) * 1000)
-    rows.append((f"idle pickup latency (enqueue -> start, {args.pickup_rate:g} jobs/s)",
-                 f"p50 {percentile(latencies, 50):.2f} ms, p95 {percentile(latencies, 95):.2f} ms, "
-                 f"p99 {percentile(latencies, 99):.2f} ms"))
+    from conveyor.backends.base import JobFilter
+    app.jobs.delete(JobFilter(ids=tuple(h.id for h in handles)), limit=samples)  # type: ignore[attr-defined]
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    return (f"idle pickup latency (enqueue -> start, {rate:g} jobs/s)",
+            f"p50 {p50:.2f} ms, p95 {percentile(latencies, 95):.2f} ms, p99 {p99:.2f} ms "
+            f"({p99 / p50:.1f}x p50); enqueue call p50 {percentile(calls, 50):.2f} ms, "
+            f"p99 {percentile(calls, 99):.2f} ms")
 
+
+def report(url: str, rows: list[tuple[str, str]]) -> None:
     from conveyor.backends import redact_url
     width = max(len(r[0]) for r in rows)
     print(f"\nConveyor benchmark on {redact_url(url)} ({os.cpu_count()} cores)")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    app.close()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from .admin import Admin, Jobs
 from .backends import backend_from_url, redact_url
 from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
 from .blobs import BlobStore
@@ -22,6 +21,7 @@ from .concurrency import Adaptive, concurrency_rule
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .handle import JobHandle, handles, refusals_by_handle
 from .hygiene import PayloadHygiene
+from .inspection import Inspection
 from .job import Job, NewJob
 from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from .portal import Portal
@@ -48,7 +48,7 @@ class PeriodicDecorator(Protocol):
     def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
-class Conveyor(FlowDeclarations):
+class Conveyor(FlowDeclarations, Inspection):
     """A Conveyor application. Nothing connects until first use.
 
     `version=` is your application's version (default: `$CONVEYOR_APP_VERSION`); each
@@ -102,8 +102,6 @@ class Conveyor(FlowDeclarations):
         self.claim_check = ClaimCheck(self, claim_check_threshold, max_payload, blob_store,
                                       to_seconds(orphan_grace))
         self.hygiene = PayloadHygiene(payload_hygiene)
-        self.admin = Admin(self)
-        self.jobs = Jobs(self)
         self._backend_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )

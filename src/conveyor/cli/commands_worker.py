@@ -19,7 +19,7 @@ from ..worker.pool import run_pool
 from ..worker.pool_fork import fork_children
 from ..worker.pool_config import PoolConfig, parse_size
 from ..worker.process_exit import report_left_running, threads_left_running
-from ..worker.process_gc import tune_gc_for_worker
+from ..worker.process_start import starting
 from .exits import DEAD_JOBS, USAGE, CliError
 from .loading import APP_PATH_HELP, load_app, open_backend
 from .logs import FORMATS, LEVELS, configure_logging, flush_all
@@ -168,25 +168,27 @@ def worker_command(args: argparse.Namespace) -> int:
         pool = _pool_config(args)
         if args.metrics_port:
             share_metrics_between_processes()
-        # Before the app is imported: the children load it alongside this process
-        # (worker/pool_fork.py says why that is safe here and nowhere later).
-        forked = fork_children(args.app, pool, settings)
+        forked = None
         try:
-            app = load_app(args.app)
-            observe(app, args)
+            with starting():
+                # Before the app is imported: the children load it alongside this process
+                # (worker/pool_fork.py says why that is safe here and nowhere later).
+                forked = fork_children(args.app, pool, settings)
+                app = load_app(args.app)
+                observe(app, args, runs_jobs=False)
             return int(run_pool(app, args.app, settings(app), pool, forked))
         except BaseException:
             if forked is not None:
                 forked.abandon()
             raise
-    app = load_app(args.app)
-    observe(app, args)
-    config = settings(app)
+    with starting():
+        app = load_app(args.app)
+        observe(app, args)
+        config = settings(app)
     for option in ("max_tasks_per_child", "max_memory_per_child"):
         if getattr(args, option) is not None:
             raise CliError(f"--{option.replace('_', '-')} replaces pool children: "
                            "add -p/--processes N", USAGE)
-    tune_gc_for_worker()
     code = asyncio.run(_serve(app, config))
     mark_process_dead_if_metrics(args)
     # A thread still running (a busy sync handler, one a handler started) would hold
@@ -240,13 +242,18 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> int:
         await app.aclose()
 
 
-def observe(app: Conveyor, args: argparse.Namespace) -> None:
+def observe(app: Conveyor, args: argparse.Namespace, *, runs_jobs: bool = True) -> None:
     """Correlation ids always, tracing when OpenTelemetry is installed, metrics (and
-    their endpoint) with --metrics-port: the observers of conveyor.middleware."""
+    their endpoint) with --metrics-port: the observers of conveyor.middleware.
+
+    A pool's supervisor (`runs_jobs=False`) neither runs nor enqueues jobs, so it has
+    nothing to trace: it skips importing OpenTelemetry, which its children are doing
+    on the same cores at the same moment."""
     from ..instrumentation import instrument
 
     try:
-        instrument(app, metrics=True if args.metrics_port else False, tracing=None)
+        instrument(app, metrics=True if args.metrics_port else False,
+                   tracing=None if runs_jobs else False)
     except ImportError as exc:
         raise CliError(f"--metrics-port needs prometheus-client: pip install "
                        f"'conveyor[metrics]' ({exc})", USAGE) from None

@@ -31,7 +31,7 @@ from ..logs import configure_logging, flush_all
 from .config import WorkerConfig
 from .pool_config import PoolConfig, rss_bytes
 from .process_exit import report_left_running, threads_left_running
-from .process_gc import tune_gc_for_worker
+from .process_start import starting
 from .worker import ExitStatus, Worker
 
 if TYPE_CHECKING:
@@ -98,12 +98,12 @@ def child_main(app_path: str, config: Settings, worker_id: str, conn: Connection
     configure_logging(log_level, log_format, process_label="child")
     gate = _Gate(conn, gated)
     try:
-        app = load_app(app_path)
-        from ..instrumentation import instrument
+        with starting():  # a forked child comes with the collector paused: see there
+            app = load_app(app_path)
+            from ..instrumentation import instrument
 
-        instrument(app, metrics=metrics, tracing=None)
-        settings = config if isinstance(config, WorkerConfig) else config(app)
-        tune_gc_for_worker()
+            instrument(app, metrics=metrics, tracing=None)
+            settings = config if isinstance(config, WorkerConfig) else config(app)
         status = asyncio.run(_child(app, settings, worker_id, conn, max_memory, gate))
     except BaseException:  # noqa: BLE001 - report, then exit with the error status
         # Before GO the supervisor is still starting: if it goes on, this child's error

@@ -24,6 +24,7 @@ the start up (KeyboardInterrupt), which kills the gated children: they hold noth
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -117,6 +118,9 @@ def fork_children(app_path: str, pool: PoolConfig,
     if not thread_free() or "fork" not in multiprocessing.get_all_start_methods():
         return None
     context = multiprocessing.get_context("fork")
+    # What the command imported is shared with the children page by page; frozen, no
+    # child's collection writes to those pages (process_start.py).
+    gc.freeze()
     start = ForkedStart([])
     start._previous = {signum: signal.signal(signum, start._keep) for signum in STOP_SIGNALS}
     try:

@@ -1,4 +1,5 @@
-"""A worker process's collector settings: raised thresholds, the app's objects frozen."""
+"""A worker process's collector: paused while it starts, then raised thresholds and the
+start's objects frozen."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.worker.process_gc import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, tune_gc_for_worker
+from conveyor.worker.process_start import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, starting
 
 
 @pytest.fixture
@@ -20,12 +21,15 @@ def restored_gc() -> Iterator[None]:
 
 def test_raises_the_thresholds_and_freezes_what_exists(restored_gc: None) -> None:
     gc.set_threshold(700, 10, 10)
-    tune_gc_for_worker()
+    with starting():
+        assert not gc.isenabled()
+    assert gc.isenabled()
     assert gc.get_threshold() == (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, 10)
     assert gc.get_freeze_count() > 0
 
 
 def test_keeps_higher_thresholds_the_app_set(restored_gc: None) -> None:
     gc.set_threshold(50_000, 100, 20)
-    tune_gc_for_worker()
+    with starting():
+        pass
     assert gc.get_threshold() == (50_000, 100, 20)
