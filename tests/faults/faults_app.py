@@ -23,6 +23,18 @@ def work(seconds: float) -> str:
     return f"attempt {current_job().attempt}"
 
 
+@app.task(name="held", max_attempts=5)
+def held(gate: str) -> str:
+    """Runs until the file `gate` exists (at most two minutes): a test decides when it ends,
+    whatever the machine's load."""
+    record("start")
+    deadline = time.monotonic() + 120.0
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record("finish")
+    return f"attempt {current_job().attempt}"
+
+
 @app.task(name="poison", max_attempts=4, backoff_base=0.01, backoff_cap=0.05)
 def poison() -> None:
     record("start")

@@ -236,14 +236,19 @@ def test_long_job_with_heartbeats_never_runs_twice(
 def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
-    # Long enough for the rescuer to start and rescue it while the stalled run goes on.
-    [job_id] = enqueue(url, lambda app: [app.work.message(8.0)])
+    # The stalled run lasts until the rescuer has rescued the job and runs it again: with a
+    # fixed length, a rescuer slow to start on a loaded machine let the stalled worker, free
+    # again, claim the job back itself (and, never renewing, lose it a second time).
+    gate = tmp_path / "gate"
+    [job_id] = enqueue(url, lambda app: [app.held.message(str(gate))])
     stalled = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "1", via_script=True,
                     env={"CONVEYOR_TEST_HEARTBEATS": "0"})
     runs.wait_for("start", 1)
     # A pool elsewhere rescues the expired lease (rescue every 0.2 s) and runs it again.
     rescuer = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "10",
                     "--rescue", "0.2", via_script=True)
+    runs.wait_for("start", 2)
+    gate.touch()
     job = wait_finished(url, [job_id], timeout=60)[job_id]
     assert job.result_value == "attempt 2"
     runs.wait_for("finish", 2)  # the stalled run finishes too, and tries to record it
@@ -255,7 +260,7 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     for group in (stalled, rescuer):
         group.signal(signal.SIGTERM)
         assert group.wait(30) == 0, group.output()[-3000:]
-    report(backend, Row("heartbeats off, lease 1s, 8s job", 1, 0, len(recorded_twice({job_id: after})),
+    report(backend, Row("heartbeats off, lease 1s, held job", 1, 0, len(recorded_twice({job_id: after})),
                         1, "2nd run after lease; late ack fenced"))
 
 
