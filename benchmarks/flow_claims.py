@@ -66,6 +66,8 @@ def isolated(url: str | None, folder: Path) -> str:
         return f"{url}{'&' if '?' in url else '?'}schema=bench_{name}"
     if url.startswith("redis"):
         return f"{url}{'&' if '?' in url else '?'}prefix=bench-{name}"
+    if url.startswith("memory"):
+        return f"memory://bench-{name}"
     return url
 
 
@@ -76,6 +78,10 @@ async def cleanup(app: Conveyor, url: str) -> None:
         # connection, and land behind the first sweep's cursor.
         for _ in range(2):
             await backend.delete_all_keys()  # type: ignore[attr-defined]
+    elif url.startswith("memory"):
+        from conveyor.backends.memory.backend import drop_store
+
+        drop_store(url)
     elif url.startswith("postgresql"):
         import psycopg
 

@@ -7,14 +7,11 @@ claims of other jobs."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
-from typing import Any
 
 from ...claiming import ClaimBuckets
 from ..base import ClaimRequest
-
-Lanes = Mapping[tuple[str, str | None], Mapping[str, Any]]
+from .ordered import Lanes
 
 
 def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) -> list[str]:
@@ -22,9 +19,10 @@ def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) 
     through; the buckets are spent for them."""
     lanes = []
     for key in (None, *buckets.limits):
-        lane = available.get((queue, key), {})
-        want = n if key is None else min(n, buckets.allowed(key))
-        lanes += [(lane[i], i, key) for i in heapq.nsmallest(want, lane, key=lane.__getitem__)]
+        lane = available.get((queue, key))
+        if lane:
+            want = n if key is None else min(n, buckets.allowed(key))
+            lanes += [(lane[i], i, key) for i in lane.first(want)]
     return buckets.choose(n, lanes)
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import heapq
 
 from ...job import Job, JobState
-
-Order = tuple[int, int, float, int]  # a claim order of the store's `available` (store.py)
+from .ordered import Lanes, Order
 
 
 class KeySlots:
@@ -15,7 +14,7 @@ class KeySlots:
     available jobs are parked (in a heap per key, in claim order, out of the claim's
     sight). Entries of jobs that left are dropped from a heap as they surface."""
 
-    def __init__(self, available: dict[tuple[str, str | None], dict[str, Order]]) -> None:
+    def __init__(self, available: Lanes) -> None:
         self.available = available
         self.holders: dict[str, dict[str, None]] = {}
         self.parked: dict[str, dict[str, tuple[Order, tuple[str, str | None], int]]] = {}
@@ -79,7 +78,7 @@ class KeySlots:
             heapq.heappop(heap)
             del parked[job_id]
             self.hold(key, job_id)
-            self.available.setdefault(lane, {})[job_id] = order
+            self.available[lane][job_id] = order
         if not heap:
             self._heaps.pop(key, None)
             self.parked.pop(key, None)

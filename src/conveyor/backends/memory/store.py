@@ -18,6 +18,7 @@ import heapq
 import json
 import os
 import threading
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from .blobs import BlobTable
 from .rate_lanes import first_in_lanes, next_token_at
 from .dependants import MemoryDependants, link, states_of
 from .expiries import ResultExpiries
+from .ordered import Lanes, OrderedIds
 from .slots import KeySlots
 from .stored_rows import as_number, is_live, past_retention
 from .wakeup import Wakeups
@@ -66,13 +68,13 @@ class MemoryStore:
         self._placed: dict[str, tuple[JobState, str, str | None, str | None, str | None]] = {}
         # (queue, rate key) -> id -> claim order: (-priority, fairness vtime or 0, run_at,
         # seq). A rate-limited job has a lane of its own (rate_lanes.py).
-        self.available: dict[tuple[str, str | None], dict[str, tuple[int, int, float, int]]] = {}
+        self.available: Lanes = defaultdict(OrderedIds)
         self.buckets: dict[str, tuple[float, float]] = {}  # rate key -> (tokens, updated_at)
         # Tenant fairness (conveyor.fairness): last vtime per (queue, key), per queue
         # the vtime its claims reached.
         self.fair_last: dict[tuple[str, str], int] = {}
         self.fair_queue: dict[str, int] = {}
-        self.waiting: dict[str, float] = {}  # scheduled/retryable id -> run_at
+        self.waiting: OrderedIds[float] = OrderedIds()  # scheduled/retryable id -> run_at
         self.running: dict[str, None] = {}
         self.result_expiries = ResultExpiries()  # result_ttl (conveyor.results)
         # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
@@ -104,7 +106,7 @@ class MemoryStore:
             vtime = self.rows[job_id].get("fair_vtime") or 0
             order = (-priority, vtime, at, self.seq[job_id])
             if key is None:  # else parked until its key has a slot (KeySlots.filed)
-                self.available.setdefault((job.queue, job.rate_key), {})[job_id] = order
+                self.available[job.queue, job.rate_key][job_id] = order
         elif job.state in (S.SCHEDULED, S.RETRYABLE):
             self.waiting[job_id] = job.run_at
         elif job.state is S.RUNNING:
@@ -122,7 +124,9 @@ class MemoryStore:
         state, queue, unique_key, key, rate_key = placed
         self.waiting_in.get(queue, {}).pop(job_id, None)
         if state is S.AVAILABLE:
-            self.available.get((queue, rate_key), {}).pop(job_id, None)
+            lane = self.available.get((queue, rate_key))
+            if lane is not None:
+                lane.pop(job_id, None)
         self.slots.leave(key, job_id)
         self.waiting.pop(job_id, None)
         self.running.pop(job_id, None)
@@ -243,7 +247,7 @@ class MemoryStore:
     # --- worker ----------------------------------------------------------------------
     def fetch_jobs(self, request: ClaimRequest, now: float) -> ClaimedJobs:
         with self.lock:
-            for job_id in [i for i, run_at in self.waiting.items() if run_at <= now]:
+            for job_id in self.waiting.up_to(now):
                 state = self._placed[job_id][0]
                 self._move(job_id, state, S.AVAILABLE, Transition.STAGE)
             buckets = ClaimBuckets(request.rate_limits, self.buckets, now)
