@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TypeAlias, TypeVar
 
 Order: TypeAlias = tuple[int, int, float, int]  # a claim order: -priority, vtime, run_at, seq
@@ -43,22 +44,19 @@ class OrderedIds(dict[str, O]):
 
     def first(self, n: int) -> list[str]:
         """The ids of the first `n` in order; they stay in."""
-        taken: list[tuple[O, str]] = []
-        while len(taken) < n and self._live_top() is not None:
-            taken.append(heapq.heappop(self._heap))
-            # The same id filed twice under the same key has two equal entries: one is
-            # dropped here, its twin put back below.
-            while self._heap and self._heap[0] == taken[-1]:
-                heapq.heappop(self._heap)
-        for entry in taken:
-            heapq.heappush(self._heap, entry)
-        return [job_id for _, job_id in taken]
+        return self._leading(lambda taken, _: taken < n)
 
     def up_to(self, limit: O) -> list[str]:
         """The ids whose key is at most `limit`, in order; they stay in."""
+        return self._leading(lambda _, top: top[0] <= limit)
+
+    def _leading(self, more: Callable[[int, tuple[O, str]], bool]) -> list[str]:
+        """The live entries from the top, while `more(how many so far, the next one)`."""
         taken: list[tuple[O, str]] = []
-        while (top := self._live_top()) is not None and top[0] <= limit:
+        while (top := self._live_top()) is not None and more(len(taken), top):
             taken.append(heapq.heappop(self._heap))
+            # The same id filed twice under the same key has two equal entries: one is
+            # dropped here, its twin put back below.
             while self._heap and self._heap[0] == taken[-1]:
                 heapq.heappop(self._heap)
         for entry in taken:
