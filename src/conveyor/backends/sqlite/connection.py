@@ -21,7 +21,10 @@ _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OF
 class SqliteConnection:
     """One connection to one database file, used from one thread."""
 
-    def __init__(self, path: str, clock: Callable[[], float], synchronous: str = "full") -> None:
+    def __init__(self, path: str, clock: Callable[[], float], synchronous: str = "full",
+                 cache_mb: int | None = None) -> None:
+        """`cache_mb`: how many megabytes of the file's pages the connection may keep
+        (None: SQLite's default, 2 MB)."""
         if synchronous.lower() not in _SYNCHRONOUS:
             raise ConfigurationError(
                 f"synchronous={synchronous!r}: expected one of {sorted(_SYNCHRONOUS)}"
@@ -32,12 +35,8 @@ class SqliteConnection:
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
             self.conn.text_factory = _text_or_stand_ins
             self.conn.execute("PRAGMA busy_timeout=30000")
-            # Up to 32 MB of pages kept per connection (SQLite's default is 2 MB, used only
-            # as the file's pages are read): a claim that rotates over fairness keys or
-            # queues reads rows spread over the file, and with 2 MB a queue of 100,000
-            # jobs read most of them back through the WAL on every claim (the claim
-            # 64 % of the plain one's speed, 74-77 % with this: benchmarks/flow_claims.py).
-            self.conn.execute("PRAGMA cache_size=-32768")
+            if cache_mb is not None:
+                self.conn.execute(f"PRAGMA cache_size={-1024 * int(cache_mb)}")
             _use_wal(self.conn)
             self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
         except sqlite3.Error as exc:
