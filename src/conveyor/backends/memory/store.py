@@ -14,7 +14,6 @@ which checks it against `conveyor.lifecycle.TRANSITIONS` first.
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import threading
@@ -78,7 +77,7 @@ class MemoryStore:
         self.running: dict[str, None] = {}
         self.result_expiries = ResultExpiries()  # result_ttl (conveyor.results)
         # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
-        self.waiting_in: dict[str, dict[str, None]] = {}
+        self.waiting_in: defaultdict[str, OrderedIds[float]] = defaultdict(OrderedIds)
         self._by_unique: dict[str, dict[str, None]] = {}  # unique key -> ids holding it
         self.paused: dict[str, bool] = {}
         self.shed: dict[str, int] = {}  # jobs each queue shed, ever (QueueStats.shed)
@@ -99,7 +98,7 @@ class MemoryStore:
         self._unplace(job_id)
         job = decode(job_id, self.rows[job_id])
         if job.state in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
-            self.waiting_in.setdefault(job.queue, {})[job_id] = None
+            self.waiting_in[job.queue][job_id] = self.seq[job_id]  # oldest first: shed_oldest
         key, order = job.concurrency_key, None
         if job.state is S.AVAILABLE:
             priority, at = claim_rank(job.priority, job.run_at, job.aging)
@@ -122,7 +121,8 @@ class MemoryStore:
         if placed is None:
             return
         state, queue, unique_key, key, rate_key = placed
-        self.waiting_in.get(queue, {}).pop(job_id, None)
+        if (waiting := self.waiting_in.get(queue)) is not None:
+            waiting.pop(job_id, None)
         if state is S.AVAILABLE:
             lane = self.available.get((queue, rate_key))
             if lane is not None:
@@ -224,8 +224,7 @@ class MemoryStore:
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
         """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
         why = AttemptError.from_dict(json.loads(shed_error(queue, max_waiting, now)))
-        # The n smallest, not a sort of the whole queue for each job it admits.
-        for job_id in heapq.nsmallest(n, self.waiting_in.get(queue, {}), key=self.seq.__getitem__):
+        for job_id in self.waiting_in[queue].first(n):
             job = decode(job_id, self.rows[job_id])
             self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
                        errors=(*job.errors, why))
