@@ -168,8 +168,7 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
                 oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
         throttled = [(q, len(lane)) for (q, key), lane in store.available.items()
                      if key is not None]
-        parked = [(queue, 1) for jobs in store.slots.parked.values()
-                  for _order, (queue, _bucket), _limit in jobs.values()]
+        parked = [(queue, 1) for _key, queue in store.slots.parked_jobs()]
         return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
                                      list(oldest.items()), list(store.paused.items()),
                                      throttled, parked, list(store.shed.items()))
@@ -183,8 +182,7 @@ def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
         running = [(key, 1, 0) for key, holders in store.slots.holders.items()
                    for job_id in holders
                    if job_id in store.running and wanted(store.rows[job_id].get("queue"))]
-        held = [(key, 0, 1) for key, jobs in store.slots.parked.items()
-                for _order, (queue, _bucket), _limit in jobs.values() if wanted(queue)]
+        held = [(key, 0, 1) for key, queue in store.slots.parked_jobs() if wanted(queue)]
         buckets = [(key, len(lane)) for (queue, key), lane in store.available.items()
                    if key is not None and wanted(queue)]
     return flow_loads_from_rows(query.top, running + held, buckets)

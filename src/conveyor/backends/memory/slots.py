@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import heapq
+from collections import defaultdict
+from collections.abc import Iterator
 
 from ...job import Job, JobState
-from .ordered import Lanes, Order
+from .ordered import Lanes, Order, OrderedIds
+
+Lane = tuple[str, str | None]  # a lane of the store's `available`: (queue, rate limit bucket)
 
 
 class KeySlots:
     """The slots of each concurrency key (conveyor.concurrency): which jobs hold one
     (running, or available and unparked: in `available`, the claim's index) and which
-    available jobs are parked (in a heap per key, in claim order, out of the claim's
-    sight). Entries of jobs that left are dropped from a heap as they surface."""
+    available jobs are parked (per key, in claim order, out of the claim's sight)."""
 
     def __init__(self, available: Lanes) -> None:
         self.available = available
         self.holders: dict[str, dict[str, None]] = {}
-        self.parked: dict[str, dict[str, tuple[Order, tuple[str, str | None], int]]] = {}
-        self._heaps: dict[str, list[tuple[Order, str]]] = {}
+        self.parked: defaultdict[str, OrderedIds[Order]] = defaultdict(OrderedIds)
+        # A parked job's lane to go to when unparked, and its own limit.
+        self._unpark_to: dict[str, tuple[Lane, int]] = {}
         # A key's limit set by its adaptive controller (conveyor.adaptive), in place of
         # its jobs' own concurrency_limit.
         self.overrides: dict[str, int] = {}
@@ -44,11 +47,10 @@ class KeySlots:
             self.park(key, job_id, order, (job.queue, job.rate_key), job.concurrency_limit or 1)
         self.rebalance(key)
 
-    def park(self, key: str, job_id: str, order: Order, lane: tuple[str, str | None],
-             limit: int) -> None:
+    def park(self, key: str, job_id: str, order: Order, lane: Lane, limit: int) -> None:
         """`lane`: where the job goes when unparked, (queue, rate limit bucket)."""
-        self.parked.setdefault(key, {})[job_id] = (order, lane, limit)
-        heapq.heappush(self._heaps.setdefault(key, []), (order, job_id))
+        self.parked[key][job_id] = order
+        self._unpark_to[job_id] = (lane, limit)
 
     def hold(self, key: str, job_id: str) -> None:
         self.holders.setdefault(key, {})[job_id] = None
@@ -57,7 +59,15 @@ class KeySlots:
         if key is None:
             return
         self.holders.get(key, {}).pop(job_id, None)
-        self.parked.get(key, {}).pop(job_id, None)
+        parked = self.parked.get(key)
+        if parked is not None and parked.pop(job_id, None) is not None:
+            del self._unpark_to[job_id]
+
+    def parked_jobs(self) -> Iterator[tuple[str, str]]:
+        """(key, queue) of every parked job."""
+        for key, jobs in self.parked.items():
+            for job_id in jobs:
+                yield key, self._unpark_to[job_id][0][0]
 
     def holding(self, key: str) -> int:
         return len(self.holders.get(key, {}))
@@ -65,22 +75,17 @@ class KeySlots:
     def rebalance(self, key: str) -> None:
         """Unpark the key's next jobs while fewer hold a slot than the key's limit: its
         override if it has one, else the next job's own."""
-        parked, heap = self.parked.get(key, {}), self._heaps.get(key, [])
-        while heap:
-            order, job_id = heap[0]
-            entry = parked.get(job_id)
-            if entry is None or entry[0] != order:
-                heapq.heappop(heap)  # left, or parked again under another order
-                continue
-            _, lane, limit = entry
+        parked = self.parked.get(key)
+        while parked:
+            [job_id] = parked.first(1)
+            lane, limit = self._unpark_to[job_id]
             if self.holding(key) >= self.overrides.get(key, limit):
                 break
-            heapq.heappop(heap)
-            del parked[job_id]
+            order = parked.pop(job_id)
+            del self._unpark_to[job_id]
             self.hold(key, job_id)
             self.available[lane][job_id] = order
-        if not heap:
-            self._heaps.pop(key, None)
-            self.parked.pop(key, None)
+        if parked is not None and not parked:
+            del self.parked[key]
         if not self.holders.get(key, True):
             self.holders.pop(key, None)

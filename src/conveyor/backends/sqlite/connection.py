@@ -36,7 +36,7 @@ class SqliteConnection:
             self.conn.text_factory = _text_or_stand_ins
             self.conn.execute("PRAGMA busy_timeout=30000")
             if cache_mb is not None:
-                self.conn.execute(f"PRAGMA cache_size={-1024 * int(cache_mb)}")
+                self.conn.execute(f"PRAGMA cache_size={-1024 * cache_mb}")
             _use_wal(self.conn)
             self.conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[synchronous.lower()]}")
         except sqlite3.Error as exc:
