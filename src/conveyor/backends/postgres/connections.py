@@ -20,6 +20,7 @@ from ...timeutil import Clock, system_clock
 from .config import parse_postgres_url
 from .connect import first_connection
 from .lane import Lane
+from .hot_pool import HotConnectionPool
 from .listener import Listener
 from .rows import load_schema_queries, positional
 
@@ -139,7 +140,7 @@ class PostgresConnections:
     def _get_sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         with self._sync_pool_lock:
             if self._sync_pool is None:
-                self._sync_pool = ConnectionPool(
+                self._sync_pool = HotConnectionPool(
                     self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
                     max_size=self.config.pool_size, timeout=self.config.timeout,
                     name=f"conveyor-{self.schema}-sync", open=True,
