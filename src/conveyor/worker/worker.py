@@ -18,13 +18,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..backends.base import Backend, Lease
+from ..backends.base import Backend, ClaimedJobs, Lease
 from ..claiming import QueuePlan
 from ..job import Job
 from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
 from ..maintenance.scheduler import Scheduler
 from ..version import __version__
-from .claim_pacing import ClaimPacer, idle_wait
 from .config import WorkerConfig
 from .completer import Completer
 from .executor import JobExecutor
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from .app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
+TOKEN_WAIT_MIN = 0.005  # seconds: the shortest wait for a rate limit's next token
 
 
 class ExitStatus(IntEnum):
@@ -90,7 +90,6 @@ class Worker(HeldJobs):
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
         self._executor.on_runaway = self._on_runaway
         self._queue_plan = QueuePlan(config.queues, config.queue_weights, slots=config.concurrency)
-        self._pacer = ClaimPacer(config.concurrency, config.fetch_batch)
 
     # --- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -215,7 +214,6 @@ class Worker(HeldJobs):
         failures = 0
         idle_checked = False  # burst: the last claim followed a flush with nothing running
         stop = asyncio.create_task(self._stop_claiming.wait())
-        loop = asyncio.get_running_loop()
         try:
             while not self._stop_claiming.is_set():
                 if not self._presence.claims_allowed.is_set():
@@ -224,10 +222,9 @@ class Worker(HeldJobs):
                     allowed.cancel()
                     continue
                 free = self.config.concurrency - len(self._running)
-                wait = self._pacer.wait_before_claiming(free, len(self._running), loop.time())
-                if free <= 0 or wait is not None:
+                if free <= 0:
                     self._slot_freed.clear()
-                    await self._until(stop, self._slot_freed.wait(), None if free <= 0 else wait)
+                    await self._until(stop, self._slot_freed.wait())
                     continue
                 # Never before the first job: a limit below a fresh process's own size
                 # would otherwise replace children that never ran anything, forever.
@@ -245,11 +242,9 @@ class Worker(HeldJobs):
                 breakers.changed.clear()  # a change from now on makes the idle wait short
                 self._key_slot_freed.clear()  # a keyed settle during the claim is kept
                 try:
-                    started = loop.time()
                     jobs = await self._backend.fetch_jobs(self._queue_plan.request(
                         want, self.id, self.config.lease, self._running_by_queue(),
                         breakers.claim_limits()))
-                    self._pacer.claimed(loop.time() - started)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -287,8 +282,7 @@ class Worker(HeldJobs):
                     continue
                 if len(jobs) < want:
                     waiter = asyncio.create_task(self._backend.wait_for_jobs(
-                        self.config.queues,
-                        idle_wait(jobs.next_token_at, self.config.poll_interval, self.app.clock())))
+                        self.config.queues, self._idle_wait(jobs)))
                     # A breaker turning half-open or closed has work for this claim,
                     # and so has a key's slot passed on by a settle.
                     changed = asyncio.create_task(breakers.changed.wait())
@@ -301,16 +295,25 @@ class Worker(HeldJobs):
         finally:
             stop.cancel()
 
+    def _idle_wait(self, jobs: ClaimedJobs) -> float:
+        """How long to wait for a wake-up after a short claim: the poll interval, or
+        less when a rate limit held jobs back and its next token is due sooner (then
+        the claim that follows gets it; the worker does not poll in between). Never
+        under TOKEN_WAIT_MIN: at high rates a claim takes the tokens of that time."""
+        due = jobs.next_token_at
+        if due is None:
+            return self.config.poll_interval
+        return min(self.config.poll_interval, max(TOKEN_WAIT_MIN, due - self.app.clock()))
+
     def _running_by_queue(self) -> Counter[str]:
         """What holds this worker's slots: weighted claims share slots, not claims."""
         return Counter(r.job.queue for r in self._running.values())
 
     @staticmethod
-    async def _until(stop: asyncio.Task[Literal[True]], waiting: Coroutine[Any, Any, Any],
-                     timeout: float | None = None) -> None:
-        """Wait for `waiting`, for the stop or for `timeout`, whichever comes first."""
+    async def _until(stop: asyncio.Task[Literal[True]], waiting: Coroutine[Any, Any, Any]) -> None:
+        """Wait for `waiting` or for the stop, whichever comes first."""
         waiter = asyncio.ensure_future(waiting)
-        await asyncio.wait([stop, waiter], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
     # --- maintenance services ---------------------------------------------------------
     async def _every(self, interval: float, action: Callable[[], Awaitable[None]],
