@@ -1,6 +1,5 @@
-"""The sync facade's pool hands out the connection it got back last
-(backends/postgres/hot_pool.py), and never keeps a broken one or one inside a
-transaction aside."""
+"""The pools hand out the connection they got back last (backends/postgres/hot_pool.py),
+and never keep a broken one or one inside a transaction aside."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.backends.base import JobFilter
 from conveyor.backends.postgres import hot_pool
-from conveyor.backends.postgres.hot_pool import HotConnectionPool
+from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
 from pg_helpers import terminate
 
 from backends_under_test import POSTGRES_URL
@@ -74,7 +73,7 @@ def test_the_connection_aside_rejoins_the_pool_every_rotate_seconds(
         pool: HotConnectionPool, monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
     monkeypatch.setattr(hot_pool.time, "monotonic", lambda: now[0])
-    pool._rotate_at = now[0] + hot_pool.ROTATE_SECONDS
+    pool._aside._rotate_at = now[0] + hot_pool.ROTATE_SECONDS
     conn = pool.getconn()
     pool.putconn(conn)
     assert pool.get_stats()["pool_available"] == 1  # aside, not in the pool's queue
@@ -122,3 +121,29 @@ def test_threads_enqueueing_at_once_each_store_every_job_once(pg_url: str, admin
         assert app.jobs.count(JobFilter()) == 201
     finally:
         app.close()
+
+
+async def test_the_async_pool_hands_out_its_last_connection_and_drops_a_broken_one(
+        admin_conn: psycopg.Connection) -> None:
+    pool = AsyncHotConnectionPool(POSTGRES_URL, kwargs={"autocommit": True}, min_size=2,
+                                  max_size=3, timeout=5, open=False)
+    await pool.open(wait=True)
+    try:
+        pids = []
+        for _ in range(4):
+            async with pool.connection() as conn:
+                pids.append(conn.info.backend_pid)
+                await conn.execute("SELECT 1")
+        assert len(set(pids)) == 1
+        conn = await pool.getconn()
+        admin_conn.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        with pytest.raises(psycopg.OperationalError):
+            await conn.execute("SELECT 1")
+        await pool.putconn(conn)  # broken: discarded, not kept aside
+        fresh = await pool.getconn()
+        assert fresh is not conn and not fresh.broken
+        assert await (await fresh.execute("SELECT 1")).fetchone() == (1,)
+        await pool.putconn(fresh)
+    finally:
+        await pool.close()
+    assert fresh.closed  # the one kept aside is closed with the pool

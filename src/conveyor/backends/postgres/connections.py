@@ -20,7 +20,7 @@ from ...timeutil import Clock, system_clock
 from .config import parse_postgres_url
 from .connect import first_connection
 from .lane import Lane
-from .hot_pool import HotConnectionPool
+from .hot_pool import AsyncHotConnectionPool, HotConnectionPool
 from .listener import Listener
 from .rows import load_schema_queries, positional
 
@@ -61,7 +61,7 @@ class PostgresConnections:
             if self._pool is not None:
                 return
             self._lane.adopt(await first_connection(self.config))
-            pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+            pool: AsyncConnectionPool[AsyncConn] = AsyncHotConnectionPool(
                 self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
                 max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
                 name=f"conveyor-{self.schema}",
