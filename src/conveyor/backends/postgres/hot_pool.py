@@ -6,9 +6,9 @@ pool's connections in turn, and a commit on a different connection than the last
 one costs more: measured on this project's 2-core machine, alternating against one
 held connection, 15-35 µs more client CPU and 30-75 µs more wall time per commit
 (from a bare INSERT to a whole one-by-one enqueue, against a 325 µs floor), where
-`SELECT 1` shows no difference. So one idle
-connection waits aside, outside the pool's queue, for the next call; the others
-wait in the pool as before, and concurrent callers still share them all.
+`SELECT 1` shows no difference. So one idle connection waits aside, outside the
+pool's queue, for the next call; the others wait in the pool as before, and
+concurrent callers still share them all.
 
 What the pool does to a connection coming back (discarding a broken one, closing
 one past its `max_lifetime`) still happens: a connection goes back into the pool

@@ -6,8 +6,10 @@ one-by-one enqueue: not the pool's own bookkeeping (2 µs), but that it hands it
 connections out in turn, and a commit on another connection than the last costs
 that much more. The pools now keep their last connection (hot_pool.py), but async
 enqueues through the pool still measured 77-79 % of the floor against 83-84 % through
-this lane (benchmarks/enqueue_cost.py, 2 pairs of runs), so the lane stays. A
-lane keeps one autocommit connection and uses it when it is free; a caller that finds it busy, or finds it broken, goes through the pool
+this lane (benchmarks/enqueue_cost.py, 2 pairs of runs), so the lane stays.
+
+A lane keeps one autocommit connection and uses it when it is free; a caller that
+finds it busy, or finds it broken, goes through the pool
 (`PostgresBackend._run`, with its retries). Enqueue is safe to repeat there: the job
 id deduplicates a statement that ran before its connection died; so is a claim (a
 lost reply's jobs come back through lease expiry).

@@ -41,8 +41,9 @@ class WakeupSender:
         self.folder = wakeup_folder(db_path, channel)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
-        self._mtime_ns: int | None = None  # of the folder, when `_paths` was listed
-        self._paths: list[str] = []
+        # The folder's mtime when listed (None: not to be trusted) and the sockets then.
+        # One tuple, assigned at once: the sync facade's threads send concurrently.
+        self._listing: tuple[int | None, list[str]] = (None, [])
 
     def notify(self) -> None:
         for path in self._listeners():
@@ -61,24 +62,24 @@ class WakeupSender:
     def _listeners(self) -> list[str]:
         # No folder until a worker of this database first waits: while there is none,
         # os.access asks without raising (a FileNotFoundError cost more than a listing).
-        if self._mtime_ns is None and not self._paths and not os.access(self.folder, os.F_OK):
+        listed_mtime, paths = self._listing
+        if listed_mtime is None and not paths and not os.access(self.folder, os.F_OK):
             return []
         try:
             mtime_ns = os.stat(self.folder).st_mtime_ns
         except FileNotFoundError:
-            self._mtime_ns, self._paths = None, []
+            self._listing = (None, [])
             return []
-        if mtime_ns != self._mtime_ns:
+        if mtime_ns != listed_mtime:
             listed_at = time.time_ns()
             try:
                 names = os.listdir(self.folder)
             except FileNotFoundError:
                 return []
-            self._paths = [os.path.join(self.folder, name) for name in names
-                           if name.endswith(".sock")]
+            paths = [os.path.join(self.folder, name) for name in names if name.endswith(".sock")]
             racy = listed_at - mtime_ns < self.RACY_SECONDS * 1e9
-            self._mtime_ns = None if racy else mtime_ns
-        return self._paths
+            self._listing = (None if racy else mtime_ns, paths)
+        return paths
 
     def close(self) -> None:
         self.sock.close()
