@@ -22,23 +22,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import queue
 import shutil
 import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-REDIS = os.environ.get("CONVEYOR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-PAYLOAD = json.dumps({"args": [1], "kwargs": {}})
-SQL = ("INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts,"
-       " run_at, created_at, meta) VALUES (?, 'bench', 'noop', ?, 'available', 0, 3, ?, ?, '{}')")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from enqueue_cost import PAYLOAD, REDIS, SqliteFloor  # noqa: E402 - the same floors
 
 
 def sqlite_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
@@ -53,8 +52,7 @@ def sqlite_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
     conn.execute("PRAGMA synchronous=FULL")
 
     def insert() -> None:
-        now = time.time()
-        conn.execute(SQL, (uuid.uuid4().hex, PAYLOAD, now, now))
+        conn.execute(SqliteFloor.SQL, SqliteFloor.rows(1)[0])
 
     calls: queue.SimpleQueue[tuple[Callable[[], None], asyncio.AbstractEventLoop,
                                    asyncio.Future[None]] | None] = queue.SimpleQueue()
@@ -125,7 +123,7 @@ def redis_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
 
     def enqueue() -> None:
         for _ in range(jobs):
-            client.evalsha(least, 5, *keys, uuid.uuid4().hex, "bench", "noop", PAYLOAD,
+            client.evalsha(least, 5, *keys, uuid.uuid4().hex, "floor", "noop_async", PAYLOAD,
                            repr(time.time()))
 
     rates: dict[str, list[float]] = {"floor": [], "least enqueue": []}

@@ -71,7 +71,9 @@ class SqliteFloor(Floor):
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")  # as Conveyor's URL says
 
-    def _rows(self, n: int) -> list[tuple[object, ...]]:
+    @staticmethod
+    def rows(n: int) -> list[tuple[object, ...]]:
+        """`n` rows of the floor's INSERT (benchmarks/enqueue_bounds.py writes them too)."""
         now = time.time()
         return [(uuid.uuid4().hex, "floor", "noop_async", PAYLOAD, "available", 0, 3, now, now, "{}")
                 for _ in range(n)]
@@ -80,11 +82,11 @@ class SqliteFloor(Floor):
            " run_at, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
     def one(self, n: int) -> None:
-        for row in self._rows(n):
+        for row in self.rows(n):
             self.conn.execute(self.SQL, row)  # autocommit: one transaction each
 
     def bulk(self, n: int) -> None:
-        rows = self._rows(n)
+        rows = self.rows(n)
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.executemany(self.SQL, rows)
         self.conn.execute("COMMIT")
