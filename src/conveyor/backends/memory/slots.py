@@ -62,6 +62,8 @@ class KeySlots:
         parked = self.parked.get(key)
         if parked is not None and parked.pop(job_id, None) is not None:
             del self._unpark_to[job_id]
+            if not parked:  # a deleted job is not rebalanced after: no empty index per key
+                del self.parked[key]
 
     def parked_jobs(self) -> Iterator[tuple[str, str]]:
         """(key, queue) of every parked job."""

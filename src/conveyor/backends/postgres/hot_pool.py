@@ -52,8 +52,8 @@ class _Aside(Generic[C]):
         with self._lock:
             if self._conn is not None:
                 return False
-            if time.monotonic() >= self._rotate_at:
-                self._rotate_at = time.monotonic() + ROTATE_SECONDS
+            if (now := time.monotonic()) >= self._rotate_at:
+                self._rotate_at = now + ROTATE_SECONDS
                 return False
             self._conn = conn
             return True
