@@ -102,10 +102,15 @@ class PostgresFloor(Floor):
         self.conn = psycopg.connect(POSTGRES, autocommit=True)
         self.schema = schema
 
+    @property
+    def sql(self) -> str:
+        """The floor's INSERT (benchmarks/enqueue_bounds.py sends it from asyncio too)."""
+        return (f'INSERT INTO "{self.schema}".jobs (id, queue, task, payload, state, priority,'
+                " max_attempts, run_at, created_at, meta)"
+                " VALUES (%s, 'floor', 'noop_async', %s, 'available', 0, 3, %s, %s, '{}')")
+
     def one(self, n: int) -> None:
-        sql = (f'INSERT INTO "{self.schema}".jobs (id, queue, task, payload, state, priority,'
-               " max_attempts, run_at, created_at, meta)"
-               " VALUES (%s, 'floor', 'noop_async', %s, 'available', 0, 3, %s, %s, '{}')")
+        sql = self.sql
         for _ in range(n):
             now = time.time()
             self.conn.execute(sql, (uuid.uuid4().hex, PAYLOAD, now, now))
