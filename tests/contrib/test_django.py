@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from backends_under_test import POSTGRES_URL, postgres_url
+from backends_under_test import POSTGRES_URL, drop_postgres_schema, postgres_url
 from conveyor import Conveyor
 from conveyor.job import JobState
 
@@ -80,7 +80,10 @@ def test_django_tests_with_conveyor_on_sqlite(tmp_path: Path) -> None:
 def test_django_tests_with_conveyor_on_postgres(tmp_path: Path) -> None:
     url = asyncio.run(postgres_url(tmp_path))
     settings = write_settings(tmp_path, sqlite_db(tmp_path), {"url": url})
-    result = django(tmp_path, settings, "test", "shop", "--noinput")
+    try:
+        result = django(tmp_path, settings, "test", "shop", "--noinput")
+    finally:  # the jobs schema the site's tests wrote in (it outlived every run before)
+        asyncio.run(drop_postgres_schema(url))
     assert result.returncode == 0, result.stderr
     assert ran(result) == (13, "OK (skipped=2)")
 
