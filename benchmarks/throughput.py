@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +80,7 @@ def main() -> None:
         return
 
     tmp = tempfile.mkdtemp(prefix="conveyor-bench-")
+    atexit.register(shutil.rmtree, tmp, True)  # the SQLite file and its wake-up folder
     url = args.url or f"sqlite:///{tmp}/bench.db"
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app, noop_async, noop_sync
