@@ -33,7 +33,6 @@ from conveyor.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.slow
 
-SHOTS = Path(os.environ.get("CONVEYOR_SCREENSHOTS") or tempfile.mkdtemp(prefix="conveyor-shots-"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -187,12 +186,18 @@ def chrome() -> Iterator[object]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def shot(driver: object, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def shots_folder(tmp_path: Path) -> Path:
+    """$CONVEYOR_SCREENSHOTS, else the test's own temporary folder (pytest keeps the last
+    few runs' and deletes older ones; a folder of our own in /tmp was never deleted)."""
+    return Path(os.environ.get("CONVEYOR_SCREENSHOTS") or tmp_path / "screenshots")
+
+
+def shot(driver: object, folder: Path, name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     # Full-page height, so the screenshot shows the whole page.
     height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
     driver.set_window_size(1440, max(700, min(int(height) + 40, 2400)))  # type: ignore[attr-defined]
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))  # type: ignore[attr-defined]
+    driver.save_screenshot(str(folder / f"{name}.png"))  # type: ignore[attr-defined]
     driver.set_window_size(1440, 1000)  # type: ignore[attr-defined]
 
 
@@ -203,6 +208,7 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
     find = driver.find_element  # type: ignore[attr-defined]
     find_all = driver.find_elements  # type: ignore[attr-defined]
     app = make_app(tmp_path)
+    shots = shots_folder(tmp_path)
 
     @app.task(name="webhooks.ping", queue="webhooks")
     def ping(url: str) -> None: ...
@@ -252,7 +258,7 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         toggle.click()
         assert toggle.get_attribute("aria-pressed") == "false"
         deadline_poll(lambda: waiting() == "2", what="refresh resumed")
-        shot(driver, "overview")
+        shot(driver, shots, "overview")
 
         # --- the dead-letter list, filtered by error type and by argument text ---------------
         find(By.LINK_TEXT, "Dead letters").click()
@@ -275,14 +281,14 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         search.clear()
         find(By.ID, "apply-filter").click()
         deadline_poll(lambda: "3 matching" in find(By.ID, "match-count").text, what="3 again")
-        shot(driver, "dead-letters")
+        shot(driver, shots, "dead-letters")
 
         # --- one job: details, then retry it and watch the worker run it --------------------
         target = ids["key"][1]
         find(By.CSS_SELECTOR, f'a[href="/job?id={target}"]').click()
         deadline_poll(lambda: find(By.ID, "job-state").text == "dead", what="the job page")
         assert "user1@example.org" in find(By.ID, "job-args").text
-        shot(driver, "job-detail")
+        shot(driver, shots, "job-detail")
         find(By.ID, "action-retry").click()
         deadline_poll(lambda: f"Job {target}: sent back to its queue." in
                       find(By.CSS_SELECTOR, ".flash").text, what="the retry notice")
@@ -293,7 +299,7 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
 
         deadline_poll(completed, interval=0.3, what="the retried job completed")
         assert "attempt 1 started" in find(By.CSS_SELECTOR, ".timeline").text
-        shot(driver, "job-completed")
+        shot(driver, shots, "job-completed")
 
         # --- bulk: select the rest and retry them, after a confirmation that counts ---------
         driver.get(server.url + "/jobs?state=dead&error_type=KeyError")  # type: ignore[attr-defined]
@@ -302,7 +308,7 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         find(By.CSS_SELECTOR, '.bulk-selected button[value="retry"]').click()
         deadline_poll(lambda: find(By.ID, "confirm-question").text == "Retry 2 jobs (2 selected)?",
                       what="a confirmation that counts")
-        shot(driver, "confirm-bulk-retry")
+        shot(driver, shots, "confirm-bulk-retry")
         find(By.ID, "confirm-button").click()
         deadline_poll(lambda: "Retried 2 of 2 job(s)." in find(By.CSS_SELECTOR, ".flash").text,
                       what="the bulk retry notice")
@@ -314,13 +320,13 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         driver.get(server.url + "/redrive?queue=webhooks&batch=1")  # type: ignore[attr-defined]
         summary = find(By.ID, "redrive-summary").text
         assert summary == "2 jobs match; the next batch moves 1."
-        shot(driver, "redrive")
+        shot(driver, shots, "redrive")
 
         # --- workers page ------------------------------------------------------------------
         find(By.LINK_TEXT, "Workers").click()
         deadline_poll(lambda: "1 live" in find(By.CSS_SELECTOR, ".titlebar .count").text,
                       what="one live worker")
-        shot(driver, "workers")
+        shot(driver, shots, "workers")
 
         # --- back on the overview: the retried jobs are completed, 3 dead letters left ------
         driver.get(server.url + "/")  # type: ignore[attr-defined]
