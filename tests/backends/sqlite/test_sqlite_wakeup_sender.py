@@ -1,5 +1,6 @@
 """SQLite's wake-up datagrams (backends/sqlite/wakeup.py): the sender keeps the folder's
-listing between sends, and still reaches a listener bound just after a send. (Where
+listing between sends, and still reaches a listener bound just after a send; the last
+listener to close removes the database's folder. (Where
 the folder's mtime is coarse, that listener may share the listing's tick, which
 RACY_SECONDS covers; this machine's ext4 keeps nanoseconds, so that case does not
 arise here.)"""
@@ -10,6 +11,9 @@ import asyncio
 import os
 import socket
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conveyor.backends.sqlite.wakeup import WakeupListener, WakeupSender, wakeup_folder
 
@@ -60,4 +64,53 @@ async def test_a_dead_listeners_socket_is_removed_and_the_others_still_woken(
         assert await woken(alive)
     finally:
         alive.close()
+        sender.close()
+
+
+async def test_the_last_listener_to_close_removes_the_folder_and_a_new_one_is_reached(
+        tmp_path: Path) -> None:
+    db = str(tmp_path / "w.db")
+    folder = wakeup_folder(db)
+    sender = WakeupSender(db)
+    first, second = WakeupListener(db), WakeupListener(db)
+    try:
+        first.close()
+        assert os.listdir(folder) == [os.path.basename(second.path)]  # kept for second
+        second.close()
+        assert not os.path.exists(folder)  # a suite's database per test left one each
+        sender.notify()  # no folder: nobody to wake, nothing raised
+        third = WakeupListener(db)  # the folder made again
+        try:
+            sender.notify()
+            assert await woken(third)
+        finally:
+            third.close()
+        assert not os.path.exists(folder)
+    finally:
+        sender.close()
+
+
+async def test_a_folder_removed_between_makedirs_and_bind_is_made_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "w.db")
+    folder = wakeup_folder(db)
+    real_makedirs = os.makedirs
+    calls = []
+
+    def makedirs_then_lose_it(path: str, *args: Any, **kwargs: Any) -> None:
+        real_makedirs(path, *args, **kwargs)
+        calls.append(path)
+        if len(calls) == 1:  # the last other listener closes right after: rmdir
+            os.rmdir(path)
+
+    monkeypatch.setattr(os, "makedirs", makedirs_then_lose_it)
+    listener = WakeupListener(db)
+    monkeypatch.undo()
+    sender = WakeupSender(db)
+    try:
+        assert calls == [folder, folder]  # the first bind failed, the second succeeded
+        sender.notify()
+        assert await woken(listener)
+    finally:
+        listener.close()
         sender.close()

@@ -86,13 +86,26 @@ class WakeupSender:
 
 
 class WakeupListener:
+    """One idle worker's (or result waiter's) socket in its database's folder. The last
+    listener to close removes the folder: a test suite makes a database per test, and
+    the empty folders were left in /tmp for good."""
+
+    BIND_TRIES = 5
+
     def __init__(self, db_path: str, channel: str = "") -> None:
-        folder = wakeup_folder(db_path, channel)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        self.path = os.path.join(folder, f"{uuid.uuid4().hex}.sock")
+        self.folder = wakeup_folder(db_path, channel)
+        self.path = os.path.join(self.folder, f"{uuid.uuid4().hex}.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
-        self.sock.bind(self.path)
+        for attempt in range(1, self.BIND_TRIES + 1):
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+            try:
+                self.sock.bind(self.path)
+                break
+            except FileNotFoundError:  # the last listener before us removed the folder
+                if attempt == self.BIND_TRIES:
+                    self.sock.close()
+                    raise
         self.event = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.sock.fileno(), self._on_readable)
@@ -118,4 +131,8 @@ class WakeupListener:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
+            pass
+        try:
+            os.rmdir(self.folder)  # only when empty: another listener's socket keeps it
+        except OSError:
             pass
