@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from enqueue_cost import PAYLOAD, POSTGRES, REDIS, PostgresFloor, SqliteFloor  # noqa: E402 - the same floors
+from enqueue_cost import (  # noqa: E402 - the same floors, timed and dropped the same way
+    PAYLOAD, POSTGRES, REDIS, PostgresFloor, SqliteFloor, drop, timed)
 
 
 def sqlite_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
@@ -129,12 +130,15 @@ def redis_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
         for _ in range(jobs):
             client.evalsha(noop, 0)
 
+    def least_args() -> list[Any]:
+        """The least enqueue's keys and one new job."""
+        return [5, *keys, uuid.uuid4().hex, "floor", "noop_async", PAYLOAD, repr(time.time())]
+
     def enqueue() -> None:
         for _ in range(jobs):
-            client.evalsha(least, 5, *keys, uuid.uuid4().hex, "floor", "noop_async", PAYLOAD,
-                           repr(time.time()))
+            client.evalsha(least, *least_args())
 
-    async def awaited(script: str, *args: Any) -> float:
+    async def awaited(script: str, args: Callable[[], list[Any]]) -> float:
         """The same EVALSHA from asyncio (redis.asyncio), awaited one by one: the rate."""
         import redis.asyncio
 
@@ -142,8 +146,7 @@ def redis_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
         await aclient.ping()  # connected outside the timing, as the sync client is
         t0 = time.perf_counter()
         for _ in range(jobs):
-            await aclient.evalsha(script, *args, *([uuid.uuid4().hex, "floor", "noop_async",
-                                                     PAYLOAD, repr(time.time())] if args else []))
+            await aclient.evalsha(script, *args())
         elapsed = time.perf_counter() - t0
         await aclient.aclose()
         return jobs / elapsed
@@ -154,8 +157,8 @@ def redis_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
         for _ in range(repeat):
             rates["floor"].append(jobs / timed(floor))
             rates["least enqueue"].append(jobs / timed(enqueue))
-            rates["async no-op"].append(asyncio.run(awaited(noop, 0)))
-            rates["async least"].append(asyncio.run(awaited(least, 5, *keys)))
+            rates["async no-op"].append(asyncio.run(awaited(noop, lambda: [0])))
+            rates["async least"].append(asyncio.run(awaited(least, least_args)))
     finally:
         stored = client.zcard(keys[4])
         for key in client.scan_iter(f"{tag}*", count=1000):
@@ -172,7 +175,8 @@ def postgres_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
     from conveyor.backends.postgres.enqueue import fast_path
 
     schema = f"bounds_{uuid.uuid4().hex[:10]}"
-    app = Conveyor(f"{POSTGRES}?schema={schema}")  # Conveyor's table and indexes
+    url = f"{POSTGRES}?schema={schema}"
+    app = Conveyor(url)  # Conveyor's table and indexes
     task = app.task(name="noop_async", queue="bench")(noop)
     app.jobs.count()
     backend = app.portal.call(app.backend())
@@ -186,12 +190,12 @@ def postgres_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
         for _ in range(jobs):
             psycopg.Cursor(floor.conn).execute(*statement(), binary=True).fetchall()
 
-    async def awaited(ours: bool) -> float:
+    async def awaited(conveyors: bool) -> float:
         """The floor's INSERT, or Conveyor's statement, from asyncio one by one: the rate."""
         async with await psycopg.AsyncConnection.connect(POSTGRES, autocommit=True) as conn:
             t0 = time.perf_counter()
             for _ in range(jobs):
-                if ours:
+                if conveyors:
                     await (await psycopg.AsyncCursor(conn).execute(*statement(), binary=True)
                            ).fetchall()
                 else:
@@ -211,20 +215,14 @@ def postgres_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
             stored = cur.execute(f'SELECT count(*) FROM "{schema}".jobs').fetchone()
     finally:
         app.close()
-        floor.conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         floor.close()
+        drop("postgres", url)
     assert stored == (4 * jobs * repeat,), (stored, 4 * jobs * repeat)
     return rates
 
 
 async def noop(i: int) -> None:
     return None
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def report(backend: str, rates: dict[str, list[float]]) -> None:
@@ -248,8 +246,8 @@ def main() -> None:
     print(f"{args.jobs} writes per round, {args.repeat} rounds, {os.cpu_count()} cores, load "
           f"{' '.join(open('/proc/loadavg').read().split()[:3])}; jobs/s min/median/max, "
           "and the ratio to the floor per round")
+    rounds = {"sqlite": sqlite_rounds, "postgres": postgres_rounds, "redis": redis_rounds}
     for backend in args.backends.split(","):
-        rounds = {"sqlite": sqlite_rounds, "postgres": postgres_rounds, "redis": redis_rounds}
         report(backend, rounds[backend](args.jobs, args.repeat))
 
 
