@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backends_under_test import drop_postgres_schema, postgres_url, redis_url
+from backends_under_test import postgres_url, redis_url
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,7 @@ RUNS = {
 @pytest.fixture
 def servers(tmp_path: Path) -> None:
     """Skip (fail in CI) without PostgreSQL or Redis: the benchmarks use both."""
-    url = asyncio.run(postgres_url(tmp_path))
-    asyncio.run(drop_postgres_schema(url))  # only asked whether the server is there
+    asyncio.run(postgres_url(tmp_path))  # connects, creates nothing
     asyncio.run(redis_url(tmp_path))
 
 
