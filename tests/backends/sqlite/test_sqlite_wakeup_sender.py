@@ -11,11 +11,24 @@ import asyncio
 import os
 import socket
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from conveyor.backends.sqlite.wakeup import WakeupListener, WakeupSender, wakeup_folder
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "w.db")
+
+
+@pytest.fixture
+def sender(db: str) -> Iterator[WakeupSender]:
+    sender = WakeupSender(db)
+    yield sender
+    sender.close()
 
 
 async def woken(listener: WakeupListener) -> bool:
@@ -27,9 +40,8 @@ async def woken(listener: WakeupListener) -> bool:
     return True
 
 
-async def test_a_listener_bound_right_after_a_send_gets_the_next_one(tmp_path: Path) -> None:
-    db = str(tmp_path / "w.db")
-    sender = WakeupSender(db)
+async def test_a_listener_bound_right_after_a_send_gets_the_next_one(
+        db: str, sender: WakeupSender) -> None:
     sender.notify()  # no folder yet: nobody to wake, nothing raised
     first = WakeupListener(db)
     try:
@@ -44,18 +56,15 @@ async def test_a_listener_bound_right_after_a_send_gets_the_next_one(tmp_path: P
         assert await woken(first)
     finally:
         first.close()
-        sender.close()
 
 
 async def test_a_dead_listeners_socket_is_removed_and_the_others_still_woken(
-        tmp_path: Path) -> None:
-    db = str(tmp_path / "w.db")
+        db: str, sender: WakeupSender) -> None:
     alive = WakeupListener(db)
     dead_path = os.path.join(wakeup_folder(db), "dead.sock")
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead.bind(dead_path)
     dead.close()  # a worker killed before it removed its socket
-    sender = WakeupSender(db)
     try:
         sender.notify()
         assert not os.path.exists(dead_path)
@@ -64,35 +73,28 @@ async def test_a_dead_listeners_socket_is_removed_and_the_others_still_woken(
         assert await woken(alive)
     finally:
         alive.close()
-        sender.close()
 
 
 async def test_the_last_listener_to_close_removes_the_folder_and_a_new_one_is_reached(
-        tmp_path: Path) -> None:
-    db = str(tmp_path / "w.db")
+        db: str, sender: WakeupSender) -> None:
     folder = wakeup_folder(db)
-    sender = WakeupSender(db)
     first, second = WakeupListener(db), WakeupListener(db)
+    first.close()
+    assert os.listdir(folder) == [os.path.basename(second.path)]  # kept for second
+    second.close()
+    assert not os.path.exists(folder)  # a suite's database per test left one each
+    sender.notify()  # no folder: nobody to wake, nothing raised
+    third = WakeupListener(db)  # the folder made again
     try:
-        first.close()
-        assert os.listdir(folder) == [os.path.basename(second.path)]  # kept for second
-        second.close()
-        assert not os.path.exists(folder)  # a suite's database per test left one each
-        sender.notify()  # no folder: nobody to wake, nothing raised
-        third = WakeupListener(db)  # the folder made again
-        try:
-            sender.notify()
-            assert await woken(third)
-        finally:
-            third.close()
-        assert not os.path.exists(folder)
+        sender.notify()
+        assert await woken(third)
     finally:
-        sender.close()
+        third.close()
+    assert not os.path.exists(folder)
 
 
 async def test_a_folder_removed_between_makedirs_and_bind_is_made_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    db = str(tmp_path / "w.db")
+        db: str, sender: WakeupSender, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = wakeup_folder(db)
     real_makedirs = os.makedirs
     calls = []
@@ -106,11 +108,9 @@ async def test_a_folder_removed_between_makedirs_and_bind_is_made_again(
     monkeypatch.setattr(os, "makedirs", makedirs_then_lose_it)
     listener = WakeupListener(db)
     monkeypatch.undo()
-    sender = WakeupSender(db)
     try:
         assert calls == [folder, folder]  # the first bind failed, the second succeeded
         sender.notify()
         assert await woken(listener)
     finally:
         listener.close()
-        sender.close()
