@@ -1,5 +1,5 @@
 """Claim latency of small jobs queued next to 10 MB ones, with and without the
-claim-check (conveyor.claim_check).
+claim-check (conveyor.payloads.claim_check).
 
     python benchmarks/claim_check.py                       # embedded SQLite, 5 runs
     python benchmarks/claim_check.py --url postgresql://localhost/test?schema=bench
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from conveyor import Conveyor
-from conveyor.backends.base import Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
+from conveyor.backends.contract import Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
 
 HUGE = 2**40
 

@@ -48,10 +48,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from conveyor import Conveyor  # noqa: E402
-from conveyor.claiming import QueuePlan  # noqa: E402
-from conveyor.backends.base import Settlement  # noqa: E402
-from conveyor.job import Job, JobState, NewJob, QueueBound  # noqa: E402
-from conveyor.rate_limits import RateLimit  # noqa: E402
+from conveyor.backends.claiming import QueuePlan  # noqa: E402
+from conveyor.backends.contract import Settlement  # noqa: E402
+from conveyor.model.job import Job, JobState, NewJob, QueueBound  # noqa: E402
+from conveyor.rules.rate_limits import RateLimit  # noqa: E402
 from conveyor.worker import Worker, WorkerConfig  # noqa: E402
 
 PAYLOAD = '{"args":[],"kwargs":{}}'

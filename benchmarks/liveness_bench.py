@@ -92,8 +92,8 @@ async def wait_for(check: Any, timeout: float, what: str, interval: float = 0.00
 async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
     from bench_app import hang  # for its messages; this run's own app below
     from conveyor import Conveyor
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import JobState
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import JobState
     from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 
     app = Conveyor(url)

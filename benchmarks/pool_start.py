@@ -53,8 +53,8 @@ def pool_children(pid: int) -> list[int]:
 
 def start_times(app: object, since: float) -> dict[str, float]:
     """First started_at per worker id, among jobs started after `since`."""
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import JobState
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import JobState
 
     first: dict[str, float] = {}
     jobs = app.jobs.list(JobFilter(states=(JobState.RUNNING, JobState.COMPLETED)),  # type: ignore[attr-defined]
@@ -77,7 +77,7 @@ def wait_until(check, timeout: float = 60.0, interval: float = 0.005):  # type: 
 
 def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
     from bench_app import app, hang
-    from conveyor.backends.base import JobFilter
+    from conveyor.backends.contract import JobFilter
 
     # The last round's backlog (most of its 4,000 jobs never ran) is cancelled, then
     # everything finished is deleted: on a shared server's default schema, rounds
@@ -153,7 +153,7 @@ def main() -> None:
     url = args.url or f"sqlite:///{tempfile.mkdtemp(prefix='conveyor-pool-')}/bench.db"
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app
-    from conveyor.backends.base import JobFilter
+    from conveyor.backends.contract import JobFilter
 
     app.jobs.count()  # create the schema outside the timings
     rows: dict[str, list[float]] = {"single": [], "first": [], "both": [], "replaced": []}

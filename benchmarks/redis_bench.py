@@ -72,9 +72,9 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
     os.environ["CONVEYOR_URL"] = url = f"{args.url}?prefix=bench-{run_id}&max_completed=0"
     memory_url = f"{args.url}?prefix=bench-mem-{run_id}&max_completed={args.max_completed}"
     from bench_app import app, noop_async
-    from conveyor.backends.base import JobFilter
+    from conveyor.backends.contract import JobFilter
     from conveyor.backends.redis.backend import RedisBackend
-    from conveyor.job import JobState
+    from conveyor.model.job import JobState
 
     backend = await app.backend()
     assert isinstance(backend, RedisBackend)

@@ -34,7 +34,7 @@ from flow_claims import LIMITS, MODES, QUEUES, WEIGHTS, fill  # noqa: E402
 
 from conveyor import Conveyor  # noqa: E402
 from conveyor.backends.sqlite.store import SqliteStore  # noqa: E402
-from conveyor.claiming import QueuePlan  # noqa: E402
+from conveyor.backends.claiming import QueuePlan  # noqa: E402
 
 
 async def filled(path: Path, waiting: int, mode: str, keys: int) -> None:

@@ -39,7 +39,7 @@ def serve(url: str, concurrency: int) -> None:
 
     os.environ["CONVEYOR_URL"] = url
     try:  # as `conveyor worker` starts (code from before it had this: as it was)
-        from conveyor.worker.process_start import starting
+        from conveyor.worker.pool.process_start import starting
     except ImportError:
         from contextlib import nullcontext as starting
     with starting():
@@ -84,8 +84,8 @@ def main() -> None:
     url = args.url or f"sqlite:///{tmp}/bench.db"
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app, noop_async, noop_sync
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import JobState
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import JobState
 
     rows: list[tuple[str, str]] = []
     app.jobs.count()  # connect and migrate outside the timings
@@ -186,7 +186,7 @@ def pickup(app: object, url: str, task: object, samples: int, rate: float) -> tu
         job = handle.refresh()
         assert job.started_at is not None and job.attempt == 1, job
         latencies.append((job.started_at - job.created_at) * 1000)
-    from conveyor.backends.base import JobFilter
+    from conveyor.backends.contract import JobFilter
     app.jobs.delete(JobFilter(ids=tuple(h.id for h in handles)), limit=samples)  # type: ignore[attr-defined]
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     return (f"idle pickup latency (enqueue -> start, {rate:g} jobs/s)",

@@ -67,8 +67,8 @@ def unfinished(url: str) -> int:
     """Jobs not completed (waiting, running, or failed). The jobs done are `--jobs` minus
     these: Redis keeps only the newest `max_completed` (100,000) completed jobs."""
     import bench_app
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import JobState
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import JobState
 
     bench_app.app.rebind(url)
     return bench_app.app.jobs.count(

@@ -27,9 +27,9 @@ sys.path.insert(0, os.environ.get("CONVEYOR_SRC", str(Path(__file__).resolve().p
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from conveyor import Conveyor  # noqa: E402
-from conveyor.backends.base import Settlement  # noqa: E402
-from conveyor.claiming import strict_claim  # noqa: E402
-from conveyor.job import JobState, NewJob  # noqa: E402
+from conveyor.backends.contract import Settlement  # noqa: E402
+from conveyor.backends.claiming import strict_claim  # noqa: E402
+from conveyor.model.job import JobState, NewJob  # noqa: E402
 from flow_claims import cleanup, isolated  # noqa: E402
 
 PAYLOAD = '{"args":[],"kwargs":{}}'

@@ -12,9 +12,9 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from conveyor import Conveyor
-from conveyor.maintenance import Scheduler, scheduled_run
-from conveyor.maintenance.commands import cron_list
-from conveyor.timeutil import ManualClock
+from conveyor.scheduling import Scheduler, scheduled_run
+from conveyor.ops.schedule_commands import cron_list
+from conveyor.model.clock import ManualClock
 from conveyor.worker import Worker, WorkerConfig
 
 clock = ManualClock(datetime(2026, 3, 28, 22, 58, tzinfo=timezone.utc).timestamp())

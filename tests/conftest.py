@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.timeutil import ManualClock
+from conveyor.model.clock import ManualClock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -9,18 +9,18 @@
 3
 """
 
-from .adaptive import Adaptive
-from .app import Conveyor
-from .breakers import BreakerError
-from .errors import ConveyorError
-from .job import Job, JobState
-from .outcomes import Cancel, Retry, Snooze
-from .retry_budget import RetryBudget
-from .task import Task
-from .version import __version__
-from .job_context import JobContext, current_job
-from .workflow_inputs import Failure
-from .workflows import chain, chord, group
+from conveyor.rules.adaptive import Adaptive
+from conveyor.app import Conveyor
+from conveyor.rules.breakers import BreakerError
+from conveyor.model.errors import ConveyorError
+from conveyor.model.job import Job, JobState
+from conveyor.model.outcomes import Cancel, Retry, Snooze
+from conveyor.rules.retry_budget import RetryBudget
+from conveyor.task import Task
+from conveyor.model.version import __version__
+from conveyor.context import JobContext, current_job
+from conveyor.workflows.inputs import Failure
+from conveyor.workflows.canvas import chain, chord, group
 
 __all__ = [
     "Adaptive",

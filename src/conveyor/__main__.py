@@ -1,5 +1,5 @@
 """`python -m conveyor ...` is the `conveyor` command."""
 
-from .cli.main import main
+from conveyor.cli.main import main
 
 raise SystemExit(main())

@@ -11,29 +11,31 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from .backends import backend_from_url, redact_url
-from .backends.base import Backend, BlockingEnqueue, TransactionalEnqueue
-from .blobs import BlobStore
-from .claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
-from . import validation as valid, version as versions
-from .backpressure import enqueue_offering
-from .concurrency import Adaptive, concurrency_rule
-from .errors import ConfigurationError, InvalidJob, UnknownTask
-from .handle import JobHandle, handles, refusals_by_handle
-from .hygiene import PayloadHygiene
-from .inspection import Inspection
-from .job import Job, NewJob
-from .middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
-from .portal import Portal
-from .queues import FlowDeclarations, QueueSettingsRegistry
-from .rate_limits import Limit, RateLimitRegistry
-from .retry import RETRY_OPTIONS, task_retry_policy
-from .retry_budget import RetryBudget
-from .task import Task, TaskDefaults, key_templates, make_options, payload_defaults, time_limits
-from .timeutil import Clock, Duration, system_clock, to_seconds
+from conveyor.backends import backend_from_url, redact_url
+from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
+from conveyor.backends.blobs import BlobStore
+from conveyor.payloads.claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
+from conveyor.model import validation as valid
+from conveyor.model import version as versions
+from conveyor.rules.backpressure import enqueue_offering
+from conveyor.rules.concurrency import Adaptive, concurrency_rule
+from conveyor.model.errors import ConfigurationError, InvalidJob, UnknownTask
+from conveyor.handle import JobHandle, handles, refusals_by_handle
+from conveyor.rules.hygiene import PayloadHygiene
+from conveyor.admin.inspection import Inspection
+from conveyor.model.job import Job, NewJob
+from conveyor.observe.middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
+from conveyor.model.portal import Portal
+from conveyor.rules.queues import FlowDeclarations, QueueSettingsRegistry
+from conveyor.rules.rate_limits import Limit, RateLimitRegistry
+from conveyor.rules.retry import RETRY_OPTIONS, task_retry_policy
+from conveyor.rules.retry_budget import RetryBudget
+from conveyor.payloads.task_payload import payload_defaults
+from conveyor.task import Task, TaskDefaults, key_templates, make_options, time_limits
+from conveyor.model.clock import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
-    from .maintenance.schedules import Schedule
+    from conveyor.scheduling.schedules import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,11 +90,11 @@ class Conveyor(FlowDeclarations, Inspection):
         self.clock = clock
         self.auto_migrate = auto_migrate
         self.tasks: dict[str, Task[Any, Any]] = {}
-        # Around every enqueue and every job execution; see conveyor.middleware.
+        # Around every enqueue and every job execution; see conveyor.observe.middleware.
         self.middleware: list[Middleware] = list(middleware)
         self.schedules: dict[str, Schedule] = {}
-        self.rate_limits = RateLimitRegistry()  # buckets its claims spend (conveyor.rate_limits)
-        self.queues = QueueSettingsRegistry(self.rate_limits)  # flow control (conveyor.queues)
+        self.rate_limits = RateLimitRegistry()  # buckets its claims spend (conveyor.rules.rate_limits)
+        self.queues = QueueSettingsRegistry(self.rate_limits)  # flow control (conveyor.rules.queues)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
             weakref.WeakKeyDictionary())
         # A script that exits without close() still closes the sync facade's backend;
@@ -257,7 +259,7 @@ class Conveyor(FlowDeclarations, Inspection):
         at most `max_catch_up`). `overlap` while the previous run is still waiting or
         running: "skip", "allow" or "queue_one". See docs/scheduling.md.
         """
-        from .maintenance.schedules import make_schedule
+        from conveyor.scheduling.schedules import make_schedule
 
         def decorate(target: Task[Any, Any] | Callable[..., Any]) -> Task[Any, Any]:
             task = target if isinstance(target, Task) else self._register(target)
@@ -335,7 +337,7 @@ class Conveyor(FlowDeclarations, Inspection):
     ) -> list[JobHandle[Any]]:
         """Insert many jobs in one round trip. Build them with `task.message(...)`.
 
-        Every job is checked first (`conveyor.validation`): one out of range raises
+        Every job is checked first (`conveyor.model.validation`): one out of range raises
         InvalidJob and none of the batch is stored."""
         batch = self.queues.apply(self.claim_check.checked(jobs))
         if not batch:

@@ -7,14 +7,14 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from .backends.base import Backend, FinishWakeups
-from .errors import CorruptJob, JobFailed, JobNotFound, QueueFull
-from .job import Job, JobState
+from conveyor.backends.contract import Backend, FinishWakeups
+from conveyor.model.errors import CorruptJob, JobFailed, JobNotFound, QueueFull
+from conveyor.model.job import Job, JobState
 
 if TYPE_CHECKING:
-    from .admin import Admin, Jobs
-    from .claim_check import ClaimCheck
-    from .portal import Portal
+    from conveyor.admin.api import Admin, Jobs
+    from conveyor.payloads.claim_check import ClaimCheck
+    from conveyor.model.portal import Portal
 
 R = TypeVar("R")
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import validation as valid
-from .backends.base import SharedRecords
-from .errors import InvalidJob, OnceWindowTooShort
-from .outcomes import Snooze
-from .retry import RetryPolicy
-from .timeutil import Clock
+from conveyor.model import validation as valid
+from conveyor.backends.contract import SharedRecords
+from conveyor.model.errors import InvalidJob, OnceWindowTooShort
+from conveyor.model.outcomes import Snooze
+from conveyor.rules.retry import RetryPolicy
+from conveyor.model.clock import Clock
 
 log = logging.getLogger("conveyor.once")
 

@@ -8,23 +8,22 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-from . import validation as valid
-from .concurrency import ConcurrencyRule, job_concurrency
-from .errors import ArgumentValidationError, ConfigurationError, InvalidJob
-from .hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
-from .fairness import FAIRNESS_META_KEY
-from .idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
-from .job import NewJob
-from .results import RESULT_TTL_META_KEY, result_ttl_seconds
-from .retry import RetryPolicy
-from .task_payload import encode_payload, new_job_id
-from .task_payload import payload_defaults as payload_defaults  # checked in its own module
-from .signature import Signature
-from .timeutil import Clock, Duration, to_seconds
-from .workflow_inputs import WORKFLOW_META_KEY
+from conveyor.model import validation as valid
+from conveyor.rules.concurrency import ConcurrencyRule, job_concurrency
+from conveyor.model.errors import ArgumentValidationError, ConfigurationError, InvalidJob
+from conveyor.rules.hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
+from conveyor.rules.fairness import FAIRNESS_META_KEY
+from conveyor.rules.idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
+from conveyor.model.job import NewJob
+from conveyor.rules.results import RESULT_TTL_META_KEY, result_ttl_seconds
+from conveyor.rules.retry import RetryPolicy
+from conveyor.payloads.task_payload import encode_payload, new_job_id
+from conveyor.workflows.signature import Signature
+from conveyor.model.clock import Clock, Duration, to_seconds
+from conveyor.workflows.inputs import WORKFLOW_META_KEY
 
 if TYPE_CHECKING:
-    from .handle import JobHandle
+    from conveyor.handle import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,13 +67,13 @@ class JobOptions:
     timeout: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     connection: Any = None  # a caller's own DB connection, for transactional enqueue
-    fairness_key: str | None = None  # over the task's template (conveyor.fairness)
+    fairness_key: str | None = None  # over the task's template (conveyor.rules.fairness)
     fairness_weight: float | None = None
     depends_on: tuple[str, ...] = ()  # job ids that must end first (docs/workflows.md)
     allow_failure: bool | None = None  # run even if a parent ended dead or cancelled
     concurrency_key: str | None = None  # this job's key, in place of the task's
     concurrency_limit: int | None = None
-    result_ttl: float | None = None  # seconds its result is kept (conveyor.results)
+    result_ttl: float | None = None  # seconds its result is kept (conveyor.rules.results)
 
 
 _NO_OPTIONS = JobOptions()  # frozen, so one instance serves every plain enqueue
@@ -101,7 +100,7 @@ def make_options(
     concurrency_limit: int | None = None,
     result_ttl: Duration | None = None,
 ) -> JobOptions:
-    """Every value checked against `conveyor.validation`'s ranges (InvalidJob if not)."""
+    """Every value checked against `conveyor.model.validation`'s ranges (InvalidJob if not)."""
     if delay is not None and run_at is not None:
         raise InvalidJob("delay", delay, "either delay or run_at, not both")
     return JobOptions(
@@ -132,7 +131,7 @@ def make_options(
 def key_templates(task_name: str, fn: Callable[..., Any], idempotency_key: str | None,
                   fairness_key: str | None) -> dict[str, KeyTemplate | None]:
     """A task's argument templates (`idempotency_key=`, `fairness_key=`), checked
-    against its signature: one template rule for both (conveyor.idempotency_key)."""
+    against its signature: one template rule for both (conveyor.rules.idempotency_key)."""
     signature = inspect.signature(fn)
     try:
         return {name: None if template is None else KeyTemplate(template, signature, name)
@@ -177,13 +176,13 @@ class TaskDefaults:
     hard_time_limit: float | None = None
     retry: RetryPolicy = RetryPolicy()
     idempotency_key: KeyTemplate | None = None  # rendered into each job's meta at enqueue
-    fairness_key: KeyTemplate | None = None  # rendered at enqueue (conveyor.fairness)
+    fairness_key: KeyTemplate | None = None  # rendered at enqueue (conveyor.rules.fairness)
     concurrency: ConcurrencyRule | None = None  # key and limit, rendered at enqueue
-    # Payload limits in bytes of JSON (None: the app's); see conveyor.claim_check.
+    # Payload limits in bytes of JSON (None: the app's); see conveyor.payloads.claim_check.
     claim_check_threshold: int | None = None
     max_payload: int | None = None
     redact: frozenset[str] = frozenset()  # argument keys masked wherever jobs are shown
-    rate_key: str | None = None  # the rate limit bucket its jobs spend from (conveyor.rate_limits)
+    rate_key: str | None = None  # the rate limit bucket its jobs spend from (conveyor.rules.rate_limits)
     payload_hygiene: str | None = None  # "warn", "reject", "off"; None: the app's
     result_ttl: float | None = None  # seconds results are kept; None: with the job
 
@@ -261,7 +260,7 @@ class Task(Generic[P, R]):
         return self._plain.job_of(args, kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This call as a workflow step (`conveyor.workflows.chain`, `group`, `chord`)."""
+        """This call as a workflow step (`conveyor.workflows.canvas.chain`, `group`, `chord`)."""
         return self._plain.s(*args, **kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
@@ -292,7 +291,7 @@ class BoundTask(Generic[P, R]):
         return BoundTask(self.task, replace(self.opts, **changes))
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This call as a workflow step (`conveyor.workflows`): in a chain it receives
+        """This call as a workflow step (`conveyor.workflows.canvas`): in a chain it receives
         the previous step's result as its first argument."""
         return Signature(self, args, kwargs)
 
@@ -321,7 +320,7 @@ class BoundTask(Generic[P, R]):
             fairness_key = d.fairness_key.render(args, kwargs)
         if fairness_key is not None:
             meta[FAIRNESS_META_KEY] = fairness_key  # shown with the job
-        if opts.depends_on:  # by hand: parents that give no input (conveyor.workflows)
+        if opts.depends_on:  # by hand: parents that give no input (conveyor.workflows.canvas)
             meta[WORKFLOW_META_KEY] = {"parents": list(opts.depends_on), "input": None}
         if (ttl := d.result_ttl if opts.result_ttl is None else opts.result_ttl) is not None:
             meta[RESULT_TTL_META_KEY] = ttl  # to the worker, which stores the expiry

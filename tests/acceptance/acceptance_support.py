@@ -16,7 +16,8 @@ from pathlib import Path
 
 from conveyor import Conveyor
 from conveyor.backends.sqlite.backend import parse_sqlite_url
-from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
+from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.liveness import announced_token
 
 from runs_log import read as read_runs
 

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from conveyor import Adaptive, Conveyor, current_job
-from conveyor.rate_limits import Limit
+from conveyor.rules.rate_limits import Limit
 from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///acceptance.db"))

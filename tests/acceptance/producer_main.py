@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from conveyor.errors import QueueFull
+from conveyor.model.errors import QueueFull
 from jobs_app import app, work
 
 queue, n, most, on_full, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \

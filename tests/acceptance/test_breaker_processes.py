@@ -17,9 +17,9 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess
 from conveyor import Conveyor
-from conveyor.breaker_records import read_breaker
-from conveyor.breakers import CLOSED, HALF_OPEN, OPEN, BreakerState
-from conveyor.job import JobState
+from conveyor.downstreams.breaker_records import read_breaker
+from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, BreakerState
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess
 from conveyor import chord, group
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess, announced
 from conveyor import Conveyor
-from conveyor.job import JobState, NewJob
+from conveyor.model.job import JobState, NewJob
 from polling import poll
 from runs_log import Event, read as read_runs
 

@@ -17,8 +17,8 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 

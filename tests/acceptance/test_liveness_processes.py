@@ -11,7 +11,7 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess, announced
 from conveyor import Conveyor
-from conveyor.job import Job, JobState
+from conveyor.model.job import Job, JobState
 from polling import poll
 from runs_log import read as read_runs
 

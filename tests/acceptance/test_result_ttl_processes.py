@@ -13,8 +13,8 @@ import time
 import pytest
 
 from acceptance_support import HERE, Runs, WorkerProcess
-from conveyor.errors import ResultExpired
-from conveyor.job import JobState
+from conveyor.model.errors import ResultExpired
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 
 from acceptance_support import HERE, Runs, WorkerProcess
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
+from conveyor.backends.contract import JobFilter
 
 pytestmark = pytest.mark.slow
 

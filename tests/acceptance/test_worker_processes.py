@@ -10,8 +10,8 @@ import pytest
 
 from acceptance_support import Runs, WorkerProcess
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
-from conveyor.job import JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Every blob store keeps the same contract (conveyor.blobs.BlobStore): bytes back as
+"""Every blob store keeps the same contract (conveyor.backends.blobs.BlobStore): bytes back as
 written, None when absent, a repeated put changes nothing, delete by job, list by
 age (the application clock). The S3 store runs against moto's S3 server started as
 its own process on a free port: real HTTP, the real boto3 client, no mocks."""
@@ -18,8 +18,8 @@ import pytest
 
 from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
-from conveyor.blobs import BlobStore, blob_key, blob_store_from_url
-from conveyor.timeutil import ManualClock
+from conveyor.backends.blobs import BlobStore, blob_key, blob_store_from_url
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
 from conformance.helpers import RunningWorker, wait_finished
 
@@ -153,7 +153,7 @@ async def test_a_sqlite_app_with_an_s3_store_runs_big_jobs(tmp_path: Path, s3_ur
 
 
 def test_s3_store_urls_never_carry_credentials() -> None:
-    from conveyor.errors import ConfigurationError
+    from conveyor.model.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="unknown options"):
         blob_store_from_url("s3://bucket/p?secret_key=x", ManualClock())

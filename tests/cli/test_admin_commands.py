@@ -7,7 +7,7 @@ import signal
 
 from cli_harness import Cli, wait_until
 from conveyor import Conveyor
-from conveyor.admin import make_filter
+from conveyor.admin.api import make_filter
 from conveyor.backends.sqlfiles import load_migrations
 
 
@@ -231,8 +231,8 @@ def test_jobs_show_lists_the_stored_parents_of_a_job_given_them_by_hand(
 
 
 def test_jobs_show_says_why_a_job_is_held_back(cli: Cli, inspector: Conveyor) -> None:
-    from conveyor.claiming import strict_claim
-    from conveyor.job import NewJob
+    from conveyor.backends.claiming import strict_claim
+    from conveyor.model.job import NewJob
 
     async def claim_first() -> None:
         backend = await inspector.backend()

@@ -9,7 +9,7 @@ from conveyor.cli.commands_jobs import cli_value, find_task, keyword_arguments
 from conveyor.cli.commands_worker import default_queues
 from conveyor.cli.exits import CliError, scrub_passwords
 from conveyor.cli.render import duration, table
-from conveyor.errors import UnknownTask
+from conveyor.model.errors import UnknownTask
 
 
 @pytest.fixture

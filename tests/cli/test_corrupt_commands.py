@@ -16,7 +16,7 @@ import signal
 from cli_harness import Cli, wait_until
 from conformance.raw_store import RawValue, SqliteRawStore
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor, demo
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor import Conveyor
+from conveyor.cli import demo
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 
 EXPECTED = {  # label -> (task, state, attempts)
     "welcome Ada": ("send_welcome_email", "completed", "1"),

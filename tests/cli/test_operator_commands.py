@@ -13,10 +13,10 @@ import subprocess
 
 from cli_harness import HERE, Cli, wait_until
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.backends.base import Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import AttemptError, JobState
+from conveyor.admin.api import make_filter
+from conveyor.backends.contract import Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import AttemptError, JobState
 from test_admin_commands import make_dead, rows
 
 ME = f"{getpass.getuser()}@{socket.gethostname()}"
@@ -27,7 +27,7 @@ def kill_directly(url: str, task: str, n: int, error_type: str = "ValueError") -
     async def go() -> list[str]:
         app = Conveyor(url)
         backend = await app.backend()
-        from conveyor.job import NewJob
+        from conveyor.model.job import NewJob
 
         ids = [f"{task}-{error_type}-{i}" for i in range(n)]
         await backend.enqueue_jobs([NewJob(id=i, task=task, queue="default",

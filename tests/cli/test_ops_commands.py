@@ -12,7 +12,7 @@ import urllib.request
 
 from cli_harness import HERE, Cli, wait_until
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import signal
 
 from cli_harness import Cli, wait_until
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 
 def test_workers_and_throughput_of_a_running_worker(cli: Cli, inspector: Conveyor) -> None:

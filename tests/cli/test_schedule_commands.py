@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 from cli_harness import HERE, Cli, WorkerProcess, wait_until
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 
 
 def start(cli: Cli, *args: str) -> WorkerProcess:

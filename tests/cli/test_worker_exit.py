@@ -10,7 +10,7 @@ import pytest
 
 from cli_harness import Cli, wait_until
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 
 @pytest.mark.parametrize("pool", [[], ["-p", "1"]], ids=["single_process", "pool_child"])

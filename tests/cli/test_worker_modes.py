@@ -15,8 +15,8 @@ import pytest
 from backends_under_test import SHARED_BACKENDS, CLEANUPS
 from cli_harness import HERE, wait_until
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 
 
 @pytest.fixture(params=sorted(SHARED_BACKENDS))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cli_harness import Cli, wait_until
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 
 
 def count(app: Conveyor, state: JobState, **where: list[str]) -> int:

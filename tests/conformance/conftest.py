@@ -8,8 +8,8 @@ import pytest
 from backends_under_test import BACKENDS, CLEANUPS
 from raw_store import RawStore, raw_store
 from conveyor import Conveyor
-from conveyor.backends.base import Backend
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend
+from conveyor.model.clock import ManualClock
 
 
 @pytest.fixture(params=sorted(BACKENDS))

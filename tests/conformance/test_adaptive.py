@@ -1,4 +1,4 @@
-"""Adaptive concurrency (conveyor.adaptive, docs/downstreams.md): workers' controllers
+"""Adaptive concurrency (conveyor.rules.adaptive, docs/downstreams.md): workers' controllers
 share one limit per key through the store, decide it once per window (additive
 increase after a window of successes that used the limit, multiplicative decrease
 after a signal), and the backend holds every claimer to it."""
@@ -11,13 +11,13 @@ import logging
 import pytest
 
 from conveyor import Adaptive, Conveyor
-from conveyor.adaptive import LimitState
-from conveyor.backends.base import Backend, JobFilter, KeyLimits, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import Job, JobState
-from conveyor.timeutil import ManualClock
+from conveyor.rules.adaptive import LimitState
+from conveyor.backends.contract import Backend, JobFilter, KeyLimits, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import Job, JobState
+from conveyor.model.clock import ManualClock
 from conveyor.worker import Worker, WorkerConfig
-from conveyor.worker.adaptive_controller import NAMESPACE, AdaptiveController
+from conveyor.downstreams.adaptive_controller import NAMESPACE, AdaptiveController
 from helpers import error
 
 S = JobState

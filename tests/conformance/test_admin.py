@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, complete, error, new_job, state_of
 
 DEAD = JobFilter(states=(JobState.DEAD,))

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.backpressure import SHED_ERROR_TYPE
-from conveyor.errors import QueueFull
-from conveyor.job import JobState, NewJob, QueueBound
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.rules.backpressure import SHED_ERROR_TYPE
+from conveyor.model.errors import QueueFull
+from conveyor.model.job import JobState, NewJob, QueueBound
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, new_job
 
 WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)

@@ -8,8 +8,8 @@ import time
 from datetime import timedelta
 
 from conveyor import Conveyor, Retry, current_job
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
 BURST = WorkerConfig(queues=("default", "other"), concurrency=3, poll_interval=5.0,

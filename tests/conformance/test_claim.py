@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, ClaimRequest, JobFilter, QueueQuota
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
+from conveyor.backends.claiming import strict_claim
 from helpers import new_job
 
 
@@ -51,7 +51,7 @@ async def test_claim_only_named_queues_in_order(backend: Backend) -> None:
 
 
 async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
-    from conveyor.backends.base import Settlement
+    from conveyor.backends.contract import Settlement
 
     await backend.enqueue_jobs([new_job(id="f")])
     tokens = []

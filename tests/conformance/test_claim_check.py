@@ -1,4 +1,4 @@
-"""Big payloads kept apart (conveyor.claim_check), on every backend and its default
+"""Big payloads kept apart (conveyor.payloads.claim_check), on every backend and its default
 blob store: arguments and results round-trip through the store, a changed or
 missing blob ends its job dead at once without touching the others, max_payload
 refuses a batch whole, and blobs go with their jobs (delete, prune of orphans)."""
@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.blobs import blob_key
-from conveyor.claim_check import reference_in
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.blobs import blob_key
+from conveyor.payloads.claim_check import reference_in
+from conveyor.backends.claiming import strict_claim
 from conveyor.cli.render import job_detail
-from conveyor.errors import PayloadTooLarge
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.model.errors import PayloadTooLarge
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, complete, wait_finished
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import Job, JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import Job, JobState
+from conveyor.model.clock import ManualClock
 from conveyor.worker.rescue import release_worker_jobs, rescue_expired
 from conformance.helpers import RunningWorker, wait_finished
 from conveyor.worker import WorkerConfig

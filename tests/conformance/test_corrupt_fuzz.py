@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
+from conveyor.backends.contract import JobFilter
 from conveyor.backends.codec import COLUMNS
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, eventually, new_job
 from raw_store import RawValue, raw_store

@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
 from conveyor.worker.rescue import rescue_expired
-from conveyor.worker.worker import corrupt_outcome
+from conveyor.worker.held_jobs import corrupt_outcome
 from helpers import RunningWorker, complete, error, new_job, wait_finished
 from raw_store import RawStore, RawValue
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
+from conveyor.backends.claiming import strict_claim
 from helpers import claim_one, complete, new_job
 
 
@@ -77,7 +77,7 @@ async def test_unique_key_dedups_and_unique_for_extends_past_completion(
 
 
 async def test_unique_key_does_not_block_after_dead(backend: Backend) -> None:
-    from conveyor.backends.base import Settlement
+    from conveyor.backends.contract import Settlement
     from helpers import error
 
     [first] = await backend.enqueue_jobs([new_job(unique_key="pay:1", unique_for=3600)])

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, wait_finished
 

@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.errors import ConfigurationError, InvalidJob
-from conveyor.fairness import FAIRNESS_META_KEY
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.errors import ConfigurationError, InvalidJob
+from conveyor.rules.fairness import FAIRNESS_META_KEY
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, new_job
 
 CLAIMERS = 4

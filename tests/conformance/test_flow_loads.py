@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor.backends.base import Backend, FlowLoads, FlowQuery, KeyLoad
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
+from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
 from helpers import complete, new_job
 
 
@@ -66,8 +66,8 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
     """Four producers at once over a queue of 20 that sheds: 120 jobs, 20 left waiting,
     so exactly 100 shed, counted by the enqueues that shed them; deleting the shed jobs
     (as pruning does) leaves the count."""
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import QueueBound
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import QueueBound
 
     bound = QueueBound(20, shed_oldest=True)
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, current_job
-from conveyor.job import JobState
-from conveyor.middleware import CallNext, ExecuteContext, MiddlewareContext
+from conveyor.model.job import JobState
+from conveyor.observe.middleware import CallNext, ExecuteContext, MiddlewareContext
 from conveyor.worker import ExitStatus, WorkerConfig
 from helpers import RunningWorker, eventually, wait_finished
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend
-from conveyor.claiming import QueuePlan
-from conveyor.job import Job
+from conveyor.backends.contract import Backend
+from conveyor.backends.claiming import QueuePlan
+from conveyor.model.job import Job
 from helpers import complete
 
 

@@ -10,12 +10,12 @@ from datetime import timedelta
 import pytest
 
 from conveyor import Conveyor, Snooze, current_job
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.errors import OnceWindowTooShort
-from conveyor.job import Job, JobState
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.errors import OnceWindowTooShort
+from conveyor.model.job import Job, JobState
 from conveyor.once import ONCE_NAMESPACE
-from conveyor.timeutil import ManualClock
-from conveyor.worker.context import JobContext
+from conveyor.model.clock import ManualClock
+from conveyor.context import JobContext
 from conveyor.worker.rescue import rescue_expired
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, claim_one, error, eventually, wait_finished

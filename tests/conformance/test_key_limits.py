@@ -1,5 +1,5 @@
 """A concurrency key's set limit (KeyLimits, what an adaptive task's controller writes,
-conveyor.adaptive): it replaces the limit the key's jobs were enqueued with, for every
+conveyor.rules.adaptive): it replaces the limit the key's jobs were enqueued with, for every
 claimer; raising it unparks the key's next jobs at once, lowering it lets the running
 jobs finish and gives no slot until fewer than the new limit hold one."""
 
@@ -9,9 +9,9 @@ import asyncio
 from collections import Counter
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, KeyLimits
-from conveyor.claiming import strict_claim
-from conveyor.job import Job, JobState
+from conveyor.backends.contract import Backend, JobFilter, KeyLimits
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import Job, JobState
 from helpers import complete, new_job
 
 S = JobState

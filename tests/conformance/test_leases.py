@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from conveyor.backends.base import Backend, Lease, Settlement
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
+from conveyor.backends.claiming import strict_claim
 from conveyor.worker.rescue import rescue_expired
 from helpers import claim_one, complete, new_job, state_of
 

@@ -19,11 +19,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from backends_under_test import BACKENDS, CLEANUPS, SHARED_BACKENDS
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Lease, Settlement
-from conveyor.job import Job, JobState
-from conveyor.lifecycle import ALLOWED
-from conveyor.timeutil import ManualClock
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Lease, Settlement
+from conveyor.model.job import Job, JobState
+from conveyor.model.lifecycle import ALLOWED
+from conveyor.model.clock import ManualClock
+from conveyor.backends.claiming import strict_claim
 from conveyor.worker.rescue import rescue_expired
 from helpers import error, new_job
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.errors import JobNotFound
-from conveyor.job import JobState
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.errors import JobNotFound
+from conveyor.model.job import JobState
 from helpers import claim_one, error, new_job
 
 

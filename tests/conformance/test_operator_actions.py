@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.audit import MAX_IDS, RETENTION, Actor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
-from conveyor.task_names import AmbiguousTaskName
-from conveyor.timeutil import ManualClock
+from conveyor.admin.api import make_filter
+from conveyor.observe.audit import MAX_IDS, RETENTION, Actor
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
+from conveyor.model.names import AmbiguousTaskName
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, error, new_job, state_of
 
 DEAD = JobFilter(states=(JobState.DEAD,))

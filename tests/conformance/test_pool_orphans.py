@@ -8,12 +8,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from conveyor.worker.pool import Supervisor, _Child
-from conveyor.worker.pool_config import PoolConfig
+from conveyor.worker.pool.supervisor import Supervisor, _Child
+from conveyor.worker.pool.config import PoolConfig
 from conveyor.worker.rescue import rescue_expired
 from helpers import claim_one, complete, new_job
 

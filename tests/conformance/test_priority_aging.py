@@ -7,10 +7,10 @@ import asyncio
 import itertools
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, new_job
 
 A = 60.0  # one priority level per minute waited

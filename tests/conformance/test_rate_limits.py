@@ -9,11 +9,11 @@ import time
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, ClaimRequest, JobFilter, QueueQuota
-from conveyor.claiming import strict_claim
-from conveyor.job import Job, JobState
-from conveyor.rate_limits import Limit, RateLimit
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import Job, JobState
+from conveyor.rules.rate_limits import Limit, RateLimit
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, eventually, new_job
 

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend
+from conveyor.model.clock import ManualClock
 
 
 async def test_put_get_replace_delete(backend: Backend) -> None:

@@ -5,12 +5,12 @@ Time is the injected clock; a test plays the workers by settling jobs itself."""
 from __future__ import annotations
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState
-from conveyor.redrive_driver import Driver
-from conveyor.redrive_runs import DRIVER_LEASE, Runs, RunStatus, parse_rate
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState
+from conveyor.ops.redrive_driver import Driver
+from conveyor.ops.redrive_runs import DRIVER_LEASE, Runs, RunStatus, parse_rate
+from conveyor.model.clock import ManualClock
 from helpers import claim_one, error, new_job
 
 DEAD = JobFilter(states=(JobState.DEAD,))

@@ -1,4 +1,4 @@
-"""Results kept for a while (result_ttl, conveyor.results), on every backend: the
+"""Results kept for a while (result_ttl, conveyor.rules.results), on every backend: the
 completion stores the expiry, reads refuse the result from then on with
 ResultExpired, the prune loop clears it by the index (once, whoever runs it), with
 its blob when it was stored apart, and leaves the job; a workflow member whose
@@ -15,14 +15,14 @@ from datetime import timedelta
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, Settlement
-from conveyor.claim_check import reference_in
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, Settlement
+from conveyor.payloads.claim_check import reference_in
+from conveyor.backends.claiming import strict_claim
 from conveyor.cli.render import job_detail
-from conveyor.errors import InvalidJob, JobFailed, ResultExpired
-from conveyor.job import JobState
-from conveyor.results import RESULT_TTL_META_KEY
-from conveyor.timeutil import ManualClock
+from conveyor.model.errors import InvalidJob, JobFailed, ResultExpired
+from conveyor.model.job import JobState
+from conveyor.rules.results import RESULT_TTL_META_KEY
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, claim_one, complete, new_job, wait_finished
 

@@ -1,4 +1,4 @@
-"""Retry budgets (conveyor.retry_budget): past a task's budget, retries are moved to
+"""Retry budgets (conveyor.rules.retry_budget): past a task's budget, retries are moved to
 later windows, keeping the job's retry; the counts are shared through the store."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 
 from conformance.helpers import RunningWorker, eventually
 from conveyor import Conveyor, RetryBudget
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.errors import ConfigurationError
-from conveyor.job import Job, JobState
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import Job, JobState
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from conveyor.worker.retry_ledger import RetryLedger
+from conveyor.downstreams.retry_ledger import RetryLedger
 
 WINDOW = 60.0
 

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.job import Job, JobState
-from conveyor.maintenance.schedules import SCHEDULE_META_KEY, ScheduledRun, iso
-from conveyor.maintenance.scheduler import Scheduler, schedule_reports
-from conveyor.maintenance.state import SCHEDULES_NAMESPACE
-from conveyor.timeutil import ManualClock
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.job import Job, JobState
+from conveyor.scheduling.schedules import SCHEDULE_META_KEY, ScheduledRun, iso
+from conveyor.scheduling.scheduler import Scheduler, schedule_reports
+from conveyor.scheduling.state import SCHEDULES_NAMESPACE
+from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from conveyor.claiming import strict_claim
+from conveyor.backends.claiming import strict_claim
 from helpers import RunningWorker, complete, eventually
 
 MINUTE = 60
@@ -374,7 +374,7 @@ async def test_workers_run_the_scheduler_by_default(backend_url: str, clock: Man
 async def test_cron_list_shows_next_fire_times_in_utc_and_the_zone_and_the_last_run(
     replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock
 ) -> None:
-    from conveyor.maintenance.commands import cron_list
+    from conveyor.ops.schedule_commands import cron_list
 
     [app] = replicas(1, cron="0 9 * * *", tz="Europe/Madrid", overlap="allow")
     text = await cron_list(app, upcoming=2)
@@ -397,7 +397,7 @@ async def test_cron_list_shows_next_fire_times_in_utc_and_the_zone_and_the_last_
 async def test_scheduler_command_runs_until_stopped(
     replicas: Callable[..., list[Conveyor]], clock: ManualClock
 ) -> None:
-    from conveyor.maintenance.commands import run_scheduler
+    from conveyor.ops.schedule_commands import run_scheduler
 
     [app] = replicas(1, every=timedelta(minutes=1))
     stop = asyncio.Event()

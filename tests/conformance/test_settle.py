@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import Backend, Settlement, StateForcing
-from conveyor.job import JobState
-from conveyor.lifecycle import ALLOWED
-from conveyor.timeutil import ManualClock
-from conveyor.claiming import strict_claim
+from conveyor.backends.contract import Backend, Settlement, StateForcing
+from conveyor.model.job import JobState
+from conveyor.model.lifecycle import ALLOWED
+from conveyor.model.clock import ManualClock
+from conveyor.backends.claiming import strict_claim
 from helpers import claim_one, complete, error, new_job, state_of
 
 
@@ -113,7 +113,7 @@ async def test_handler_cancel_moves_running_job_to_cancelled(backend: Backend) -
 
 
 async def test_checkpoint_is_fenced(backend: Backend) -> None:
-    from conveyor.backends.base import Lease
+    from conveyor.backends.contract import Lease
 
     await backend.enqueue_jobs([new_job(id="cp")])
     job = await claim_one(backend)

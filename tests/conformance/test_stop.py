@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
 

@@ -9,8 +9,8 @@ import time
 from collections import Counter
 
 from conveyor import Conveyor, current_job
-from conveyor.errors import SoftTimeLimitExceeded
-from conveyor.job import JobState
+from conveyor.model.errors import SoftTimeLimitExceeded
+from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, WorkerConfig
 from helpers import RunningWorker, eventually, wait_finished
 

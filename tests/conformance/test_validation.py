@@ -1,5 +1,5 @@
 """Bad job values are refused the same way on every backend, before anything is stored;
-values at the edges of the ranges are stored exactly (conveyor/validation.py)."""
+values at the edges of the ranges are stored exactly (conveyor/model/validation.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, JobFilter
-from conveyor.errors import ConveyorError, InvalidJob
-from conveyor.job import JobState, NewJob
-from conveyor.timeutil import ManualClock
-from conveyor.validation import MAX_ATTEMPTS_MAX, NAME_MAX, PRIORITY_MAX, PRIORITY_MIN, RUN_AT_MAX
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.errors import ConveyorError, InvalidJob
+from conveyor.model.job import JobState, NewJob
+from conveyor.model.clock import ManualClock
+from conveyor.model.validation import MAX_ATTEMPTS_MAX, NAME_MAX, PRIORITY_MAX, PRIORITY_MIN, RUN_AT_MAX
 from helpers import claim_one, new_job
 
 # (enqueue options, the field the error must name)

@@ -7,8 +7,8 @@ import asyncio
 from collections import Counter
 
 from conveyor import Conveyor
-from conveyor.backends.base import Backend, ClaimRequest, QueueQuota
-from conveyor.claiming import parse_queues
+from conveyor.backends.contract import Backend, ClaimRequest, QueueQuota
+from conveyor.backends.claiming import parse_queues
 from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, eventually, new_job, wait_finished
 

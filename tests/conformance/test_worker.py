@@ -7,8 +7,8 @@ import threading
 from collections import Counter
 
 from conveyor import Cancel, Conveyor, Retry, Snooze, current_job
-from conveyor.backends.base import JobFilter
-from conveyor.job import JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 from helpers import RunningWorker, eventually, new_job, wait_finished
 

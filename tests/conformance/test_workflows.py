@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Failure, chain, chord, group
-from conveyor.backends.base import Backend, JobFilter, Settlement
-from conveyor.claiming import strict_claim
-from conveyor.dependencies import DEPENDENCY_FAILED
-from conveyor.errors import InvalidJob, JobFailed
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.rules.dependencies import DEPENDENCY_FAILED
+from conveyor.model.errors import InvalidJob, JobFailed
 from conveyor.handle import JobHandle
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
-from conveyor.version import __version__
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
+from conveyor.model.version import __version__
 from conveyor.worker import WorkerConfig
 from helpers import (RunningWorker, claim_one, complete, error, eventually, finish_waiter_parked,
                      new_job, state_of)
@@ -218,7 +218,7 @@ async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conv
 
 # --- waiting for a result -----------------------------------------------------------------
 async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app: Conveyor) -> None:
-    from conveyor.backends.base import FinishWakeups
+    from conveyor.backends.contract import FinishWakeups
 
     assert isinstance(backend, FinishWakeups)
     await backend.enqueue_jobs([new_job(id="w")])
@@ -284,8 +284,8 @@ async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend
 
 
 async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) -> None:
-    from conveyor.errors import QueueFull
-    from conveyor.job import QueueBound
+    from conveyor.model.errors import QueueFull
+    from conveyor.model.job import QueueBound
 
     bound = QueueBound(max_waiting=1)
     await backend.enqueue_jobs([new_job(id="p", bound=bound)]
@@ -297,7 +297,7 @@ async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) ->
 
 
 async def test_a_shed_parent_cancels_its_dependants(backend: Backend) -> None:
-    from conveyor.job import QueueBound
+    from conveyor.model.job import QueueBound
 
     shed = QueueBound(max_waiting=1, shed_oldest=True)
     await backend.enqueue_jobs([new_job(id="p", bound=shed),

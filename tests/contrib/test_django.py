@@ -18,7 +18,7 @@ import pytest
 
 from backends_under_test import POSTGRES_URL, drop_postgres_schema, postgres_url
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 SITE = Path(__file__).resolve().parent / "django_site"
 SETTINGS = '''

@@ -13,10 +13,10 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from conveyor import Conveyor
-from conveyor.admin import make_filter
+from conveyor.admin.api import make_filter
 from conveyor.contrib.fastapi import ConveyorApp, conveyor_lifespan, get_conveyor, mount_dashboard
-from conveyor.errors import BackendUnavailable
-from conveyor.job import JobState
+from conveyor.model.errors import BackendUnavailable
+from conveyor.model.job import JobState
 
 
 def make_api(conveyor_url: str) -> tuple[FastAPI, Conveyor]:

@@ -11,8 +11,8 @@ import flask_project
 from conveyor import Conveyor
 from conveyor.contrib._commands import command_line
 from conveyor.contrib.flask import FlaskConveyor, current_conveyor
-from conveyor.errors import ConfigurationError
-from conveyor.job import JobState
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import JobState
 
 
 @pytest.fixture

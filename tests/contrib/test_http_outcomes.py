@@ -28,7 +28,7 @@ from conveyor.contrib.http import (
     raise_for_status,
     retry_after,
 )
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
 
 

@@ -7,7 +7,7 @@ import os
 import time
 
 from conveyor import Conveyor, current_job
-from conveyor.errors import SoftTimeLimitExceeded
+from conveyor.model.errors import SoftTimeLimitExceeded
 from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))

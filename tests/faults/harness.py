@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from conveyor import Conveyor
-from conveyor.job import Job
+from conveyor.model.job import Job
 from polling import poll as poll  # re-exported: the fault tests import it from here
 from runs_log import Event as Event  # re-exported, as poll
 from runs_log import read as read_runs

@@ -16,9 +16,9 @@ import signal
 import sys
 
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
-from conveyor.loading import load_app
-from conveyor.worker.pool import run_pool
-from conveyor.worker.pool_config import PoolConfig
+from conveyor.ops.loading import load_app
+from conveyor.worker.pool.supervisor import run_pool
+from conveyor.worker.pool.config import PoolConfig
 
 
 async def serve(worker: Worker) -> ExitStatus:

@@ -31,7 +31,7 @@ from harness import (
     start,
     wait_finished,
 )
-from conveyor.job import Job, JobState
+from conveyor.model.job import Job, JobState
 from polling import poll
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from backends_under_test import POSTGRES_URL
 from harness import Row, Runs, WorkerGroup, jobs_of, report, start, wait_finished
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.once import ONCE_NAMESPACE
 from polling import poll
 

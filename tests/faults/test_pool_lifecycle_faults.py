@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from harness import (
     HERE,
     Row,

@@ -14,12 +14,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from backends_under_test import service_missing
-from conveyor.admin import WorkerInfo
-from conveyor.backends.base import QueueStats
-from conveyor.breakers import BreakerState
-from conveyor.job import Job, JobState
-from conveyor.metrics import JobMetrics
-from conveyor.metrics.queue_state import _Snapshot
+from conveyor.admin.api import WorkerInfo
+from conveyor.backends.contract import QueueStats
+from conveyor.rules.breakers import BreakerState
+from conveyor.model.job import Job, JobState
+from conveyor.observe.metrics import JobMetrics
+from conveyor.ops.queue_state import _Snapshot
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "conveyor-alerts.yml"

@@ -4,8 +4,8 @@ to the top N keys plus one series for the rest, and the jobs shed by full queues
 from __future__ import annotations
 
 from conveyor import Conveyor
-from conveyor.claiming import QueuePlan
-from conveyor.metrics.queue_state import queue_state_text
+from conveyor.backends.claiming import QueuePlan
+from conveyor.ops.queue_state import queue_state_text
 
 
 def samples(text: bytes, prefix: str) -> dict[str, float]:
@@ -56,7 +56,7 @@ async def test_jobs_a_full_queue_shed_are_a_counter(app: Conveyor) -> None:
     assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
                     'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0}
     # Deleting the shed jobs (as pruning does) leaves the counter as it was.
-    from conveyor.admin import make_filter
+    from conveyor.admin.api import make_filter
     assert len(await app.admin.delete(make_filter(states=["cancelled"], queues=["mail"]))) == 4
     shed = samples(await queue_state_text(app), "conveyor_queue_shed_jobs_total")
     assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,

@@ -11,8 +11,8 @@ import pytest
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
-from conveyor.job import Job, JobState
-from conveyor.logs import (CorrelationIds, JobLogFilter, JsonFormatter, TextFormatter, bind_job,
+from conveyor.model.job import Job, JobState
+from conveyor.observe.logs import (CorrelationIds, JobLogFilter, JsonFormatter, TextFormatter, bind_job,
                            correlation_scope)
 from conveyor.worker import WorkerConfig
 

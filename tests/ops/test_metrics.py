@@ -6,9 +6,9 @@ from prometheus_client import CollectorRegistry
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
-from conveyor.claiming import QueuePlan
-from conveyor.metrics import JobMetrics, Metrics
-from conveyor.metrics.queue_state import queue_state_text
+from conveyor.backends.claiming import QueuePlan
+from conveyor.observe.metrics import JobMetrics, Metrics
+from conveyor.ops.queue_state import queue_state_text
 from conveyor.worker import WorkerConfig
 
 FAST = WorkerConfig(queues=("default", "mail"), concurrency=4, poll_interval=0.05)
@@ -113,7 +113,7 @@ async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
 ) -> None:
     from datetime import timedelta
 
-    from conveyor.maintenance.scheduler import Scheduler
+    from conveyor.scheduling.scheduler import Scheduler
 
     registry = CollectorRegistry()
     app.middleware.append(Metrics(JobMetrics(registry)))
@@ -139,7 +139,7 @@ async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
 async def test_refused_jobs_are_counted_apart_from_enqueued_ones(app: Conveyor) -> None:
     import pytest
 
-    from conveyor.errors import QueueFull
+    from conveyor.model.errors import QueueFull
 
     registry = CollectorRegistry()
     app.middleware.append(Metrics(JobMetrics(registry)))

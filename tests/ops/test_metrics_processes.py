@@ -8,7 +8,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from conveyor.metrics import default_metrics, serve_metrics
+from conveyor.observe.metrics import default_metrics, serve_metrics
 
 
 def test_a_process_serves_its_own_metrics_on_a_port() -> None:
@@ -25,18 +25,18 @@ def test_a_process_serves_its_own_metrics_on_a_port() -> None:
 
 CHILD = """
 import sys
-from conveyor.metrics import default_metrics
+from conveyor.observe.metrics import default_metrics
 m = default_metrics()
 m.completed.labels("mail", "send").inc(int(sys.argv[1]))
 m.in_flight.labels("mail", "send").inc(int(sys.argv[1]))
 if sys.argv[2] == "clean":  # what `conveyor worker` does on its way out
-    from conveyor.metrics import mark_process_dead
+    from conveyor.observe.metrics import mark_process_dead
     mark_process_dead()
 """
 
 READER = """
 from prometheus_client import generate_latest
-from conveyor.metrics import exposition_registry
+from conveyor.observe.metrics import exposition_registry
 print(generate_latest(exposition_registry()).decode())
 """
 

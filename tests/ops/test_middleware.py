@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor
-from conveyor.job import JobState
-from conveyor.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
+from conveyor.model.job import JobState
+from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
 from conveyor.worker import WorkerConfig
 
 FAST = WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.05, stats_interval=0.05)

@@ -6,9 +6,9 @@ import math
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor
-from conveyor.backends.base import Settlement
-from conveyor.job import AttemptError, Job, JobState
-from conveyor.minute_stats import Latency, MinuteRecorder, merge_records, minute_of
+from conveyor.backends.contract import Settlement
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.observe.minute_stats import Latency, MinuteRecorder, merge_records, minute_of
 from conveyor.worker import WorkerConfig
 
 FAST = WorkerConfig(queues=("default",), concurrency=4, poll_interval=0.05, stats_interval=0.05)

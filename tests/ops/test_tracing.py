@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from conformance.helpers import RunningWorker, wait_finished
 from conveyor import Conveyor, current_job
-from conveyor.tracing import Tracing
+from conveyor.observe.tracing import Tracing
 from conveyor.worker import WorkerConfig
 
 FAST = WorkerConfig(queues=("mail",), concurrency=2, poll_interval=0.05)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from conveyor import Cancel, Conveyor, JobState, Snooze, current_job
-from conveyor.middleware import CallNext, ExecuteContext, MiddlewareContext
+from conveyor.observe.middleware import CallNext, ExecuteContext, MiddlewareContext
 from conveyor.testing import TestClock, drain, drain_async, inline
 
 S = JobState

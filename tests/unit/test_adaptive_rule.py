@@ -1,4 +1,4 @@
-"""The adaptive concurrency rule (conveyor.adaptive) without a store: the AIMD step,
+"""The adaptive concurrency rule (conveyor.rules.adaptive) without a store: the AIMD step,
 what counts as a signal, the options' checks, and the warning for a task that calls
 out with no limit (conveyor.worker.unlimited_calls)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Adaptive, Conveyor
-from conveyor.adaptive import LimitState, WindowCounts, http_status
-from conveyor.errors import ConfigurationError, SoftTimeLimitExceeded
+from conveyor.rules.adaptive import LimitState, WindowCounts, http_status
+from conveyor.model.errors import ConfigurationError, SoftTimeLimitExceeded
 from conveyor.worker.unlimited_calls import calls_out, unlimited_callers
 
 RULE = Adaptive(min=2, max=10, increase=2, decrease=0.5)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ConfigurationError
-from conveyor.job import AttemptError
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import AttemptError
 
 
 def test_version_given_wins_over_the_environment(tmp_path: Path,

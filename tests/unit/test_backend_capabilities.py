@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor.backends import backend_from_url
-from conveyor.backends.base import (
+from conveyor.backends.contract import (
     Backend,
     BlockingEnqueue,
     CompleteInTransaction,

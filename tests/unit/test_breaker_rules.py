@@ -1,4 +1,4 @@
-"""Circuit breakers' declarations and state machine (conveyor.breakers), pure."""
+"""Circuit breakers' declarations and state machine (conveyor.rules.breakers), pure."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from datetime import timedelta
 import pytest
 
 from conveyor import BreakerError, Conveyor, Retry, Snooze
-from conveyor.breakers import (CLOSED, HALF_OPEN, OPEN, Breaker, BreakerState, after_cooldown,
+from conveyor.rules.breakers import (CLOSED, HALF_OPEN, OPEN, Breaker, BreakerState, after_cooldown,
                                after_failure, after_success, counts_as_failure)
-from conveyor.errors import ConfigurationError
-from conveyor.rate_limits import BURST_MAX, RATE_MAX, RateLimit
-from conveyor.retry import RetryPolicy
+from conveyor.model.errors import ConfigurationError
+from conveyor.rules.rate_limits import BURST_MAX, RATE_MAX, RateLimit
+from conveyor.rules.retry import RetryPolicy
 
 STRIPE = Breaker("stripe", failures=3, window=60.0, cooldown=30.0)
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conveyor.backends.codec import COLUMNS, _careful, job_from_fields, job_from_row
-from conveyor.job import AttemptError, JobState
+from conveyor.model.job import AttemptError, JobState
 
 ERROR = {"attempt": 1, "at": 5.0, "type": "KeyError", "message": "'x'", "traceback": "",
          "worker_id": "w", "host": "h", "version": "1"}

@@ -1,14 +1,14 @@
-"""The fairness rule in Python (conveyor.fairness): what memory and SQLite assign, and
+"""The fairness rule in Python (conveyor.rules.fairness): what memory and SQLite assign, and
 what PostgreSQL's batch reservation is handed out by."""
 
 from __future__ import annotations
 
 import pytest
 
-from conveyor.errors import InvalidJob
-from conveyor.fairness import VtimeAssigner, as_vtime, next_vtime, spread, vtime_step
-from conveyor.job import NewJob
-from conveyor.validation import check_job
+from conveyor.model.errors import InvalidJob
+from conveyor.rules.fairness import VtimeAssigner, as_vtime, next_vtime, spread, vtime_step
+from conveyor.model.job import NewJob
+from conveyor.model.validation import check_job
 
 
 def job(key: str | None, queue: str = "q", weight: float | None = None) -> NewJob:

@@ -1,4 +1,4 @@
-"""Payload hygiene (conveyor.hygiene): which keys and values look like secrets,
+"""Payload hygiene (conveyor.rules.hygiene): which keys and values look like secrets,
 warn once per task and argument, reject on demand, and mask wherever jobs are shown."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.cli.render import job_detail, job_json
-from conveyor.errors import ConfigurationError, SecretInPayload
-from conveyor.hygiene import credential_kind, secret_key
+from conveyor.model.errors import ConfigurationError, SecretInPayload
+from conveyor.rules.hygiene import credential_kind, secret_key
 from conveyor.web.views import args_preview, payload_json
 
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ConfigurationError, InvalidJob
-from conveyor.idempotency_key import IDEMPOTENCY_META_KEY, key_of
+from conveyor.model.errors import ConfigurationError, InvalidJob
+from conveyor.rules.idempotency_key import IDEMPOTENCY_META_KEY, key_of
 
 
 @pytest.fixture

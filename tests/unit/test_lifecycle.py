@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.job import JobState
-from conveyor.lifecycle import ALLOWED, TRANSITIONS, IllegalTransition, Transition, check
+from conveyor.model.job import JobState
+from conveyor.model.lifecycle import ALLOWED, TRANSITIONS, IllegalTransition, Transition, check
 
 SQLITE_MIGRATIONS = Path(__file__).resolve().parents[2] / "src/conveyor/backends/sqlite/migrations"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.worker.pool_config import PoolConfig, parse_size, rss_bytes
+from conveyor.worker.pool.config import PoolConfig, parse_size, rss_bytes
 
 
 @pytest.mark.parametrize(("text", "size"), [
@@ -34,7 +34,7 @@ def test_pool_config_checks() -> None:
 
 
 RSS_PROBE = """
-from conveyor.worker.pool_config import rss_bytes
+from conveyor.worker.pool.config import rss_bytes
 before = rss_bytes()
 ballast = bytearray(64 << 20)  # touched pages count, so write them
 ballast[:: 4096] = b"\\x01" * len(range(0, len(ballast), 4096))

@@ -1,4 +1,4 @@
-"""The sync facade's portal (conveyor/portal.py): a coroutine run on the portal's loop
+"""The sync facade's portal (conveyor/model/portal.py): a coroutine run on the portal's loop
 gives its caller's thread its value, its exception (BaseException included), a
 cancellation, or a timeout after which it goes on running."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.portal import Portal
+from conveyor.model.portal import Portal
 
 
 class Stop(BaseException):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.worker.process_start import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, starting
+from conveyor.worker.pool.process_start import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, starting
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Per-queue settings (conveyor.queues): checked when declared, applied at enqueue."""
+"""Per-queue settings (conveyor.rules.queues): checked when declared, applied at enqueue."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ConfigurationError, InvalidJob
-from conveyor.job import NewJob
-from conveyor.validation import check_job
+from conveyor.model.errors import ConfigurationError, InvalidJob
+from conveyor.model.job import NewJob
+from conveyor.model.validation import check_job
 
 
 def test_aging_is_declared_per_queue_and_stored_in_each_job(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_a_job_built_by_hand_with_a_bad_aging_is_refused() -> None:
 
 
 def test_a_bound_goes_with_each_job_of_its_queue(tmp_path: Path) -> None:
-    from conveyor.job import QueueBound
+    from conveyor.model.job import QueueBound
 
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}")
     app.queue("a", max_waiting=5)

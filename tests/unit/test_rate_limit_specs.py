@@ -1,4 +1,4 @@
-"""Rate limit declarations (conveyor.rate_limits): parsing, bad input, the bucket's
+"""Rate limit declarations (conveyor.rules.rate_limits): parsing, bad input, the bucket's
 arithmetic."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 
 from conveyor import Conveyor
-from conveyor.claiming import ClaimBuckets
+from conveyor.backends.claiming import ClaimBuckets
 from conveyor.cli.render import job_detail
-from conveyor.errors import ConfigurationError
-from conveyor.job import Job, JobState
-from conveyor.rate_limits import (Limit, RateLimit, RateLimitRegistry, describe, parse_limit,
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import Job, JobState
+from conveyor.rules.rate_limits import (Limit, RateLimit, RateLimitRegistry, describe, parse_limit,
                                   refill)
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import random
 
 from conveyor import Cancel
-from conveyor.errors import ArgumentValidationError, CorruptPayload
-from conveyor.retry import RetryPolicy
+from conveyor.model.errors import ArgumentValidationError, CorruptPayload
+from conveyor.rules.retry import RetryPolicy
 
 
 def test_full_jitter_stays_within_the_capped_exponential_ceiling() -> None:

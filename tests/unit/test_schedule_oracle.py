@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conveyor.maintenance.schedules import make_schedule
+from conveyor.scheduling.schedules import make_schedule
 
 ZONES = ["Europe/Madrid", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC"]
 EXPRESSIONS = ["30 2 * * *", "0 * * * *", "*/20 * * * *", "15 1,2,3 * * *", "0 2 * * *",

@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ConfigurationError
-from conveyor.maintenance.schedules import Run, Schedule, iso, make_schedule
-from conveyor.maintenance.state import ScheduleState
+from conveyor.model.errors import ConfigurationError
+from conveyor.scheduling.schedules import Run, Schedule, iso, make_schedule
+from conveyor.scheduling.state import ScheduleState
 
 
 def schedule(cron: str | None = None, tz: str | None = None, **options: Any) -> Schedule:
@@ -288,7 +288,7 @@ def test_periodic_alone_registers_the_function_as_a_task_and_below_task_is_refus
 def test_start_up_checks_names_and_tasks_before_anything_connects() -> None:
     from dataclasses import replace
 
-    from conveyor.maintenance.scheduler import Scheduler
+    from conveyor.scheduling.scheduler import Scheduler
 
     app = Conveyor("sqlite:///unused.db")  # nothing connects: Scheduler() only checks
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ArgumentValidationError, ConfigurationError, SerializationError
-from conveyor.job import JobState
-from conveyor.timeutil import ManualClock
+from conveyor.model.errors import ArgumentValidationError, ConfigurationError, SerializationError
+from conveyor.model.job import JobState
+from conveyor.model.clock import ManualClock
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_sync_enqueue_and_dedup_round_trip(app: Conveyor) -> None:
 
 
 def test_unopenable_sqlite_file_is_backend_unavailable(tmp_path: Path) -> None:
-    from conveyor.errors import BackendUnavailable
+    from conveyor.model.errors import BackendUnavailable
 
     app = Conveyor(f"sqlite:///{tmp_path / 'missing-dir' / 'jobs.db'}")
     try:

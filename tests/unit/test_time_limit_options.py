@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.errors import ConfigurationError, HardTimeLimitExceeded, JobTimeout, SoftTimeLimitExceeded
+from conveyor.model.errors import ConfigurationError, HardTimeLimitExceeded, JobTimeout, SoftTimeLimitExceeded
 
 
 def test_limit_options_are_checked(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, csrf, job_url, local_client, queue_url
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 from conveyor.web import InsecureBind, check_bind, create_dashboard
 from conveyor.web.security import AuthSettings
 

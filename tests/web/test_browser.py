@@ -26,8 +26,8 @@ import pytest
 
 from dashboard_fixtures import kill, make_app
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
+from conveyor.admin.api import make_filter
+from conveyor.observe.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
 from conveyor.web import create_dashboard
 from conveyor.worker import Worker, WorkerConfig
 

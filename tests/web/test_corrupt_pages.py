@@ -10,9 +10,9 @@ import re
 
 from conformance.raw_store import raw_store
 from conveyor import Conveyor
-from conveyor.backends.base import Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import AttemptError, JobState
+from conveyor.backends.contract import Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import AttemptError, JobState
 from conveyor.web import create_dashboard
 from dashboard_fixtures import job_url, local_client
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
 from dashboard_fixtures import csrf, job_url, local_client, queue_url, seed
 
@@ -58,7 +58,7 @@ def test_a_job_held_back_by_its_key_says_why_on_its_page(any_app: Conveyor) -> N
 
 
 async def _claim_one(app: Conveyor) -> str:
-    from conveyor.claiming import strict_claim
+    from conveyor.backends.claiming import strict_claim
 
     backend = await app.backend()
     [job] = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30.0))

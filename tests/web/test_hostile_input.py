@@ -19,8 +19,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
-from conveyor.job import JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
 from dashboard_fixtures import csrf, local_client, seed
 
@@ -44,7 +44,7 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
     send = app.tasks["emails.send"]
     for job_id in (*HOSTILE_IDS, "y"):
         if any(ord(c) < 32 for c in job_id):
-            # Enqueue refuses control characters in ids now (conveyor.validation);
+            # Enqueue refuses control characters in ids now (conveyor.model.validation);
             # a store written by an older version can still hold them.
             store_with_id(app, job_id)
         else:

@@ -14,13 +14,13 @@ from dataclasses import replace
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
-from conveyor.admin import make_filter
-from conveyor.backends.base import Settlement
-from conveyor.claiming import strict_claim
-from conveyor.job import AttemptError, JobState
-from conveyor.redrive_runs import RedriveRun, Runs, RunStatus
+from conveyor.admin.api import make_filter
+from conveyor.backends.contract import Settlement
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import AttemptError, JobState
+from conveyor.ops.redrive_runs import RedriveRun, Runs, RunStatus
 from conveyor.web import create_dashboard
-from conveyor.worker.worker import WORKERS_NAMESPACE
+from conveyor.model.workers import WORKERS_NAMESPACE
 from dashboard_fixtures import csrf, job_url, kill, local_client, seed
 
 EXECUTOR_TRACEBACK = '''Traceback (most recent call last):

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, job_url
 from conveyor import Conveyor
-from conveyor.admin import make_filter
+from conveyor.admin.api import make_filter
 from conveyor.web import create_dashboard
 
 

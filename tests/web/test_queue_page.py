@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.claiming import QueuePlan
+from conveyor.backends.claiming import QueuePlan
 from conveyor.web import create_dashboard
-from conveyor.worker_records import WORKERS_NAMESPACE
+from conveyor.model.workers import WORKERS_NAMESPACE
 from dashboard_fixtures import local_client, make_app
 
 HOSTILE = '<img src=x onerror=alert(1)>/../q?x=1&y="2"'

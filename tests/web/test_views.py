@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from conveyor.admin import WorkerInfo
-from conveyor.backends.base import QueueStats
-from conveyor.job import Job, JobState
-from conveyor.minute_stats import Minute, QueueMinute
-from conveyor.escaping import printable
+from conveyor.admin.api import WorkerInfo
+from conveyor.backends.contract import QueueStats
+from conveyor.model.job import Job, JobState
+from conveyor.observe.minute_stats import Minute, QueueMinute
+from conveyor.model.escaping import printable
 from conveyor.web.charts import (Series, count_ticks, duration_ticks, format_seconds, lines,
                                  stacked_bars)
 from conveyor.web.params import BadRequest, ListQuery

@@ -27,8 +27,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..escaping import excerpt, readable_text
-from ..job import AttemptError, Job, JobState
+from conveyor.model.escaping import excerpt, readable_text
+from conveyor.model.job import AttemptError, Job, JobState
 
 # The stored fields of a job, in the order of a positional row.
 COLUMNS: tuple[str, ...] = (

@@ -4,7 +4,7 @@ backends express the same rule in their `job_filter` query fragment."""
 
 from __future__ import annotations
 
-from .base import JobFilter, ascii_lower
+from conveyor.backends.contract import JobFilter, ascii_lower
 
 
 def job_matches(where: JobFilter, *, job_id: str, state: str | None, queue: str | None,

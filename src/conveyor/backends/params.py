@@ -1,4 +1,4 @@
-"""The params objects and replies of the backend verbs (`conveyor.backends.base`),
+"""The params objects and replies of the backend verbs (`conveyor.backends.contract`),
 and the rules every backend applies to them the same way: which jobs a bulk
 cancel or a redrive acts on, how an error type is folded, how queue stats are
 built from rows. Plain frozen data: no backend and no protocol here."""
@@ -9,9 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..escaping import readable_text
-from ..job import AttemptError, Job, JobState
-from ..rate_limits import RateLimit
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.rules.rate_limits import RateLimit
 
 
 _STATE_NAMES = {state.value: state for state in JobState}
@@ -23,7 +23,7 @@ class QueueQuota:
     """One queue of a claim, how many jobs its first pass may take from it, and the
     most the whole claim (both passes) may take from it (None: no bound beyond the
     claim's limit). A weighted worker sets `ceiling` so that one queue never fills
-    the slots kept free for the others (conveyor.claiming)."""
+    the slots kept free for the others (conveyor.backends.claiming)."""
 
     name: str
     quota: int
@@ -39,10 +39,10 @@ class ClaimRequest:
     more (an empty queue's share goes to the others); no queue gives more than its
     ceiling over both passes. Within a queue: priority
     (higher first), then run_at, then insertion order. Build requests with
-    `conveyor.claiming.QueuePlan`, the one place that turns a worker's queue list
+    `conveyor.backends.claiming.QueuePlan`, the one place that turns a worker's queue list
     (strict order or weights) into quotas.
 
-    `rate_limits`: the buckets the worker's app declares (conveyor.rate_limits). A job
+    `rate_limits`: the buckets the worker's app declares (conveyor.rules.rate_limits). A job
     whose `rate_key` names one is claimed only while its bucket has a whole token, and
     takes one; a job naming a bucket not listed here is not claimed (it waits).
     """
@@ -113,7 +113,7 @@ class Settlement:
     error: AttemptError | None = None
     run_at: float | None = None
     refund_attempt: bool = False
-    # Completed with a result kept `result_ttl` seconds (conveyor.results): the backend
+    # Completed with a result kept `result_ttl` seconds (conveyor.rules.results): the backend
     # stores its expiry, finished_at + result_ttl, which the prune loop acts on.
     result_ttl: float | None = None
 

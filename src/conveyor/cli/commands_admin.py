@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..admin import make_filter
-from ..app import Conveyor
-from ..audit import Actor
-from ..backends.base import JobFilter
-from ..job import Job, JobState
-from . import commands_redrive, render
-from .exits import OK, CliError
-from .loading import open_backend
-from .parsing import ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, positive_int, verbs_of
+from conveyor.admin.api import make_filter
+from conveyor.app import Conveyor
+from conveyor.observe.audit import Actor
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import Job, JobState
+from conveyor.cli import commands_redrive, render
+from conveyor.cli.exits import OK, CliError
+from conveyor.cli.loading import open_backend
+from conveyor.cli.parsing import ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, positive_int, verbs_of
 
 
 def register(commands: Commands, target: Parser) -> None:

@@ -6,11 +6,11 @@ import argparse
 import json
 import re
 
-from ..app import Conveyor
-from ..audit import RETENTION, AuditEntry
-from . import render
-from .exits import OK
-from .parsing import Commands, Parser, positive_int
+from conveyor.app import Conveyor
+from conveyor.observe.audit import RETENTION, AuditEntry
+from conveyor.cli import render
+from conveyor.cli.exits import OK
+from conveyor.cli.parsing import Commands, Parser, positive_int
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}

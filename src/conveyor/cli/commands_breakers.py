@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..app import Conveyor
-from ..audit import Actor
-from ..breakers import OPEN, BreakerState
-from . import render
-from .exits import OK, USAGE, CliError
-from .parsing import Commands, Parser, positive_int, verbs_of
+from conveyor.app import Conveyor
+from conveyor.observe.audit import Actor
+from conveyor.rules.breakers import OPEN, BreakerState
+from conveyor.cli import render
+from conveyor.cli.exits import OK, USAGE, CliError
+from conveyor.cli.parsing import Commands, Parser, positive_int, verbs_of
 
 HISTORY_SHOWN = 5
 

@@ -6,12 +6,12 @@ import argparse
 import logging
 import os
 
-from ..app import Conveyor
-from ..backends import redact_url
-from .exits import USAGE, CliError
-from .loading import APP_PATH_HELP, load_app, reachable
-from .logs import FORMATS, LEVELS
-from .parsing import Commands, positive_float, positive_int
+from conveyor.app import Conveyor
+from conveyor.backends import redact_url
+from conveyor.cli.exits import USAGE, CliError
+from conveyor.cli.loading import APP_PATH_HELP, load_app, reachable
+from conveyor.cli.logs import FORMATS, LEVELS
+from conveyor.cli.parsing import Commands, positive_float, positive_int
 
 log = logging.getLogger("conveyor.cli")
 BASIC_ENV = "CONVEYOR_DASHBOARD_BASIC_AUTH"
@@ -57,12 +57,12 @@ def dashboard_command(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..web import InsecureBind, check_bind, create_dashboard
-        from ..web.security import AuthSettings
+        from conveyor.web import InsecureBind, check_bind, create_dashboard
+        from conveyor.web.security import AuthSettings
     except ImportError as exc:
         raise CliError(f"the dashboard needs its extra: pip install 'conveyor[web]' ({exc})",
                        USAGE) from None
-    from .logs import configure_logging
+    from conveyor.cli.logs import configure_logging
 
     configure_logging(args.log_level, args.log_format)
     app = _target(args)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .logs import configure_logging
-from .parsing import Commands
+from conveyor.cli.logs import configure_logging
+from conveyor.cli.parsing import Commands
 
 
 def register(commands: Commands) -> None:
@@ -22,7 +22,7 @@ def register(commands: Commands) -> None:
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    from .. import demo  # only this command needs it
+    from conveyor.cli import demo  # only this command needs it
 
     configure_logging("info")
     return demo.run(args.db)

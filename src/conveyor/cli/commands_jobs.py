@@ -6,17 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from ..admin import make_filter
-from ..app import Conveyor
-from ..audit import Actor
-from ..errors import JobNotFound, UnknownTask
-from ..job import TERMINAL_STATES, Job, JobState
-from ..task import Task
-from ..task_names import AmbiguousTaskName, match_task_name
-from ..timeline import timeline
-from . import render
-from .exits import OK, CliError
-from .parsing import (ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, non_negative_float,
+from conveyor.admin.api import make_filter
+from conveyor.app import Conveyor
+from conveyor.observe.audit import Actor
+from conveyor.model.errors import JobNotFound, UnknownTask
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.task import Task
+from conveyor.model.names import AmbiguousTaskName, match_task_name
+from conveyor.observe.timeline import timeline
+from conveyor.cli import render
+from conveyor.cli.exits import OK, CliError
+from conveyor.cli.parsing import (ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, non_negative_float,
                       positive_int, split_csv, verbs_of)
 
 STATES = [s.value for s in JobState]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..app import Conveyor
-from ..queue_overview import queue_overviews
-from . import render
-from .exits import OK
-from .parsing import Commands, Parser, positive_int
+from conveyor.app import Conveyor
+from conveyor.ops.queue_overview import queue_overviews
+from conveyor.cli import render
+from conveyor.cli.exits import OK
+from conveyor.cli.parsing import Commands, Parser, positive_int
 
 
 def register(commands: Commands, target: Parser) -> None:

@@ -1,6 +1,6 @@
 """`conveyor dead redrive --rate 20/s`: a paced redrive in the foreground with a
 progress bar (rich), and `--status/--pause/--resume/--cancel RUN` to steer a run from
-any terminal. The behaviour lives in `conveyor.redrive_runs`; this module parses,
+any terminal. The behaviour lives in `conveyor.ops.redrive_runs`; this module parses,
 shows progress and handles Ctrl-C (pause, then resume, cancel or leave it paused).
 """
 
@@ -15,15 +15,15 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..app import Conveyor
-from ..audit import Actor
-from ..backends.base import JobFilter
-from ..redrive_driver import Driver, drive
-from ..redrive_runs import (RedriveRun, Runs, RunStatus, format_rate, new_driver_id, parse_rate,
+from conveyor.app import Conveyor
+from conveyor.observe.audit import Actor
+from conveyor.backends.contract import JobFilter
+from conveyor.ops.redrive_driver import Driver, drive
+from conveyor.ops.redrive_runs import (RedriveRun, Runs, RunStatus, format_rate, new_driver_id, parse_rate,
                             parse_share)
-from . import render
-from .exits import FAILURE, INTERRUPTED, OK, CliError
-from .parsing import positive_int
+from conveyor.cli import render
+from conveyor.cli.exits import FAILURE, INTERRUPTED, OK, CliError
+from conveyor.cli.parsing import positive_int
 
 PLAIN_EVERY = 5.0  # seconds between two progress lines when stdout is not a terminal
 

@@ -1,6 +1,6 @@
 """`conveyor scheduler APP` and `conveyor cron list APP`: periodic schedules.
 
-The behaviour lives in conveyor.maintenance.commands; this module only parses.
+The behaviour lives in conveyor.ops.schedule_commands; this module only parses.
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ..app import Conveyor
-from ..maintenance.commands import cron_list, run_scheduler
-from ..maintenance.scheduler import Scheduler
-from .exits import USAGE, CliError
-from .loading import APP_PATH_HELP, load_app, open_backend
-from .logs import LEVELS, configure_logging
-from .parsing import Commands, positive_int, verbs_of
+from conveyor.app import Conveyor
+from conveyor.ops.schedule_commands import cron_list, run_scheduler
+from conveyor.scheduling.scheduler import Scheduler
+from conveyor.cli.exits import USAGE, CliError
+from conveyor.cli.loading import APP_PATH_HELP, load_app, open_backend
+from conveyor.cli.logs import LEVELS, configure_logging
+from conveyor.cli.parsing import Commands, positive_int, verbs_of
 
 
 def register(commands: Commands) -> None:

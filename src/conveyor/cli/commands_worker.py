@@ -10,20 +10,20 @@ import signal
 from pathlib import Path
 from typing import NoReturn
 
-from ..app import Conveyor
-from ..claiming import QueuePlan, parse_queues
-from ..errors import ConveyorError
-from ..job import JobState
-from ..worker import ExitStatus, Worker, WorkerConfig
-from ..worker.pool import run_pool
-from ..worker.pool_fork import fork_children
-from ..worker.pool_config import PoolConfig, parse_size
-from ..worker.process_exit import report_left_running, threads_left_running
-from ..worker.process_start import starting
-from .exits import DEAD_JOBS, USAGE, CliError
-from .loading import APP_PATH_HELP, load_app, open_backend
-from .logs import FORMATS, LEVELS, configure_logging, flush_all
-from .parsing import Commands, positive_float, positive_int, split_csv
+from conveyor.app import Conveyor
+from conveyor.backends.claiming import QueuePlan, parse_queues
+from conveyor.model.errors import ConveyorError
+from conveyor.model.job import JobState
+from conveyor.worker import ExitStatus, Worker, WorkerConfig
+from conveyor.worker.pool.supervisor import run_pool
+from conveyor.worker.pool.fork import fork_children
+from conveyor.worker.pool.config import PoolConfig, parse_size
+from conveyor.worker.pool.process_exit import report_left_running, threads_left_running
+from conveyor.worker.pool.process_start import starting
+from conveyor.cli.exits import DEAD_JOBS, USAGE, CliError
+from conveyor.cli.loading import APP_PATH_HELP, load_app, open_backend
+from conveyor.cli.logs import FORMATS, LEVELS, configure_logging, flush_all
+from conveyor.cli.parsing import Commands, positive_float, positive_int, split_csv
 
 log = logging.getLogger("conveyor.cli")
 _DEFAULTS = WorkerConfig()
@@ -155,7 +155,7 @@ def worker_command(args: argparse.Namespace) -> int:
         raise CliError("--reload restarts a worker that runs until stopped; a --burst run "
                        "ends by itself: pass one of them", USAGE)
     if args.reload:
-        from .reload import is_reload_child, run_with_reload
+        from conveyor.cli.reload import is_reload_child, run_with_reload
 
         if not is_reload_child():
             return run_with_reload(args.reload_dir or [Path.cwd()], grace=args.grace)
@@ -172,7 +172,7 @@ def worker_command(args: argparse.Namespace) -> int:
         try:
             with starting():
                 # Before the app is imported: the children load it alongside this process
-                # (worker/pool_fork.py says why that is safe here and nowhere later).
+                # (worker/pool/fork.py says why that is safe here and nowhere later).
                 forked = fork_children(args.app, pool, settings)
                 app = load_app(args.app)
                 observe(app, args, runs_jobs=False)
@@ -244,12 +244,12 @@ async def _serve(app: Conveyor, config: WorkerConfig) -> int:
 
 def observe(app: Conveyor, args: argparse.Namespace, *, runs_jobs: bool = True) -> None:
     """Correlation ids always, tracing when OpenTelemetry is installed, metrics (and
-    their endpoint) with --metrics-port: the observers of conveyor.middleware.
+    their endpoint) with --metrics-port: the observers of conveyor.observe.middleware.
 
     A pool's supervisor (`runs_jobs=False`) neither runs nor enqueues jobs, so it has
     nothing to trace: it skips importing OpenTelemetry, which its children are doing
     on the same cores at the same moment."""
-    from ..instrumentation import instrument
+    from conveyor.observe.instrumentation import instrument
 
     try:
         instrument(app, metrics=True if args.metrics_port else False,
@@ -258,7 +258,7 @@ def observe(app: Conveyor, args: argparse.Namespace, *, runs_jobs: bool = True) 
         raise CliError(f"--metrics-port needs prometheus-client: pip install "
                        f"'conveyor[metrics]' ({exc})", USAGE) from None
     if args.metrics_port:
-        from ..metrics import serve_metrics
+        from conveyor.observe.metrics import serve_metrics
 
         try:
             server = serve_metrics(args.metrics_port, args.metrics_host)
@@ -285,7 +285,7 @@ def share_metrics_between_processes() -> None:
 
 def mark_process_dead_if_metrics(args: argparse.Namespace) -> None:
     if args.metrics_port:
-        from ..metrics import mark_process_dead
+        from conveyor.observe.metrics import mark_process_dead
 
         mark_process_dead()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..app import Conveyor
-from ..backends import IN_PROCESS_ONLY, in_process_only, redact_url
-from ..errors import BackendUnavailable, ConveyorError
-from ..loading import load_app as load_app_of
-from .exits import FAILURE, USAGE, CliError
+from conveyor.app import Conveyor
+from conveyor.backends import IN_PROCESS_ONLY, in_process_only, redact_url
+from conveyor.model.errors import BackendUnavailable, ConveyorError
+from conveyor.ops.loading import load_app as load_app_of
+from conveyor.cli.exits import FAILURE, USAGE, CliError
 
 __all__ = ["APP_PATH_HELP", "add_target_arguments", "app_from_arguments", "load_app",
            "open_backend"]

@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..app import Conveyor
-from ..errors import (
+from conveyor.app import Conveyor
+from conveyor.model.errors import (
     ArgumentValidationError,
     ConfigurationError,
     ConveyorError,
@@ -19,10 +19,10 @@ from ..errors import (
     SerializationError,
     UnknownTask,
 )
-from ..version import __version__
-from .exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
-from .loading import add_target_arguments, app_from_arguments, open_backend
-from .parsing import Parser
+from conveyor.model.version import __version__
+from conveyor.cli.exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
+from conveyor.cli.loading import add_target_arguments, app_from_arguments, open_backend
+from conveyor.cli.parsing import Parser
 
 # Bad input the user can fix by changing the command line or the configuration.
 _USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, SerializationError,

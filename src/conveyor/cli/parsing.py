@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, NoReturn
 
-from .exits import USAGE
+from conveyor.cli.exits import USAGE
 
 
 class Parser(argparse.ArgumentParser):

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .exits import USAGE, CliError
+from conveyor.cli.exits import USAGE, CliError
 
 log = logging.getLogger("conveyor.cli")
 CHILD_ENV = "CONVEYOR_RELOAD_CHILD"

@@ -11,12 +11,12 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import jsontext
-from ..backends.base import QueueStats
-from ..job import Job, JobState
-from ..payload_view import shown_arguments, stored_apart
-from ..rate_limits import RateLimitRegistry, bucket_status
-from ..timeline import Event
+from conveyor.model import jsontext
+from conveyor.backends.contract import QueueStats
+from conveyor.model.job import Job, JobState
+from conveyor.payloads.view import shown_arguments, stored_apart
+from conveyor.rules.rate_limits import RateLimitRegistry, bucket_status
+from conveyor.observe.timeline import Event
 
 NONE = "-"
 

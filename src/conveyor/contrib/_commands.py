@@ -7,8 +7,8 @@ import multiprocessing  # noqa: F401 - see import_path_of
 import sys
 from collections.abc import Sequence
 
-from ..app import Conveyor
-from ..errors import ConfigurationError
+from conveyor.app import Conveyor
+from conveyor.model.errors import ConfigurationError
 
 # Commands whose first positional argument is the app; the others take --app.
 _APP_FIRST = frozenset({"worker", "scheduler", "dashboard"})

@@ -34,9 +34,9 @@ from http import HTTPStatus
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConveyorError
-from ..outcomes import Retry
-from ..timeutil import Duration, to_seconds
+from conveyor.model.errors import ConveyorError
+from conveyor.model.outcomes import Retry
+from conveyor.model.clock import Duration, to_seconds
 
 __all__ = ["HTTPStatusFailure", "PermanentHTTPError", "TransientHTTPError", "http_outcomes",
            "raise_for_status", "retry_after"]

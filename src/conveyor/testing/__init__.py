@@ -11,10 +11,10 @@ See docs/testing.md. The pytest plugin (conveyor.testing.plugin) is loaded by
 pytest on its own, through the package's entry point.
 """
 
-from .asserts import assert_enqueued, enqueued, refute_enqueued
-from .clock import TestClock
-from .drain import DrainDidNotEnd, Drained, drain, drain_async, inline
-from .harness import Attempt, use_memory
+from conveyor.testing.asserts import assert_enqueued, enqueued, refute_enqueued
+from conveyor.testing.clock import TestClock
+from conveyor.testing.drain import DrainDidNotEnd, Drained, drain, drain_async, inline
+from conveyor.testing.harness import Attempt, use_memory
 
 __all__ = ["Attempt", "DrainDidNotEnd", "Drained", "TestClock", "assert_enqueued", "drain",
            "drain_async", "enqueued", "inline", "refute_enqueued", "use_memory"]

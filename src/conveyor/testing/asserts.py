@@ -9,12 +9,12 @@ import inspect
 import json
 from typing import Any
 
-from ..app import Conveyor
-from ..backends.base import WAITING_STATES, JobFilter
-from ..errors import CorruptPayload
-from ..job import Job
-from ..task import Task
-from ..worker.executor import decode_payload
+from conveyor.app import Conveyor
+from conveyor.backends.contract import WAITING_STATES, JobFilter
+from conveyor.model.errors import CorruptPayload
+from conveyor.model.job import Job
+from conveyor.task import Task
+from conveyor.worker.executor import decode_payload
 
 _MISSING = object()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from datetime import datetime, timedelta, timezone
 
-from ..timeutil import Duration, ManualClock, to_epoch, to_seconds
+from conveyor.model.clock import Duration, ManualClock, to_epoch, to_seconds
 
 # A fixed, readable start: tests that print times read the same on every run.
 DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)

@@ -9,16 +9,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import JobFilter
-from ..job import Job, JobState
-from ..maintenance.scheduler import Scheduler, schedule_reports
-from ..task import Task
-from ..timeutil import Duration, to_epoch, to_seconds
-from ..worker import Worker, WorkerConfig
-from .harness import Attempt, harness_of
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import Job, JobState
+from conveyor.scheduling.scheduler import Scheduler, schedule_reports
+from conveyor.task import Task
+from conveyor.model.clock import Duration, to_epoch, to_seconds
+from conveyor.worker import Worker, WorkerConfig
+from conveyor.testing.harness import Attempt, harness_of
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from conveyor.app import Conveyor
 
 MAX_STEPS = 10_000  # clock moves in one drain: more means a job that never ends
 _WAITING_LATER = (JobState.SCHEDULED, JobState.RETRYABLE)

@@ -12,14 +12,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..backends.memory.backend import drop_store
-from ..job import AttemptError, Job, JobState
-from ..middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
-from ..worker.executor import decode_payload
-from .clock import TestClock
+from conveyor.backends.memory.backend import drop_store
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
+from conveyor.worker.executor import decode_payload
+from conveyor.testing.clock import TestClock
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from conveyor.app import Conveyor
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..app import Conveyor
-from ..loading import load_app
-from .clock import TestClock
-from .harness import use_memory
+from conveyor.app import Conveyor
+from conveyor.ops.loading import load_app
+from conveyor.testing.clock import TestClock
+from conveyor.testing.harness import use_memory
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

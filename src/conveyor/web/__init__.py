@@ -1,6 +1,6 @@
 """The web dashboard (needs `conveyor[web]`): `create_dashboard(app)` is an ASGI app."""
 
-from .app import DashboardSettings, create_dashboard
-from .security import AuthHook, InsecureBind, check_bind
+from conveyor.web.app import DashboardSettings, create_dashboard
+from conveyor.web.security import AuthHook, InsecureBind, check_bind
 
 __all__ = ["AuthHook", "DashboardSettings", "InsecureBind", "check_bind", "create_dashboard"]

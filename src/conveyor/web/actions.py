@@ -13,14 +13,14 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from ..admin import RETRYABLE_BY_OPERATOR, make_filter
-from ..audit import Actor
-from ..backends.base import JobFilter
-from ..job import ACTIVE_STATES, TERMINAL_STATES, JobState
-from ..redrive_runs import Runs, parse_rate, parse_share
-from .audit import record_action
-from .dashboard import Dashboard
-from .params import (
+from conveyor.admin.api import RETRYABLE_BY_OPERATOR, make_filter
+from conveyor.observe.audit import Actor
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import ACTIVE_STATES, TERMINAL_STATES, JobState
+from conveyor.ops.redrive_runs import Runs, parse_rate, parse_share
+from conveyor.web.audit import record_action
+from conveyor.web.dashboard import Dashboard
+from conveyor.web.params import (
     MAX_BATCH,
     BadRequest,
     ListQuery,

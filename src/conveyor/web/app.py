@@ -18,13 +18,13 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..app import Conveyor
-from .actions import Actions
-from .csrf import CsrfGuard, load_origins, load_secret
-from .dashboard import Dashboard, DashboardSettings, Forbidden, package_dir, refuse
-from .gate import Gate
-from .params import BadRequest
-from .security import AuthHook, AuthSettings
+from conveyor.app import Conveyor
+from conveyor.web.actions import Actions
+from conveyor.web.csrf import CsrfGuard, load_origins, load_secret
+from conveyor.web.dashboard import Dashboard, DashboardSettings, Forbidden, package_dir, refuse
+from conveyor.web.gate import Gate
+from conveyor.web.params import BadRequest
+from conveyor.web.security import AuthHook, AuthSettings
 
 log = logging.getLogger("conveyor.dashboard")
 

@@ -1,7 +1,7 @@
 """The dashboard's log lines, with data escaped so it can never end a line or fake one.
 
 A job id, a queue name, a filter or a user name is data from whoever enqueued the job
-or sent the request: every field goes through `conveyor.escaping.printable()`, so
+or sent the request: every field goes through `conveyor.model.escaping.printable()`, so
 `"x\\nalice delete job y: deleted"` cannot add a forged line to the audit log.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..escaping import printable
+from conveyor.model.escaping import printable
 
 audit_log = logging.getLogger("conveyor.dashboard.audit")
 log = logging.getLogger("conveyor.dashboard")

@@ -21,23 +21,23 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from ..admin import RETRYABLE_BY_OPERATOR
-from ..app import Conveyor
-from ..audit import RETENTION
-from ..errors import JobNotFound
-from ..job import ACTIVE_STATES, TERMINAL_STATES
-from ..queue_overview import queue_overview
-from ..rate_limits import bucket_status, describe
-from ..redrive_driver import Driver, drive
-from ..redrive_runs import Runs, format_rate, new_driver_id
-from ..task_names import AmbiguousTaskName
-from ..timeline import timeline
-from ..version import __version__
-from ..workflow_graph import workflow_levels
-from . import views
-from .audit import warn
-from .csrf import CSRF_FIELD, SESSION_COOKIE, CsrfGuard
-from .params import (
+from conveyor.admin.api import RETRYABLE_BY_OPERATOR
+from conveyor.app import Conveyor
+from conveyor.observe.audit import RETENTION
+from conveyor.model.errors import JobNotFound
+from conveyor.model.job import ACTIVE_STATES, TERMINAL_STATES
+from conveyor.ops.queue_overview import queue_overview
+from conveyor.rules.rate_limits import bucket_status, describe
+from conveyor.ops.redrive_driver import Driver, drive
+from conveyor.ops.redrive_runs import Runs, format_rate, new_driver_id
+from conveyor.model.names import AmbiguousTaskName
+from conveyor.observe.timeline import timeline
+from conveyor.model.version import __version__
+from conveyor.workflows.graph import workflow_levels
+from conveyor.web import views
+from conveyor.web.audit import warn
+from conveyor.web.csrf import CSRF_FIELD, SESSION_COOKIE, CsrfGuard
+from conveyor.web.params import (
     MAX_BATCH,
     PAGE_SIZES,
     BadRequest,
@@ -325,8 +325,8 @@ class Dashboard:
         try:
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            from ..metrics import exposition_registry
-            from ..metrics.queue_state import queue_state_text
+            from conveyor.observe.metrics import exposition_registry
+            from conveyor.ops.queue_state import queue_state_text
         except ImportError:
             return PlainTextResponse("metrics need prometheus-client: "
                                      "pip install 'conveyor[metrics]'", status_code=404)

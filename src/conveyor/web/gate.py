@@ -16,10 +16,10 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from .audit import warn
-from .csrf import SAFE_METHODS, CsrfGuard
-from .params import BadRequest, check_target
-from .security import AuthSettings, authenticate, is_loopback
+from conveyor.web.audit import warn
+from conveyor.web.csrf import SAFE_METHODS, CsrfGuard
+from conveyor.web.params import BadRequest, check_target
+from conveyor.web.security import AuthSettings, authenticate, is_loopback
 
 SECURITY_HEADERS = {
     "Content-Security-Policy":

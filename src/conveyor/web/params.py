@@ -20,9 +20,9 @@ from urllib.parse import quote, unquote, unquote_to_bytes
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
-from ..admin import make_filter
-from ..backends.base import JobFilter
-from ..job import JobState
+from conveyor.admin.api import make_filter
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import JobState
 
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_BATCH = 10_000

@@ -8,13 +8,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ..worker_records import WorkerInfo
-from ..backends.base import QueueStats
-from .. import jsontext
-from ..job import Job, JobState
-from ..minute_stats import Minute, QueueMinute
-from ..payload_view import shown_arguments, shown_payload, shown_result, stored_apart
-from .charts import Series, lines, stacked_bars
+from conveyor.model.workers import WorkerInfo
+from conveyor.backends.contract import QueueStats
+from conveyor.model import jsontext
+from conveyor.model.job import Job, JobState
+from conveyor.observe.minute_stats import Minute, QueueMinute
+from conveyor.payloads.view import shown_arguments, shown_payload, shown_result, stored_apart
+from conveyor.web.charts import Series, lines, stacked_bars
 
 STATE_ORDER = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYABLE,
                JobState.DEAD, JobState.CANCELLED, JobState.COMPLETED)

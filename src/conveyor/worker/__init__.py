@@ -1,4 +1,4 @@
-from .config import WorkerConfig
-from .worker import ExitStatus, Worker
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.worker import ExitStatus, Worker
 
 __all__ = ["ExitStatus", "Worker", "WorkerConfig"]

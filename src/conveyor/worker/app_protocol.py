@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..maintenance.scheduler import SchedulerApp
-from ..middleware import Middleware
+from conveyor.scheduling.scheduler import SchedulerApp
+from conveyor.observe.middleware import Middleware
 
 if TYPE_CHECKING:
-    from ..breakers import BreakerRegistry
-    from ..claim_check import ClaimCheck
-    from ..rate_limits import RateLimitRegistry
+    from conveyor.rules.breakers import BreakerRegistry
+    from conveyor.payloads.claim_check import ClaimCheck
+    from conveyor.rules.rate_limits import RateLimitRegistry
 
 
 class WorkerApp(SchedulerApp, Protocol):

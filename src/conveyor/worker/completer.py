@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..backends.base import Backend, Settlement
+from conveyor.backends.contract import Backend, Settlement
 
 log = logging.getLogger("conveyor.worker")
 

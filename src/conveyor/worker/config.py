@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..job_context import DEFAULT_DEAD_RETENTION
+from conveyor.context import DEFAULT_DEAD_RETENTION
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
     # None: serve `queues` in strict order. Else one weight per queue: each claim is
-    # shared out by weight (conveyor.claiming).
+    # shared out by weight (conveyor.backends.claiming).
     queue_weights: tuple[float, ...] | None = None
     concurrency: int = 10
     # A lease lasts `lease` seconds and is renewed every `heartbeat_interval`.
@@ -35,7 +35,7 @@ class WorkerConfig:
     completed_retention: float = 24 * 3600.0
     dead_retention: float = DEFAULT_DEAD_RETENTION
     thread_pool_size: int | None = None  # sync tasks; None: concurrency
-    stats_interval: float = 5.0  # per-minute throughput records (conveyor.minute_stats)
+    stats_interval: float = 5.0  # per-minute throughput records (conveyor.observe.minute_stats)
     # Claim at most this many jobs, then drain and return (pool children recycle so).
     max_jobs: int | None = None
     # Run what is due, then return (`conveyor worker --burst`): once a claim finds

@@ -12,20 +12,20 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Settlement
-from ..breakers import BreakerError, counts_as_failure
-from ..errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
-from ..adaptive import Adaptive
-from ..job import AttemptError, Job, JobState
-from ..job_context import _CURRENT, JobContext
-from ..middleware import ExecuteContext, MiddlewareContext, run_chain
-from ..results import result_ttl_of
-from ..outcomes import Cancel, Retry, Snooze
-from ..retry import RetryPolicy
-from ..retry_budget import RetryBudget
-from ..version import __version__
-from ..workflow_inputs import WORKFLOW_META_KEY, parent_inputs
-from .handler_call import (
+from conveyor.backends.contract import Settlement
+from conveyor.rules.breakers import BreakerError, counts_as_failure
+from conveyor.model.errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
+from conveyor.rules.adaptive import Adaptive
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.context import _CURRENT, JobContext
+from conveyor.observe.middleware import ExecuteContext, MiddlewareContext, run_chain
+from conveyor.rules.results import result_ttl_of
+from conveyor.model.outcomes import Cancel, Retry, Snooze
+from conveyor.rules.retry import RetryPolicy
+from conveyor.rules.retry_budget import RetryBudget
+from conveyor.model.version import __version__
+from conveyor.workflows.inputs import WORKFLOW_META_KEY, parent_inputs
+from conveyor.worker.handler_call import (
     INTERRUPTS,
     HandlerOutcome,
     Returned,
@@ -33,14 +33,14 @@ from .handler_call import (
     formatted,
     release_frames,
 )
-from .adaptive_controller import AdaptiveController
-from .breaker_view import BreakerView
-from .limits import run_async_limited, run_sync_limited
-from .retry_ledger import RetryLedger
-from .thread_bridge import ThreadBridge
+from conveyor.downstreams.adaptive_controller import AdaptiveController
+from conveyor.downstreams.breaker_view import BreakerView
+from conveyor.worker.limits import run_async_limited, run_sync_limited
+from conveyor.downstreams.retry_ledger import RetryLedger
+from conveyor.worker.thread_bridge import ThreadBridge
 
 if TYPE_CHECKING:
-    from .app_protocol import WorkerApp
+    from conveyor.worker.app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 HOST = socket.gethostname()
@@ -68,7 +68,7 @@ class JobExecutor:
         self.worker_id = worker_id
         self.threads = threads  # sync handlers run there
         self.retry_ledger = RetryLedger(self._budget_of)
-        self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.adaptive
+        self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.rules.adaptive
         self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
         self.breaker_view = BreakerView(app.breakers)
         # Jobs behind a breaker whose attempt ended -> whether it counts as a failure.

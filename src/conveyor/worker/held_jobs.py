@@ -14,20 +14,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..backends.base import Backend, Lease, Settlement
-from ..errors import CorruptJob
-from ..job import AttemptError, Job, JobState
-from ..logs import bind_job
-from ..minute_stats import MinuteRecorder
-from ..version import __version__
-from .completer import Completer
-from .config import WorkerConfig
-from ..job_context import JobContext
-from .executor import JobExecutor
-from .handler_call import INTERRUPTS
+from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.model.errors import CorruptJob
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.observe.logs import bind_job
+from conveyor.observe.minute_stats import MinuteRecorder
+from conveyor.model.version import __version__
+from conveyor.worker.completer import Completer
+from conveyor.worker.config import WorkerConfig
+from conveyor.context import JobContext
+from conveyor.worker.executor import JobExecutor
+from conveyor.worker.handler_call import INTERRUPTS
 
 if TYPE_CHECKING:
-    from .app_protocol import WorkerApp
+    from conveyor.worker.app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 RECANCEL_AFTER = 1.0  # seconds a cold-stopped job has to end before it is cancelled again
@@ -95,7 +95,7 @@ class HeldJobs:
         self._running[job.id] = RunningJob(job, ctx, task)
 
     async def _run_one(self, job: Job, ctx: JobContext) -> None:
-        bind_job(job)  # this task's log lines name the job (conveyor.logs)
+        bind_job(job)  # this task's log lines name the job (conveyor.observe.logs)
         settlement: Settlement | None
         started = time.monotonic()
         try:

@@ -30,9 +30,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from ..errors import HardTimeLimitExceeded, SoftTimeLimitExceeded
-from .handler_call import HandlerOutcome, Raised, await_capturing, call_capturing
-from .thread_bridge import ThreadBridge
+from conveyor.model.errors import HardTimeLimitExceeded, SoftTimeLimitExceeded
+from conveyor.worker.handler_call import HandlerOutcome, Raised, await_capturing, call_capturing
+from conveyor.worker.thread_bridge import ThreadBridge
 
 T = TypeVar("T")
 

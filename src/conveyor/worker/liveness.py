@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..backends.base import Backend, WorkerLiveness
-from ..worker_records import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
-from .rescue import release_worker_jobs
+from conveyor.backends.contract import Backend, WorkerLiveness
+from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.rescue import release_worker_jobs
 
 LIVENESS_FIELD = "liveness"  # in a worker's record: the token of its liveness signal
 _TOMBSTONE_TTL = 1.0  # seconds a dead worker's record stays, without its token

@@ -13,10 +13,11 @@ import json
 import logging
 from collections.abc import Callable
 
-from ..backends.base import Backend, LivenessHold, WorkerLiveness
-from ..timeutil import Clock
-from .config import WorkerConfig
-from .liveness import LIVENESS_FIELD, WORKERS_NAMESPACE, DeathWatch, rescue_dead_workers
+from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
+from conveyor.model.clock import Clock
+from conveyor.worker.config import WorkerConfig
+from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.liveness import LIVENESS_FIELD, DeathWatch, rescue_dead_workers
 
 log = logging.getLogger("conveyor.worker")
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..backends.base import HeldLease, JobLifecycle, LeaseQuery, Settlement
-from ..errors import LeaseExpired, WorkerLost
-from ..job import AttemptError, JobState
-from ..version import __version__
+from conveyor.backends.contract import HeldLease, JobLifecycle, LeaseQuery, Settlement
+from conveyor.model.errors import LeaseExpired, WorkerLost
+from conveyor.model.job import AttemptError, JobState
+from conveyor.model.version import __version__
 
 PAGE = 1000
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..rate_limits import RateLimitRegistry, queue_key
+from conveyor.rules.rate_limits import RateLimitRegistry, queue_key
 
 if TYPE_CHECKING:
-    from ..task import Task
+    from conveyor.task import Task
 
 THRESHOLD = 20  # worker slots past which an unlimited caller is warned about
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)

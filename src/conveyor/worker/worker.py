@@ -3,7 +3,7 @@ free slots), executor (runs one job), completer (batched outcome writes),
 heartbeater (extends leases), rescuer (returns expired leases), presence (its
 record, its liveness signal, and the watch that returns the jobs of workers whose
 signal is gone; see presence.py) and pruner (retention), and the scheduler
-(periodic schedules; see conveyor.maintenance). Any number of workers may share
+(periodic schedules; see conveyor.scheduling). Any number of workers may share
 one backend."""
 
 from __future__ import annotations
@@ -18,27 +18,25 @@ from collections.abc import Awaitable, Callable, Coroutine
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..backends.base import Backend, ClaimedJobs, Lease
-from ..claiming import QueuePlan
-from ..job import Job
-from ..minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
-from ..maintenance.scheduler import Scheduler
-from ..version import __version__
-from .config import WorkerConfig
-from .completer import Completer
-from .executor import JobExecutor
-# The held jobs' part of the worker; corrupt_outcome's first home was here.
-from .held_jobs import HeldJobs, RunningJob, corrupt_outcome as corrupt_outcome
-from .liveness import WORKERS_NAMESPACE as WORKERS_NAMESPACE  # its first home: still importable here
-from .breaker_view import REFRESH_INTERVAL
-from .presence import Presence
-from .rescue import rescue_expired
-from .retry_ledger import SYNC_INTERVAL
-from .thread_bridge import ThreadBridge
-from .unlimited_calls import unlimited_callers
+from conveyor.backends.contract import Backend, ClaimedJobs, Lease
+from conveyor.backends.claiming import QueuePlan
+from conveyor.model.job import Job
+from conveyor.observe.minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
+from conveyor.scheduling.scheduler import Scheduler
+from conveyor.model.version import __version__
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.completer import Completer
+from conveyor.worker.executor import JobExecutor
+from conveyor.worker.held_jobs import HeldJobs, RunningJob
+from conveyor.downstreams.breaker_view import REFRESH_INTERVAL
+from conveyor.worker.presence import Presence
+from conveyor.worker.rescue import rescue_expired
+from conveyor.downstreams.retry_ledger import SYNC_INTERVAL
+from conveyor.worker.thread_bridge import ThreadBridge
+from conveyor.worker.unlimited_calls import unlimited_callers
 
 if TYPE_CHECKING:
-    from .app_protocol import WorkerApp
+    from conveyor.worker.app_protocol import WorkerApp
 
 log = logging.getLogger("conveyor.worker")
 TOKEN_WAIT_MIN = 0.005  # seconds: the shortest wait for a rate limit's next token

@@ -11,8 +11,8 @@ import pytest
 from conveyor import Conveyor
 from conveyor.backends import backend_from_url
 from conveyor.backends.memory.backend import drop_store, store_for
-from conveyor.errors import ConfigurationError
-from conveyor.job import JobState
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import JobState
 
 
 def fresh_url() -> str:

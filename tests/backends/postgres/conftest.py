@@ -11,7 +11,7 @@ import pytest
 
 from backends_under_test import POSTGRES_URL, service_missing
 from conveyor import Conveyor
-from conveyor.timeutil import ManualClock
+from conveyor.model.clock import ManualClock
 from pg_server import PrivateServer
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 
 from conveyor import Conveyor
-from conveyor.errors import BackendUnavailable
-from conveyor.job import Job
+from conveyor.model.errors import BackendUnavailable
+from conveyor.model.job import Job
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from backends_under_test import POSTGRES_URL
 from conveyor import Conveyor
-from conveyor.errors import BackendUnavailable, ConfigurationError
+from conveyor.model.errors import BackendUnavailable, ConfigurationError
 from pg_server import PrivateServer
 
 # '@' and ':' are the characters that split a URL's user info; each fragment is

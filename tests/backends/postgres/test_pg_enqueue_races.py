@@ -8,7 +8,7 @@ import asyncio
 import psycopg
 
 from conveyor.backends.postgres.backend import PostgresBackend
-from conveyor.job import NewJob
+from conveyor.model.job import NewJob
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 

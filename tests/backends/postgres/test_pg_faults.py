@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
-from conveyor.errors import BackendUnavailable
-from conveyor.job import JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.errors import BackendUnavailable
+from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 from pg_helpers import RunningWorker, eventually, terminate, wait_finished
 from pg_server import PrivateServer

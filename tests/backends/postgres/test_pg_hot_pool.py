@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
+from conveyor.backends.contract import JobFilter
 from conveyor.backends.postgres import hot_pool
 from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
 from pg_helpers import terminate

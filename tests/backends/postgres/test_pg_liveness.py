@@ -10,9 +10,10 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends.postgres.liveness import LockToken
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
-from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
+from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.liveness import announced_token
 from pg_helpers import RunningWorker, eventually
 from pg_server import PrivateServer
 

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
-from conveyor.job import JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import JobState
 from pg_helpers import eventually
 
 RUNNER = Path(__file__).with_name("pg_worker_main.py")

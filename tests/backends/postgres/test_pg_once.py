@@ -11,12 +11,12 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, Retry
-from conveyor.claiming import strict_claim
-from conveyor.errors import StaleLease
-from conveyor.job import JobState
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.errors import StaleLease
+from conveyor.model.job import JobState
 from conveyor.once import ONCE_NAMESPACE
-from conveyor.timeutil import ManualClock
-from conveyor.worker.context import JobContext
+from conveyor.model.clock import ManualClock
+from conveyor.context import JobContext
 from conveyor.worker.rescue import rescue_expired
 
 

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from conveyor.backends.postgres.backend import PostgresBackend
-from conveyor.claiming import strict_claim
-from conveyor.job import NewJob
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import NewJob
 
 FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
  created_at, finished_at, lease_expires_at, attempt)

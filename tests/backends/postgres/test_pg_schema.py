@@ -13,9 +13,9 @@ import pytest
 
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.backends.postgres.config import parse_postgres_url
-from conveyor.errors import BackendUnavailable, ConfigurationError
-from conveyor.job import JobState
-from conveyor.lifecycle import ALLOWED
+from conveyor.model.errors import BackendUnavailable, ConfigurationError
+from conveyor.model.job import JobState
+from conveyor.model.lifecycle import ALLOWED
 
 EXPECTED = Path(__file__).with_name("schema.expected")
 MIGRATIONS = Path(__file__).resolve().parents[3] / "src/conveyor/backends/postgres/migrations"

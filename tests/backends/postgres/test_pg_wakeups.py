@@ -8,7 +8,7 @@ import time
 import psycopg
 
 from conveyor.backends.postgres.backend import PostgresBackend
-from conveyor.job import NewJob
+from conveyor.model.job import NewJob
 from pg_helpers import eventually, terminate
 
 POLL = 30.0  # what a worker would wait without a wake-up
@@ -51,9 +51,9 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(pg_url: str,
     import asyncio
 
     from conformance.helpers import error
-    from conveyor.backends.base import Settlement
-    from conveyor.claiming import strict_claim
-    from conveyor.job import JobState
+    from conveyor.backends.contract import Settlement
+    from conveyor.backends.claiming import strict_claim
+    from conveyor.model.job import JobState
 
     backend = PostgresBackend(pg_url)
     try:

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from conveyor.backends.postgres.backend import PostgresBackend
-from conveyor.job import JobState, NewJob
+from conveyor.model.job import JobState, NewJob
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 

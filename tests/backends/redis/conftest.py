@@ -11,7 +11,7 @@ import pytest
 
 from backends_under_test import drop_redis_prefix, redis_url as isolated_redis_url
 from conveyor.backends.redis.backend import RedisBackend
-from conveyor.timeutil import ManualClock
+from conveyor.model.clock import ManualClock
 from redis_helpers import RedisServer, redis_server_binary
 
 

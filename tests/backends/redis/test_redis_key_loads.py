@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import FlowQuery, KeyLoad
+from conveyor.backends.contract import FlowQuery, KeyLoad
 from conveyor.backends.redis import queries
 from conveyor.backends.redis.backend import RedisBackend
-from conveyor.claiming import strict_claim
-from conveyor.job import NewJob
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import NewJob
 
 
 async def test_pages_of_two_jobs_count_what_one_page_counts(
@@ -28,8 +28,8 @@ async def test_pages_of_two_jobs_count_what_one_page_counts(
 
 async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
         backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conveyor.backends.base import JobFilter
-    from conveyor.job import JobState, QueueBound
+    from conveyor.backends.contract import JobFilter
+    from conveyor.model.job import JobState, QueueBound
 
     bound = QueueBound(2, shed_oldest=True)
     for i in range(7):  # each past the second sheds the oldest waiting job

@@ -12,9 +12,10 @@ import redis.asyncio as aioredis
 
 from conveyor import Conveyor
 from conveyor.backends.redis.liveness import ClientToken
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
-from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
+from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.liveness import announced_token
 from redis_helpers import RedisServer, eventually
 
 HOLDER = WorkerConfig(queues=("work",), poll_interval=0.05, lease=30)

@@ -11,8 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
-from conveyor.job import ACTIVE_STATES, JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.job import ACTIVE_STATES, JobState
 from redis_helpers import WorkerProcess, eventually
 from worker_runner import build_app, scratch_key
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.backends.base import JobFilter
-from conveyor.errors import BackendUnavailable
-from conveyor.job import ACTIVE_STATES, JobState
+from conveyor.backends.contract import JobFilter
+from conveyor.model.errors import BackendUnavailable
+from conveyor.model.job import ACTIVE_STATES, JobState
 from redis_helpers import RedisServer, WorkerProcess, eventually, redis_server_binary
 from worker_runner import build_app
 

@@ -1,5 +1,5 @@
 """The Lua scripts: one file per transition, each with a KEYS/ARGV header, the
-state table in step with conveyor.lifecycle, and no Lua hidden in Python."""
+state table in step with conveyor.model.lifecycle, and no Lua hidden in Python."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.backends.redis import lua
-from conveyor.lifecycle import ALLOWED
+from conveyor.model.lifecycle import ALLOWED
 
 SCRIPTS = Path(lua.__file__).with_name("scripts")
 PACKAGE = Path(lua.__file__).parent

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from conveyor.backends.base import JobFilter, Settlement
+from conveyor.backends.contract import JobFilter, Settlement
 from conveyor.backends.redis.backend import RedisBackend
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState, NewJob
-from conveyor.timeutil import ManualClock
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState, NewJob
+from conveyor.model.clock import ManualClock
 
 WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from conveyor.backends.base import Settlement
+from conveyor.backends.contract import Settlement
 from conveyor.backends.sqlite.store import Q, SqliteStore
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState, NewJob
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState, NewJob
 
 
 def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:

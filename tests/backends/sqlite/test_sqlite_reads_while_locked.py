@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
+from conveyor.backends.contract import JobFilter
 from conveyor.backends.sqlfiles import load_migrations
-from conveyor.job import JobState, NewJob
+from conveyor.model.job import JobState, NewJob
 
 # Takes the write lock and stops itself inside the transaction.
 LOCK_HOLDER = """
@@ -37,7 +37,7 @@ conn.execute("ROLLBACK")
 READER = """
 import json, sys
 from conveyor import Conveyor
-from conveyor.backends.base import JobFilter
+from conveyor.backends.contract import JobFilter
 app = Conveyor(sys.argv[1])
 job = app.jobs.get("reader-1")
 print(json.dumps({

@@ -14,7 +14,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends.sqlite.store import SqliteStore
-from conveyor.job import JobState, NewJob
+from conveyor.model.job import JobState, NewJob
 from conveyor.backends.sqlfiles import load_migrations
 
 LARGEST_ROWID = 2**63 - 1

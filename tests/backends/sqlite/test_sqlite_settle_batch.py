@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conveyor.backends.base import Settlement
+from conveyor.backends.contract import Settlement
 from conveyor.backends.sqlite.store import SqliteStore
-from conveyor.claiming import strict_claim
-from conveyor.job import JobState, NewJob
+from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import JobState, NewJob
 
 IDS = ["plain", "nul\x00inside", "accents-é-ü", "emoji-\U0001F600", "last"]
 

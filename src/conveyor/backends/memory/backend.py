@@ -15,15 +15,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from ...errors import ConfigurationError
-from ...job import Job, JobState, NewJob
-from ...timeutil import Clock, system_clock
-from .. import IN_PROCESS_ONLY as ONE_PROCESS
-from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.clock import Clock, system_clock
+from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
+from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
                     JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
-from . import inspector, liveness, records
-from .blobs import MemoryBlobStore
-from .store import MemoryStore
+from conveyor.backends.memory import inspector, liveness, records
+from conveyor.backends.memory.blobs import MemoryBlobStore
+from conveyor.backends.memory.store import MemoryStore
 
 _stores: dict[str, MemoryStore] = {}
 _stores_lock = threading.Lock()

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...blobs import StoredBlob, is_of
-from ...timeutil import Clock
+from conveyor.backends.blobs import StoredBlob, is_of
+from conveyor.model.clock import Clock
 
 
 @dataclass

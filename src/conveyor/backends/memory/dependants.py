@@ -1,4 +1,4 @@
-"""Workflows on the memory store (conveyor.dependencies): a new dependant's link to
+"""Workflows on the memory store (conveyor.rules.dependencies): a new dependant's link to
 its parents, and the rows `release_dependants` reads and writes, under the store's
 lock. The fields live in each row beside the codec's (`dependants`,
 `pending_parents`, `allow_failure`), as the SQL backends keep them in columns."""
@@ -9,9 +9,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...dependencies import DEPENDENCY_FAILED, Start, dependency_error
-from ...job import AttemptError, Job, JobState
-from ...lifecycle import Transition
+from conveyor.rules.dependencies import DEPENDENCY_FAILED, Start, dependency_error
+from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.model.lifecycle import Transition
 
 S = JobState
 
@@ -47,7 +47,7 @@ def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now
 
 
 class MemoryDependants:
-    """conveyor.dependencies.DependantRows on the store's rows (under its lock)."""
+    """conveyor.rules.dependencies.DependantRows on the store's rows (under its lock)."""
 
     def __init__(self, store: MemoryStore, now: float) -> None:
         self.store, self.now = store, now

@@ -1,4 +1,4 @@
-"""The memory backend's index of result expiries (result_ttl, conveyor.results): a
+"""The memory backend's index of result expiries (result_ttl, conveyor.rules.results): a
 heap of (expires_at, job id), so the prune loop pops the results due instead of
 walking every completed job. An entry is checked against its row when popped (the
 job may have been deleted, or its expiry written anew): stale entries cost a pop."""

@@ -11,18 +11,18 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ...dependencies import resume_dependants
-from ...errors import JobNotFound
-from ...escaping import readable_text
-from ...job import TERMINAL_STATES, Job, JobState
-from ...lifecycle import Transition
-from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
+from conveyor.rules.dependencies import resume_dependants
+from conveyor.model.errors import JobNotFound
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.model.lifecycle import Transition
+from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
                     queue_stats_from_rows, redrive_scope, waiting_scope)
-from ..codec import last_error_type
-from ..filtering import job_matches
-from .dependants import MemoryDependants
-from .store import MemoryStore, Row
-from .stored_rows import as_number
+from conveyor.backends.codec import last_error_type
+from conveyor.backends.filtering import job_matches
+from conveyor.backends.memory.dependants import MemoryDependants
+from conveyor.backends.memory.store import MemoryStore, Row
+from conveyor.backends.memory.stored_rows import as_number
 
 S = JobState
 

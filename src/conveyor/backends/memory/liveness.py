@@ -16,8 +16,8 @@ import asyncio
 import itertools
 from collections.abc import Mapping
 
-from ..liveness import SignalHolder
-from .store import MemoryStore
+from conveyor.backends.liveness import SignalHolder
+from conveyor.backends.memory.store import MemoryStore
 
 SIGNAL = "in-process signal"
 _PREFIX = "memory"

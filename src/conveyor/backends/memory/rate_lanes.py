@@ -2,16 +2,16 @@
 bucket is filed in its queue's lane for that bucket, `(queue, rate_key)` of
 `MemoryStore.available`; the jobs with none are lane `(queue, None)`. A claim reads
 the first entries of each lane, a bucket's only as far as its whole tokens go
-(conveyor.claiming.ClaimBuckets), so a throttled backlog is never looked at by the
+(conveyor.backends.claiming.ClaimBuckets), so a throttled backlog is never looked at by the
 claims of other jobs."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...claiming import ClaimBuckets
-from ..base import ClaimRequest
-from .ordered import Lanes
+from conveyor.backends.claiming import ClaimBuckets
+from conveyor.backends.contract import ClaimRequest
+from conveyor.backends.memory.ordered import Lanes
 
 
 def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) -> list[str]:

@@ -4,8 +4,8 @@ backend's clock, as everywhere."""
 
 from __future__ import annotations
 
-from ..records import expiry, incremented
-from .store import MemoryStore
+from conveyor.backends.records import expiry, incremented
+from conveyor.backends.memory.store import MemoryStore
 
 
 def _live(store: MemoryStore, namespace: str, key: str, now: float) -> tuple[str, float | None] | None:

@@ -1,18 +1,18 @@
-"""The memory backend's per-key concurrency slots (conveyor.concurrency)."""
+"""The memory backend's per-key concurrency slots (conveyor.rules.concurrency)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ...job import Job, JobState
-from .ordered import Lanes, Order, OrderedIds
+from conveyor.model.job import Job, JobState
+from conveyor.backends.memory.ordered import Lanes, Order, OrderedIds
 
 Lane = tuple[str, str | None]  # a lane of the store's `available`: (queue, rate limit bucket)
 
 
 class KeySlots:
-    """The slots of each concurrency key (conveyor.concurrency): which jobs hold one
+    """The slots of each concurrency key (conveyor.rules.concurrency): which jobs hold one
     (running, or available and unparked: in `available`, the claim's index) and which
     available jobs are parked (per key, in claim order, out of the claim's sight)."""
 
@@ -22,7 +22,7 @@ class KeySlots:
         self.parked: defaultdict[str, OrderedIds[Order]] = defaultdict(OrderedIds)
         # A parked job's lane to go to when unparked, and its own limit.
         self._unpark_to: dict[str, tuple[Lane, int]] = {}
-        # A key's limit set by its adaptive controller (conveyor.adaptive), in place of
+        # A key's limit set by its adaptive controller (conveyor.rules.adaptive), in place of
         # its jobs' own concurrency_limit.
         self.overrides: dict[str, int] = {}
 

@@ -9,7 +9,7 @@ conformance suite's raw writer) reads as it does on the other backends: named in
 Indexes (which jobs are available in which queue, which wait for a time, which
 run, which hold a unique key) are kept in step by `_place`, the one function that
 files a job under its current state; every state change goes through `_move`,
-which checks it against `conveyor.lifecycle.TRANSITIONS` first.
+which checks it against `conveyor.model.lifecycle.TRANSITIONS` first.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ...backpressure import raise_if_refused, shed_error
-from ...errors import RefusedJob
-from ...job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
-from ...lifecycle import Transition, check, initial_state
-from ...claiming import ClaimBuckets, claim_in_passes, claim_rank
-from ...dependencies import check_parents, release_dependants, start_of
-from ...fairness import VtimeAssigner, claimed_vtime
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
+from conveyor.rules.backpressure import raise_if_refused, shed_error
+from conveyor.model.errors import RefusedJob
+from conveyor.model.job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
+from conveyor.model.lifecycle import Transition, check, initial_state
+from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
+from conveyor.rules.dependencies import check_parents, release_dependants, start_of
+from conveyor.rules.fairness import VtimeAssigner, claimed_vtime
+from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
                     Settlement)
-from ..codec import COLUMNS, job_from_row
-from .blobs import BlobTable
-from .rate_lanes import first_in_lanes, next_token_at
-from .dependants import MemoryDependants, link, states_of
-from .expiries import ResultExpiries
-from .ordered import Lanes, OrderedIds
-from .slots import KeySlots
-from .stored_rows import as_number, is_live, past_retention
-from .wakeup import Wakeups
+from conveyor.backends.codec import COLUMNS, job_from_row
+from conveyor.backends.memory.blobs import BlobTable
+from conveyor.backends.memory.rate_lanes import first_in_lanes, next_token_at
+from conveyor.backends.memory.dependants import MemoryDependants, link, states_of
+from conveyor.backends.memory.expiries import ResultExpiries
+from conveyor.backends.memory.ordered import Lanes, OrderedIds
+from conveyor.backends.memory.slots import KeySlots
+from conveyor.backends.memory.stored_rows import as_number, is_live, past_retention
+from conveyor.backends.memory.wakeup import Wakeups
 
 S = JobState
 Row = dict[str, Any]
@@ -69,13 +69,13 @@ class MemoryStore:
         # seq). A rate-limited job has a lane of its own (rate_lanes.py).
         self.available: Lanes = defaultdict(OrderedIds)
         self.buckets: dict[str, tuple[float, float]] = {}  # rate key -> (tokens, updated_at)
-        # Tenant fairness (conveyor.fairness): last vtime per (queue, key), per queue
+        # Tenant fairness (conveyor.rules.fairness): last vtime per (queue, key), per queue
         # the vtime its claims reached.
         self.fair_last: dict[tuple[str, str], int] = {}
         self.fair_queue: dict[str, int] = {}
         self.waiting: OrderedIds[float] = OrderedIds()  # scheduled/retryable id -> run_at
         self.running: dict[str, None] = {}
-        self.result_expiries = ResultExpiries()  # result_ttl (conveyor.results)
+        self.result_expiries = ResultExpiries()  # result_ttl (conveyor.rules.results)
         # queue -> its waiting (scheduled, available, retryable) ids: a bounded queue's depth.
         self.waiting_in: defaultdict[str, OrderedIds[float]] = defaultdict(OrderedIds)
         self._by_unique: dict[str, dict[str, None]] = {}  # unique key -> ids holding it
@@ -85,7 +85,7 @@ class MemoryStore:
         self.liveness_nonce = os.urandom(6).hex()
         self.held_signals: dict[str, str] = {}  # token -> worker id
         self.blobs = BlobTable()  # big payloads kept apart (blobs.py)
-        self.slots = KeySlots(self.available)  # per-key concurrency (conveyor.concurrency)
+        self.slots = KeySlots(self.available)  # per-key concurrency (conveyor.rules.concurrency)
 
     # --- reading and filing --------------------------------------------------------
     def job(self, job_id: str) -> Job | None:
@@ -171,7 +171,7 @@ class MemoryStore:
                 if existing is not None:
                     out.append(existing)
                     continue
-                if new.bound is not None and not new.depends_on:  # conveyor.backpressure
+                if new.bound is not None and not new.depends_on:  # conveyor.rules.backpressure
                     depth = len(self.waiting_in.get(new.queue, {}))
                     if depth >= new.bound.max_waiting and not new.bound.shed_oldest:
                         refused[pos] = RefusedJob(new.id, new.queue, depth, new.bound.max_waiting)

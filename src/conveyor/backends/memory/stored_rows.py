@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...job import ACTIVE_STATES, JobState
+from conveyor.model.job import ACTIVE_STATES, JobState
 
 S = JobState
 Row = dict[str, Any]

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ...blobs import StoredBlob
-from ...timeutil import Clock
-from ..sqlfiles import load_queries
+from conveyor.backends.blobs import StoredBlob
+from conveyor.model.clock import Clock
+from conveyor.backends.sqlfiles import load_queries
 
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]

@@ -10,7 +10,7 @@ ON CONFLICT (key) DO NOTHING
 SELECT data FROM {schema}.blobs WHERE key = %(key)s
 
 -- name: delete_job_blobs
--- A key is <job digest>.<kind>.<content digest> (conveyor.blobs.blob_key); a kind
+-- A key is <job digest>.<kind>.<content digest> (conveyor.backends.blobs.blob_key); a kind
 -- given deletes only those of it (expired results, keeping the arguments).
 DELETE FROM {schema}.blobs
 WHERE job_id = ANY(%(job_ids)s)

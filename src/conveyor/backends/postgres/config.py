@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from ...errors import ConfigurationError
-from .. import redact_url
+from conveyor.model.errors import ConfigurationError
+from conveyor.backends import redact_url
 
 _LIBPQ_OPTIONS = frozenset({
     "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "connect_timeout",

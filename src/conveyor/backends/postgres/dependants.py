@@ -1,4 +1,4 @@
-"""Enqueue of a batch with dependants (workflows, conveyor.dependencies) on PostgreSQL.
+"""Enqueue of a batch with dependants (workflows, conveyor.rules.dependencies) on PostgreSQL.
 
 One transaction (a savepoint inside the caller's): the parents named by the batch
 are locked in id order first, so a parent that ends meanwhile either ended before
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ...dependencies import check_parents, dependency_error, start_of
-from ...job import Job, JobState, NewJob
-from ...lifecycle import initial_state
-from .rows import job_from_row, jsonb, opt_float
+from conveyor.rules.dependencies import check_parents, dependency_error, start_of
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import initial_state
+from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
 
 if TYPE_CHECKING:
-    from .connections import PostgresConnections
+    from conveyor.backends.postgres.connections import PostgresConnections
 
 
 def has_dependants(jobs: Sequence[NewJob]) -> bool:

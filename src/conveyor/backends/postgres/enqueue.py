@@ -19,13 +19,13 @@ Unique keys have no such index - a completed job holds its key only for
 `unique_for` - so enqueues of one key serialise on a transaction-scoped advisory
 lock taken in a statement of its own, before the insert's snapshot.
 
-Jobs with a fairness key (conveyor.fairness) take the full path too, after one more
+Jobs with a fairness key (conveyor.rules.fairness) take the full path too, after one more
 round trip that reserves their virtual times (assign_fair_vtimes, in autocommit its
 own short transaction, so producers of one key queue on its row only for that
 statement); a reserved turn whose job turns out a duplicate is a gap, which only
 moves that key's next job one turn later.
 
-Bounded queues (conveyor.backpressure) take the full path too, with a lock per
+Bounded queues (conveyor.rules.backpressure) take the full path too, with a lock per
 bounded queue taken the same way: after the insert, the queue's waiting jobs are
 counted and the excess taken back (refused) or shed, in the same transaction (one
 more round trip, for bounded queues only).
@@ -40,17 +40,17 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ...backpressure import bounds_of, over_bound, raise_if_refused, shed_error
-from ...errors import ConfigurationError, RefusedJob
-from ...fairness import spread, vtime_step
-from ...job import Job, NewJob
-from ...lifecycle import initial_state
-from ...version import __version__
-from .dependants import enqueue_with_parents, has_dependants
-from .rows import job_from_row, jsonb, opt_float
+from conveyor.rules.backpressure import bounds_of, over_bound, raise_if_refused, shed_error
+from conveyor.model.errors import ConfigurationError, RefusedJob
+from conveyor.rules.fairness import spread, vtime_step
+from conveyor.model.job import Job, NewJob
+from conveyor.model.lifecycle import initial_state
+from conveyor.model.version import __version__
+from conveyor.backends.postgres.dependants import enqueue_with_parents, has_dependants
+from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
 
 if TYPE_CHECKING:
-    from .connections import PostgresConnections
+    from conveyor.backends.postgres.connections import PostgresConnections
 
 
 def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...errors import JobNotFound
-from ...job import TERMINAL_STATES, Job
-from ...version import __version__
-from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
+from conveyor.model.errors import JobNotFound
+from conveyor.model.job import TERMINAL_STATES, Job
+from conveyor.model.version import __version__
+from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
                     queue_stats_from_rows, redrive_scope, waiting_scope)
-from .connections import AsyncConn, PostgresConnections
-from .rows import filter_params, job_from_row
+from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
+from conveyor.backends.postgres.rows import filter_params, job_from_row
 
 
 class PostgresInspector(PostgresConnections):

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ..liveness import SignalHolder
+from conveyor.backends.liveness import SignalHolder
 
 SIGNAL = "advisory lock"
 _PREFIX = "pg-advisory"

@@ -62,7 +62,7 @@ fair_vtime AS kf,
       ELSE GREATEST(0::float8, LEAST(99999999999::float8, run_at - priority * aging)) END) AS k2
 
 -- fragment: fair_advance
--- Tenant fairness (conveyor.fairness): each queue's vtime moves up to the largest vtime
+-- Tenant fairness (conveyor.rules.fairness): each queue's vtime moves up to the largest vtime
 -- its claim took. Only claims that took jobs with a fairness key write (unkeyed jobs
 -- have vtime 0), and only where the vtime moves: with many keys, most claims take
 -- jobs of the vtime the last one reached (a lock and a new row version per queue and
@@ -111,7 +111,7 @@ released AS (
 SELECT id, (SELECT unblocked FROM released), (SELECT n FROM signalled) FROM settled
 
 -- fragment: release_dependants
--- Workflows (conveyor.dependencies): the dependants of the jobs `settled` just ended,
+-- Workflows (conveyor.rules.dependencies): the dependants of the jobs `settled` just ended,
 -- released in the same statement, by child id (one lock order for every settle). No
 -- row here (HAVING) when none of them has dependants: the function is not called.
 SELECT {schema}.release_dependants(array_agg(d.child ORDER BY d.child),
@@ -258,7 +258,7 @@ SELECT n.pos, true AS fresh, i.seq, i.id, i.queue, i.task, i.payload, i.state, i
 FROM inserted AS i JOIN new AS n ON n.id = i.id
 
 -- name: lock_bounded_queues
--- Enqueues to one bounded queue (conveyor.backpressure) serialise on an advisory lock
+-- Enqueues to one bounded queue (conveyor.rules.backpressure) serialise on an advisory lock
 -- held until commit, taken in a statement of its own before the insert (as for
 -- unique keys): the count after the insert then sees every other producer's jobs.
 -- Sorted, and taken before the unique keys' locks by every enqueue: no deadlock.
@@ -330,7 +330,7 @@ SET plan_cache_mode = force_generic_plan; SET jit = off
 
 -- name: claim_jobs
 -- A whole ClaimRequest in one statement (one round trip, however many queues), in the
--- two passes of conveyor.claiming.claim_steps: first each queue's first jobs in claim
+-- two passes of conveyor.backends.claiming.claim_steps: first each queue's first jobs in claim
 -- order that no other worker has locked, up to its quota (cut by its ceiling and the
 -- limit; a paused queue has none), taken in the request's order while short of the
 -- limit; then the queues that gave all they were asked (or were asked nothing) take
@@ -473,7 +473,7 @@ WITH req AS ({claim_request}
     ORDER BY b.name
     FOR UPDATE OF b
 ), buckets AS (
-    -- conveyor.rate_limits.refill, and ClaimBuckets.allowed's slack.
+    -- conveyor.rules.rate_limits.refill, and ClaimBuckets.allowed's slack.
     SELECT name, rate, burst, updated_at, t.tokens, floor(t.tokens + 1e-6)::int AS allowed
     FROM bucket_rows, LATERAL (SELECT LEAST(burst::float8, tokens
                                             + GREATEST(0::float8, %(now)s - updated_at) * rate)
@@ -571,7 +571,7 @@ SET state = s.state,
     run_at = coalesce(s.run_at, j.run_at),
     lease_expires_at = NULL,
     result = CASE WHEN s.state = 'completed' THEN s.result ELSE j.result END,
-    -- A result kept result_ttl seconds (conveyor.results): its expiry, for expire_results.
+    -- A result kept result_ttl seconds (conveyor.rules.results): its expiry, for expire_results.
     result_expires_at = CASE WHEN s.state = 'completed' AND s.result IS NOT NULL
                              THEN %(now)s + s.result_ttl ELSE j.result_expires_at END,
     finished_at = CASE WHEN s.state IN ('completed', 'dead', 'cancelled') THEN %(now)s
@@ -888,7 +888,7 @@ SELECT extract(epoch FROM pg_postmaster_start_time())::text AS epoch,
                    AND l.classid = k.key1::oid AND l.objid = k.key2::oid)) AS gone
 
 -- name: assign_fair_vtimes
--- Tenant fairness (conveyor.fairness), for a batch with fairness keys, before its
+-- Tenant fairness (conveyor.rules.fairness), for a batch with fairness keys, before its
 -- insert: reserve each (queue, key)'s vtimes, `steps` (the sum of its jobs' steps)
 -- after max(its last vtime, its queue's vtime), and return the new last vtime; the
 -- caller hands them out in batch order. Keys in order, so concurrent producers lock
@@ -915,7 +915,7 @@ SET last_vtime = GREATEST(f.last_vtime - coalesce(
     + excluded.last_vtime
 RETURNING f.queue, f.key, f.last_vtime
 
--- Workflows (docs/workflows.md, conveyor.dependencies): enqueue of jobs blocked on others.
+-- Workflows (docs/workflows.md, conveyor.rules.dependencies): enqueue of jobs blocked on others.
 
 -- name: lock_parents
 -- The parents of a batch's dependants, locked in id order: a parent ending meanwhile
@@ -944,7 +944,7 @@ SELECT *, (SELECT count(*) FROM woken) FROM inserted
 
 -- name: insert_dependants
 -- Every dependant of a batch in one statement (dependants.py), each in the state
--- conveyor.dependencies.start_of gave it, in batch order. `dependants` holds the
+-- conveyor.rules.dependencies.start_of gave it, in batch order. `dependants` holds the
 -- batch's own dependants of each (rows inserted here cannot be updated here); the
 -- `linked` part appends to the lists of the parents stored before this statement.
 -- A conflicting id inserts nothing for that row: the caller sees fewer rows back

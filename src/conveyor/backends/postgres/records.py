@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from ..records import expiry
-from .connections import AsyncConn, PostgresConnections
+from conveyor.backends.records import expiry
+from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 
 
 class PostgresRecords(PostgresConnections):

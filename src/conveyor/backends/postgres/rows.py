@@ -9,11 +9,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ...claiming import claim_rank
-from ...job import Job
-from ..base import JobFilter, ascii_lower
-from ..codec import job_from_row as decode_row
-from ..sqlfiles import load_queries
+from conveyor.backends.claiming import claim_rank
+from conveyor.model.job import Job
+from conveyor.backends.contract import JobFilter, ascii_lower
+from conveyor.backends.codec import job_from_row as decode_row
+from conveyor.backends.sqlfiles import load_queries
 
 
 def load_schema_queries(schema: str, channel: str, done_channel: str = "") -> dict[str, str]:
@@ -62,7 +62,7 @@ def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
 
 def claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
     """RETURNING has no order: sort claimed rows (seq, then codec.COLUMNS) in claim
-    order (conveyor.claiming.claim_rank), then by insertion."""
+    order (conveyor.backends.claiming.claim_rank), then by insertion."""
     priority, at = claim_rank(row[6], row[9], row[25])
     return (-priority, at, row[0])
 

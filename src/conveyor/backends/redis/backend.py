@@ -21,27 +21,27 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...job import TERMINAL_STATES, Job, JobState, NewJob
-from ...timeutil import Clock, system_clock
-from .. import redact_url
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
+from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
+from conveyor.model.clock import Clock, system_clock
+from conveyor.backends import redact_url
+from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
                     LeaseQuery, Settlement, redrive_scope, waiting_scope)
-from .codec import float_arg, job_from_reply, optional_arg
-from .config import connection_settings, parse_redis_url
-from .errors import UNAVAILABLE, translate, translated
-from .blobs import RedisBlobStore
-from .keys import Keys
-from . import liveness
-from .lane import Command, Lane, ThreadLanes, first_error
-from .lua import script_source
-from .queries import JobQueries
-from .expiring import ResultExpiry
-from .following import Following
-from .inspector_reads import InspectorReads
-from .records import RedisRecords
-from .script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
+from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
+from conveyor.backends.redis.config import connection_settings, parse_redis_url
+from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
+from conveyor.backends.redis.blobs import RedisBlobStore
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis import liveness
+from conveyor.backends.redis.lane import Command, Lane, ThreadLanes, first_error
+from conveyor.backends.redis.lua import script_source
+from conveyor.backends.redis.queries import JobQueries
+from conveyor.backends.redis.expiring import ResultExpiry
+from conveyor.backends.redis.following import Following
+from conveyor.backends.redis.inspector_reads import InspectorReads
+from conveyor.backends.redis.records import RedisRecords
+from conveyor.backends.redis.script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
                           enqueue_script, enqueued_jobs, settle_calls, stale_settlements)
-from .script_calls import Scripts
+from conveyor.backends.redis.script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
 

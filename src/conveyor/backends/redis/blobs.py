@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...blobs import StoredBlob, digest_of_key, is_of, job_digest
-from ...timeutil import Clock
-from .errors import translated
-from .keys import Keys
+from conveyor.backends.blobs import StoredBlob, digest_of_key, is_of, job_digest
+from conveyor.model.clock import Clock
+from conveyor.backends.redis.errors import translated
+from conveyor.backends.redis.keys import Keys
 
 # Thirty days: longer than the default retention of dead jobs (fourteen days),
 # so a job never outlives its blob.

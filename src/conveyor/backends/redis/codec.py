@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...job import Job
-from ..codec import job_from_fields
+from conveyor.model.job import Job
+from conveyor.backends.codec import job_from_fields
 
 
 def float_arg(value: float) -> str:

@@ -11,10 +11,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...errors import BackendUnavailable, ConfigurationError, InvalidJob
-from ...job import JobState
-from ...lifecycle import IllegalTransition
-from .. import redact_url
+from conveyor.model.errors import BackendUnavailable, ConfigurationError, InvalidJob
+from conveyor.model.job import JobState
+from conveyor.model.lifecycle import IllegalTransition
+from conveyor.backends import redact_url
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -1,13 +1,13 @@
-"""Clearing expired results on Redis (result_ttl, conveyor.results): the complete
+"""Clearing expired results on Redis (result_ttl, conveyor.rules.results): the complete
 script files a job whose result expires in `{p}:result_expiries` (id by expiry);
 expire_results.lua takes the due entries from there and clears their results."""
 
 from __future__ import annotations
 
-from .codec import float_arg
-from .errors import translated
-from .keys import Keys
-from .script_calls import Scripts
+from conveyor.backends.redis.codec import float_arg
+from conveyor.backends.redis.errors import translated
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis.script_calls import Scripts
 
 
 class ResultExpiry:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import translated
-from .keys import Keys
+from conveyor.backends.redis.errors import translated
+from conveyor.backends.redis.keys import Keys
 
 _ENDED = {b"completed", b"dead", b"cancelled", "completed", "dead", "cancelled"}
 

@@ -19,7 +19,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:unique`                 | hash   | unique_key -> id of the latest job holding it     |
 | `{p}:schema`                 | string | layout version (what `migrate()` reports)         |
 | `{p}:q:<queue>:available`    | zset   | member `<run_at µs:17><seq:12><id>`, score -priority: ZPOPMIN is claim order (with aging: score 0, `run_at - priority * aging` in place of run_at; with a fairness key: `v<vtime:17>` in front) |
-| `{p}:q:<queue>:fair`         | hash   | fairness key -> vtime of its last enqueued job (conveyor.fairness) |
+| `{p}:q:<queue>:fair`         | hash   | fairness key -> vtime of its last enqueued job (conveyor.rules.fairness) |
 | `{p}:q:<queue>:vtime`        | string | the vtime the queue's claims reached (17 digits)  |
 | `{p}:q:<queue>:scheduled`    | zset   | id by run_at                                      |
 | `{p}:q:<queue>:retryable`    | zset   | id by run_at                                      |
@@ -36,7 +36,7 @@ own prefix (one `Conveyor` app each).
 | `{p}:q:<queue>:parked`       | zset   | available ids of a concurrency key that has no slot for them, by seq: listed and counted as available, never claimed |
 | `{p}:ck:<key>:held`          | set    | ids holding a slot of a concurrency key: running, or available in their queue's available index |
 | `{p}:ck:<key>:parked`        | zset   | the key's parked jobs, members and scores as in `q:<queue>:available` (claim order): the next to unpark is the first |
-| `{p}:ck:<key>:limit`         | string | the key's limit set by its adaptive controller (conveyor.adaptive), in place of its jobs' own |
+| `{p}:ck:<key>:limit`         | string | the key's limit set by its adaptive controller (conveyor.rules.adaptive), in place of its jobs' own |
 | `{p}:rl:<n>:<queue>:<bucket>` | zset  | the queue's available jobs with that rate limit bucket (`rate_key`), as in `available`, which holds only jobs with none; n: the queue name's length in bytes |
 | `{p}:q:<queue>:lanes`        | set    | the rate limit buckets that have had a lane in the queue |
 | `{p}:rate:<bucket>`          | hash   | a token bucket: `tokens` as of `updated_at`, and the `rate`, `burst` last declared |
@@ -46,14 +46,14 @@ own prefix (one `Conveyor` app each).
 A job id is in exactly one state index at a time, the one named by its `state`
 field; the Lua scripts in `scripts/` keep that true (one script per transition).
 The one exception: an available job of a concurrency key is in the key's and its
-queue's `parked` indexes until the key has a slot for it (conveyor.concurrency),
+queue's `parked` indexes until the key has a slot for it (conveyor.rules.concurrency),
 then in `available`. These keys exist only for jobs of a concurrency key, which a
 prefix written before them cannot hold: its layout (2) reads as it did.
 """
 
 from __future__ import annotations
 
-from ...job import JobState
+from conveyor.model.job import JobState
 
 INDEXED_STATES: tuple[JobState, ...] = tuple(JobState)
 RANK_LEN = 29  # digits in front of the id in an available-index member

@@ -22,7 +22,7 @@ from typing import Any
 from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.exceptions import ResponseError
 
-from ..liveness import SignalHolder
+from conveyor.backends.liveness import SignalHolder
 
 SIGNAL = "Redis connection"
 _PREFIX = "redis-client"

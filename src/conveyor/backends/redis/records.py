@@ -1,6 +1,6 @@
 """The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
 atomic under any number of concurrent writers; and a concurrency key's set limit
-(KeyLimits, conveyor.adaptive), small shared state of the same kind: a string beside
+(KeyLimits, conveyor.rules.adaptive), small shared state of the same kind: a string beside
 the key's slots, read by the rebalance in every script that moves a keyed job
 (_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
 
@@ -14,12 +14,12 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from ...timeutil import Clock
-from ..records import expiry
-from .codec import float_arg, optional_arg
-from .errors import translated
-from .keys import Keys
-from .script_calls import Scripts
+from conveyor.model.clock import Clock
+from conveyor.backends.records import expiry
+from conveyor.backends.redis.codec import float_arg, optional_arg
+from conveyor.backends.redis.errors import translated
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis.script_calls import Scripts
 
 NOT_AN_INTEGER = "CONVEYOR_NOT_AN_INTEGER"
 

@@ -11,25 +11,25 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...backpressure import raise_if_refused, shed_error
-from ...claiming import claim_rank
-from ...errors import InvalidJob, RefusedJob
-from ...fairness import vtime_step
-from ...job import Job, JobState, NewJob
-from ...lifecycle import IllegalTransition, initial_state
-from ...version import __version__
-from ..base import ClaimRequest, Settlement
-from .codec import float_arg, job_from_reply, optional_arg
-from .keys import Keys
-from .lane import Command
-from .script_calls import ScriptCall
+from conveyor.rules.backpressure import raise_if_refused, shed_error
+from conveyor.backends.claiming import claim_rank
+from conveyor.model.errors import InvalidJob, RefusedJob
+from conveyor.rules.fairness import vtime_step
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import IllegalTransition, initial_state
+from conveyor.model.version import __version__
+from conveyor.backends.contract import ClaimRequest, Settlement
+from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis.lane import Command
+from conveyor.backends.redis.script_calls import ScriptCall
 
 ENQUEUE_CHUNK = 1000  # jobs per script call; several calls still go in one round trip
 
 
 def enqueue_script(jobs: Sequence[NewJob]) -> str:
     """The bounded script only for batches that need it: it is sent with more helpers;
-    the dependants' one for a workflow (conveyor.dependencies)."""
+    the dependants' one for a workflow (conveyor.rules.dependencies)."""
     if any(job.depends_on for job in jobs):
         return "enqueue_dependants"
     return "enqueue_bounded" if any(job.bound is not None for job in jobs) else "enqueue"

@@ -12,7 +12,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from .lua import SCRIPT_NAMES, script_source
+from conveyor.backends.redis.lua import SCRIPT_NAMES, script_source
 
 # (script name, KEYS, ARGV after the prefix)
 ScriptCall = tuple[str, Sequence[str], Sequence[str | int]]

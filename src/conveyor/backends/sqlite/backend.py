@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from ...blobs.directory import DirectoryBlobStore
-from ...errors import ConfigurationError
-from .. import redact_url
-from ...job import Job, JobState, NewJob
-from ...timeutil import Clock, system_clock
-from ..base import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
+from conveyor.backends.blobs.directory import DirectoryBlobStore
+from conveyor.model.errors import ConfigurationError
+from conveyor.backends import redact_url
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.clock import Clock, system_clock
+from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
                     JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
-from . import liveness, records
-from .store import ENDED, SqliteStore
-from .dependants import SqliteDependants
-from .store_thread import StoreThread
-from .wakeup import WakeupListener, WakeupSender
+from conveyor.backends.sqlite import liveness, records
+from conveyor.backends.sqlite.store import ENDED, SqliteStore
+from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.backends.sqlite.store_thread import StoreThread
+from conveyor.backends.sqlite.wakeup import WakeupListener, WakeupSender
 
 # The page cache of the backend's own connection, the one that claims (SQLite's default is
 # 2 MB, filled only as pages are read): a claim that rotates over fairness keys or queues

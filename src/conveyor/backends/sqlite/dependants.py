@@ -1,4 +1,4 @@
-"""Workflows on SQLite (conveyor.dependencies): linking a new dependant to its
+"""Workflows on SQLite (conveyor.rules.dependencies): linking a new dependant to its
 parents and releasing dependants when a parent ends, inside the caller's write
 transaction (SQLite serialises writers, so the count of a dependant whose last two
 parents end at once is decremented by one transaction after the other)."""
@@ -9,9 +9,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ...dependencies import DependantRows, Start, dependency_error
-from ...job import JobState
-from .connection import Q
+from conveyor.rules.dependencies import DependantRows, Start, dependency_error
+from conveyor.model.job import JobState
+from conveyor.backends.sqlite.connection import Q
 
 
 def states_of(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:

@@ -22,16 +22,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ...backpressure import bounds_of, raise_if_refused
-from ...dependencies import check_parents, start_of
-from ...errors import RefusedJob
-from ...fairness import VtimeAssigner, as_vtime
-from ...job import Job, JobState, NewJob
-from ...lifecycle import initial_state
-from ..codec import job_from_row
-from .connection import Q, SqliteConnection
-from .dependants import link, states_of
-from .room import Room
+from conveyor.rules.backpressure import bounds_of, raise_if_refused
+from conveyor.rules.dependencies import check_parents, start_of
+from conveyor.model.errors import RefusedJob
+from conveyor.rules.fairness import VtimeAssigner, as_vtime
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import initial_state
+from conveyor.backends.codec import job_from_row
+from conveyor.backends.sqlite.connection import Q, SqliteConnection
+from conveyor.backends.sqlite.dependants import link, states_of
+from conveyor.backends.sqlite.room import Room
 
 
 class _IdTaken(Exception):
@@ -52,7 +52,7 @@ def enqueue_jobs(store: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
     out: list[Job | None] = []
     refused: dict[int, RefusedJob] = {}
     with store.write() as db:
-        if any(new.depends_on for new in jobs):  # a workflow (conveyor.dependencies)
+        if any(new.depends_on for new in jobs):  # a workflow (conveyor.rules.dependencies)
             stored = states_of(db, [p for new in jobs for p in new.depends_on])
             check_parents(jobs, stored.__contains__)
         room = Room(db, now, bounds_of(jobs))

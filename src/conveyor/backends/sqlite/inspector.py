@@ -8,15 +8,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...errors import JobNotFound
-from ...escaping import readable_text
-from ...dependencies import release_dependants, resume_dependants
-from ...job import TERMINAL_STATES, Job, JobState
-from ..base import (FlowLoads, FlowQuery, JobFilter, QueueStats, ascii_lower,
+from conveyor.model.errors import JobNotFound
+from conveyor.model.escaping import readable_text
+from conveyor.rules.dependencies import release_dependants, resume_dependants
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, ascii_lower,
                     flow_loads_from_rows, queue_stats_from_rows, redrive_scope, waiting_scope)
-from ..codec import job_from_row
-from .connection import Q, SqliteConnection
-from .dependants import SqliteDependants
+from conveyor.backends.codec import job_from_row
+from conveyor.backends.sqlite.connection import Q, SqliteConnection
+from conveyor.backends.sqlite.dependants import SqliteDependants
 
 
 def _filter_params(where: JobFilter) -> dict[str, Any]:

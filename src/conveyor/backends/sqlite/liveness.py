@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from ..liveness import SignalHolder
+from conveyor.backends.liveness import SignalHolder
 
 SIGNAL = "lock file"
 _PREFIX = "flock"

@@ -65,7 +65,7 @@ ORDER BY seq DESC LIMIT 1
 DELETE FROM conveyor_jobs WHERE id = :id AND state IN ('completed', 'cancelled', 'dead')
 
 -- name: count_waiting
--- A bounded queue's depth (conveyor.backpressure): its waiting jobs, read from the
+-- A bounded queue's depth (conveyor.rules.backpressure): its waiting jobs, read from the
 -- state index; enqueue counts it once per bounded queue of a batch.
 SELECT count(*) FROM conveyor_jobs
 WHERE state IN ('scheduled', 'available', 'retryable') AND queue = :queue
@@ -174,7 +174,7 @@ WHERE state = 'available' AND parked = 0 AND rate_key = :rate_key
   AND queue IN (SELECT value FROM json_each(:queues)) LIMIT 1
 
 -- name: advance_fair_queue
--- The queue's vtime moves up to the largest its claim took (conveyor.fairness).
+-- The queue's vtime moves up to the largest its claim took (conveyor.rules.fairness).
 INSERT INTO conveyor_fair_queues (queue, vtime) VALUES (:queue, :vtime)
 ON CONFLICT (queue) DO UPDATE SET vtime = max(vtime, excluded.vtime)
 
@@ -193,7 +193,7 @@ ON CONFLICT (queue, key) DO UPDATE SET last_vtime = excluded.last_vtime
 -- it the same way, see find_leases) can end that attempt.
 
 -- name: complete_job
--- A result kept result_ttl seconds (conveyor.results) stores its expiry; NULL ttl: none.
+-- A result kept result_ttl seconds (conveyor.rules.results) stores its expiry; NULL ttl: none.
 UPDATE conveyor_jobs
 SET state = 'completed', result = :result, finished_at = :now, lease_expires_at = NULL,
     result_expires_at = CASE WHEN :result IS NOT NULL THEN :now + :result_ttl END
@@ -292,7 +292,7 @@ RETURNING dependants IS NOT NULL
 
 -- name: cancel_not_started_job
 -- An operator's cancel of one job that has not started: waiting, or blocked on its
--- parents (a workflow member); its dependants are released after (conveyor.dependencies).
+-- parents (a workflow member); its dependants are released after (conveyor.rules.dependencies).
 UPDATE conveyor_jobs SET state = 'cancelled', finished_at = :now
 WHERE id = :id AND state IN ('blocked', 'scheduled', 'available', 'retryable')
 RETURNING dependants IS NOT NULL
@@ -428,7 +428,7 @@ DELETE FROM conveyor_meta WHERE namespace = :namespace AND key = :key
 -- name: delete_expired_records
 DELETE FROM conveyor_meta WHERE expires_at IS NOT NULL AND expires_at <= :now
 
--- Workflows (docs/workflows.md, conveyor.dependencies): jobs blocked on others.
+-- Workflows (docs/workflows.md, conveyor.rules.dependencies): jobs blocked on others.
 
 -- name: states_of_jobs
 SELECT id, state FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:ids))

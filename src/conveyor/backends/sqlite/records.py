@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..records import expiry, incremented
-from .connection import Q, SqliteConnection
+from conveyor.backends.records import expiry, incremented
+from conveyor.backends.sqlite.connection import Q, SqliteConnection
 
 
 def get(store: SqliteConnection, namespace: str, key: str) -> str | None:

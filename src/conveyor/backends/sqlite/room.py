@@ -1,19 +1,19 @@
-"""Bounded queues on SQLite (conveyor.backpressure): the room an enqueue has left."""
+"""Bounded queues on SQLite (conveyor.rules.backpressure): the room an enqueue has left."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from ...backpressure import shed_error
-from ...dependencies import release_dependants
-from ...errors import RefusedJob
-from ...job import JobState, QueueBound
-from .connection import Q
-from .dependants import SqliteDependants
+from conveyor.rules.backpressure import shed_error
+from conveyor.rules.dependencies import release_dependants
+from conveyor.model.errors import RefusedJob
+from conveyor.model.job import JobState, QueueBound
+from conveyor.backends.sqlite.connection import Q
+from conveyor.backends.sqlite.dependants import SqliteDependants
 
 
 class Room:
-    """The room left in the bounded queues of one enqueue (conveyor.backpressure), in
+    """The room left in the bounded queues of one enqueue (conveyor.rules.backpressure), in
     its write transaction: SQLite serialises writers, so the count cannot go stale."""
 
     def __init__(self, db: sqlite3.Connection, now: float, bounds: dict[str, QueueBound]) -> None:

@@ -15,18 +15,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...escaping import readable_text
-from ...job import Job, JobState, NewJob
-from ...claiming import ClaimBuckets, claim_in_passes, claim_rank
-from ...dependencies import release_dependants
-from ...fairness import as_vtime, claimed_vtime
-from ..base import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
+from conveyor.rules.dependencies import release_dependants
+from conveyor.rules.fairness import as_vtime, claimed_vtime
+from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
                     Settlement)
-from ..codec import COLUMNS, is_clean, job_from_row
-from .connection import Q
-from .enqueue import enqueue_jobs
-from .dependants import SqliteDependants
-from .inspector import SqliteInspector
+from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
+from conveyor.backends.sqlite.connection import Q
+from conveyor.backends.sqlite.enqueue import enqueue_jobs
+from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.backends.sqlite.inspector import SqliteInspector
 
 
 ENDED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .project import DjangoConveyor
+from conveyor.contrib.django.project import DjangoConveyor
 
 __all__ = ["DjangoConveyor", "app", "get_app"]
 

@@ -13,7 +13,7 @@ class ConveyorConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from . import get_app
+        from conveyor.contrib.django import get_app
 
         app = get_app()
         if app.settings.autodiscover:

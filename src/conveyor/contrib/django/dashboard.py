@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
 
-from ...web.app import create_dashboard
+from conveyor.web.app import create_dashboard
 
 USER_KEY = "conveyor.django_user"  # set in the ASGI scope by this view only
 Permission = Callable[[Any], bool]
@@ -37,7 +37,7 @@ def dashboard_view(permission: Permission = is_staff, **options: Any
     """A view serving the dashboard to the users `permission` allows (default: active
     staff). `options` go to `create_dashboard` (read_only, title, trusted_origins...).
     Route it with a `path` argument catching the rest of the URL, as urls.py does."""
-    from . import get_app
+    from conveyor.contrib.django import get_app
 
     app = get_app()
     options.setdefault("secret", salted_hmac("conveyor.dashboard", "csrf").digest())

@@ -12,11 +12,11 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.db import close_old_connections, connections, transaction
 
-from ...app import Conveyor
-from ...errors import ConfigurationError
-from ...handle import JobHandle, handles
-from ...job import Job, JobState, NewJob
-from ...task import Task
+from conveyor.app import Conveyor
+from conveyor.model.errors import ConfigurationError
+from conveyor.handle import JobHandle, handles
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.task import Task
 
 _KNOWN = {"url", "default_queue", "database", "on_commit", "transactional", "autodiscover"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import re_path
 
-from .dashboard import dashboard_view
+from conveyor.contrib.django.dashboard import dashboard_view
 
 app_name = "conveyor"
 urlpatterns = [re_path(r"^(?P<path>.*)$", dashboard_view(), name="dashboard")]

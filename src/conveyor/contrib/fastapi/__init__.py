@@ -24,9 +24,9 @@ from typing import Annotated, Any, AsyncContextManager, Mapping
 from fastapi import Depends, FastAPI, Request
 from starlette.applications import Starlette
 
-from ...app import Conveyor
-from ...errors import ConfigurationError
-from ...web import AuthHook, create_dashboard
+from conveyor.app import Conveyor
+from conveyor.model.errors import ConfigurationError
+from conveyor.web import AuthHook, create_dashboard
 
 __all__ = ["ConveyorApp", "conveyor_lifespan", "get_conveyor", "mount_dashboard"]
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import click
 from flask import Flask, current_app
 
-from ...app import Conveyor
-from ...errors import ConfigurationError
-from .._commands import command_line, import_path_of
+from conveyor.app import Conveyor
+from conveyor.model.errors import ConfigurationError
+from conveyor.contrib._commands import command_line, import_path_of
 
 __all__ = ["FlaskConveyor", "current_conveyor"]
 
@@ -61,7 +61,7 @@ class FlaskConveyor:
                             "scheduler, dashboard, jobs, dead, ... (flask conveyor --help).")
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
         def conveyor(args: Sequence[str]) -> None:
-            from ...cli.main import main
+            from conveyor.cli.main import main
 
             raise SystemExit(main(command_line(extension.import_path, args)))
 

@@ -15,9 +15,9 @@ from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.test import Client, TransactionTestCase
 
-from conveyor.admin import make_filter
+from conveyor.admin.api import make_filter
 from conveyor.contrib.django import DjangoConveyor, app, get_app
-from conveyor.job import JobState
+from conveyor.model.job import JobState
 
 from .models import Order
 from .tasks import parse_total, send_receipt, use_the_database

@@ -52,7 +52,7 @@ CREATE TABLE queues (
     paused boolean NOT NULL DEFAULT false
 );
 
--- The state machine of conveyor/lifecycle.py, enforced in storage: guarded updates
+-- The state machine of conveyor/model/lifecycle.py, enforced in storage: guarded updates
 -- make the normal paths safe, this trigger makes every other path (a bug, a manual
 -- UPDATE) fail loudly. Keep in step with lifecycle.ALLOWED
 -- (tests/backends/postgres/test_pg_schema.py compares the two).
@@ -66,7 +66,7 @@ BEGIN
     THEN
         RAISE EXCEPTION 'conveyor: illegal job state transition % -> % (job %)',
             OLD.state, NEW.state, OLD.id
-            USING ERRCODE = 'check_violation', HINT = 'see conveyor/lifecycle.py';
+            USING ERRCODE = 'check_violation', HINT = 'see conveyor/model/lifecycle.py';
     END IF;
     RETURN NEW;
 END

@@ -1,5 +1,5 @@
--- Arguments and results too big for a job row (the claim-check, conveyor.claim_check):
--- one row per blob, keyed as conveyor.blobs.blob_key says, with its job's id and the
+-- Arguments and results too big for a job row (the claim-check, conveyor.payloads.claim_check):
+-- one row per blob, keyed as conveyor.backends.blobs.blob_key says, with its job's id and the
 -- time it was written (application clock) for deleting with the job and the orphan sweep.
 CREATE TABLE blobs (
     key        text PRIMARY KEY,

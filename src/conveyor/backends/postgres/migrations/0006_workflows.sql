@@ -1,4 +1,4 @@
--- Workflows (docs/workflows.md, conveyor.dependencies). A job enqueued with depends_on
+-- Workflows (docs/workflows.md, conveyor.rules.dependencies). A job enqueued with depends_on
 -- waits in the new state 'blocked' with the count of its parents that have not ended
 -- (pending_parents) and whether a failed parent lets it run (allow_failure); each such
 -- parent lists it in `dependants` (NULL for none: all the settle path of every other
@@ -12,7 +12,7 @@ ALTER TABLE jobs ADD COLUMN parents text[];  -- what a redrive of one of them co
 ALTER TABLE jobs ADD COLUMN pending_parents integer;
 ALTER TABLE jobs ADD COLUMN allow_failure boolean NOT NULL DEFAULT false;
 
--- The state machine of conveyor/lifecycle.py with the blocked state's two ways out.
+-- The state machine of conveyor/model/lifecycle.py with the blocked state's two ways out.
 -- Keep in step with lifecycle.ALLOWED (tests/backends/postgres/test_pg_schema.py
 -- compares the newest migration that defines it).
 CREATE OR REPLACE FUNCTION check_job_transition() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -26,13 +26,13 @@ BEGIN
     THEN
         RAISE EXCEPTION 'conveyor: illegal job state transition % -> % (job %)',
             OLD.state, NEW.state, OLD.id
-            USING ERRCODE = 'check_violation', HINT = 'see conveyor/lifecycle.py';
+            USING ERRCODE = 'check_violation', HINT = 'see conveyor/model/lifecycle.py';
     END IF;
     RETURN NEW;
 END
 $$;
 
--- conveyor.dependencies.release_dependants, called by the statement that ends the
+-- conveyor.rules.dependencies.release_dependants, called by the statement that ends the
 -- parents (settle_jobs, complete_job), so it commits or rolls back with them.
 -- children[i] is a dependant of parents[i], which ended in states[i]. Each
 -- dependant is locked (FOR UPDATE, in the order given: the callers sort by child
@@ -40,7 +40,7 @@ $$;
 -- the same instant in two transactions, the second waits for the first, then reads
 -- the count the first left, so exactly one of them makes it available. A cancelled
 -- dependant's own dependants are appended to the walk. Returns how many became
--- available. The error record is conveyor.dependencies.dependency_error's.
+-- available. The error record is conveyor.rules.dependencies.dependency_error's.
 CREATE FUNCTION release_dependants(children text[], parents text[], states text[],
                                    now float8, version text)
 RETURNS integer LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -88,7 +88,7 @@ BEGIN
 END
 $$;
 
--- conveyor.dependencies.resume_dependants, called by the redrive statement: the
+-- conveyor.rules.dependencies.resume_dependants, called by the redrive statement: the
 -- dependants the redriven jobs had cancelled (cancelled, never run, their last error a
 -- DependencyFailed) wait again for their parents (cancelled -> blocked, counting those
 -- not ended), and onwards; one that another parent still fails (dead or cancelled,

@@ -1,4 +1,4 @@
--- Adaptive concurrency (conveyor.adaptive, docs/downstreams.md): a concurrency key's
+-- Adaptive concurrency (conveyor.rules.adaptive, docs/downstreams.md): a concurrency key's
 -- limit set by its task's controller, in place of the concurrency_limit its jobs were
 -- enqueued with. The rebalance reads it first; a key without a row keeps its head
 -- job's own limit. Writing a row rebalances the key at once (the trigger at the end,

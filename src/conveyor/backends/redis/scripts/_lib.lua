@@ -26,14 +26,14 @@ local function job_key(id) return PREFIX .. 'job:' .. id end
 local function state_key(queue, state) return PREFIX .. 'q:' .. queue .. ':' .. state end
 local function wake_key(queue) return PREFIX .. 'q:' .. queue .. ':wake' end
 -- Every waiting (scheduled, available, retryable) job of a queue by seq: the depth a
--- bounded queue is held to, and its oldest jobs to shed (conveyor.backpressure).
+-- bounded queue is held to, and its oldest jobs to shed (conveyor.rules.backpressure).
 local function waiting_key(queue) return PREFIX .. 'q:' .. queue .. ':waiting' end
--- Per-key concurrency (conveyor.concurrency): the ids holding a key's slots (running,
+-- Per-key concurrency (conveyor.rules.concurrency): the ids holding a key's slots (running,
 -- or available and in their queue's available index), and the key's parked available
 -- jobs, members and scores as in a queue's available index (claim order).
 local function holders_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':held' end
 local function parked_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':parked' end
--- A key's limit set by its adaptive controller (conveyor.adaptive), in place of its
+-- A key's limit set by its adaptive controller (conveyor.rules.adaptive), in place of its
 -- jobs' own concurrency_limit.
 local function key_limit_key(ckey) return PREFIX .. 'ck:' .. ckey .. ':limit' end
 -- A queue's parked jobs by seq: available to listings and stats, not to the claim.
@@ -53,7 +53,7 @@ local function available_key(queue, rate_key)
   return state_key(queue, 'available')
 end
 
--- conveyor.lifecycle.ALLOWED; tests/backends/redis/test_scripts.py keeps the two in step.
+-- conveyor.model.lifecycle.ALLOWED; tests/backends/redis/test_scripts.py keeps the two in step.
 local ALLOWED = {
   ['scheduled>available'] = true, ['retryable>available'] = true,
   ['available>running'] = true,
@@ -73,7 +73,7 @@ local FINISHED = { completed = true, cancelled = true, dead = true }
 
 -- Per-job outcome codes, returned (never raised) to the Python side.
 local E_STALE = 'stale'      -- not running, or the lease token is not the current one
-local E_ILLEGAL = 'illegal'  -- the transition is not in conveyor.lifecycle.ALLOWED
+local E_ILLEGAL = 'illegal'  -- the transition is not in conveyor.model.lifecycle.ALLOWED
 
 local function allowed(old, new)
   return ALLOWED[old .. '>' .. new] == true
@@ -113,9 +113,9 @@ end
 -- Both numbers are clamped to their digits, so the id always starts at RANK_LEN + 1.
 -- A job with priority aging (a positive `aging` field: seconds of waiting worth one
 -- level) is scored 0 and ranked at run_at - priority * aging instead, the claim key
--- of conveyor.claiming.claim_rank: a static key, so aging costs no scan.
+-- of conveyor.backends.claiming.claim_rank: a static key, so aging costs no scan.
 local RANK_LEN = 29
--- Tenant fairness (conveyor.fairness): a job with a fairness key has a `fair_vtime`
+-- Tenant fairness (conveyor.rules.fairness): a job with a fairness key has a `fair_vtime`
 -- field (17 digits), and its member is "v<vtime:17>" in front of the one above, so
 -- within one score its queue's keyed jobs follow the unkeyed ones ('v' sorts after
 -- every digit: vtime 0) by vtime, then run_at, then seq. Members without the prefix
@@ -382,11 +382,11 @@ local function put_record(values, expiries, key, value, expires_at)
   end
 end
 
--- Workflows (conveyor.dependencies, docs/workflows.md). A blocked job holds
+-- Workflows (conveyor.rules.dependencies, docs/workflows.md). A blocked job holds
 -- `pending_parents` (its parents not ended) and `allow_failure` ('1' or absent); a
 -- parent holds `dependants`, a JSON array of the ids blocked on it (absent for none:
 -- all a job outside a workflow pays is that field in load()). The error record of a
--- dependant cancelled by its parent: conveyor.dependencies.dependency_error's.
+-- dependant cancelled by its parent: conveyor.rules.dependencies.dependency_error's.
 local function dependency_error(parent, parent_state, now_text, version)
   return '{"attempt":0,"at":' .. now_text .. ',"type":"DependencyFailed","message":'
     .. cjson.encode('parent job ' .. parent .. ' ended ' .. parent_state)
@@ -405,7 +405,7 @@ local function dependant_ids(text)
   return out
 end
 
--- conveyor.dependencies.release_dependants: `parent` ended in `parent_state` (f: its
+-- conveyor.rules.dependencies.release_dependants: `parent` ended in `parent_state` (f: its
 -- fields as loaded). Each blocked dependant loses one pending parent and becomes
 -- available at zero; a dead or cancelled parent cancels it instead (unless
 -- allow_failure), and the walk goes on to that one's dependants. The script is
@@ -445,7 +445,7 @@ local function release_dependants(parent, parent_state, f, now_text, version)
   end
 end
 
--- conveyor.dependencies.resume_dependants: `parent` (f: its fields) was redriven. The
+-- conveyor.rules.dependencies.resume_dependants: `parent` (f: its fields) was redriven. The
 -- dependants it had cancelled before they ever ran (their last error DependencyFailed)
 -- wait again for their parents, counting those not ended, and onwards; one that
 -- another parent still fails (dead or cancelled, without allow_failure) stays cancelled.
@@ -515,7 +515,7 @@ local function shed_oldest(queue, n, now_text, error_json)
   end
 end
 
--- Where a new dependant starts (conveyor.dependencies.start_of): its state ('blocked',
+-- Where a new dependant starts (conveyor.rules.dependencies.start_of): its state ('blocked',
 -- `ready` with nothing to wait for, or 'cancelled' by a parent that already failed),
 -- the parents it waits for, and the failed parent's (id, state).
 local function dependant_start(link, ready)

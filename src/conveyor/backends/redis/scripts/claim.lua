@@ -83,7 +83,7 @@ local function bump(key, field, top)
 end
 
 -- Claim the job of an available-index member taken out of its index; true if claimed.
--- `reached`: the largest fairness vtime claimed, by queue (conveyor.fairness).
+-- `reached`: the largest fairness vtime claimed, by queue (conveyor.rules.fairness).
 local reached = {}
 local function claim_member(queue, member)
   local id = rank_id(member)
@@ -103,7 +103,7 @@ local function claim_member(queue, member)
   return true
 end
 
--- The declared buckets, refilled to now: conveyor.rate_limits.refill (a bucket never
+-- The declared buckets, refilled to now: conveyor.rules.rate_limits.refill (a bucket never
 -- stored starts full; a stored value that is not a number counts as none).
 local now = tonumber(now_text)
 local buckets, bucket_names = {}, {}

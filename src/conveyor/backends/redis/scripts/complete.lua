@@ -6,7 +6,7 @@
 -- ARGV[3] max_completed: most completed jobs kept per queue (<= 0: no bound)
 -- ARGV[4] Conveyor's version (the error record of a dependant cancelled onwards)
 -- ARGV[5..] quadruples: id, lease token, result? ('' or '~' .. JSON text), when the
---          result expires ('' for never: no result_ttl; conveyor.results)
+--          result expires ('' for never: no result_ttl; conveyor.rules.results)
 -- A job with dependants releases them (release_dependants), in this same script.
 -- Returns {id, code} pairs for the jobs not changed: code "stale" (not running or
 -- another token) or "illegal".

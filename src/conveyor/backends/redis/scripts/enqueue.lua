@@ -13,10 +13,10 @@
 --         the claim time in whole microseconds (17 digits, for the claim rank: run_at,
 --         or with aging run_at - priority * aging), unique_key ('' when absent, else
 --         '~' .. key: an empty key is a key), unique_for?, timeout?, meta?, aging?,
---         max_waiting? (the queue's bound, conveyor.backpressure), shed_error? (with
+--         max_waiting? (the queue's bound, conveyor.rules.backpressure), shed_error? (with
 --         a queue that sheds: the record a shed job keeps), fairness_key ('' when
---         absent, else '~' .. key), the vtime step of its weight (conveyor.fairness),
---         concurrency_key? ('~' .. key), concurrency_limit? (conveyor.concurrency),
+--         absent, else '~' .. key), the vtime step of its weight (conveyor.rules.fairness),
+--         concurrency_key? ('~' .. key), concurrency_limit? (conveyor.rules.concurrency),
 --         rate_key ('' or '~' .. its rate limit bucket)   (? = optional: '' when absent)
 -- Returns one entry per job: 0 when inserted, the existing job (HGETALL) that this
 -- one duplicates (same id, or same unique_key; active, or completed within its

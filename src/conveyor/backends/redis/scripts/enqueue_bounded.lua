@@ -1,5 +1,5 @@
 -- enqueue_bounded.lua: enqueue.lua for a batch with jobs of bounded queues
--- (conveyor.backpressure). A job whose queue holds max_waiting waiting jobs is
+-- (conveyor.rules.backpressure). A job whose queue holds max_waiting waiting jobs is
 -- refused, or, with a shed_error, stored while the queue's oldest waiting jobs are
 -- cancelled (shed_oldest of _lib.lua), each keeping the shed_error in its history.
 -- Every check and write of the batch is in this one script: producers racing for

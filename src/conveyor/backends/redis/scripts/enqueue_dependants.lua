@@ -1,5 +1,5 @@
 -- enqueue_dependants.lua: enqueue.lua for a batch with jobs that depend on others
--- (workflows, conveyor.dependencies). Parents come before their dependants in the
+-- (workflows, conveyor.rules.dependencies). Parents come before their dependants in the
 -- batch; the whole batch is one script, so a workflow is stored whole or not at all.
 --
 -- KEYS[1] <prefix>seq, KEYS[2] <prefix>due, KEYS[3] <prefix>unique,

@@ -1,5 +1,5 @@
 -- expire_results.lua: clear the results past their expiry (result_ttl,
--- conveyor.results), taken from the sorted set of expiries, so no completed job
+-- conveyor.rules.results), taken from the sorted set of expiries, so no completed job
 -- without a TTL is ever looked at. The job and its result_expires_at stay.
 --
 -- KEYS[1] <prefix>result_expiries

@@ -1,6 +1,6 @@
 -- force_state.lua: test hook for the conformance suite. Writes a raw state change
 -- so the suite can show that storage refuses transitions missing from
--- conveyor.lifecycle.ALLOWED (the SQLite backend has a trigger for the same).
+-- conveyor.model.lifecycle.ALLOWED (the SQLite backend has a trigger for the same).
 --
 -- KEYS[1] <prefix>queues  (only to route the call: all keys share one slot)
 -- ARGV[1] key prefix

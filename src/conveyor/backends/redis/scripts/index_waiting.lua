@@ -1,4 +1,4 @@
--- index_waiting.lua: layout 2 (conveyor.backpressure): fill each queue's waiting index
+-- index_waiting.lua: layout 2 (conveyor.rules.backpressure): fill each queue's waiting index
 -- ({p}:q:<queue>:waiting, every scheduled, available and retryable job by seq) from
 -- the state indexes, for a prefix written before it existed. Safe to repeat (ZADD).
 --

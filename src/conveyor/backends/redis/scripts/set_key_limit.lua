@@ -1,4 +1,4 @@
--- set_key_limit.lua: set (or drop) a concurrency key's limit (conveyor.adaptive) and
+-- set_key_limit.lua: set (or drop) a concurrency key's limit (conveyor.rules.adaptive) and
 -- rebalance the key: a raised limit unparks its next jobs at once; a lowered one
 -- takes no slot back.
 --

@@ -48,7 +48,7 @@ CREATE TABLE conveyor_queues (
     paused INTEGER NOT NULL DEFAULT 0
 );
 
--- The state machine of conveyor/lifecycle.py, enforced in storage. Keep the two in step
+-- The state machine of conveyor/model/lifecycle.py, enforced in storage. Keep the two in step
 -- (tests/unit/test_lifecycle.py compares them).
 CREATE TRIGGER conveyor_jobs_state_guard
 BEFORE UPDATE OF state ON conveyor_jobs

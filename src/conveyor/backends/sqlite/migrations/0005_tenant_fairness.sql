@@ -1,4 +1,4 @@
--- Tenant fairness (docs/flow-control.md, conveyor.fairness): a job with a fairness key
+-- Tenant fairness (docs/flow-control.md, conveyor.rules.fairness): a job with a fairness key
 -- gets a virtual time at enqueue, max(its key's last, the queue's) + 1000 / weight, and
 -- the claim orders each priority level by it. Jobs without a key keep 0, so they rank
 -- first in their level, in the order they had before, and pay nothing (the column's

@@ -72,7 +72,7 @@ CREATE INDEX conveyor_jobs_unique ON conveyor_jobs (unique_key) WHERE unique_key
 CREATE INDEX conveyor_jobs_state ON conveyor_jobs (state, queue, seq);
 CREATE INDEX conveyor_jobs_finished ON conveyor_jobs (finished_at) WHERE finished_at IS NOT NULL;
 
--- The state machine of conveyor/lifecycle.py, enforced in storage. Keep the two in step
+-- The state machine of conveyor/model/lifecycle.py, enforced in storage. Keep the two in step
 -- (tests/unit/test_lifecycle.py compares the newest migration that defines it).
 CREATE TRIGGER conveyor_jobs_state_guard
 BEFORE UPDATE OF state ON conveyor_jobs

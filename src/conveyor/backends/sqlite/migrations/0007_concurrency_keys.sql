@@ -1,4 +1,4 @@
--- Per-key concurrency (docs/flow-control.md, conveyor.concurrency): at most
+-- Per-key concurrency (docs/flow-control.md, conveyor.rules.concurrency): at most
 -- concurrency_limit running jobs per concurrency_key. A key's slots are held by its
 -- running jobs and by its available jobs that are not parked; every other available
 -- job of the key is parked: out of the claim index, so a claim never walks a blocked

@@ -1,0 +1,1 @@
+"""The operator's API: `app.admin` (actions) and `app.jobs` (reads)."""

@@ -1,0 +1,9 @@
+"""Core maintenance services that run inside workers: the periodic scheduler.
+
+>>> from conveyor.scheduling import scheduled_run   # in a scheduled job's handler
+"""
+
+from conveyor.scheduling.schedules import Schedule, ScheduledRun, scheduled_run
+from conveyor.scheduling.scheduler import Scheduler
+
+__all__ = ["Schedule", "ScheduledRun", "Scheduler", "scheduled_run"]
