@@ -32,7 +32,7 @@ class DoctestFences(Preprocessor):
             indent = prompt.group(1)
             block: list[str] = []
             while i < len(lines) and lines[i].strip() and lines[i].startswith(indent):
-                block.append(lines[i][len(indent):])
+                block.append(lines[i][len(indent) :])
                 i += 1
             out.extend(["", f"{indent}```pycon", *(indent + b for b in block), f"{indent}```", ""])
         return out

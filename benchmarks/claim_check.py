@@ -32,10 +32,14 @@ from conveyor.model.job import JobState
 HUGE = 2**40
 
 
-async def one_run(url: str, inline: bool, big: int, small: int, size: int,
-                  batch: int) -> dict[str, float]:
-    app = (Conveyor(url, claim_check_threshold=HUGE, max_payload=HUGE) if inline
-           else Conveyor(url, max_payload=HUGE))
+async def one_run(
+    url: str, inline: bool, big: int, small: int, size: int, batch: int
+) -> dict[str, float]:
+    app = (
+        Conveyor(url, claim_check_threshold=HUGE, max_payload=HUGE)
+        if inline
+        else Conveyor(url, max_payload=HUGE)
+    )
 
     @app.task(name="bench.blob", queue="cc-bench")
     def blob(data: str) -> None: ...
@@ -64,10 +68,15 @@ async def one_run(url: str, inline: bool, big: int, small: int, size: int,
             for job in jobs:
                 await app.claim_check.arguments_text(job)  # what the worker reads after
             read_s += time.perf_counter() - started
-            await backend.settle_jobs([Settlement(j.id, j.lease_token, JobState.COMPLETED)
-                                       for j in jobs])
-        return {"median_ms": statistics.median(claims) * 1000,
-                "max_ms": max(claims) * 1000, "enqueue_s": enqueue_s, "read_s": read_s}
+            await backend.settle_jobs(
+                [Settlement(j.id, j.lease_token, JobState.COMPLETED) for j in jobs]
+            )
+        return {
+            "median_ms": statistics.median(claims) * 1000,
+            "max_ms": max(claims) * 1000,
+            "enqueue_s": enqueue_s,
+            "read_s": read_s,
+        }
     finally:
         await app.aclose()
 
@@ -86,23 +95,28 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=10)
     args = parser.parse_args()
     size = int(args.size_mb * 1024 * 1024)
-    print(f"{args.big} jobs of {args.size_mb:g} MB among {args.small} small ones, claims of "
-          f"{args.batch}, {args.runs} runs each")
+    print(
+        f"{args.big} jobs of {args.size_mb:g} MB among {args.small} small ones, claims of "
+        f"{args.batch}, {args.runs} runs each"
+    )
     for inline in (True, False):
         label = "inline     " if inline else "claim-check"
         results = []
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 url = args.url or f"sqlite:///{Path(tmp) / 'jobs.db'}"
-                results.append(await one_run(url, inline, args.big, args.small, size,
-                                             args.batch))
+                results.append(await one_run(url, inline, args.big, args.small, size, args.batch))
         for r in results:
-            print(f"  {label} claim median {r['median_ms']:7.2f} ms  slowest "
-                  f"{r['max_ms']:8.2f} ms  enqueue {r['enqueue_s']:5.2f} s  "
-                  f"blob read {r['read_s']:5.2f} s")
-        print(f"{label} over runs: claim median {span([r['median_ms'] for r in results], 'ms', 2)}, "
-              f"slowest claim {span([r['max_ms'] for r in results], 'ms')}, "
-              f"enqueue {span([r['enqueue_s'] for r in results], 's', 2)}")
+            print(
+                f"  {label} claim median {r['median_ms']:7.2f} ms  slowest "
+                f"{r['max_ms']:8.2f} ms  enqueue {r['enqueue_s']:5.2f} s  "
+                f"blob read {r['read_s']:5.2f} s"
+            )
+        print(
+            f"{label} over runs: claim median {span([r['median_ms'] for r in results], 'ms', 2)}, "
+            f"slowest claim {span([r['max_ms'] for r in results], 'ms')}, "
+            f"enqueue {span([r['enqueue_s'] for r in results], 's', 2)}"
+        )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-POSTGRES = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES = os.environ.get(
+    "CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 REDIS = os.environ.get("CONVEYOR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -69,8 +71,9 @@ class ServerCpu:
 
     def __init__(self, backend: str) -> None:
         self.backend = backend
-        self.first: dict[int, float] = {pid: cpu for pid in server_pids(backend)
-                                        if (cpu := cpu_of_pid(pid)) is not None}
+        self.first: dict[int, float] = {
+            pid: cpu for pid in server_pids(backend) if (cpu := cpu_of_pid(pid)) is not None
+        }
         self.last = dict(self.first)
 
     def sample(self) -> None:
@@ -116,7 +119,8 @@ async def enqueue(url: str, task: str, jobs: int) -> None:
     fn = getattr(bench_app, task)
     for start in range(0, jobs, 1000):
         await bench_app.app.enqueue_many_async(
-            [fn.message(i) for i in range(start, min(start + 1000, jobs))])
+            [fn.message(i) for i in range(start, min(start + 1000, jobs))]
+        )
     await bench_app.app.aclose()
 
 
@@ -137,7 +141,7 @@ async def drop(backend: str, url: str) -> None:
         # Conveyor's keys start with the hash tag "{prefix}:", not with the prefix.
         keys = [key async for key in client.scan_iter(Keys(prefix).pattern(), count=1000)]
         for start in range(0, len(keys), 1000):
-            await client.delete(*keys[start:start + 1000])
+            await client.delete(*keys[start : start + 1000])
         await client.aclose()
 
 
@@ -145,13 +149,31 @@ def worker_command(profile_to: Path | None) -> list[str]:
     runner = [sys.executable]
     if profile_to is not None:
         runner += ["-m", "cProfile", "-o", str(profile_to)]
-    return [*runner, "-m", "conveyor", "worker", "bench_app:app", "-q", "bench", "-c", "200",
-            "--burst", "--log-level", "warning"]
+    return [
+        *runner,
+        "-m",
+        "conveyor",
+        "worker",
+        "bench_app:app",
+        "-q",
+        "bench",
+        "-c",
+        "200",
+        "--burst",
+        "--log-level",
+        "warning",
+    ]
 
 
-def one_run(backend: str, task: str, jobs: int, folder: Path,
-            profile_to: Path | None = None, workers: int = 1,
-            src: Path | None = None) -> tuple[float, float, float]:
+def one_run(
+    backend: str,
+    task: str,
+    jobs: int,
+    folder: Path,
+    profile_to: Path | None = None,
+    workers: int = 1,
+    src: Path | None = None,
+) -> tuple[float, float, float]:
     """Worker CPU seconds (summed over `workers` processes), server CPU seconds and wall
     seconds of burst workers' run over `jobs` jobs (start and exit included). `src`:
     the workers run the Conveyor found there instead of the installed one."""
@@ -160,10 +182,17 @@ def one_run(backend: str, task: str, jobs: int, folder: Path,
         asyncio.run(enqueue(url, task, jobs))
         server = ServerCpu(backend)
         started = time.perf_counter()
-        env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(src) if src else None, os.environ.get("PYTHONPATH"), str(HERE)]))}
-        running = {subprocess.Popen(worker_command(profile_to), cwd=HERE, env=env).pid
-                   for _ in range(workers)}
+        env = {
+            **os.environ,
+            "CONVEYOR_URL": url,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(src) if src else None, os.environ.get("PYTHONPATH"), str(HERE)])
+            ),
+        }
+        running = {
+            subprocess.Popen(worker_command(profile_to), cwd=HERE, env=env).pid
+            for _ in range(workers)
+        }
         worker_cpu = 0.0
         while running:
             for pid in list(running):
@@ -192,16 +221,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="worker processes at once")
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another copy's src folder, run interleaved as the reference")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another copy's src folder, run interleaved as the reference",
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="conveyor-cost-"))
-    print(f"{args.jobs} no-op jobs per run, {args.workers} worker process(es) at -c 200, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
-    print(f"{'backend':9} {'handler':7} | {'worker µs/job':^26} | {'server µs/job':^26} | "
-          f"{'drain jobs/s':^26} | {'cores':^17}")
-    print(f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
-          f"| {'min':>8} {'median':>8} {'max':>8} | {'min':>5} {'med':>5} {'max':>5}")
+    print(
+        f"{args.jobs} no-op jobs per run, {args.workers} worker process(es) at -c 200, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
+    )
+    print(
+        f"{'backend':9} {'handler':7} | {'worker µs/job':^26} | {'server µs/job':^26} | "
+        f"{'drain jobs/s':^26} | {'cores':^17}"
+    )
+    print(
+        f"{'':17} | {'min':>8} {'median':>8} {'max':>8} | {'min':>8} {'median':>8} {'max':>8} "
+        f"| {'min':>8} {'median':>8} {'max':>8} | {'min':>5} {'med':>5} {'max':>5}"
+    )
     try:
         for backend in args.backends.split(","):
             for kind in ("async", "sync"):
@@ -209,13 +248,17 @@ def main() -> None:
                 if args.profile:
                     out = folder / f"{backend}-{kind}.pstats"
                     one_run(backend, task, args.jobs, folder, profile_to=out)
-                    print(f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
-                          "time (cProfile, the worker's event-loop thread)")
+                    print(
+                        f"\n{backend} {kind}: Conveyor's 15 functions with the most cumulative "
+                        "time (cProfile, the worker's event-loop thread)"
+                    )
                     stats = pstats.Stats(str(out)).sort_stats("cumulative")
                     # Conveyor's own code, without the start-up (imports, CLI parsing).
                     stats.print_stats(r"/conveyor/(?!cli/|__main__|loading)", 15)
-                    print(f"{backend} {kind}: the 15 functions with the most time of their own "
-                          "(any code: the event loop, the driver, json)")
+                    print(
+                        f"{backend} {kind}: the 15 functions with the most time of their own "
+                        "(any code: the event loop, the driver, json)"
+                    )
                     stats.sort_stats("tottime").print_stats(15)
                     continue
                 codes: list[Path | None] = [None] if args.against is None else [None, args.against]
@@ -224,33 +267,46 @@ def main() -> None:
                 for _ in range(args.repeat):
                     for code in codes:  # interleaved: each code's run next to the other's
                         # A worker over an empty queue: its start and exit, taken off every run.
-                        base[code].append(one_run(backend, task, 0, folder, workers=args.workers,
-                                                  src=code))
-                        runs[code].append(one_run(backend, task, args.jobs, folder,
-                                                  workers=args.workers, src=code))
+                        base[code].append(
+                            one_run(backend, task, 0, folder, workers=args.workers, src=code)
+                        )
+                        runs[code].append(
+                            one_run(
+                                backend, task, args.jobs, folder, workers=args.workers, src=code
+                            )
+                        )
                 per_job = {}
                 for code in codes:
-                    base_worker, base_server, base_wall = (statistics.median(c)
-                                                           for c in zip(*base[code]))
+                    base_worker, base_server, base_wall = (
+                        statistics.median(c) for c in zip(*base[code])
+                    )
                     worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs[code]]
                     server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs[code]]
                     rate = [args.jobs / max(wall - base_wall, 1e-9) for _, _, wall in runs[code]]
-                    cores = [(w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
-                             for w, s, wall in runs[code]]
+                    cores = [
+                        (w - base_worker + s - base_server) / max(wall - base_wall, 1e-9)
+                        for w, s, wall in runs[code]
+                    ]
                     per_job[code] = worker
                     label = kind if code is None else "  vs"
-                    print(f"{backend:9} {label:7} | {spread(worker)} | {spread(server)} | "
-                          f"{spread(rate)} | {min(cores):5.2f} {statistics.median(cores):5.2f} "
-                          f"{max(cores):5.2f}")
+                    print(
+                        f"{backend:9} {label:7} | {spread(worker)} | {spread(server)} | "
+                        f"{spread(rate)} | {min(cores):5.2f} {statistics.median(cores):5.2f} "
+                        f"{max(cores):5.2f}"
+                    )
                 if args.against is not None:
-                    ratios = [ours / theirs for ours, theirs in zip(per_job[None],
-                                                                     per_job[args.against])]
-                    print(f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "
-                          f"{max(ratios):8.2f} | worker CPU per job, this code / --against, "
-                          f"run by run (load {os.getloadavg()[0]:.2f})")
+                    ratios = [
+                        ours / theirs for ours, theirs in zip(per_job[None], per_job[args.against])
+                    ]
+                    print(
+                        f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "
+                        f"{max(ratios):8.2f} | worker CPU per job, this code / --against, "
+                        f"run by run (load {os.getloadavg()[0]:.2f})"
+                    )
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # the SQLite files of every run
     print(f"(start and exit taken off: a worker over an empty queue, median of {args.repeat})")
+
 
 if __name__ == "__main__":
     main()

@@ -50,6 +50,7 @@ CHUNK = 256 * 1024
 
 # ---- the proxy -------------------------------------------------------------------------
 
+
 async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, one_way: float) -> None:
     """Forward reader -> writer, each chunk released `one_way` seconds after it was read."""
     loop = asyncio.get_running_loop()
@@ -79,8 +80,12 @@ async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, one_w
         reading.cancel()
 
 
-async def relay(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
-                target: tuple[str, int], one_way: float) -> None:
+async def relay(
+    client_r: asyncio.StreamReader,
+    client_w: asyncio.StreamWriter,
+    target: tuple[str, int],
+    one_way: float,
+) -> None:
     try:
         server_r, server_w = await asyncio.open_connection(*target)
     except OSError:
@@ -97,8 +102,7 @@ async def relay(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
 
 
 async def serve_proxy(target: tuple[str, int], rtt: float) -> None:
-    server = await asyncio.start_server(
-        lambda r, w: relay(r, w, target, rtt / 2), "127.0.0.1", 0)
+    server = await asyncio.start_server(lambda r, w: relay(r, w, target, rtt / 2), "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)  # the port, for whoever started us
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -107,8 +111,9 @@ async def serve_proxy(target: tuple[str, int], rtt: float) -> None:
 
 
 def run_proxy(target: tuple[str, int], rtt: float) -> None:
-    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(
-            selectors.SelectSelector())) as runner:
+    with asyncio.Runner(
+        loop_factory=lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())
+    ) as runner:
         runner.run(serve_proxy(target, rtt))
 
 
@@ -116,8 +121,11 @@ def run_proxy(target: tuple[str, int], rtt: float) -> None:
 def proxied(backend: str, rtt_ms: float) -> Iterator[int]:
     """A proxy process to `backend`'s server adding `rtt_ms`; yields its port."""
     host, port = SERVERS[backend]
-    proc = subprocess.Popen([sys.executable, __file__, "--proxy", f"{host}:{port}",
-                             "--rtt-ms", str(rtt_ms)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--proxy", f"{host}:{port}", "--rtt-ms", str(rtt_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         yield int(proc.stdout.readline())
@@ -127,6 +135,7 @@ def proxied(backend: str, rtt_ms: float) -> Iterator[int]:
 
 
 # ---- the measurements ------------------------------------------------------------------
+
 
 def url_for(backend: str, port: int, tag: str) -> str:
     if backend == "postgres":
@@ -173,7 +182,7 @@ def cleanup(backend: str, tag: str) -> None:
     client = redis.Redis(host="127.0.0.1", port=6379)
     keys = list(client.scan_iter(Keys(f"bench-link-{tag}:").pattern(), count=1000))
     for start in range(0, len(keys), 1000):
-        client.unlink(*keys[start:start + 1000])
+        client.unlink(*keys[start : start + 1000])
     client.close()
 
 
@@ -191,25 +200,58 @@ def throughput(backend: str, port: int, jobs: int, one_by_one: int) -> dict[str,
     tag = uuid.uuid4().hex[:8]
     try:
         out = subprocess.run(
-            [sys.executable, str(HERE / "throughput.py"), "--url", url_for(backend, port, tag),
-             "--workers", "1", "--concurrency", "200", "--jobs", str(jobs),
-             "--one-by-one", str(one_by_one)],
-            check=True, capture_output=True, text=True, timeout=900).stdout
+            [
+                sys.executable,
+                str(HERE / "throughput.py"),
+                "--url",
+                url_for(backend, port, tag),
+                "--workers",
+                "1",
+                "--concurrency",
+                "200",
+                "--jobs",
+                str(jobs),
+                "--one-by-one",
+                str(one_by_one),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ).stdout
     finally:
         cleanup(backend, tag)
-    figures = {k: float(re.search(p, out).group(1).replace(",", ""))  # type: ignore[union-attr]
-               for k, p in PATTERNS.items()}
+    figures = {
+        k: float(re.search(p, out).group(1).replace(",", ""))  # type: ignore[union-attr]
+        for k, p in PATTERNS.items()
+    }
     figures["bulk"] = 1000 / figures.pop("batch ms") * 1000
     return figures
 
 
 def enqueue_cost(backend: str, port: int, jobs: int) -> list[str]:
-    env = {**os.environ,
-           "CONVEYOR_BENCH_POSTGRES_URL": f"postgresql://postgres@127.0.0.1:{port}/test",
-           "CONVEYOR_BENCH_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
-    out = subprocess.run([sys.executable, str(HERE / "enqueue_cost.py"), "--backends", backend,
-                          "--jobs", str(jobs), "--repeat", "1"],
-                         check=True, capture_output=True, text=True, env=env, timeout=900).stdout
+    env = {
+        **os.environ,
+        "CONVEYOR_BENCH_POSTGRES_URL": f"postgresql://postgres@127.0.0.1:{port}/test",
+        "CONVEYOR_BENCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "enqueue_cost.py"),
+            "--backends",
+            backend,
+            "--jobs",
+            str(jobs),
+            "--repeat",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    ).stdout
     return [line for line in out.splitlines() if line.startswith(backend)]
 
 
@@ -233,16 +275,25 @@ def spread(values: list[float], fmt: str = ",.0f") -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default="postgres,redis")
-    parser.add_argument("--delays", default="direct,0,1,5",
-                        help="added round trips in ms; 'direct' bypasses the proxy")
+    parser.add_argument(
+        "--delays",
+        default="direct,0,1,5",
+        help="added round trips in ms; 'direct' bypasses the proxy",
+    )
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
     parser.add_argument("--one-by-one", type=int, default=1000, help="jobs enqueued one by one")
-    parser.add_argument("--enqueue-cost", type=int, default=0, metavar="N",
-                        help="also run enqueue_cost.py with N one-by-one jobs (0: skip)")
+    parser.add_argument(
+        "--enqueue-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run enqueue_cost.py with N one-by-one jobs (0: skip)",
+    )
     parser.add_argument("--proxy", help=argparse.SUPPRESS)
     parser.add_argument("--rtt-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,23 +313,30 @@ def main() -> None:
                     figures["rtt p50"] = statistics.median(rtts)
                     figures["rtt p99"] = sorted(rtts)[int(0.99 * (len(rtts) - 1))]
                     results.setdefault((backend, delay), []).append(figures)
-                    print(f"round {round_no + 1} {backend:8} {delay:>6}: "
-                          + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
-                          + f" ({before}, after: {load()})", flush=True)
+                    print(
+                        f"round {round_no + 1} {backend:8} {delay:>6}: "
+                        + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
+                        + f" ({before}, after: {load()})",
+                        flush=True,
+                    )
                     if args.enqueue_cost:
                         for line in enqueue_cost(backend, port, args.enqueue_cost):
                             print(f"    {delay:>6} {line}  ({load()})", flush=True)
 
     print(f"\n{args.repeat} run(s) each, range min-max; {os.cpu_count()} cores")
-    print(f"{'backend':8} {'delay':>6} | {'RTT p50/p99 ms':>15} | {'drain async':>13} | "
-          f"{'drain sync':>13} | {'one by one':>11} | {'bulk 1,000':>13} | pickup p50 / p99 ms")
+    print(
+        f"{'backend':8} {'delay':>6} | {'RTT p50/p99 ms':>15} | {'drain async':>13} | "
+        f"{'drain sync':>13} | {'one by one':>11} | {'bulk 1,000':>13} | pickup p50 / p99 ms"
+    )
     for (backend, delay), runs in results.items():
         col = {k: [r[k] for r in runs] for k in runs[0]}
-        print(f"{backend:8} {delay:>6} | {spread(col['rtt p50'], '.2f'):>7}/"
-              f"{spread(col['rtt p99'], '.2f'):<7} | {spread(col['drain async']):>13} | "
-              f"{spread(col['drain sync']):>13} | {spread(col['one by one']):>11} | "
-              f"{spread(col['bulk']):>13} | {spread(col['pickup p50'], '.2f')} / "
-              f"{spread(col['pickup p99'], '.2f')}")
+        print(
+            f"{backend:8} {delay:>6} | {spread(col['rtt p50'], '.2f'):>7}/"
+            f"{spread(col['rtt p99'], '.2f'):<7} | {spread(col['drain async']):>13} | "
+            f"{spread(col['drain sync']):>13} | {spread(col['one by one']):>11} | "
+            f"{spread(col['bulk']):>13} | {spread(col['pickup p50'], '.2f')} / "
+            f"{spread(col['pickup p99'], '.2f')}"
+        )
 
 
 if __name__ == "__main__":

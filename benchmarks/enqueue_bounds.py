@@ -46,7 +46,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from enqueue_cost import (  # noqa: E402 - the same floors, timed and dropped the same way
-    PAYLOAD, POSTGRES, REDIS, PostgresFloor, SqliteFloor, drop, timed)
+    PAYLOAD,
+    POSTGRES,
+    REDIS,
+    PostgresFloor,
+    SqliteFloor,
+    drop,
+    timed,
+)
 
 
 def sqlite_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
@@ -63,8 +70,9 @@ def sqlite_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
     def insert() -> None:
         conn.execute(SqliteFloor.SQL, SqliteFloor.rows(1)[0])
 
-    calls: queue.SimpleQueue[tuple[Callable[[], None], asyncio.AbstractEventLoop,
-                                   asyncio.Future[None]] | None] = queue.SimpleQueue()
+    calls: queue.SimpleQueue[
+        tuple[Callable[[], None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
+    ] = queue.SimpleQueue()
 
     def serve() -> None:
         while (item := calls.get()) is not None:
@@ -151,8 +159,12 @@ def redis_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
         await aclient.aclose()
         return jobs / elapsed
 
-    rates: dict[str, list[float]] = {"floor": [], "least enqueue": [], "async no-op": [],
-                                     "async least": []}
+    rates: dict[str, list[float]] = {
+        "floor": [],
+        "least enqueue": [],
+        "async no-op": [],
+        "async least": [],
+    }
     try:
         for _ in range(repeat):
             rates["floor"].append(jobs / timed(floor))
@@ -196,15 +208,20 @@ def postgres_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             for _ in range(jobs):
                 if conveyors:
-                    await (await psycopg.AsyncCursor(conn).execute(*statement(), binary=True)
-                           ).fetchall()
+                    await (
+                        await psycopg.AsyncCursor(conn).execute(*statement(), binary=True)
+                    ).fetchall()
                 else:
                     now = time.time()
                     await conn.execute(floor.sql, (uuid.uuid4().hex, PAYLOAD, now, now))
             return jobs / (time.perf_counter() - t0)
 
-    rates: dict[str, list[float]] = {"floor": [], "our statement": [], "async INSERT": [],
-                                     "async ours": []}
+    rates: dict[str, list[float]] = {
+        "floor": [],
+        "our statement": [],
+        "async INSERT": [],
+        "async ours": [],
+    }
     try:
         for _ in range(repeat):
             rates["floor"].append(jobs / timed(lambda: floor.one(jobs)))
@@ -228,8 +245,10 @@ async def noop(i: int) -> None:
 def report(backend: str, rates: dict[str, list[float]]) -> None:
     floor = rates["floor"]
     for name, values in rates.items():
-        line = (f"{backend:8} {name:14} | {min(values):9,.0f} {statistics.median(values):9,.0f}"
-                f" {max(values):9,.0f} |")
+        line = (
+            f"{backend:8} {name:14} | {min(values):9,.0f} {statistics.median(values):9,.0f}"
+            f" {max(values):9,.0f} |"
+        )
         if name != "floor":
             ratio = [v / f for v, f in zip(values, floor)]
             line += f" {min(ratio):5.2f} {statistics.median(ratio):5.2f} {max(ratio):5.2f}"
@@ -237,15 +256,18 @@ def report(backend: str, rates: dict[str, list[float]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     args = parser.parse_args()
-    print(f"{args.jobs} writes per round, {args.repeat} rounds, {os.cpu_count()} cores, load "
-          f"{' '.join(open('/proc/loadavg').read().split()[:3])}; jobs/s min/median/max, "
-          "and the ratio to the floor per round")
+    print(
+        f"{args.jobs} writes per round, {args.repeat} rounds, {os.cpu_count()} cores, load "
+        f"{' '.join(open('/proc/loadavg').read().split()[:3])}; jobs/s min/median/max, "
+        "and the ratio to the floor per round"
+    )
     rounds = {"sqlite": sqlite_rounds, "postgres": postgres_rounds, "redis": redis_rounds}
     for backend in args.backends.split(","):
         report(backend, rounds[backend](args.jobs, args.repeat))

@@ -36,7 +36,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-POSTGRES = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES = os.environ.get(
+    "CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 REDIS = os.environ.get("CONVEYOR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 PAYLOAD = json.dumps({"args": [1], "kwargs": {}})
 
@@ -75,11 +77,15 @@ class SqliteFloor(Floor):
     def rows(n: int) -> list[tuple[object, ...]]:
         """`n` rows of the floor's INSERT (benchmarks/enqueue_bounds.py writes them too)."""
         now = time.time()
-        return [(uuid.uuid4().hex, "floor", "noop_async", PAYLOAD, "available", 0, 3, now, now, "{}")
-                for _ in range(n)]
+        return [
+            (uuid.uuid4().hex, "floor", "noop_async", PAYLOAD, "available", 0, 3, now, now, "{}")
+            for _ in range(n)
+        ]
 
-    SQL = ("INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts,"
-           " run_at, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    SQL = (
+        "INSERT INTO conveyor_jobs (id, queue, task, payload, state, priority, max_attempts,"
+        " run_at, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
 
     def one(self, n: int) -> None:
         for row in self.rows(n):
@@ -105,9 +111,11 @@ class PostgresFloor(Floor):
     @property
     def sql(self) -> str:
         """The floor's INSERT (benchmarks/enqueue_bounds.py sends it from asyncio too)."""
-        return (f'INSERT INTO "{self.schema}".jobs (id, queue, task, payload, state, priority,'
-                " max_attempts, run_at, created_at, meta)"
-                " VALUES (%s, 'floor', 'noop_async', %s, 'available', 0, 3, %s, %s, '{}')")
+        return (
+            f'INSERT INTO "{self.schema}".jobs (id, queue, task, payload, state, priority,'
+            " max_attempts, run_at, created_at, meta)"
+            " VALUES (%s, 'floor', 'noop_async', %s, 'available', 0, 3, %s, %s, '{}')"
+        )
 
     def one(self, n: int) -> None:
         sql = self.sql
@@ -123,7 +131,8 @@ class PostgresFloor(Floor):
             " max_attempts, run_at, created_at, meta)"
             " SELECT i, 'floor', 'noop_async', p, 'available', 0, 3, %s, %s, '{}'"
             " FROM unnest(%s::text[], %s::text[]) AS n(i, p)",
-            (now, now, ids, [PAYLOAD] * n))
+            (now, now, ids, [PAYLOAD] * n),
+        )
 
     def close(self) -> None:
         self.conn.close()
@@ -146,9 +155,19 @@ class RedisFloor(Floor):
         now = time.time()
         for _ in range(n):
             job_id = uuid.uuid4().hex
-            pipe.hset(f"{self.prefix}floor:{job_id}", mapping={
-                "id": job_id, "queue": "floor", "task": "noop_async", "payload": PAYLOAD,
-                "state": "available", "priority": 0, "max_attempts": 3, "run_at": now})
+            pipe.hset(
+                f"{self.prefix}floor:{job_id}",
+                mapping={
+                    "id": job_id,
+                    "queue": "floor",
+                    "task": "noop_async",
+                    "payload": PAYLOAD,
+                    "state": "available",
+                    "priority": 0,
+                    "max_attempts": 3,
+                    "run_at": now,
+                },
+            )
             pipe.zadd(f"{self.prefix}floor-index", {job_id: now})
         pipe.execute()
 
@@ -156,10 +175,12 @@ class RedisFloor(Floor):
         from conveyor.backends.redis.keys import Keys
 
         # The floor's keys start with the prefix, Conveyor's with the hash tag "{prefix}:".
-        keys = [*self.client.scan_iter(f"{self.prefix}*", count=1000),
-                *self.client.scan_iter(Keys(self.prefix).pattern(), count=1000)]
+        keys = [
+            *self.client.scan_iter(f"{self.prefix}*", count=1000),
+            *self.client.scan_iter(Keys(self.prefix).pattern(), count=1000),
+        ]
         for start in range(0, len(keys), 1000):
-            self.client.unlink(*keys[start:start + 1000])
+            self.client.unlink(*keys[start : start + 1000])
         self.client.close()
 
 
@@ -212,18 +233,22 @@ def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> 
     CPU.clear()
     try:
         app.jobs.count()  # connect and migrate outside the timings
-        figures: dict[str, list[float]] = {k: [] for k in ("floor1", "sync", "async", "floorN", "bulk")}
+        figures: dict[str, list[float]] = {
+            k: [] for k in ("floor1", "sync", "async", "floorN", "bulk")
+        }
         for _ in range(repeat):
             figures["floor1"].append(rate(jobs, timed(lambda: floor.one(jobs), "floor1", jobs)))
-            figures["sync"].append(rate(jobs, timed(lambda: [task.enqueue(i) for i in range(jobs)],
-                                                    "sync", jobs)))
+            figures["sync"].append(
+                rate(jobs, timed(lambda: [task.enqueue(i) for i in range(jobs)], "sync", jobs))
+            )
 
             async def one_by_one_async() -> None:
                 for i in range(jobs):
                     await task.enqueue_async(i)
 
-            figures["async"].append(rate(jobs, timed(lambda: app.portal.call(one_by_one_async()),
-                                                     "async", jobs)))
+            figures["async"].append(
+                rate(jobs, timed(lambda: app.portal.call(one_by_one_async()), "async", jobs))
+            )
             figures["floorN"].append(rate(1000, timed(lambda: floor.bulk(1000))))
             messages = [task.message(i) for i in range(1000)]
             figures["bulk"].append(rate(1000, timed(lambda: app.enqueue_many(messages))))
@@ -249,19 +274,28 @@ def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs enqueued one by one per round")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sqlite-synchronous", default="full", choices=("full", "normal"),
-                        help="SQLite's synchronous setting, for Conveyor's URL and the floor alike")
+    parser.add_argument(
+        "--sqlite-synchronous",
+        default="full",
+        choices=("full", "normal"),
+        help="SQLite's synchronous setting, for Conveyor's URL and the floor alike",
+    )
     args = parser.parse_args()
-    print(f"{args.jobs} jobs one by one and 1,000 in bulk per round, {args.repeat} rounds, "
-          f"{os.cpu_count()} cores, SQLite synchronous={args.sqlite_synchronous}; jobs/s "
-          "min/median/max, and Conveyor / floor per round")
-    print(f"{'':29} | {'min':>9} {'median':>9} {'max':>9} | ratio min/median/max"
-          " | client CPU per job min/median/max")
+    print(
+        f"{args.jobs} jobs one by one and 1,000 in bulk per round, {args.repeat} rounds, "
+        f"{os.cpu_count()} cores, SQLite synchronous={args.sqlite_synchronous}; jobs/s "
+        "min/median/max, and Conveyor / floor per round"
+    )
+    print(
+        f"{'':29} | {'min':>9} {'median':>9} {'max':>9} | ratio min/median/max"
+        " | client CPU per job min/median/max"
+    )
     for backend in args.backends.split(","):
         for line in measure(backend, args.jobs, args.repeat, args.sqlite_synchronous):
             print(line, flush=True)

@@ -92,8 +92,15 @@ async def cleanup(app: Conveyor, url: str) -> None:
             await c.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
 
 
-MODES = ("plain", "fair", "weighted+aging", "weighted+fair", "keys", "weighted+fair+rate",
-         "throttled beside")
+MODES = (
+    "plain",
+    "fair",
+    "weighted+aging",
+    "weighted+fair",
+    "keys",
+    "weighted+fair+rate",
+    "throttled beside",
+)
 NEVER_BINDS = RateLimit("bench", rate=1_000_000.0, burst=1_000_000)
 THROTTLED = RateLimit("throttled", rate=1 / 3600, burst=1)
 LIMITS = {"weighted+fair+rate": (NEVER_BINDS,), "throttled beside": (THROTTLED,)}
@@ -107,28 +114,48 @@ def bench_job(n: int, mode: str, keys: int) -> NewJob:
     if mode == "plain":
         return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="plain")
     if mode == "weighted+aging":
-        return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue=QUEUES[n % 3],
-                      priority=n % 10, aging=60.0)
+        return NewJob(
+            id=f"j{n}",
+            task="bench.noop",
+            payload=PAYLOAD,
+            queue=QUEUES[n % 3],
+            priority=n % 10,
+            aging=60.0,
+        )
     if mode == "keys":
-        return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="plain",
-                      concurrency_key="hot" if n % 2 == 0 else f"user:{n}",
-                      concurrency_limit=1)
+        return NewJob(
+            id=f"j{n}",
+            task="bench.noop",
+            payload=PAYLOAD,
+            queue="plain",
+            concurrency_key="hot" if n % 2 == 0 else f"user:{n}",
+            concurrency_limit=1,
+        )
     key = n % keys
-    return NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD,
-                  queue="plain" if mode == "fair" else QUEUES[n % 3],
-                  fairness_key=f"tenant:{key}", fairness_weight=3.0 if key % 10 == 0 else None)
+    return NewJob(
+        id=f"j{n}",
+        task="bench.noop",
+        payload=PAYLOAD,
+        queue="plain" if mode == "fair" else QUEUES[n % 3],
+        fairness_key=f"tenant:{key}",
+        fairness_weight=3.0 if key % 10 == 0 else None,
+    )
 
 
 async def fill(app: Conveyor, waiting: int, mode: str, keys: int, free: int) -> None:
     backend = await app.backend()
     for start in range(0, waiting, 2000):
-        await backend.enqueue_jobs([bench_job(n, mode, keys)
-                                    for n in range(start, min(waiting, start + 2000))])
+        await backend.enqueue_jobs(
+            [bench_job(n, mode, keys) for n in range(start, min(waiting, start + 2000))]
+        )
     if mode == "throttled beside":  # behind the throttled backlog in claim order
         for start in range(0, free, 2000):
-            await backend.enqueue_jobs([NewJob(id=f"f{n}", task="bench.noop", payload=PAYLOAD,
-                                               queue="plain")
-                                        for n in range(start, min(free, start + 2000))])
+            await backend.enqueue_jobs(
+                [
+                    NewJob(id=f"f{n}", task="bench.noop", payload=PAYLOAD, queue="plain")
+                    for n in range(start, min(free, start + 2000))
+                ]
+            )
 
 
 async def analyze(url: str) -> None:
@@ -147,8 +174,9 @@ async def analyze(url: str) -> None:
         await c.execute(f'ANALYZE "{schema}".jobs')
 
 
-async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
-                     keys: int) -> tuple[float, float]:
+async def claim_rate(
+    url: str, waiting: int, mode: str, claims: int, batch: int, keys: int
+) -> tuple[float, float]:
     """Jobs claimed a second, then jobs completed a second (the claimed ones, in
     batches of `batch`: with concurrency keys, each completion frees a slot)."""
     app = Conveyor(url)
@@ -157,23 +185,27 @@ async def claim_rate(url: str, waiting: int, mode: str, claims: int, batch: int,
         await analyze(url)
         backend = await app.backend()
         weighted = mode.startswith("weighted")
-        plan = (QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"]))
+        plan = QueuePlan(QUEUES, WEIGHTS, slots=batch) if weighted else QueuePlan(["plain"])
         limits = LIMITS.get(mode, ())
         if mode == "throttled beside":  # spend the throttled bucket's one token first
             await backend.fetch_jobs(plan.request(1, "bench", 60, rate_limits=limits))
         started = time.perf_counter()
         got: list[Job] = []
         for _ in range(claims):
-            request = plan.request(batch, "bench", 60, running={} if weighted else None,
-                                   rate_limits=limits)
+            request = plan.request(
+                batch, "bench", 60, running={} if weighted else None, rate_limits=limits
+            )
             got += await backend.fetch_jobs(request)
         elapsed = time.perf_counter() - started
         assert len(got) == claims * batch, f"claimed {len(got)} of {claims * batch}"
         started = time.perf_counter()
         for at in range(0, len(got), batch):
-            stale = await backend.settle_jobs([
-                Settlement(j.id, j.lease_token, JobState.COMPLETED, result="null")
-                for j in got[at:at + batch]])
+            stale = await backend.settle_jobs(
+                [
+                    Settlement(j.id, j.lease_token, JobState.COMPLETED, result="null")
+                    for j in got[at : at + batch]
+                ]
+            )
             assert not stale
         return len(got) / elapsed, len(got) / (time.perf_counter() - started)
     finally:
@@ -186,14 +218,18 @@ async def enqueue_rate(url: str, bound: int, enqueues: int, bounded: bool) -> fl
     try:
         backend = await app.backend()
         for start in range(0, bound - 1000, 2000):
-            await backend.enqueue_jobs([NewJob(id=f"pre{n}", task="bench.noop", queue="q",
-                                               payload=PAYLOAD)
-                                        for n in range(start, min(bound - 1000, start + 2000))])
+            await backend.enqueue_jobs(
+                [
+                    NewJob(id=f"pre{n}", task="bench.noop", queue="q", payload=PAYLOAD)
+                    for n in range(start, min(bound - 1000, start + 2000))
+                ]
+            )
         limit = QueueBound(bound) if bounded else None
         started = time.perf_counter()
         for n in range(enqueues):
-            await backend.enqueue_jobs([NewJob(id=f"e{n}", task="bench.noop", queue="q",
-                                               payload=PAYLOAD, bound=limit)])
+            await backend.enqueue_jobs(
+                [NewJob(id=f"e{n}", task="bench.noop", queue="q", payload=PAYLOAD, bound=limit)]
+            )
         return enqueues / (time.perf_counter() - started)
     finally:
         await cleanup(app, url)
@@ -204,6 +240,7 @@ async def idle_cpu(url: str, seconds: float) -> tuple[float, int]:
     """CPU share of one idle worker whose every job is throttled, and its claims."""
     app = Conveyor(url)
     try:
+
         @app.task(name="bench.throttled", queue="throttled", rate_limit="1/m")
         def throttled() -> None: ...
 
@@ -233,8 +270,9 @@ async def idle_cpu(url: str, seconds: float) -> tuple[float, int]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default=None)
     parser.add_argument("--waiting", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--claims", type=int, default=100)
@@ -253,38 +291,54 @@ async def main() -> None:
     assert running is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, running.cancel)
     with tempfile.TemporaryDirectory() as folder:
+
         def fresh() -> str:
             return isolated(args.url, Path(folder))
 
-        print(f"backend: {fresh().split(':')[0]}; claims of {args.batch}, {args.claims} per run, "
-              f"median of {args.repeat}")
+        print(
+            f"backend: {fresh().split(':')[0]}; claims of {args.batch}, {args.claims} per run, "
+            f"median of {args.repeat}"
+        )
         for waiting in args.waiting:
             rates = {}
             for mode in args.modes:
-                both = [await claim_rate(fresh(), waiting, mode, args.claims, args.batch,
-                                         args.keys)
-                        for _ in range(args.repeat)]
+                both = [
+                    await claim_rate(fresh(), waiting, mode, args.claims, args.batch, args.keys)
+                    for _ in range(args.repeat)
+                ]
                 runs, done = [b[0] for b in both], [b[1] for b in both]
                 rates[mode] = statistics.median(runs)
-                print(f"  {waiting:>9,} waiting  {mode:>18}: {rates[mode]:>9,.0f} jobs/s claimed"
-                      f"  (runs {', '.join(f'{r:,.0f}' for r in runs)}); "
-                      f"{statistics.median(done):,.0f} completed/s"
-                      f"  (runs {', '.join(f'{r:,.0f}' for r in done)})", flush=True)
+                print(
+                    f"  {waiting:>9,} waiting  {mode:>18}: {rates[mode]:>9,.0f} jobs/s claimed"
+                    f"  (runs {', '.join(f'{r:,.0f}' for r in runs)}); "
+                    f"{statistics.median(done):,.0f} completed/s"
+                    f"  (runs {', '.join(f'{r:,.0f}' for r in done)})",
+                    flush=True,
+                )
             for mode in rates:
                 if mode != "plain" and "plain" in rates:
-                    print(f"  {waiting:>9,} waiting  {mode} / plain = "
-                          f"{rates[mode] / rates['plain']:.0%}")
+                    print(
+                        f"  {waiting:>9,} waiting  {mode} / plain = "
+                        f"{rates[mode] / rates['plain']:.0%}"
+                    )
         if args.idle_seconds > 0:
             idle = [await idle_cpu(fresh(), args.idle_seconds) for _ in range(args.repeat)]
-            print(f"  idle worker, every job throttled: {statistics.median(s for s, _ in idle):.2%} "
-                  f"of a core  (runs {', '.join(f'{s:.2%}' for s, _ in idle)}; claims in "
-                  f"{args.idle_seconds:g} s: {', '.join(str(c) for _, c in idle)})", flush=True)
-        for bounded in (() if args.no_enqueue else (False, True)):
-            runs = [await enqueue_rate(fresh(), args.bound, args.enqueues, bounded)
-                    for _ in range(args.repeat)]
-            print(f"  enqueue one by one at depth {args.bound - 1000:,}, "
-                  f"{'max_waiting=' + format(args.bound, ',') if bounded else 'unbounded':>17}: "
-                  f"{statistics.median(runs):>7,.0f} jobs/s  (runs {', '.join(f'{r:,.0f}' for r in runs)})")
+            print(
+                f"  idle worker, every job throttled: {statistics.median(s for s, _ in idle):.2%} "
+                f"of a core  (runs {', '.join(f'{s:.2%}' for s, _ in idle)}; claims in "
+                f"{args.idle_seconds:g} s: {', '.join(str(c) for _, c in idle)})",
+                flush=True,
+            )
+        for bounded in () if args.no_enqueue else (False, True):
+            runs = [
+                await enqueue_rate(fresh(), args.bound, args.enqueues, bounded)
+                for _ in range(args.repeat)
+            ]
+            print(
+                f"  enqueue one by one at depth {args.bound - 1000:,}, "
+                f"{'max_waiting=' + format(args.bound, ',') if bounded else 'unbounded':>17}: "
+                f"{statistics.median(runs):>7,.0f} jobs/s  (runs {', '.join(f'{r:,.0f}' for r in runs)})"
+            )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-POSTGRES = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES = os.environ.get(
+    "CONVEYOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 REDIS = os.environ.get("CONVEYOR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 JOBS = 8
 
@@ -50,8 +52,12 @@ def serve(url: str, queue: str, liveness: bool) -> None:
     from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
-        worker = Worker(app, WorkerConfig(queues=(queue,), concurrency=JOBS, lease=10.0,
-                                          liveness=liveness, grace_period=5))
+        worker = Worker(
+            app,
+            WorkerConfig(
+                queues=(queue,), concurrency=JOBS, lease=10.0, liveness=liveness, grace_period=5
+            ),
+        )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
 
@@ -59,10 +65,22 @@ def serve(url: str, queue: str, liveness: bool) -> None:
 
 
 def start(url: str, queue: str, liveness: bool = True) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, __file__, "--serve", "--url", url, "--queue", queue,
-                             "--liveness", "on" if liveness else "off"],
-                            env={**os.environ, "PYTHONPATH": str(HERE)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            "--url",
+            url,
+            "--queue",
+            queue,
+            "--liveness",
+            "on" if liveness else "off",
+        ],
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -114,15 +132,23 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
         took: list[float] = []
         for i in range(args.kills):
             queue = f"kill-{i}"
-            await app.enqueue_many_async([hang.options(queue=queue).message(600.0)
-                                          for _ in range(JOBS)])
+            await app.enqueue_many_async(
+                [hang.options(queue=queue).message(600.0) for _ in range(JOBS)]
+            )
             victim = start(url, queue)
-            await wait_for(lambda: _equals(count(queue, JobState.RUNNING), JOBS), 60,
-                           "the victim to run its jobs", interval=0.05)
+            await wait_for(
+                lambda: _equals(count(queue, JobState.RUNNING), JOBS),
+                60,
+                "the victim to run its jobs",
+                interval=0.05,
+            )
             killed_at = time.monotonic()
             victim.send_signal(signal.SIGKILL)
-            await wait_for(lambda: _equals(count(queue, JobState.AVAILABLE), JOBS), 30,
-                           "the jobs to be available again")
+            await wait_for(
+                lambda: _equals(count(queue, JobState.AVAILABLE), JOBS),
+                30,
+                "the jobs to be available again",
+            )
             took.append(time.monotonic() - killed_at)
             victim.wait(10)
             for job in await backend.list_jobs(JobFilter(queues=(queue,)), 100):
@@ -130,20 +156,30 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
         if took:
             result["kill -> 8 jobs available"] = (
                 f"p50 {percentile(took, 50) * 1000:.0f} ms, p95 {percentile(took, 95) * 1000:.0f} ms,"
-                f" max {max(took) * 1000:.0f} ms over {len(took)} kills")
+                f" max {max(took) * 1000:.0f} ms over {len(took)} kills"
+            )
         false_rescues = 0
         for i in range(args.stops):
             queue = f"stop-{i}"
-            handles = await app.enqueue_many_async([hang.options(queue=queue).message(8.0)
-                                                    for _ in range(JOBS)])
+            handles = await app.enqueue_many_async(
+                [hang.options(queue=queue).message(8.0) for _ in range(JOBS)]
+            )
             victim = start(url, queue)
-            await wait_for(lambda: _equals(count(queue, JobState.RUNNING), JOBS), 60,
-                           "the frozen worker to run its jobs", interval=0.05)
+            await wait_for(
+                lambda: _equals(count(queue, JobState.RUNNING), JOBS),
+                60,
+                "the frozen worker to run its jobs",
+                interval=0.05,
+            )
             victim.send_signal(signal.SIGSTOP)
             await asyncio.sleep(5.0)
             victim.send_signal(signal.SIGCONT)
-            await wait_for(lambda: _equals(count(queue, JobState.COMPLETED), JOBS), 60,
-                           "the frozen worker's jobs to complete", interval=0.05)
+            await wait_for(
+                lambda: _equals(count(queue, JobState.COMPLETED), JOBS),
+                60,
+                "the frozen worker's jobs to complete",
+                interval=0.05,
+            )
             for handle in handles:
                 job = await backend.get_job(handle.id)
                 assert job is not None
@@ -151,13 +187,15 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             stop(victim)
         if args.stops:
             result["SIGSTOP 5 s, lease 10 s: jobs rescued"] = (
-                f"{false_rescues} of {args.stops * JOBS} (in {args.stops} freezes)")
+                f"{false_rescues} of {args.stops * JOBS} (in {args.stops} freezes)"
+            )
     finally:
         stop(rescuer)
     if args.idle:
         for liveness in (True, False):
-            result[f"idle worker CPU, liveness {'on' if liveness else 'off'}"] = \
-                await idle_cpu(url, liveness, announced)
+            result[f"idle worker CPU, liveness {'on' if liveness else 'off'}"] = await idle_cpu(
+                url, liveness, announced
+            )
     await app.aclose()
     return result
 

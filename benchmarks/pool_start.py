@@ -57,8 +57,10 @@ def start_times(app: object, since: float) -> dict[str, float]:
     from conveyor.model.job import JobState
 
     first: dict[str, float] = {}
-    jobs = app.jobs.list(JobFilter(states=(JobState.RUNNING, JobState.COMPLETED)),  # type: ignore[attr-defined]
-                         limit=100_000)
+    jobs = app.jobs.list(
+        JobFilter(states=(JobState.RUNNING, JobState.COMPLETED)),  # type: ignore[attr-defined]
+        limit=100_000,
+    )
     for job in jobs:
         if job.worker_id and job.started_at and job.started_at >= since:
             first[job.worker_id] = min(first.get(job.worker_id, job.started_at), job.started_at)
@@ -92,8 +94,14 @@ def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
     if processes:
         args += ["-p", str(processes)]
     t0 = time.time()
-    proc = subprocess.Popen(args, env=env, cwd=HERE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wanted = max(processes, 1)
         firsts = wait_until(lambda: (s := start_times(app, t0)) and len(s) >= wanted and s)
@@ -104,8 +112,9 @@ def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
             known = set(firsts)
             killed_at = time.time()
             os.kill(victim, signal.SIGKILL)
-            new = wait_until(lambda: {w: t for w, t in start_times(app, killed_at).items()
-                                      if w not in known})
+            new = wait_until(
+                lambda: {w: t for w, t in start_times(app, killed_at).items() if w not in known}
+            )
             replaced = min(new.values()) - killed_at
         return first, both, replaced
     finally:
@@ -129,24 +138,33 @@ def compile_bytecode() -> None:
 
     import conveyor
 
-    folders = {os.path.dirname(conveyor.__file__), str(HERE),
-               *(sysconfig.get_paths()[name] for name in ("purelib", "platlib"))}
+    folders = {
+        os.path.dirname(conveyor.__file__),
+        str(HERE),
+        *(sysconfig.get_paths()[name] for name in ("purelib", "platlib")),
+    }
     for folder in sorted(folders):
         compileall.compile_dir(folder, quiet=1, workers=1)
 
 
 def spread(values: list[float]) -> str:
-    return (f"{min(values) * 1000:7.0f} {statistics.median(values) * 1000:7.0f} "
-            f"{max(values) * 1000:7.0f} ms")
+    return (
+        f"{min(values) * 1000:7.0f} {statistics.median(values) * 1000:7.0f} "
+        f"{max(values) * 1000:7.0f} ms"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default=None)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--compile", action="store_true",
-                        help="cache the bytecode of Conveyor, its dependencies and the app first")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="cache the bytecode of Conveyor, its dependencies and the app first",
+    )
     args = parser.parse_args()
     if args.compile:
         compile_bytecode()
@@ -165,9 +183,11 @@ def main() -> None:
         rows["both"].append(both)
         assert replaced is not None
         rows["replaced"].append(replaced)
-    print(f"{url.split(':')[0]}, {os.cpu_count()} cores, {args.repeat} rounds, bytecode "
-          f"{'cached' if bytecode_cached() else 'NOT cached (each start compiles)'}: "
-          "min median max")
+    print(
+        f"{url.split(':')[0]}, {os.cpu_count()} cores, {args.repeat} rounds, bytecode "
+        f"{'cached' if bytecode_cached() else 'NOT cached (each start compiles)'}: "
+        "min median max"
+    )
     print(f"  one process (-p 0): start to first job      {spread(rows['single'])}")
     print(f"  pool -p 2: start to first job               {spread(rows['first'])}")
     print(f"  pool -p 2: start to both children working   {spread(rows['both'])}")

@@ -62,9 +62,16 @@ def build_app(url: str) -> Conveyor:
 def serve(url: str, concurrency: int, poll: float) -> None:
     async def main() -> None:
         app = build_app(url)
-        worker = Worker(app, WorkerConfig(queues=(QUEUE,), concurrency=concurrency,
-                                          fetch_batch=concurrency, poll_interval=poll,
-                                          grace_period=5))
+        worker = Worker(
+            app,
+            WorkerConfig(
+                queues=(QUEUE,),
+                concurrency=concurrency,
+                fetch_batch=concurrency,
+                poll_interval=poll,
+                grace_period=5,
+            ),
+        )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         backend = await app.backend()
@@ -76,10 +83,27 @@ def serve(url: str, concurrency: int, poll: float) -> None:
     asyncio.run(main())
 
 
-def start_workers(url: str, n: int, concurrency: int, poll: float = 1.0) -> list[subprocess.Popen[str]]:
-    procs = [subprocess.Popen([sys.executable, __file__, "--serve", "--url", url,
-                               "--concurrency", str(concurrency), "--poll", str(poll)],
-                              stdout=subprocess.PIPE, text=True) for _ in range(n)]
+def start_workers(
+    url: str, n: int, concurrency: int, poll: float = 1.0
+) -> list[subprocess.Popen[str]]:
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                "--url",
+                url,
+                "--concurrency",
+                str(concurrency),
+                "--poll",
+                str(poll),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
     for proc in procs:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return procs
@@ -120,7 +144,9 @@ async def enqueue_one_by_one(app: Conveyor, schema: str, base: str, n: int) -> d
             started = time.perf_counter()
             for i in range(per_round):
                 now = time.time()
-                await conn.execute(sql, (uuid.uuid4().hex, QUEUE, '{"args":[0],"kwargs":{}}', now, now))
+                await conn.execute(
+                    sql, (uuid.uuid4().hex, QUEUE, '{"args":[0],"kwargs":{}}', now, now)
+                )
             bare = per_round / (time.perf_counter() - started)
             started = time.perf_counter()
             await asyncio.to_thread(sync_round)
@@ -152,8 +178,14 @@ async def clear(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     await conn.execute(f'VACUUM ANALYZE "{schema}".jobs')
 
 
-async def drain(app: Conveyor, url: str, conn: psycopg.AsyncConnection[Any], schema: str,
-                n_workers: int, n_jobs: int) -> float:
+async def drain(
+    app: Conveyor,
+    url: str,
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    n_workers: int,
+    n_jobs: int,
+) -> float:
     await clear(conn, schema)
     backend = await app.backend()
     await backend.pause_queue(QUEUE, True)
@@ -176,8 +208,9 @@ async def drain(app: Conveyor, url: str, conn: psycopg.AsyncConnection[Any], sch
     return n_jobs / elapsed
 
 
-async def pickup_latency(app: Conveyor, url: str, conn: psycopg.AsyncConnection[Any], schema: str,
-                         samples: int) -> list[float]:
+async def pickup_latency(
+    app: Conveyor, url: str, conn: psycopg.AsyncConnection[Any], schema: str, samples: int
+) -> list[float]:
     await clear(conn, schema)
     backend = await app.backend()
     # A long poll interval: what is measured is the LISTEN/NOTIFY wake-up, not polling.
@@ -201,11 +234,14 @@ async def pickup_latency(app: Conveyor, url: str, conn: psycopg.AsyncConnection[
     return latencies
 
 
-async def claim_rate(app: Conveyor, conn: psycopg.AsyncConnection[Any], schema: str,
-                     total: int, available: int) -> tuple[float, str]:
+async def claim_rate(
+    app: Conveyor, conn: psycopg.AsyncConnection[Any], schema: str, total: int, available: int
+) -> tuple[float, str]:
     await clear(conn, schema)
-    await conn.execute(FILL.format(schema=schema),
-                       {"queue": QUEUE, "available": available, "total": total, "now": time.time()})
+    await conn.execute(
+        FILL.format(schema=schema),
+        {"queue": QUEUE, "available": available, "total": total, "now": time.time()},
+    )
     await conn.execute(f'VACUUM ANALYZE "{schema}".jobs')
     backend = await app.backend()
     plan = await claim_plan(conn, backend, schema)
@@ -219,11 +255,17 @@ async def claim_rate(app: Conveyor, conn: psycopg.AsyncConnection[Any], schema: 
 async def claim_plan(conn: psycopg.AsyncConnection[Any], backend: Any, schema: str) -> str:
     """Index and buffers one claim of 100 touches (run, then rolled back): flat in table size."""
     now = time.time()
-    params = {"queue": QUEUE, "limit": 100, "now": now, "worker_id": "plan",
-              "lease_expires_at": now + 60}
+    params = {
+        "queue": QUEUE,
+        "limit": 100,
+        "now": now,
+        "worker_id": "plan",
+        "lease_expires_at": now + 60,
+    }
     async with conn.transaction(force_rollback=True):
-        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend.q["claim_jobs"],
-                                 params)
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend.q["claim_jobs"], params
+        )
         row = await cur.fetchone()
     assert row is not None
     root = row[0][0]["Plan"]
@@ -254,29 +296,58 @@ async def run(base: str, quick: bool, only: set[str]) -> None:
         n = 1100 if quick else 4400
         if "enqueue" in only:
             e = await enqueue_one_by_one(app, schema, base, n)
-            rows.append(("enqueue one by one (async)", f"{e['ours']:,.0f} jobs/s",
-                         f"{e['ratio']:.0%} of bare INSERT ({e['bare']:,.0f}/s); target >= 80%"))
-            rows.append(("enqueue one by one (sync facade)", f"{e['ours_sync']:,.0f} jobs/s",
-                         f"{e['ratio_sync']:.0%} of bare INSERT"))
+            rows.append(
+                (
+                    "enqueue one by one (async)",
+                    f"{e['ours']:,.0f} jobs/s",
+                    f"{e['ratio']:.0%} of bare INSERT ({e['bare']:,.0f}/s); target >= 80%",
+                )
+            )
+            rows.append(
+                (
+                    "enqueue one by one (sync facade)",
+                    f"{e['ours_sync']:,.0f} jobs/s",
+                    f"{e['ratio_sync']:.0%} of bare INSERT",
+                )
+            )
         if "batch" in only:
             b = await enqueue_batches(app, 1000, 5 if quick else 20)
-            rows.append(("enqueue batch of 1,000", f"p50 {pct(b, 50):.1f} ms",
-                         f"p95 {pct(b, 95):.1f} ms; target < 30 ms"))
+            rows.append(
+                (
+                    "enqueue batch of 1,000",
+                    f"p50 {pct(b, 50):.1f} ms",
+                    f"p95 {pct(b, 95):.1f} ms; target < 30 ms",
+                )
+            )
         jobs = 10_000 if quick else 50_000
         for workers in (1, 2) if "drain" in only else ():
             rate = await drain(app, url, conn, schema, workers, jobs)
-            rows.append((f"drain {jobs:,} no-op jobs, {workers} worker process(es), -c 200",
-                         f"{rate:,.0f} jobs/s", "target >= 10,000/s with 2" if workers == 2 else ""))
+            rows.append(
+                (
+                    f"drain {jobs:,} no-op jobs, {workers} worker process(es), -c 200",
+                    f"{rate:,.0f} jobs/s",
+                    "target >= 10,000/s with 2" if workers == 2 else "",
+                )
+            )
         if "pickup" in only:
             lat = await pickup_latency(app, url, conn, schema, 50 if quick else 200)
-            rows.append(("idle pickup latency (enqueue call -> started_at)",
-                         f"p50 {pct(lat, 50):.2f} ms",
-                         f"p95 {pct(lat, 95):.2f} ms, p99 {pct(lat, 99):.2f} ms; target p50 < 5 ms"))
+            rows.append(
+                (
+                    "idle pickup latency (enqueue call -> started_at)",
+                    f"p50 {pct(lat, 50):.2f} ms",
+                    f"p95 {pct(lat, 95):.2f} ms, p99 {pct(lat, 99):.2f} ms; target p50 < 5 ms",
+                )
+            )
         sizes = (10_000, 100_000) if quick else (10_000, 1_000_000)
         for total in sizes if "claim" in only else ():
             rate, plan = await claim_rate(app, conn, schema, total, 5_000)
-            rows.append((f"claim rate, {total:,} jobs in table (5,000 claimable)",
-                         f"{rate:,.0f} jobs/s", f"batches of 100, one client; {plan}"))
+            rows.append(
+                (
+                    f"claim rate, {total:,} jobs in table (5,000 claimable)",
+                    f"{rate:,.0f} jobs/s",
+                    f"batches of 100, one client; {plan}",
+                )
+            )
     finally:
         await app.aclose()
         await asyncio.to_thread(app.close)  # the sync facade's loop has a backend too
@@ -290,11 +361,18 @@ async def run(base: str, quick: bool, only: set[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--url", default=os.environ.get("CONVEYOR_TEST_POSTGRES_URL",
-                                                        "postgresql://postgres@127.0.0.1:5432/test"))
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(
+            "CONVEYOR_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+        ),
+    )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default=",".join(SECTIONS),
-                        help=f"comma-separated sections of {','.join(SECTIONS)}")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections of {','.join(SECTIONS)}",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=100, help=argparse.SUPPRESS)
     parser.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)

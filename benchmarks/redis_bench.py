@@ -36,9 +36,13 @@ def percentile(values: list[float], p: float) -> float:
 
 def start_workers(url: str, n: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": str(HERE)}
-    return [subprocess.Popen([sys.executable, __file__, "--serve", "--url", url,
-                              "--concurrency", str(concurrency)], env=env)
-            for _ in range(n)]
+    return [
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", "--url", url, "--concurrency", str(concurrency)],
+            env=env,
+        )
+        for _ in range(n)
+    ]
 
 
 def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -54,9 +58,16 @@ def serve(url: str, concurrency: int) -> None:
     from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
-        worker = Worker(app, WorkerConfig(queues=("bench",), concurrency=concurrency,
-                                          fetch_batch=concurrency, grace_period=5,
-                                          prune_interval=5.0))
+        worker = Worker(
+            app,
+            WorkerConfig(
+                queues=("bench",),
+                concurrency=concurrency,
+                fetch_batch=concurrency,
+                grace_period=5,
+                prune_interval=5.0,
+            ),
+        )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
@@ -109,16 +120,28 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
         bare = statistics.median(bare_rates)
         ours, direct = statistics.median(api_rates), statistics.median(backend_rates)
         rows.append(("bare LPUSH one by one (redis-py asyncio)", f"{bare:,.0f} ops/s"))
-        rows.append(("enqueue one by one (task.enqueue_async)",
-                     f"{ours:,.0f} jobs/s = {ours / bare:.0%} of bare LPUSH"))
-        rows.append(("enqueue one by one (backend.enqueue_jobs, message built)",
-                     f"{direct:,.0f} jobs/s = {direct / bare:.0%} of bare LPUSH"))
+        rows.append(
+            (
+                "enqueue one by one (task.enqueue_async)",
+                f"{ours:,.0f} jobs/s = {ours / bare:.0%} of bare LPUSH",
+            )
+        )
+        rows.append(
+            (
+                "enqueue one by one (backend.enqueue_jobs, message built)",
+                f"{direct:,.0f} jobs/s = {direct / bare:.0%} of bare LPUSH",
+            )
+        )
         # The sync facade (Django, Flask, scripts) against redis-py's sync LPUSH, from a
         # plain thread as a web request would.
         sync_bare, sync_ours = await asyncio.to_thread(_sync_rounds, args.url, bare_key, payload, n)
         rows.append(("bare LPUSH one by one (redis-py sync)", f"{sync_bare:,.0f} ops/s"))
-        rows.append(("enqueue one by one (task.enqueue, sync)",
-                     f"{sync_ours:,.0f} jobs/s = {sync_ours / sync_bare:.0%} of bare LPUSH"))
+        rows.append(
+            (
+                "enqueue one by one (task.enqueue, sync)",
+                f"{sync_ours:,.0f} jobs/s = {sync_ours / sync_bare:.0%} of bare LPUSH",
+            )
+        )
         await clear()
         if args.only_enqueue:
             return rows
@@ -133,15 +156,21 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
                 await app.enqueue_many_async(messages)
                 timings.append((time.perf_counter() - t0) * 1000)
             trips.append(sent[0])
-        rows.append(("enqueue batch of 1,000", f"median {statistics.median(timings):.1f} ms, "
-                     f"best {min(timings):.1f} ms, round trips per batch: {max(trips)}"))
+        rows.append(
+            (
+                "enqueue batch of 1,000",
+                f"median {statistics.median(timings):.1f} ms, "
+                f"best {min(timings):.1f} ms, round trips per batch: {max(trips)}",
+            )
+        )
         await clear()
 
         # 3. Drain with 1 and 2 worker processes.
         for workers in (1, 2):
             for start in range(0, args.jobs, 10_000):
                 await app.enqueue_many_async(
-                    noop_async.message(i) for i in range(start, min(args.jobs, start + 10_000)))
+                    noop_async.message(i) for i in range(start, min(args.jobs, start + 10_000))
+                )
             procs = start_workers(url, workers, args.concurrency)
             first_seen = None
             while True:
@@ -156,8 +185,13 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
             assert await backend.count_jobs(JobFilter()) == args.jobs
             firsts = {j.attempt for j in await backend.list_jobs(completed, limit=args.jobs)}
             assert firsts == {1}, firsts
-            rows.append((f"drain {args.jobs:,} async no-op jobs, {workers} worker process(es) "
-                         f"-c {args.concurrency}", f"{args.jobs / elapsed:,.0f} jobs/s (each ran once)"))
+            rows.append(
+                (
+                    f"drain {args.jobs:,} async no-op jobs, {workers} worker process(es) "
+                    f"-c {args.concurrency}",
+                    f"{args.jobs / elapsed:,.0f} jobs/s (each ran once)",
+                )
+            )
             await clear()
 
         # 4. Idle pickup latency: one job at a time into an idle worker.
@@ -172,9 +206,13 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
             latencies.append((job.started_at - job.created_at) * 1000)
             await asyncio.sleep(0.005)
         stop_workers(procs)
-        rows.append(("idle pickup latency (enqueue -> start)",
-                     f"p50 {percentile(latencies, 50):.2f} ms, p95 {percentile(latencies, 95):.2f} ms, "
-                     f"p99 {percentile(latencies, 99):.2f} ms"))
+        rows.append(
+            (
+                "idle pickup latency (enqueue -> start)",
+                f"p50 {percentile(latencies, 50):.2f} ms, p95 {percentile(latencies, 95):.2f} ms, "
+                f"p99 {percentile(latencies, 99):.2f} ms",
+            )
+        )
         await clear()
 
         # 5. Memory with retention: N completed jobs, at most max_completed kept.
@@ -193,7 +231,8 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
                 if backlog < 20_000:  # keep a bounded backlog, as a steady producer would
                     batch = min(10_000, total - enqueued)
                     await memory_backend.enqueue_jobs(
-                        [noop_async.message(i) for i in range(enqueued, enqueued + batch)])
+                        [noop_async.message(i) for i in range(enqueued, enqueued + batch)]
+                    )
                     enqueued += batch
             if enqueued >= next_sample:
                 used = int((await raw.info("memory"))["used_memory"])
@@ -206,8 +245,12 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
         await memory_backend.delete_all_keys()
         await memory_backend.close()
         curve = ", ".join(f"{n // 1000}k:{b / 2**20:.1f}" for n, b in samples)
-        rows.append((f"memory after {total:,} completed jobs (max_completed={args.max_completed:,})",
-                     f"{used / 2**20:.1f} MiB above baseline, {kept:,} completed kept"))
+        rows.append(
+            (
+                f"memory after {total:,} completed jobs (max_completed={args.max_completed:,})",
+                f"{used / 2**20:.1f} MiB above baseline, {kept:,} completed kept",
+            )
+        )
         rows.append(("memory over the run (jobs enqueued: MiB)", curve))
     finally:
         await clear()
@@ -261,8 +304,9 @@ def _count_round_trips() -> Iterator[list[int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs per drain run")
     parser.add_argument("--one-by-one", type=int, default=15_000)
@@ -270,8 +314,9 @@ def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--memory-jobs", type=int, default=200_000)
     parser.add_argument("--max-completed", type=int, default=10_000)
-    parser.add_argument("--only-enqueue", action="store_true",
-                        help="stop after the one-by-one enqueue rows")
+    parser.add_argument(
+        "--only-enqueue", action="store_true", help="stop after the one-by-one enqueue rows"
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:

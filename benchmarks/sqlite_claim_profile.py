@@ -47,8 +47,9 @@ async def filled(path: Path, waiting: int, mode: str, keys: int) -> None:
 
 def claim(store: SqliteStore, plan: QueuePlan, mode: str, batch: int) -> int:
     weighted = mode.startswith("weighted")
-    request = plan.request(batch, "bench", 60, running={} if weighted else None,
-                           rate_limits=LIMITS.get(mode, ()))
+    request = plan.request(
+        batch, "bench", 60, running={} if weighted else None, rate_limits=LIMITS.get(mode, ())
+    )
     return len(store.fetch_jobs(request))
 
 
@@ -60,7 +61,7 @@ def pages_by_btree(path: Path, store: SqliteStore) -> collections.Counter[str]:
     written: collections.Counter[str] = collections.Counter()
     frame, at = set(), 32
     while at + 24 + page_size <= len(data):
-        page, commit_size = struct.unpack(">II", data[at:at + 8])
+        page, commit_size = struct.unpack(">II", data[at : at + 8])
         frame.add(page)
         if commit_size:  # the commit's last frame: count each page once per commit
             written.update(names.get(p, "(new page)") for p in frame)
@@ -71,11 +72,13 @@ def pages_by_btree(path: Path, store: SqliteStore) -> collections.Counter[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--waiting", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--modes", nargs="+", choices=MODES,
-                        default=["plain", "weighted+fair+rate"])
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=["plain", "weighted+fair+rate"]
+    )
     parser.add_argument("--claims", type=int, default=100)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--keys", type=int, default=1000)
@@ -84,8 +87,10 @@ def main() -> None:
     parser.add_argument("--pages", action="store_true")
     args = parser.parse_args()
     modes = ["plain", *(m for m in args.modes if m != "plain")]
-    print(f"claims of {args.batch}, {args.claims} per mode and round, synchronous="
-          f"{args.synchronous}; per job: thread CPU, wall")
+    print(
+        f"claims of {args.batch}, {args.claims} per mode and round, synchronous="
+        f"{args.synchronous}; per job: thread CPU, wall"
+    )
     with tempfile.TemporaryDirectory() as folder:
         for waiting in args.waiting:
             cpu: dict[str, list[float]] = {m: [] for m in modes}
@@ -98,11 +103,14 @@ def main() -> None:
                     stores[mode] = SqliteStore(str(path), time.time, args.synchronous)
                     if args.pages:
                         stores[mode].conn.execute("PRAGMA wal_autocheckpoint=0")
-                    plans[mode] = (QueuePlan(QUEUES, WEIGHTS, slots=args.batch)
-                                   if mode.startswith("weighted") else QueuePlan(["plain"]))
+                    plans[mode] = (
+                        QueuePlan(QUEUES, WEIGHTS, slots=args.batch)
+                        if mode.startswith("weighted")
+                        else QueuePlan(["plain"])
+                    )
                 spent = {m: [0.0, 0.0, 0] for m in modes}
                 for n in range(args.claims):
-                    for mode in (modes if n % 2 == 0 else modes[::-1]):
+                    for mode in modes if n % 2 == 0 else modes[::-1]:
                         wall_at, cpu_at = time.perf_counter(), time.thread_time()
                         got = claim(stores[mode], plans[mode], mode, args.batch)
                         spent[mode][0] += time.thread_time() - cpu_at
@@ -113,23 +121,32 @@ def main() -> None:
                     cpu[mode].append(spent[mode][0] / spent[mode][2] * 1e6)
                     wall[mode].append(spent[mode][1] / spent[mode][2] * 1e6)
                     if args.pages and round_ == 0:
-                        written = pages_by_btree(Path(folder) / f"{waiting}-0-{mode}.db",
-                                                 stores[mode])
+                        written = pages_by_btree(
+                            Path(folder) / f"{waiting}-0-{mode}.db", stores[mode]
+                        )
                         commits = written.pop("(commits)")
-                        print(f"  {waiting:>9,} {mode}: pages per commit "
-                              f"{sum(written.values()) / commits:.1f}: " + ", ".join(
-                                  f"{name} {n / commits:.1f}"
-                                  for name, n in written.most_common()))
+                        print(
+                            f"  {waiting:>9,} {mode}: pages per commit "
+                            f"{sum(written.values()) / commits:.1f}: "
+                            + ", ".join(
+                                f"{name} {n / commits:.1f}" for name, n in written.most_common()
+                            )
+                        )
                     stores[mode].close()
             for mode in modes:
-                print(f"  {waiting:>9,} {mode:>18}: CPU {_spread(cpu[mode])} µs/job, "
-                      f"wall {_spread(wall[mode])} µs/job")
+                print(
+                    f"  {waiting:>9,} {mode:>18}: CPU {_spread(cpu[mode])} µs/job, "
+                    f"wall {_spread(wall[mode])} µs/job"
+                )
                 if mode != "plain":
                     by_cpu = [p / f for p, f in zip(cpu["plain"], cpu[mode])]
                     by_wall = [p / f for p, f in zip(wall["plain"], wall[mode])]
-                    print(f"  {waiting:>9,} {mode} / plain, by round: CPU "
-                          f"{', '.join(f'{r:.0%}' for r in by_cpu)}; wall "
-                          f"{', '.join(f'{r:.0%}' for r in by_wall)}", flush=True)
+                    print(
+                        f"  {waiting:>9,} {mode} / plain, by round: CPU "
+                        f"{', '.join(f'{r:.0%}' for r in by_cpu)}; wall "
+                        f"{', '.join(f'{r:.0%}' for r in by_wall)}",
+                        flush=True,
+                    )
 
 
 def _spread(values: list[float]) -> str:

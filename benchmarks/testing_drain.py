@@ -25,6 +25,7 @@ def one_test() -> float:
     clock = TestClock()
     app = Conveyor("memory://", clock=clock)
     with use_memory(app, clock):
+
         @app.task(name="flaky", backoff_base=10)
         def flaky(n: int) -> int:
             if current_job().attempt < 3:
@@ -34,7 +35,10 @@ def one_test() -> float:
         handle = flaky.enqueue(7)
         drained = drain(app)
         assert [a.outcome for a in drained.attempts] == [
-            JobState.RETRYABLE, JobState.RETRYABLE, JobState.COMPLETED]
+            JobState.RETRYABLE,
+            JobState.RETRYABLE,
+            JobState.COMPLETED,
+        ]
         assert handle.result() == 7
     app.close()
     return (time.perf_counter() - started) * 1000
@@ -45,8 +49,10 @@ def main() -> None:
     logging.getLogger("conveyor").setLevel(logging.ERROR)  # each retry logs a warning
     times = [one_test() for _ in range(runs)]
     rest = times[1:]
-    print(f"first run {times[0]:.1f} ms; then {len(rest)} runs: median "
-          f"{statistics.median(rest):.1f} ms, min {min(rest):.1f}, max {max(rest):.1f}")
+    print(
+        f"first run {times[0]:.1f} ms; then {len(rest)} runs: median "
+        f"{statistics.median(rest):.1f} ms, min {min(rest):.1f}, max {max(rest):.1f}"
+    )
 
 
 if __name__ == "__main__":

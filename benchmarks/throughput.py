@@ -30,8 +30,10 @@ def run_worker_process(url: str, concurrency: int) -> subprocess.Popen[bytes]:
     # Appended to, not replaced: PYTHONPATH=<another checkout>/src measures that code.
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": path}
-    return subprocess.Popen([sys.executable, __file__, "--serve", "--url", url,
-                             "--concurrency", str(concurrency)], env=env)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--url", url, "--concurrency", str(concurrency)],
+        env=env,
+    )
 
 
 def serve(url: str, concurrency: int) -> None:
@@ -47,8 +49,12 @@ def serve(url: str, concurrency: int) -> None:
         from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
-        worker = Worker(app, WorkerConfig(queues=("bench",), concurrency=concurrency,
-                                          fetch_batch=concurrency, grace_period=5))
+        worker = Worker(
+            app,
+            WorkerConfig(
+                queues=("bench",), concurrency=concurrency, fetch_batch=concurrency, grace_period=5
+            ),
+        )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
@@ -62,17 +68,26 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default=None)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain run")
     parser.add_argument("--one-by-one", type=int, default=3_000, help="jobs enqueued one by one")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--latency-samples", type=int, default=300)
-    parser.add_argument("--pickup-rate", type=float, default=100.0,
-                        help="jobs a second enqueued for the pickup latency")
-    parser.add_argument("--pickup-only", action="store_true",
-                        help="measure the pickup latency alone (no enqueue or drain runs)")
+    parser.add_argument(
+        "--pickup-rate",
+        type=float,
+        default=100.0,
+        help="jobs a second enqueued for the pickup latency",
+    )
+    parser.add_argument(
+        "--pickup-only",
+        action="store_true",
+        help="measure the pickup latency alone (no enqueue or drain runs)",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -113,8 +128,12 @@ def main() -> None:
         t0 = time.perf_counter()
         app.enqueue_many(messages)
         timings.append((time.perf_counter() - t0) * 1000)
-    rows.append(("enqueue batch of 1,000", f"median {statistics.median(timings):.1f} ms, "
-                                           f"best {min(timings):.1f} ms"))
+    rows.append(
+        (
+            "enqueue batch of 1,000",
+            f"median {statistics.median(timings):.1f} ms, best {min(timings):.1f} ms",
+        )
+    )
     app.jobs.delete(JobFilter(), limit=10_000_000)  # nothing finished yet: deletes nothing
     # Start the drains from an empty queue.
     pending = app.jobs.count(JobFilter(states=(JobState.AVAILABLE,)))
@@ -139,10 +158,16 @@ def main() -> None:
         # From the first job's start to the last one's end, as the jobs record them: the
         # workers' start-up is left out, and a drain shorter than the 20 ms poll above
         # (a few hundred jobs) is still timed.
-        elapsed = (max(j.finished_at or 0.0 for j in ran)
-                   - min(j.started_at or math.inf for j in ran))
-        rows.append((f"drain {total:,} {label} jobs, {args.workers} worker process(es) "
-                     f"-c {args.concurrency}", f"{total / elapsed:,.0f} jobs/s (each ran once)"))
+        elapsed = max(j.finished_at or 0.0 for j in ran) - min(
+            j.started_at or math.inf for j in ran
+        )
+        rows.append(
+            (
+                f"drain {total:,} {label} jobs, {args.workers} worker process(es) "
+                f"-c {args.concurrency}",
+                f"{total / elapsed:,.0f} jobs/s (each ran once)",
+            )
+        )
         clear()
         pending = 0
 
@@ -187,16 +212,20 @@ def pickup(app: object, url: str, task: object, samples: int, rate: float) -> tu
         assert job.started_at is not None and job.attempt == 1, job
         latencies.append((job.started_at - job.created_at) * 1000)
     from conveyor.backends.contract import JobFilter
+
     app.jobs.delete(JobFilter(ids=tuple(h.id for h in handles)), limit=samples)  # type: ignore[attr-defined]
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    return (f"idle pickup latency (enqueue -> start, {rate:g} jobs/s)",
-            f"p50 {p50:.2f} ms, p95 {percentile(latencies, 95):.2f} ms, p99 {p99:.2f} ms "
-            f"({p99 / p50:.1f}x p50); enqueue call p50 {percentile(calls, 50):.2f} ms, "
-            f"p99 {percentile(calls, 99):.2f} ms")
+    return (
+        f"idle pickup latency (enqueue -> start, {rate:g} jobs/s)",
+        f"p50 {p50:.2f} ms, p95 {percentile(latencies, 95):.2f} ms, p99 {p99:.2f} ms "
+        f"({p99 / p50:.1f}x p50); enqueue call p50 {percentile(calls, 50):.2f} ms, "
+        f"p99 {percentile(calls, 99):.2f} ms",
+    )
 
 
 def report(url: str, rows: list[tuple[str, str]]) -> None:
     from conveyor.backends import redact_url
+
     width = max(len(r[0]) for r in rows)
     print(f"\nConveyor benchmark on {redact_url(url)} ({os.cpu_count()} cores)")
     for name, value in rows:

@@ -59,7 +59,8 @@ async def fill(url: str, jobs: int) -> None:
     bench_app.app.rebind(url)
     for start in range(0, jobs, 5000):
         await bench_app.app.enqueue_many_async(
-            [bench_app.noop_async.message(i) for i in range(start, min(start + 5000, jobs))])
+            [bench_app.noop_async.message(i) for i in range(start, min(start + 5000, jobs))]
+        )
     await bench_app.app.aclose()
 
 
@@ -72,14 +73,21 @@ def unfinished(url: str) -> int:
 
     bench_app.app.rebind(url)
     return bench_app.app.jobs.count(
-        JobFilter(states=tuple(s for s in JobState if s is not JobState.COMPLETED)))
+        JobFilter(states=tuple(s for s in JobState if s is not JobState.COMPLETED))
+    )
 
 
 def sample_worker(url: str, jobs: int) -> list[tuple[int, int]]:
     """(jobs completed, worker RSS in KB) every second of a burst worker's run."""
-    proc = subprocess.Popen(worker_command(None), cwd=HERE, env={
-        **os.environ, "CONVEYOR_URL": url,
-        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))})
+    proc = subprocess.Popen(
+        worker_command(None),
+        cwd=HERE,
+        env={
+            **os.environ,
+            "CONVEYOR_URL": url,
+            "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(HERE)])),
+        },
+    )
     samples: list[tuple[int, int]] = []
     next_at = time.monotonic()
     while proc.poll() is None:
@@ -114,7 +122,9 @@ def at_marks(samples: list[tuple[int, int]], jobs: int) -> list[str]:
     out = []
     for mark in (m for m in MARKS if m < jobs):
         hit = next(((n, kb) for n, kb in samples if n >= mark), None)
-        out.append(f"{mark // 1000:>5}k {hit[1] / 1024:6.1f} MB" if hit else f"{mark // 1000:>5}k      -")
+        out.append(
+            f"{mark // 1000:>5}k {hit[1] / 1024:6.1f} MB" if hit else f"{mark // 1000:>5}k      -"
+        )
     n, kb = samples[-1]
     return [*out, f"{n / 1000:>5.0f}k {kb / 1024:6.1f} MB"]
 
@@ -133,10 +143,13 @@ def one_run(backend: str, jobs: int, folder: Path) -> str:
         samples = sample_worker(url, jobs)
         slope = slope_per_100k(samples)
         peak = max(kb for _, kb in samples)
-        return (f"{backend:8} | " + " | ".join(at_marks(samples, jobs))
-                + f" | peak {peak / 1024:6.1f} MB | slope "
-                + ("-" if slope is None else f"{slope:+7.0f} KB/100k")
-                + f" | fill {filled:.0f} s, drain {len(samples)} s ({before}; after: {load()})")
+        return (
+            f"{backend:8} | "
+            + " | ".join(at_marks(samples, jobs))
+            + f" | peak {peak / 1024:6.1f} MB | slope "
+            + ("-" if slope is None else f"{slope:+7.0f} KB/100k")
+            + f" | fill {filled:.0f} s, drain {len(samples)} s ({before}; after: {load()})"
+        )
     finally:
         asyncio.run(drop(backend, url))
 
@@ -159,8 +172,10 @@ def traced_run(backend: str, jobs: int, folder: Path) -> None:
 
         async def main() -> None:
             bench_app.app.rebind(url)
-            worker = Worker(bench_app.app, WorkerConfig(queues=("bench",), concurrency=200,
-                                                        fetch_batch=200, burst=True))
+            worker = Worker(
+                bench_app.app,
+                WorkerConfig(queues=("bench",), concurrency=200, fetch_batch=200, burst=True),
+            )
             watcher = asyncio.create_task(watch())
             await worker.run()
             watcher.cancel()
@@ -173,8 +188,10 @@ def traced_run(backend: str, jobs: int, folder: Path) -> None:
         if len(snapshots) < 2:
             print(f"{backend}: fewer than {WARM_UP} jobs, no diff")
             return
-        print(f"\n{backend}: the 15 lines whose allocations grew most from {WARM_UP:,} jobs "
-              f"to {jobs:,}")
+        print(
+            f"\n{backend}: the 15 lines whose allocations grew most from {WARM_UP:,} jobs "
+            f"to {jobs:,}"
+        )
         for stat in snapshots[1].compare_to(snapshots[0], "lineno")[:15]:
             print(f"  {stat}")
     finally:
@@ -182,16 +199,19 @@ def traced_run(backend: str, jobs: int, folder: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tracemalloc", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="conveyor-rss-"))
-    print(f"{args.jobs:,} no-op async jobs, one `conveyor worker --burst -c 200` process, "
-          f"{os.cpu_count()} cores; worker VmRSS after n jobs")
+    print(
+        f"{args.jobs:,} no-op async jobs, one `conveyor worker --burst -c 200` process, "
+        f"{os.cpu_count()} cores; worker VmRSS after n jobs"
+    )
     try:
         for _ in range(args.repeat):
             for backend in args.backends.split(","):

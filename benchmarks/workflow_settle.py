@@ -40,16 +40,30 @@ async def settle_rate(url: str, jobs: int, batch: int, chords: bool) -> float:
     try:
         backend = await app.backend()
         for start in range(0, jobs, batch):
-            members = [NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="q")
-                       for n in range(start, start + batch)]
-            callback = [NewJob(id=f"cb{start}", task="bench.noop", payload=PAYLOAD, queue="cb",
-                               depends_on=tuple(m.id for m in members))] if chords else []
+            members = [
+                NewJob(id=f"j{n}", task="bench.noop", payload=PAYLOAD, queue="q")
+                for n in range(start, start + batch)
+            ]
+            callback = (
+                [
+                    NewJob(
+                        id=f"cb{start}",
+                        task="bench.noop",
+                        payload=PAYLOAD,
+                        queue="cb",
+                        depends_on=tuple(m.id for m in members),
+                    )
+                ]
+                if chords
+                else []
+            )
             await backend.enqueue_jobs([*members, *callback])
         spent = 0.0
         for _ in range(jobs // batch):
             claimed = await backend.fetch_jobs(strict_claim(["q"], batch, "w", 60))
-            done = [Settlement(j.id, j.lease_token, JobState.COMPLETED, result="1")
-                    for j in claimed]
+            done = [
+                Settlement(j.id, j.lease_token, JobState.COMPLETED, result="1") for j in claimed
+            ]
             began = time.perf_counter()
             await backend.settle_jobs(done)
             spent += time.perf_counter() - began
@@ -70,10 +84,14 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         kinds = [False] if args.plain_only else [False, True]
         for chords in kinds:
-            rates = [await settle_rate(isolated(args.url, Path(folder)), args.jobs, args.batch,
-                                       chords) for _ in range(args.repeat)]
-            print(f"{'chord' if chords else 'plain'}: {statistics.median(rates):,.0f} settles/s "
-                  f"(runs {', '.join(f'{r:,.0f}' for r in rates)})")
+            rates = [
+                await settle_rate(isolated(args.url, Path(folder)), args.jobs, args.batch, chords)
+                for _ in range(args.repeat)
+            ]
+            print(
+                f"{'chord' if chords else 'plain'}: {statistics.median(rates):,.0f} settles/s "
+                f"(runs {', '.join(f'{r:,.0f}' for r in rates)})"
+            )
 
 
 if __name__ == "__main__":

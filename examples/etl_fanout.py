@@ -37,8 +37,10 @@ def load(parts: list[dict[str, int]], table: str) -> str:
 
 async def main() -> None:
     # Per region: extract, then transform its rows; all regions in parallel; then load.
-    flow = chord(group(chain(extract.s(region), transform.s(factor=2)) for region in SOURCES),
-                 load.s(table="sales"))
+    flow = chord(
+        group(chain(extract.s(region), transform.s(factor=2)) for region in SOURCES),
+        load.s(table="sales"),
+    )
     handle = await flow.enqueue_async()
     worker = Worker(app, WorkerConfig(concurrency=4, poll_interval=0.1))
     running = asyncio.create_task(worker.run())

@@ -53,8 +53,19 @@ def self_check() -> None:
         ops = {"authorization": "Bearer change-me-please"}
         print("dashboard as ops:", client.get("/jobs/", headers=ops).status_code)
     # A worker process, as in production; --burst: run what is due, then exit.
-    subprocess.run([sys.executable, "-m", "conveyor", "worker", "examples.fastapi_app:jobs",
-                    "--burst", "--log-level", "warning"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conveyor",
+            "worker",
+            "examples.fastapi_app:jobs",
+            "--burst",
+            "--log-level",
+            "warning",
+        ],
+        check=True,
+    )
     print(jobs.jobs.get(job_id).result_value)  # type: ignore[union-attr]
     jobs.close()
 

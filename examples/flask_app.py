@@ -1,10 +1,10 @@
 """Flask with Conveyor: the extension, a view that enqueues, `flask conveyor ...`.
 
-    export CONVEYOR_URL=sqlite:///jobs.db
-    flask --app examples.flask_app run                       # the web app
-    flask --app examples.flask_app conveyor worker -c 10     # a worker for it
+export CONVEYOR_URL=sqlite:///jobs.db
+flask --app examples.flask_app run                       # the web app
+flask --app examples.flask_app conveyor worker -c 10     # a worker for it
 
-    CONVEYOR_URL=sqlite:////tmp/flask.db python examples/flask_app.py   # a self-check
+CONVEYOR_URL=sqlite:////tmp/flask.db python examples/flask_app.py   # a self-check
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def self_check() -> None:
     web = create_app()
     job_id = web.test_client().post("/signup/42").get_json()["job"]
     # `flask conveyor worker --burst`: run what is due, then exit.
-    result = web.test_cli_runner().invoke(args=["conveyor", "worker", "--burst",
-                                                "--log-level", "warning"])
+    result = web.test_cli_runner().invoke(
+        args=["conveyor", "worker", "--burst", "--log-level", "warning"]
+    )
     print("flask conveyor worker --burst exited with", result.exit_code)
     print(jobs.jobs.get(job_id).result_value)  # type: ignore[union-attr]
     jobs.close()

@@ -1,6 +1,6 @@
 """A complete Conveyor program in one file: declare tasks, enqueue, run a worker.
 
-    python examples/quickstart.py /tmp/quickstart.db
+python examples/quickstart.py /tmp/quickstart.db
 """
 
 from __future__ import annotations

@@ -46,14 +46,19 @@ def dataset(samples: int = 256, seed: int = 7) -> list[tuple[list[float], float]
     return rows
 
 
-def run_epoch(state: dict[str, Any], epoch: int, data: list[tuple[list[float], float]],
-              lr: float = 0.05, batch: int = 16) -> dict[str, Any]:
+def run_epoch(
+    state: dict[str, Any],
+    epoch: int,
+    data: list[tuple[list[float], float]],
+    lr: float = 0.05,
+    batch: int = 16,
+) -> dict[str, Any]:
     """One pass over the data; a pure function of (state, epoch)."""
     weights, bias = list(state["weights"]), float(state["bias"])
     order = list(range(len(data)))
     random.Random(epoch).shuffle(order)
     for start in range(0, len(order), batch):
-        rows = [data[i] for i in order[start:start + batch]]
+        rows = [data[i] for i in order[start : start + batch]]
         grad_w, grad_b = [0.0] * len(weights), 0.0
         for x, y in rows:
             error = sum(w * xi for w, xi in zip(weights, x)) + bias - y
@@ -61,13 +66,18 @@ def run_epoch(state: dict[str, Any], epoch: int, data: list[tuple[list[float], f
             grad_b += error
         weights = [w - lr * g / len(rows) for w, g in zip(weights, grad_w)]
         bias -= lr * grad_b / len(rows)
-    loss = sum((sum(w * xi for w, xi in zip(weights, x)) + bias - y) ** 2 for x, y in data) / len(data)
+    loss = sum((sum(w * xi for w, xi in zip(weights, x)) + bias - y) ** 2 for x, y in data) / len(
+        data
+    )
     return {"epoch": epoch + 1, "weights": weights, "bias": bias, "loss": loss}
 
 
-def train(epochs: int, state: dict[str, Any] | None = None,
-          after_epoch: Callable[[dict[str, Any]], None] = lambda state: None,
-          epoch_seconds: float = 0.0) -> dict[str, Any]:
+def train(
+    epochs: int,
+    state: dict[str, Any] | None = None,
+    after_epoch: Callable[[dict[str, Any]], None] = lambda state: None,
+    epoch_seconds: float = 0.0,
+) -> dict[str, Any]:
     """Train from `state` (None: from scratch) to `epochs`; call `after_epoch` each epoch."""
     data = dataset()
     state = state or {"epoch": 0, "weights": [0.0] * len(TRUE_WEIGHTS), "bias": 0.0, "loss": None}
@@ -85,8 +95,11 @@ def train_model(epochs: int = 30, epoch_seconds: float = 0.0) -> dict[str, Any]:
     resumed_from = ctx.last_checkpoint["epoch"] if ctx.last_checkpoint else 0
 
     def checkpoint(state: dict[str, Any]) -> None:
-        ctx.checkpoint(state, progress=state["epoch"] / epochs,
-                       message=f"epoch {state['epoch']}/{epochs}, loss {state['loss']:.5f}")
+        ctx.checkpoint(
+            state,
+            progress=state["epoch"] / epochs,
+            message=f"epoch {state['epoch']}/{epochs}, loss {state['loss']:.5f}",
+        )
 
     final = train(epochs, ctx.last_checkpoint, checkpoint, epoch_seconds)
     return {"resumed_from": resumed_from, "attempt": ctx.attempt, **final}

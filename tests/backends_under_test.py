@@ -23,8 +23,9 @@ IsolatedUrl = Callable[[Path], Awaitable[str]]
 Cleanup = Callable[[str], Awaitable[None]]
 
 REDIS_URL = os.environ.get("CONVEYOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-POSTGRES_URL = os.environ.get("CONVEYOR_TEST_POSTGRES_URL",
-                              "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "CONVEYOR_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 
 
 async def sqlite_url(tmp_path: Path) -> str:

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 # Worker processes the tests start import shared test helpers (runs_log) from here too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    [str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 
 def service_missing(reason: str) -> None:

@@ -8,8 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def assert_near_capacity(served: Sequence[float], refused: Sequence[float], begin: float,
-                         seconds: float, calls_per_second: float) -> None:
+def assert_near_capacity(
+    served: Sequence[float],
+    refused: Sequence[float],
+    begin: float,
+    seconds: float,
+    calls_per_second: float,
+) -> None:
     """`served` and `refused`: when each call was answered (monotonic seconds); the
     window measured is `seconds` from `begin`."""
     end = begin + seconds

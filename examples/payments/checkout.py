@@ -46,12 +46,19 @@ async def checkout(order_id: int, amount: int, email: str) -> str:
         async with httpx.AsyncClient(base_url=API["url"], timeout=10) as client:
             return raise_for_status(await client.post(path, json=body, headers=headers)).json()
 
-    charge = await ctx.once(f"{ctx.idempotency_key}:charge", lambda: post(
-        "/v1/charges", {"amount": amount, "order": order_id},
-        **{"Idempotency-Key": ctx.idempotency_key}))
+    charge = await ctx.once(
+        f"{ctx.idempotency_key}:charge",
+        lambda: post(
+            "/v1/charges",
+            {"amount": amount, "order": order_id},
+            **{"Idempotency-Key": ctx.idempotency_key},
+        ),
+    )
     mark_paid(order_id, charge["id"], ctx.fence)
-    await ctx.once(f"{ctx.idempotency_key}:receipt", lambda: post(
-        "/v1/mail", {"to": email, "charge": charge["id"]}))
+    await ctx.once(
+        f"{ctx.idempotency_key}:receipt",
+        lambda: post("/v1/mail", {"to": email, "charge": charge["id"]}),
+    )
     return str(charge["id"])
 
 
@@ -60,13 +67,17 @@ def mark_paid(order_id: int, charge_id: str, fence: int) -> int:
     with sqlite3.connect(ORDERS) as db:
         return db.execute(
             "UPDATE orders SET status = 'paid', charge_id = ?, last_fence = ? "
-            "WHERE id = ? AND last_fence < ?", (charge_id, fence, order_id, fence)).rowcount
+            "WHERE id = ? AND last_fence < ?",
+            (charge_id, fence, order_id, fence),
+        ).rowcount
 
 
 async def main() -> None:
     with sqlite3.connect(ORDERS) as db:
-        db.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, status TEXT, "
-                   "charge_id TEXT, last_fence INTEGER NOT NULL DEFAULT 0)")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, status TEXT, "
+            "charge_id TEXT, last_fence INTEGER NOT NULL DEFAULT 0)"
+        )
         db.execute("INSERT OR REPLACE INTO orders (id, status) VALUES (42, 'new')")
     providers = Providers()
     API["url"] = providers.url
@@ -78,16 +89,22 @@ async def main() -> None:
     await running
     job = handle.job  # as result_async last read it
     first = job.errors[0]
-    print(f"order 42: paid with {charge_id} after {job.attempt} attempts (attempt 1 ended "
-          f"{first.type}, {first.message.rsplit('; ', 1)[1]}, app {first.app_version})")
-    print(f"provider: {len(providers.charge_requests)} charge request(s), "
-          f"{len(providers.charges)} charge, key {providers.charge_requests[0]}")
+    print(
+        f"order 42: paid with {charge_id} after {job.attempt} attempts (attempt 1 ended "
+        f"{first.type}, {first.message.rsplit('; ', 1)[1]}, app {first.app_version})"
+    )
+    print(
+        f"provider: {len(providers.charge_requests)} charge request(s), "
+        f"{len(providers.charges)} charge, key {providers.charge_requests[0]}"
+    )
     print(f"mailer: {providers.mail_requests} request(s), {len(providers.receipts)} receipt sent")
     # The first attempt, had it stalled instead of failing, would write now with its
     # older fence: the row stays as the retry left it.
     print(f"late write from fence 1: {mark_paid(42, 'ch_stale', fence=1)} row(s) changed")
     with sqlite3.connect(ORDERS) as db:
-        print("orders:", db.execute("SELECT id, status, charge_id, last_fence FROM orders").fetchall())
+        print(
+            "orders:", db.execute("SELECT id, status, charge_id, last_fence FROM orders").fetchall()
+        )
     providers.stop()
     await app.aclose()
 

@@ -31,7 +31,8 @@ class Providers:
                 with providers._lock:
                     if self.path == "/v1/charges":
                         status, headers, answer = providers.charge(
-                            self.headers.get("Idempotency-Key"), body)
+                            self.headers.get("Idempotency-Key"), body
+                        )
                     else:
                         status, headers, answer = providers.mail(body)
                 payload = json.dumps(answer).encode()

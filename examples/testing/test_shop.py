@@ -38,7 +38,8 @@ def test_an_order_enqueues_its_receipt(client: TestClient, conveyor_app: Conveyo
 
 
 def test_draining_runs_the_receipt_through_its_retries(
-        client: TestClient, conveyor_app: Conveyor, conveyor_clock: TestClock) -> None:
+    client: TestClient, conveyor_app: Conveyor, conveyor_clock: TestClock
+) -> None:
     client.post("/orders", json={"id": 120, "email": "bob@example.org"})
     start = conveyor_clock.now
     drained = drain(conveyor_app)
@@ -49,8 +50,10 @@ def test_draining_runs_the_receipt_through_its_retries(
         ("shop.thank_big_spender", 1, JobState.COMPLETED),
     ]
     assert drained.results(shop.send_receipt) == ["sent on attempt 3"]
-    assert shop.OUTBOX == ["to bob@example.org: receipt for order 120",
-                           "to bob@example.org: thank you!"]
+    assert shop.OUTBOX == [
+        "to bob@example.org: receipt for order 120",
+        "to bob@example.org: thank you!",
+    ]
     assert conveyor_clock.now - start <= 120  # the backoffs, skipped by the test clock
 
 
@@ -62,8 +65,9 @@ def test_a_receipt_waits_for_its_retry(client: TestClient, conveyor_app: Conveyo
     assert drain(conveyor_app).states == {JobState.COMPLETED: 1}
 
 
-def test_inline_mode_runs_the_job_inside_the_request(client: TestClient,
-                                                     conveyor_app: Conveyor) -> None:
+def test_inline_mode_runs_the_job_inside_the_request(
+    client: TestClient, conveyor_app: Conveyor
+) -> None:
     with inline(conveyor_app):
         client.post("/orders", json={"id": 9, "email": "kim@example.org"})
     assert shop.OUTBOX == ["to kim@example.org: receipt for order 9"]

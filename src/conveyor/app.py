@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 from conveyor.backends import backend_from_url, redact_url
 from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
 from conveyor.backends.blobs import BlobStore
-from conveyor.payloads.claim_check import DEFAULT_MAX_PAYLOAD, DEFAULT_ORPHAN_GRACE, DEFAULT_THRESHOLD, ClaimCheck
+from conveyor.payloads.claim_check import (
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_ORPHAN_GRACE,
+    DEFAULT_THRESHOLD,
+    ClaimCheck,
+)
 from conveyor.model import validation as valid
 from conveyor.model import version as versions
 from conveyor.rules.backpressure import enqueue_offering
@@ -70,7 +75,8 @@ class Conveyor(FlowDeclarations, Inspection):
         auto_migrate: bool = True,
         middleware: Sequence[Middleware] = (),
         version: str | None = None,
-        claim_check_threshold: int = DEFAULT_THRESHOLD, max_payload: int = DEFAULT_MAX_PAYLOAD,
+        claim_check_threshold: int = DEFAULT_THRESHOLD,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
         blob_store: str | BlobStore | None = None,
         orphan_grace: Duration = DEFAULT_ORPHAN_GRACE,
         payload_hygiene: str = "warn",
@@ -93,16 +99,22 @@ class Conveyor(FlowDeclarations, Inspection):
         # Around every enqueue and every job execution; see conveyor.observe.middleware.
         self.middleware: list[Middleware] = list(middleware)
         self.schedules: dict[str, Schedule] = {}
-        self.rate_limits = RateLimitRegistry()  # buckets its claims spend (conveyor.rules.rate_limits)
-        self.queues = QueueSettingsRegistry(self.rate_limits)  # flow control (conveyor.rules.queues)
+        self.rate_limits = (
+            RateLimitRegistry()
+        )  # buckets its claims spend (conveyor.rules.rate_limits)
+        self.queues = QueueSettingsRegistry(
+            self.rate_limits
+        )  # flow control (conveyor.rules.queues)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
         # A script that exits without close() still closes the sync facade's backend;
         # the hook holds the backends, not the app, which stays free to be collected.
         self.portal = Portal(on_exit=functools.partial(_close_loop_backend, self._backends))
         # Big payloads stored apart; the enqueue-time secret check (docs/payloads.md).
-        self.claim_check = ClaimCheck(self, claim_check_threshold, max_payload, blob_store,
-                                      to_seconds(orphan_grace))
+        self.claim_check = ClaimCheck(
+            self, claim_check_threshold, max_payload, blob_store, to_seconds(orphan_grace)
+        )
         self.hygiene = PayloadHygiene(payload_hygiene)
         self._backend_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -132,15 +144,23 @@ class Conveyor(FlowDeclarations, Inspection):
         hard_time_limit: Duration | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dead_on: tuple[type[BaseException], ...] = (),
-        backoff_base: Duration = 1.0, backoff_cap: Duration = 600.0,
-        retry_budget: RetryBudget | None = None, breaker: str | None = None,
-        idempotency_key: str | None = None, fairness_key: str | None = None,
-        concurrency_key: str | None = None, concurrency_limit: int | None = None,
-        max_running: int | None = None, result_ttl: Duration | None = None,
+        backoff_base: Duration = 1.0,
+        backoff_cap: Duration = 600.0,
+        retry_budget: RetryBudget | None = None,
+        breaker: str | None = None,
+        idempotency_key: str | None = None,
+        fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        max_running: int | None = None,
+        result_ttl: Duration | None = None,
         adaptive: bool | Adaptive | None = None,
-        claim_check_threshold: int | None = None, max_payload: int | None = None,
-        redact: Sequence[str] = (), payload_hygiene: str | None = None,
-        rate_limit: str | Limit | None = None, rate_key: str | None = None,
+        claim_check_threshold: int | None = None,
+        max_payload: int | None = None,
+        redact: Sequence[str] = (),
+        payload_hygiene: str | None = None,
+        rate_limit: str | Limit | None = None,
+        rate_key: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
@@ -188,13 +208,16 @@ class Conveyor(FlowDeclarations, Inspection):
         timeout: Duration | None = None,
         soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
-        idempotency_key: str | None = None, fairness_key: str | None = None,
-        rate_limit: str | Limit | None = None, rate_key: str | None = None,
+        idempotency_key: str | None = None,
+        fairness_key: str | None = None,
+        rate_limit: str | Limit | None = None,
+        rate_key: str | None = None,
         **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule, breakers
     ) -> Task[Any, Any]:
         if isinstance(fn, Task):
             raise ConfigurationError(
-                f"{fn.name} is already a task; put @app.periodic above @app.task, not below")
+                f"{fn.name} is already a task; put @app.periodic above @app.task, not below"
+            )
         task_name = name or f"{fn.__module__}.{fn.__qualname__}"
         try:
             valid.name("name", task_name)
@@ -206,8 +229,9 @@ class Conveyor(FlowDeclarations, Inspection):
         soft_s, hard_s = time_limits(task_name, timeout, soft_time_limit, hard_time_limit)
         templates = key_templates(task_name, fn, idempotency_key, fairness_key)
         concurrency = concurrency_rule(task_name, fn, options)
-        retry = task_retry_policy(task_name, **{k: options.pop(k) for k in RETRY_OPTIONS
-                                                if k in options})
+        retry = task_retry_policy(
+            task_name, **{k: options.pop(k) for k in RETRY_OPTIONS if k in options}
+        )
         bucket = self.breakers.for_task(task_name, rate_limit, rate_key, options)
         payload = payload_defaults(task_name, **options)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
@@ -219,7 +243,8 @@ class Conveyor(FlowDeclarations, Inspection):
             timeout=soft_s,
             hard_time_limit=hard_s,
             retry=retry,
-            rate_key=bucket, **templates,  # type: ignore[arg-type]
+            rate_key=bucket,
+            **templates,  # type: ignore[arg-type]
             concurrency=concurrency,
             **payload,
         )
@@ -268,16 +293,31 @@ class Conveyor(FlowDeclarations, Inspection):
             schedule_name = name or task.name
             if schedule_name in self.schedules:
                 raise ConfigurationError(
-                    f"two schedules are named {schedule_name!r}; pass name= to one of them")
+                    f"two schedules are named {schedule_name!r}; pass name= to one of them"
+                )
             schedule = make_schedule(
-                name=schedule_name, task=task.name, cron=cron, every=every, tz=tz,
-                args=tuple(args), kwargs=dict(kwargs or {}), queue=queue, priority=priority,
-                misfire=misfire, max_catch_up=max_catch_up, overlap=overlap, jitter=jitter)
+                name=schedule_name,
+                task=task.name,
+                cron=cron,
+                every=every,
+                tz=tz,
+                args=tuple(args),
+                kwargs=dict(kwargs or {}),
+                queue=queue,
+                priority=priority,
+                misfire=misfire,
+                max_catch_up=max_catch_up,
+                overlap=overlap,
+                jitter=jitter,
+            )
             try:
                 task.validate(schedule.args, schedule.kwargs)
                 # The ranges each of its enqueues will be held to, checked now.
-                make_options(queue=schedule.queue, priority=schedule.priority,
-                             job_id=schedule.job_id(int(valid.RUN_AT_MAX)))
+                make_options(
+                    queue=schedule.queue,
+                    priority=schedule.priority,
+                    job_id=schedule.job_id(int(valid.RUN_AT_MAX)),
+                )
             except Exception as exc:  # noqa: BLE001 - a bad declaration, reported as such
                 raise ConfigurationError(f"schedule {schedule_name!r}: {exc}") from None
             self.schedules[schedule_name] = schedule
@@ -343,11 +383,18 @@ class Conveyor(FlowDeclarations, Inspection):
         if not batch:
             return []
         backend = await self.backend()
-        transactional = backend if connection is not None and isinstance(  # (asked only then:
-            backend, TransactionalEnqueue) else None  # a Protocol's isinstance costs µs)
+        transactional = (
+            backend
+            if connection is not None
+            and isinstance(  # (asked only then:
+                backend, TransactionalEnqueue
+            )
+            else None
+        )  # a Protocol's isinstance costs µs)
         if connection is not None and transactional is None:
-            raise ConfigurationError(f"{type(backend).__name__} does not support "
-                                     "transactional enqueue (connection=)")
+            raise ConfigurationError(
+                f"{type(backend).__name__} does not support transactional enqueue (connection=)"
+            )
 
         def stored(jobs: Sequence[NewJob]) -> Awaitable[list[Job]]:
             if transactional is None:  # (then there is no connection: checked above)
@@ -359,26 +406,40 @@ class Conveyor(FlowDeclarations, Inspection):
 
         with refusals_by_handle(self):
             if not self.middleware:  # nothing to offload or hold back: a coroutine less
-                return handles(self, await (stored(batch) if self._direct(batch) else
-                                            enqueue_offering(enqueue, batch, self.queues)))
+                return handles(
+                    self,
+                    await (
+                        stored(batch)
+                        if self._direct(batch)
+                        else enqueue_offering(enqueue, batch, self.queues)
+                    ),
+                )
 
             async def innermost(ctx: MiddlewareContext) -> None:
                 assert isinstance(ctx, EnqueueContext)
                 # Again: middleware may have changed or added jobs.
                 ctx.jobs_out = await enqueue_offering(
-                    enqueue, self.queues.apply(self.claim_check.checked(ctx.jobs_in)), self.queues)
+                    enqueue, self.queues.apply(self.claim_check.checked(ctx.jobs_in)), self.queues
+                )
 
             call = EnqueueContext(jobs_in=list(batch))
             await run_chain(self.middleware, call, innermost)
             return handles(self, call.jobs_out)
 
-    def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[JobHandle[Any]]:
+    def enqueue_many(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]:
         """Sync form of `enqueue_many_async`, for Django, Flask, scripts."""
         batch = self.queues.apply(self.claim_check.checked(jobs))
         # Middleware is async: it runs on the portal loop, with the caller's contextvars
         # (its span, say); so does a workflow. Else a blocking backend skips the portal hop.
-        if (connection is None and batch and not self.middleware and self._direct(batch)
-                and not any(new.depends_on for new in batch)):
+        if (
+            connection is None
+            and batch
+            and not self.middleware
+            and self._direct(batch)
+            and not any(new.depends_on for new in batch)
+        ):
             if self._sync_backend is None:
                 backend = self._sync_backend = self.portal.call(self.backend())
                 self._sync_blocking = backend if isinstance(backend, BlockingEnqueue) else None

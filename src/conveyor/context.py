@@ -14,8 +14,15 @@ from conveyor.backends.contract import Backend, CompleteInTransaction, Lease, Re
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.rules.idempotency_key import key_of
 from conveyor.model.job import Job
-from conveyor.once import (DEFAULT_CLAIM_LEASE, ONCE_NAMESPACE, AlreadyDone, Claimed, OnceStore,
-                   checked_ttl, once_key)
+from conveyor.once import (
+    DEFAULT_CLAIM_LEASE,
+    ONCE_NAMESPACE,
+    AlreadyDone,
+    Claimed,
+    OnceStore,
+    checked_ttl,
+    once_key,
+)
 from conveyor.model.outcomes import Retry
 from conveyor.rules.results import result_ttl_of
 from conveyor.rules.retry import RetryPolicy
@@ -42,8 +49,15 @@ def current_job() -> JobContext:
 
 
 class JobContext:
-    def __init__(self, job: Job, backend: Backend, loop: asyncio.AbstractEventLoop, worker_id: str,
-                 *, retention: float = DEFAULT_DEAD_RETENTION) -> None:
+    def __init__(
+        self,
+        job: Job,
+        backend: Backend,
+        loop: asyncio.AbstractEventLoop,
+        worker_id: str,
+        *,
+        retention: float = DEFAULT_DEAD_RETENTION,
+    ) -> None:
         self.job = job
         self.backend = backend
         self.loop = loop
@@ -97,8 +111,9 @@ class JobContext:
         """
         return key_of(self.job.id, self.job.meta)
 
-    async def checkpoint_async(self, state: Any, *, progress: float | None = None,
-                               message: str | None = None) -> None:
+    async def checkpoint_async(
+        self, state: Any, *, progress: float | None = None, message: str | None = None
+    ) -> None:
         """Store JSON progress durably, fenced by this attempt's lease."""
         encoded = json.dumps(state, allow_nan=False)
         prog = None if progress is None else json.dumps({"fraction": progress, "message": message})
@@ -107,8 +122,9 @@ class JobContext:
             raise StaleLease(f"job {self.id}: lease lost, checkpoint rejected")
         self.last_checkpoint = state
 
-    def checkpoint(self, state: Any, *, progress: float | None = None,
-                   message: str | None = None) -> None:
+    def checkpoint(
+        self, state: Any, *, progress: float | None = None, message: str | None = None
+    ) -> None:
         """Sync form, for handlers running in the worker's thread pool."""
         self._from_thread(self.checkpoint_async(state, progress=progress, message=message))
 
@@ -128,13 +144,20 @@ class JobContext:
             running = None
         if running is self.loop:
             coro.close()
-            raise RuntimeError("in an async handler, await the async form instead "
-                               "(ctx.checkpoint_async, ctx.once)")
+            raise RuntimeError(
+                "in an async handler, await the async form instead (ctx.checkpoint_async, ctx.once)"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     # --- once ------------------------------------------------------------------------
-    async def once(self, key: str, effect: Callable[[], Awaitable[T]], *,
-                   ttl: Duration | None = None, lease: Duration = DEFAULT_CLAIM_LEASE) -> T:
+    async def once(
+        self,
+        key: str,
+        effect: Callable[[], Awaitable[T]],
+        *,
+        ttl: Duration | None = None,
+        lease: Duration = DEFAULT_CLAIM_LEASE,
+    ) -> T:
         """Run `effect` unless it already ran to completion under `key`; return what
         it returned (then, or from the stored record when skipped).
 
@@ -166,14 +189,21 @@ class JobContext:
             await store.mark_done(claim, done, ttl_s)
         else:
             records = self._records_in_transaction()
-            if not await records.compare_and_set_record_in(conn, ONCE_NAMESPACE, key,
-                                                           claim.text, done, ttl_s):
+            if not await records.compare_and_set_record_in(
+                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+            ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))
         return result
 
-    def once_sync(self, key: str, effect: Callable[[], T], *, ttl: Duration | None = None,
-                  lease: Duration = DEFAULT_CLAIM_LEASE) -> T:
+    def once_sync(
+        self,
+        key: str,
+        effect: Callable[[], T],
+        *,
+        ttl: Duration | None = None,
+        lease: Duration = DEFAULT_CLAIM_LEASE,
+    ) -> T:
         """Sync form of `once`, for handlers running in the worker's thread pool.
 
         >>> receipt = current_job().once_sync(f"receipt:{order_id}", lambda: send(order_id))
@@ -194,20 +224,27 @@ class JobContext:
             self._from_thread(store.mark_done(claim, done, ttl_s))
         else:
             records = self._records_in_transaction()
-            if not records.compare_and_set_record_in_sync(conn, ONCE_NAMESPACE, key,
-                                                          claim.text, done, ttl_s):
+            if not records.compare_and_set_record_in_sync(
+                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+            ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))
         return result
 
-    def _once_args(self, key: str, ttl: Duration | None,
-                   lease: Duration) -> tuple[str, float, float]:
+    def _once_args(
+        self, key: str, ttl: Duration | None, lease: Duration
+    ) -> tuple[str, float, float]:
         key = once_key(key)
         lease_s = to_seconds(lease)
         if not 0 < lease_s < math.inf:
             raise ValueError(f"once({key!r}): lease must be a positive duration, got {lease!r}")
-        ttl_s = checked_ttl(key, None if ttl is None else to_seconds(ttl), self.retry_policy,
-                            self.job.max_attempts, self.retention)
+        ttl_s = checked_ttl(
+            key,
+            None if ttl is None else to_seconds(ttl),
+            self.retry_policy,
+            self.job.max_attempts,
+            self.retention,
+        )
         return key, ttl_s, lease_s
 
     def _once_store(self) -> OnceStore:
@@ -216,8 +253,9 @@ class JobContext:
     def _records_in_transaction(self) -> RecordsInTransaction:
         backend = self.backend
         if not isinstance(backend, RecordsInTransaction):  # transaction() refused already
-            raise ConfigurationError(f"{type(backend).__name__} cannot write records inside "
-                                     "a transaction")
+            raise ConfigurationError(
+                f"{type(backend).__name__} cannot write records inside a transaction"
+            )
         return backend
 
     async def _release_marked_in_transaction(self) -> None:
@@ -242,8 +280,8 @@ class JobContext:
         """
         try:
             async with self._transactional().complete_in_transaction(
-                    self.lease, json.dumps(result, allow_nan=False),
-                    result_ttl_of(self.job)) as conn:
+                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+            ) as conn:
                 self._open_transaction = conn
                 try:
                     yield conn
@@ -267,8 +305,8 @@ class JobContext:
         """
         try:
             with self._transactional().complete_in_transaction_sync(
-                    self.lease, json.dumps(result, allow_nan=False),
-                    result_ttl_of(self.job)) as conn:
+                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+            ) as conn:
                 self._open_transaction_sync = conn
                 try:
                     yield conn
@@ -301,6 +339,8 @@ class JobContext:
 
 
 def _claim_lost(key: str) -> str:
-    return (f"once({key!r}): the claim expired before the effect returned and the key was "
-            "taken again; rolled back so that the next attempt decides (give once() a lease "
-            "longer than the effect can take)")
+    return (
+        f"once({key!r}): the claim expired before the effect returned and the key was "
+        "taken again; rolled back so that the next attempt decides (give once() a lease "
+        "longer than the effect can take)"
+    )

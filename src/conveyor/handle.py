@@ -76,12 +76,17 @@ class JobHandle(Generic[R]):
                     # A result stored apart is read back (and checked) from the store.
                     return cast(R, await self.app.claim_check.result_value(job))
                 except ValueError:
-                    raise CorruptJob(f"job {job.id} completed, but its stored result cannot "
-                                     f"be read: {job.corrupt}") from None
+                    raise CorruptJob(
+                        f"job {job.id} completed, but its stored result cannot "
+                        f"be read: {job.corrupt}"
+                    ) from None
             if job.state in (JobState.DEAD, JobState.CANCELLED):
                 last = job.errors[-1] if job.errors else None
-                raise JobFailed(job.id, job.state.value,
-                                f"{last.type}: {last.message}" if last else "no error recorded")
+                raise JobFailed(
+                    job.id,
+                    job.state.value,
+                    f"{last.type}: {last.message}" if last else "no error recorded",
+                )
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"job {self.id} still {job.state.value} after {timeout}s")
@@ -109,8 +114,14 @@ class refusals_by_handle:  # noqa: N801 - used as a function: `with refusals_by_
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         if isinstance(error, QueueFull):
-            raise QueueFull(error.refused, [None if job is None else JobHandle(self.app, job)
-                                            for job in error.jobs]) from None
+            raise QueueFull(
+                error.refused,
+                [None if job is None else JobHandle(self.app, job) for job in error.jobs],
+            ) from None

@@ -56,8 +56,9 @@ def once_key(key: object) -> str:
         raise ValueError(f"once(): {exc}") from None
 
 
-def checked_ttl(key: str, ttl: float | None, policy: RetryPolicy, max_attempts: int,
-                retention: float) -> float:
+def checked_ttl(
+    key: str, ttl: float | None, policy: RetryPolicy, max_attempts: int, retention: float
+) -> float:
     """How long a done-mark lasts: `ttl`, or when None the least that is safe: until
     the job can no longer run again, i.e. its worst-case retry window plus the time
     a dead job is kept for a redrive. OnceWindowTooShort when `ttl` is below that."""
@@ -72,7 +73,8 @@ def checked_ttl(key: str, ttl: float | None, policy: RetryPolicy, max_attempts: 
             f"once({key!r}, ttl={_shown(ttl)}): the job may still run again after that: its "
             f"retries may wait up to {_shown(window)} over {max_attempts} attempts, and a dead "
             f"job is kept {_shown(retention)} for a redrive, so a later run would repeat the "
-            f"effect. Pass ttl >= {math.ceil(needed)} seconds, or leave ttl out for exactly that")
+            f"effect. Pass ttl >= {math.ceil(needed)} seconds, or leave ttl out for exactly that"
+        )
     return ttl
 
 
@@ -120,16 +122,20 @@ class OnceStore:
             if state == "done":
                 return AlreadyDone(key, record.get("result"))
             if state == "released":
-                if await self.records.compare_and_set_record(ONCE_NAMESPACE, key, current, mine,
-                                                             ttl=lease):
+                if await self.records.compare_and_set_record(
+                    ONCE_NAMESPACE, key, current, mine, ttl=lease
+                ):
                     return Claimed(key, mine)
                 continue
             if record.get("job") == self.job_id and record.get("fence") == self.fence:
-                raise RuntimeError(f"once({key!r}) is already running in this attempt; give "
-                                   "each effect of a job its own key")
+                raise RuntimeError(
+                    f"once({key!r}) is already running in this attempt; give "
+                    "each effect of a job its own key"
+                )
             until = record.get("until")
-            remaining = (until - self.clock() if isinstance(until, (int, float))
-                         else RECHECK_HELD_CLAIM)
+            remaining = (
+                until - self.clock() if isinstance(until, (int, float)) else RECHECK_HELD_CLAIM
+            )
             raise Snooze(min(max(remaining, _MIN_SNOOZE), RECHECK_HELD_CLAIM))
         raise Snooze(_MIN_SNOOZE)  # the record kept changing under us: look again soon
 
@@ -140,8 +146,12 @@ class OnceStore:
         try:
             return _encode({**base, "result": result})
         except (TypeError, ValueError) as exc:
-            log.warning("once(%r): the effect returned a value JSON cannot store (%s); a "
-                        "skipped call will return None", claim.key, exc)
+            log.warning(
+                "once(%r): the effect returned a value JSON cannot store (%s); a "
+                "skipped call will return None",
+                claim.key,
+                exc,
+            )
             return _encode({**base, "result": None})
 
     async def mark_done(self, claim: Claimed, done: str, ttl: float) -> None:
@@ -149,21 +159,27 @@ class OnceStore:
         key is taken again if free; if another attempt took it meanwhile, that one runs
         (or ran) the effect too, which is said loudly: the claim's lease was too short."""
         records = self.records
-        if await records.compare_and_set_record(ONCE_NAMESPACE, claim.key, claim.text, done,
-                                                ttl=ttl):
+        if await records.compare_and_set_record(
+            ONCE_NAMESPACE, claim.key, claim.text, done, ttl=ttl
+        ):
             return
         for _ in range(_CLAIM_TRIES):
             current = await records.get_record(ONCE_NAMESPACE, claim.key)
             state = None if current is None else _parse(claim.key, current).get("state")
             if state is None or state == "released":
-                if await records.compare_and_set_record(ONCE_NAMESPACE, claim.key, current,
-                                                        done, ttl=ttl):
+                if await records.compare_and_set_record(
+                    ONCE_NAMESPACE, claim.key, current, done, ttl=ttl
+                ):
                     return
                 continue
             break  # claimed or done by another attempt: it kept the key
-        log.warning("once(%r): the claim of job %s expired before the effect returned and "
-                    "another attempt took the key, so the effect ran twice or may; give "
-                    "once() a lease longer than the effect can take", claim.key, self.job_id)
+        log.warning(
+            "once(%r): the claim of job %s expired before the effect returned and "
+            "another attempt took the key, so the effect ran twice or may; give "
+            "once() a lease longer than the effect can take",
+            claim.key,
+            self.job_id,
+        )
 
     async def release(self, claim: Claimed, lease: float) -> None:
         """Free the key after the effect raised, if our claim is still there. A release
@@ -171,15 +187,26 @@ class OnceStore:
         effect's own error is the one to report."""
         released = _encode({"state": "released", "job": self.job_id, "fence": self.fence})
         try:
-            await self.records.compare_and_set_record(ONCE_NAMESPACE, claim.key, claim.text,
-                                                      released, ttl=lease)
+            await self.records.compare_and_set_record(
+                ONCE_NAMESPACE, claim.key, claim.text, released, ttl=lease
+            )
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log.warning("once(%r): could not free the key (%s); it frees itself in %gs",
-                        claim.key, exc, lease)
+            log.warning(
+                "once(%r): could not free the key (%s); it frees itself in %gs",
+                claim.key,
+                exc,
+                lease,
+            )
 
     def _claim_text(self, lease: float) -> str:
-        return _encode({"state": "claimed", "job": self.job_id, "fence": self.fence,
-                        "until": self.clock() + lease})
+        return _encode(
+            {
+                "state": "claimed",
+                "job": self.job_id,
+                "fence": self.fence,
+                "until": self.clock() + lease,
+            }
+        )
 
 
 def _parse(key: str, text: str) -> dict[str, Any]:
@@ -188,7 +215,9 @@ def _parse(key: str, text: str) -> dict[str, Any]:
     except ValueError:
         record = None
     if not isinstance(record, dict) or record.get("state") not in ("claimed", "done", "released"):
-        raise ValueError(f"once({key!r}): the record under that key ({text[:80]!r}) was not "
-                         f"written by once(); is namespace {ONCE_NAMESPACE!r} used for "
-                         "something else?")
+        raise ValueError(
+            f"once({key!r}): the record under that key ({text[:80]!r}) was not "
+            f"written by once(); is namespace {ONCE_NAMESPACE!r} used for "
+            "something else?"
+        )
     return record

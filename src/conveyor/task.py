@@ -39,10 +39,14 @@ def argument_checker(signature: inspect.Signature) -> Callable[..., None] | None
     checks an enqueue's arguments in C, where Signature.bind takes microseconds of
     Python on every enqueue. None when the signature cannot be written as source."""
     bare = signature.replace(
-        parameters=[p.replace(annotation=p.empty,
-                              default=p.empty if p.default is p.empty else _DefaultMarker())
-                    for p in signature.parameters.values()],
-        return_annotation=signature.empty)
+        parameters=[
+            p.replace(
+                annotation=p.empty, default=p.empty if p.default is p.empty else _DefaultMarker()
+            )
+            for p in signature.parameters.values()
+        ],
+        return_annotation=signature.empty,
+    )
     namespace: dict[str, Any] = {"_default": None}
     try:
         exec(f"def check{bare}: pass", namespace)  # noqa: S102 - names come from a real def
@@ -116,27 +120,33 @@ def make_options(
         meta={} if meta is None else dict(valid.meta(meta)),
         connection=connection,
         fairness_key=None if fairness_key is None else valid.name("fairness_key", fairness_key),
-        fairness_weight=None if fairness_weight is None
-        else valid.fairness_weight(fairness_weight),
+        fairness_weight=None if fairness_weight is None else valid.fairness_weight(fairness_weight),
         depends_on=tuple(job_id_of(parent) for parent in depends_on),
         allow_failure=allow_failure,
-        concurrency_key=None if concurrency_key is None
+        concurrency_key=None
+        if concurrency_key is None
         else valid.name("concurrency_key", concurrency_key),
-        concurrency_limit=None if concurrency_limit is None
+        concurrency_limit=None
+        if concurrency_limit is None
         else valid.concurrency_limit(concurrency_limit),
         result_ttl=None if result_ttl is None else result_ttl_seconds(result_ttl),
     )
 
 
-def key_templates(task_name: str, fn: Callable[..., Any], idempotency_key: str | None,
-                  fairness_key: str | None) -> dict[str, KeyTemplate | None]:
+def key_templates(
+    task_name: str, fn: Callable[..., Any], idempotency_key: str | None, fairness_key: str | None
+) -> dict[str, KeyTemplate | None]:
     """A task's argument templates (`idempotency_key=`, `fairness_key=`), checked
     against its signature: one template rule for both (conveyor.rules.idempotency_key)."""
     signature = inspect.signature(fn)
     try:
-        return {name: None if template is None else KeyTemplate(template, signature, name)
-                for name, template in (("idempotency_key", idempotency_key),
-                                       ("fairness_key", fairness_key))}
+        return {
+            name: None if template is None else KeyTemplate(template, signature, name)
+            for name, template in (
+                ("idempotency_key", idempotency_key),
+                ("fairness_key", fairness_key),
+            )
+        }
     except ValueError as exc:
         raise ConfigurationError(f"task {task_name}: {exc}") from None
 
@@ -149,8 +159,12 @@ def job_id_of(parent: Any) -> str:
     return valid.name("depends_on", job_id)
 
 
-def time_limits(task_name: str, timeout: Duration | None, soft_time_limit: Duration | None,
-                hard_time_limit: Duration | None) -> tuple[float | None, float | None]:
+def time_limits(
+    task_name: str,
+    timeout: Duration | None,
+    soft_time_limit: Duration | None,
+    hard_time_limit: Duration | None,
+) -> tuple[float | None, float | None]:
     """A task's (soft, hard) time limits in seconds, checked; `timeout=` is the soft one."""
     if timeout is not None and soft_time_limit is not None:
         raise ConfigurationError(f"task {task_name}: timeout= is soft_time_limit=; pass one")
@@ -163,7 +177,8 @@ def time_limits(task_name: str, timeout: Duration | None, soft_time_limit: Durat
     if soft_s is not None and hard_s is not None and hard_s <= soft_s:
         raise ConfigurationError(
             f"task {task_name}: hard_time_limit ({hard_s:g}s) must be longer than "
-            f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up")
+            f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up"
+        )
     return soft_s, hard_s
 
 
@@ -182,7 +197,9 @@ class TaskDefaults:
     claim_check_threshold: int | None = None
     max_payload: int | None = None
     redact: frozenset[str] = frozenset()  # argument keys masked wherever jobs are shown
-    rate_key: str | None = None  # the rate limit bucket its jobs spend from (conveyor.rules.rate_limits)
+    rate_key: str | None = (
+        None  # the rate limit bucket its jobs spend from (conveyor.rules.rate_limits)
+    )
     payload_hygiene: str | None = None  # "warn", "reject", "off"; None: the app's
     result_ttl: float | None = None  # seconds results are kept; None: with the job
 
@@ -196,10 +213,12 @@ class TaskApp(Protocol):
     def clock(self) -> Clock: ...
     @property
     def hygiene(self) -> PayloadHygiene: ...
-    def enqueue_many(self, jobs: Iterable[NewJob], *,
-                     connection: Any = None) -> list[JobHandle[Any]]: ...
-    async def enqueue_many_async(self, jobs: Iterable[NewJob], *,
-                                 connection: Any = None) -> list[JobHandle[Any]]: ...
+    def enqueue_many(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]: ...
+    async def enqueue_many_async(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]: ...
 
 
 class Task(Generic[P, R]):
@@ -210,7 +229,9 @@ class Task(Generic[P, R]):
     >>> send_welcome.enqueue(42)
     """
 
-    def __init__(self, app: TaskApp, fn: Callable[..., Any], name: str, defaults: TaskDefaults) -> None:
+    def __init__(
+        self, app: TaskApp, fn: Callable[..., Any], name: str, defaults: TaskDefaults
+    ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
@@ -221,8 +242,10 @@ class Task(Generic[P, R]):
         # Names of the positional parameters, to name positional arguments in the
         # hygiene check and in `redact=`.
         self.positional_names = tuple(
-            p.name for p in self.signature.parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+            p.name
+            for p in self.signature.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self._plain = BoundTask(self, _NO_OPTIONS)  # a call without options: most of them
@@ -302,17 +325,22 @@ class BoundTask(Generic[P, R]):
     def message(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         return self.job_of(args, kwargs)
 
-    def job_of(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-               takes_input: bool = False) -> NewJob:
+    def job_of(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], takes_input: bool = False
+    ) -> NewJob:
         """The job of this call; `takes_input`: a workflow step whose first argument
         comes from its parents when it runs (checked here as a placeholder)."""
         task, opts, d = self.task, self.opts, self.task.defaults
         checked = (None, *args) if takes_input else args
         task.validate(checked, kwargs)
-        task.app.hygiene.check(task.name, d.payload_hygiene, task.positional_names, checked,
-                               kwargs, d.redact)
-        meta = (dict(opts.meta) if d.idempotency_key is None else
-                {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)})
+        task.app.hygiene.check(
+            task.name, d.payload_hygiene, task.positional_names, checked, kwargs, d.redact
+        )
+        meta = (
+            dict(opts.meta)
+            if d.idempotency_key is None
+            else {**opts.meta, IDEMPOTENCY_META_KEY: d.idempotency_key.render(args, kwargs)}
+        )
         if d.redact:
             meta[REDACT_META_KEY] = redact_meta(d.redact, task.positional_names, len(args))
         fairness_key = opts.fairness_key
@@ -327,8 +355,9 @@ class BoundTask(Generic[P, R]):
         run_at = opts.run_at
         if opts.delay is not None:
             run_at = task.app.clock() + opts.delay
-        key, limit = job_concurrency(d.concurrency, opts.concurrency_key, opts.concurrency_limit,
-                                     args, kwargs)
+        key, limit = job_concurrency(
+            d.concurrency, opts.concurrency_key, opts.concurrency_limit, args, kwargs
+        )
         return NewJob(
             id=new_job_id() if opts.job_id is None else opts.job_id,
             task=task.name,
@@ -351,8 +380,9 @@ class BoundTask(Generic[P, R]):
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        return self.task.app.enqueue_many([self.message(*args, **kwargs)],
-                                          connection=self.opts.connection)[0]
+        return self.task.app.enqueue_many(
+            [self.message(*args, **kwargs)], connection=self.opts.connection
+        )[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         handles = await self.task.app.enqueue_many_async(

@@ -28,15 +28,25 @@ class WorkerProcess:
     """`conveyor worker` in its own process group, so a kill reaches every child."""
 
     def __init__(self, url: str, runs_log: Path, *args: str) -> None:
-        env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
-               "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = {
+            **os.environ,
+            "CONVEYOR_URL": url,
+            "RUNS_LOG": str(runs_log),
+            "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        }
         # Output goes to a file: a pipe nobody reads could fill and block the worker.
-        self.log_path = runs_log.with_name(f"worker-{len(list(runs_log.parent.glob('worker-*')))}.log")
+        self.log_path = runs_log.with_name(
+            f"worker-{len(list(runs_log.parent.glob('worker-*')))}.log"
+        )
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "conveyor", "worker", "jobs_app:app", *args],
-                env=env, cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, text=True,
+                env=env,
+                cwd=HERE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                text=True,
             )
 
     def signal(self, sig: int) -> None:
@@ -87,7 +97,9 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while text not in self.output():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} not in worker output after {timeout}s:\n{self.output()}")
+                raise AssertionError(
+                    f"{text!r} not in worker output after {timeout}s:\n{self.output()}"
+                )
             time.sleep(0.02)
 
     def kill(self) -> None:
@@ -115,6 +127,7 @@ def _write_lock_is_free(path: str) -> bool:
 
 def announced(url: str) -> dict[str, str]:
     """Worker id -> liveness token, for every worker whose record names one."""
+
     async def read() -> dict[str, str]:
         app = Conveyor(url)
         try:

@@ -27,8 +27,9 @@ def work(seconds: float) -> str:
     return f"attempt {current_job().attempt}"
 
 
-@app.task(name="limited", queue="limited",
-          rate_limit=Limit(LIMITED_RATE, per=1.0, burst=LIMITED_BURST))
+@app.task(
+    name="limited", queue="limited", rate_limit=Limit(LIMITED_RATE, per=1.0, burst=LIMITED_BURST)
+)
 def limited() -> None:
     record("start")
 
@@ -71,8 +72,13 @@ def hang_keyed(user: int, seconds: float) -> None:
 if os.environ.get("PERIODIC_EVERY"):
     # Only for tests/acceptance/test_scheduler_processes.py: the other acceptance
     # tests count jobs and must not see scheduled ones.
-    @app.periodic(every=int(os.environ["PERIODIC_EVERY"]), name="tick", misfire="all",
-                  max_catch_up=100, overlap="allow")
+    @app.periodic(
+        every=int(os.environ["PERIODIC_EVERY"]),
+        name="tick",
+        misfire="all",
+        max_catch_up=100,
+        overlap="allow",
+    )
     @app.task(name="tick")
     def tick() -> None:
         record("tick")
@@ -112,22 +118,34 @@ def kept_briefly(value: str) -> str:
 app.breaker("downstream", failures=3, window=60, cooldown=2.0)
 
 
-@app.task(name="call_downstream", queue="downstream", breaker="downstream", max_attempts=100,
-          backoff_base=0.05, backoff_cap=0.2)
+@app.task(
+    name="call_downstream",
+    queue="downstream",
+    breaker="downstream",
+    max_attempts=100,
+    backoff_base=0.05,
+    backoff_cap=0.2,
+)
 def call_downstream() -> None:
     """One request per attempt, naming the attempt and when it was claimed; an HTTP
     error (an OSError: transient) counts against the breaker."""
     job = current_job()
-    query = urllib.parse.urlencode({"job": job.id, "attempt": job.attempt,
-                                    "claimed": repr(job.job.started_at)})
+    query = urllib.parse.urlencode(
+        {"job": job.id, "attempt": job.attempt, "claimed": repr(job.job.started_at)}
+    )
     with urllib.request.urlopen(f"{os.environ['DOWNSTREAM_URL']}?{query}", timeout=10):
         pass
 
 
 # test_adaptive_processes.py: calls to a downstream of fixed capacity (its address in
 # $DOWNSTREAM_URL), which answers 429 past it; urllib's HTTPError carries the status.
-@app.task(name="adaptive_call", max_attempts=1000, backoff_base=0.05, backoff_cap=0.2,
-          adaptive=Adaptive(min=1, max=40, start=6, window=1.0))
+@app.task(
+    name="adaptive_call",
+    max_attempts=1000,
+    backoff_base=0.05,
+    backoff_cap=0.2,
+    adaptive=Adaptive(min=1, max=40, start=6, window=1.0),
+)
 def adaptive_call() -> None:
     with urllib.request.urlopen(os.environ["DOWNSTREAM_URL"], timeout=30) as response:
         response.read()

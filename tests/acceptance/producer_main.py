@@ -12,8 +12,13 @@ import sys
 from conveyor.model.errors import QueueFull
 from jobs_app import app, work
 
-queue, n, most, on_full, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
-    sys.argv[5]
+queue, n, most, on_full, name = (
+    sys.argv[1],
+    int(sys.argv[2]),
+    int(sys.argv[3]),
+    sys.argv[4],
+    sys.argv[5],
+)
 app.queue(queue, max_waiting=most, on_full=on_full, block_timeout=60)  # type: ignore[arg-type]
 bound = work.options(queue=queue)
 stored, refused, depths = [], [], []

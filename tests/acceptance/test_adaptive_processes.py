@@ -38,7 +38,6 @@ class Downstream(ThreadingHTTPServer):
         self.refused: list[float] = []
 
 
-
 class _Handler(BaseHTTPRequestHandler):
     server: Downstream
 
@@ -68,8 +67,9 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def downstream() -> Iterator[Downstream]:
     server = Downstream()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield server
     server.shutdown()
@@ -77,8 +77,12 @@ def downstream() -> Iterator[Downstream]:
 
 
 def test_worker_processes_settle_near_the_downstreams_capacity(
-        url: str, runs: Runs, workers: list[WorkerProcess], downstream: Downstream,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    url: str,
+    runs: Runs,
+    workers: list[WorkerProcess],
+    downstream: Downstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from jobs_app import adaptive_call
 
     app = Conveyor(url)
@@ -91,5 +95,6 @@ def test_worker_processes_settle_near_the_downstreams_capacity(
     for _ in range(2):
         workers.append(WorkerProcess(url, runs.path, "-c", "16"))
     time.sleep(WARM_UP + MEASURED)  # the test's span, not a synchronisation
-    assert_near_capacity(downstream.served, downstream.refused, start + WARM_UP, MEASURED,
-                         CAPACITY / SERVICE)
+    assert_near_capacity(
+        downstream.served, downstream.refused, start + WARM_UP, MEASURED, CAPACITY / SERVICE
+    )

@@ -56,8 +56,15 @@ class Downstream:
                 with downstream.lock:
                     downstream.first = downstream.first or now
                     status = 503 if now < downstream.first + OUTAGE else 200
-                    downstream.hits.append(Hit(now, query["job"][0], int(query["attempt"][0]),
-                                               float(query["claimed"][0]), status))
+                    downstream.hits.append(
+                        Hit(
+                            now,
+                            query["job"][0],
+                            int(query["attempt"][0]),
+                            float(query["claimed"][0]),
+                            status,
+                        )
+                    )
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -108,24 +115,30 @@ def wait(check: object, timeout: float, what: str) -> None:
 
 
 def test_a_breaker_holds_a_failing_downstreams_jobs_across_processes(
-        url: str, runs: Runs, workers: list[WorkerProcess], downstream: Downstream) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess], downstream: Downstream
+) -> None:
     from jobs_app import call_downstream, work
 
     app = Conveyor(url)
     try:
-        calls = [h.id for h in app.enqueue_many([call_downstream.message()
-                                                 for _ in range(JOBS)])]
+        calls = [h.id for h in app.enqueue_many([call_downstream.message() for _ in range(JOBS)])]
         for _ in range(2):
             workers.append(WorkerProcess(url, runs.path, "-q", "downstream,default", "-c", "4"))
         wait(lambda: breaker_state(url).state == OPEN, 30, "the breaker open")
         # Other tasks' jobs run while it is open: all of them before the downstream is back.
         others = [h.id for h in app.enqueue_many([work.message(0.0) for _ in range(20)])]
-        wait(lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others), 30,
-             "the other task's jobs completed")
+        wait(
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others),
+            30,
+            "the other task's jobs completed",
+        )
         recovered_at = downstream.recovered_at()
         assert recovered_at is not None and time.time() < recovered_at
-        wait(lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls), 60,
-             "the backlog drained after the recovery")
+        wait(
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls),
+            60,
+            "the backlog drained after the recovery",
+        )
     finally:
         app.close()
     state = breaker_state(url)

@@ -21,7 +21,8 @@ ROUNDS = 25
 
 
 def test_chord_callback_runs_once_when_the_last_two_members_complete_at_once(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     from jobs_app import app, chord_callback, chord_member
 
     for _ in range(2):
@@ -30,8 +31,9 @@ def test_chord_callback_runs_once_when_the_last_two_members_complete_at_once(
     try:
         for n in range(ROUNDS):
             name = f"r{n}"
-            flow = chord(group(chord_member.s(name, 1), chord_member.s(name, 2)),
-                         chord_callback.s(name))
+            flow = chord(
+                group(chord_member.s(name, 1), chord_member.s(name, 2)), chord_callback.s(name)
+            )
             handle = flow.enqueue()
             assert handle.result(timeout=60) == [1, 2], n
             members = [e for e in runs.events() if e[0] == f"member-{name}"]

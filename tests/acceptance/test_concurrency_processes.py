@@ -53,22 +53,33 @@ def one_after_the_other(events: list[Event], first: str, then: str) -> bool:
 def all_done(url: str, ids: list[str], timeout: float = 120.0) -> None:
     app = Conveyor(url)
     try:
-        poll(lambda: all(app.jobs.get(i).state is JobState.COMPLETED  # type: ignore[union-attr]
-                         for i in ids), timeout, f"{len(ids)} jobs to complete", interval=0.1)
+        poll(
+            lambda: all(
+                app.jobs.get(i).state is JobState.COMPLETED  # type: ignore[union-attr]
+                for i in ids
+            ),
+            timeout,
+            f"{len(ids)} jobs to complete",
+            interval=0.1,
+        )
     except AssertionError as exc:
         jobs = [app.jobs.get(i) for i in ids]
-        raise AssertionError(f"{exc}: {[(j.id, j.state.value, j.attempt, j.worker_id) for j in jobs if j]}"
-                             ) from None
+        raise AssertionError(
+            f"{exc}: {[(j.id, j.state.value, j.attempt, j.worker_id) for j in jobs if j]}"
+        ) from None
     finally:
         app.close()
 
 
 def test_worker_processes_never_run_more_than_a_keys_limit(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     from jobs_app import capped, per_user
 
-    by_user = {user: enqueue(url, lambda u=user: [per_user.message(u, 0.1) for _ in range(12)])
-               for user in (1, 2, 3)}
+    by_user = {
+        user: enqueue(url, lambda u=user: [per_user.message(u, 0.1) for _ in range(12)])
+        for user in (1, 2, 3)
+    }
     task_jobs = enqueue(url, lambda: [capped.message(0.1) for _ in range(15)])
     for _ in range(3):
         workers.append(WorkerProcess(url, runs.path, "-c", "4"))
@@ -82,14 +93,16 @@ def test_worker_processes_never_run_more_than_a_keys_limit(
     assert len({e.pid for e in events}) > 1  # the key was shared across processes
 
 
-def a_key_held(url: str, runs: Runs, workers: list[WorkerProcess], user: int,
-               *worker_args: str) -> tuple[str, str, WorkerProcess]:
+def a_key_held(
+    url: str, runs: Runs, workers: list[WorkerProcess], user: int, *worker_args: str
+) -> tuple[str, str, WorkerProcess]:
     """Two jobs of one key of limit 1, the first hanging on its first attempt in a
     worker started here: (that job, the one waiting for its slot, the worker)."""
     from jobs_app import hang_keyed
 
-    [held, waiting] = enqueue(url, lambda: [hang_keyed.message(user, 120.0),
-                                              hang_keyed.message(user, 0.0)])
+    [held, waiting] = enqueue(
+        url, lambda: [hang_keyed.message(user, 120.0), hang_keyed.message(user, 0.0)]
+    )
     holder = WorkerProcess(url, runs.path, *worker_args)
     workers.append(holder)
     runs.wait_for("start", 1)
@@ -108,7 +121,8 @@ def ran_again_then_the_other(url: str, runs: Runs, held: str, waiting: str) -> l
 
 
 def test_a_killed_workers_slot_comes_back_at_once(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     held, waiting, victim = a_key_held(url, runs, workers, 42, "-c", "4", "--lease", "30")
     other = WorkerProcess(url, runs.path, "-c", "4", "--lease", "30")
     workers.append(other)
@@ -122,7 +136,8 @@ def test_a_killed_workers_slot_comes_back_at_once(
 
 
 def test_a_frozen_workers_slot_comes_back_with_its_lease(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     """SIGSTOP keeps the frozen worker's liveness signal held, so only its lease (3 s)
     ending gives the slot back."""
     held, waiting, frozen = a_key_held(url, runs, workers, 7, "-c", "2", "--lease", "3")
@@ -145,9 +160,9 @@ def test_a_frozen_workers_slot_comes_back_with_its_lease(
 
 
 def test_a_pool_gives_a_dead_childs_slot_back_at_once(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
-    held, waiting, pool = a_key_held(url, runs, workers, 9, "-p", "2", "-c", "2",
-                                     "--lease", "60")
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
+    held, waiting, pool = a_key_held(url, runs, workers, 9, "-p", "2", "-c", "2", "--lease", "60")
     [first] = read_runs(runs.path)
     assert first.pid != pool.proc.pid  # a child runs it
     killed_at = time.time()

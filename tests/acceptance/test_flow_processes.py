@@ -40,16 +40,23 @@ def claimed_by_queue(url: str) -> Counter[str]:
     """Jobs that left `available`, by queue."""
     app = Conveyor(url)
     try:
-        return Counter({queue: app.jobs.count(make_filter(states=[s for s in JobState
-                                                                  if s is not JobState.AVAILABLE],
-                                                          queues=[queue]))
-                        for queue in WEIGHTS})
+        return Counter(
+            {
+                queue: app.jobs.count(
+                    make_filter(
+                        states=[s for s in JobState if s is not JobState.AVAILABLE], queues=[queue]
+                    )
+                )
+                for queue in WEIGHTS
+            }
+        )
     finally:
         app.close()
 
 
 def test_two_weighted_workers_share_1000_claims_by_weight(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     for queue in WEIGHTS:
         enqueue(url, queue, 0.02, 800)  # every queue flooded past what 1000 claims take
     spec = ",".join(f"{q}={w}" for q, w in WEIGHTS.items())
@@ -66,7 +73,8 @@ def test_two_weighted_workers_share_1000_claims_by_weight(
 
 
 def test_a_slow_bulk_backlog_never_holds_up_critical(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     bulk = enqueue(url, "bulk", 120.0, 10)  # far slower than the test
     worker = WorkerProcess(url, runs.path, "-q", "critical=3,bulk=1", "-c", "4")
     workers.append(worker)
@@ -87,7 +95,8 @@ def test_a_slow_bulk_backlog_never_holds_up_critical(
 
 
 def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     """200 priority-10 jobs due 1,000 s ago, one a second, and a priority-0 job due
     1,500.5 s ago, with aging 60 s: it ranks as if due 1,500.5 - 0 * 60 s ago, the 10s
     as if due 1,600 - i s ago, so it comes 101st (half a second apart from its
@@ -100,11 +109,15 @@ def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
         producer.queue("aged", aging=60)
         producer.jobs.pause("aged")
         now = time.time()
-        flood = producer.enqueue_many([work.options(queue="aged", priority=10,
-                                                    run_at=now - 1000 + i).message(0.01)
-                                       for i in range(200)])
-        [low] = producer.enqueue_many([work.options(queue="aged", priority=0,
-                                                    run_at=now - 1500.5).message(0.01)])
+        flood = producer.enqueue_many(
+            [
+                work.options(queue="aged", priority=10, run_at=now - 1000 + i).message(0.01)
+                for i in range(200)
+            ]
+        )
+        [low] = producer.enqueue_many(
+            [work.options(queue="aged", priority=0, run_at=now - 1500.5).message(0.01)]
+        )
         assert producer.jobs.get(low.id).aging == 60
         for _ in range(2):
             workers.append(WorkerProcess(url, runs.path, "-q", "aged", "-c", "2"))
@@ -142,15 +155,34 @@ def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
             assert earlier[-1] < later[0], (earlier, later)
 
 
-def producers(url: str, queue: str, n: int, most: int, on_full: str, count: int
-              ) -> list[subprocess.Popen[str]]:
+def producers(
+    url: str, queue: str, n: int, most: int, on_full: str, count: int
+) -> list[subprocess.Popen[str]]:
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "CONVEYOR_URL": url,
-           "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return [subprocess.Popen([sys.executable, str(here / "producer_main.py"), queue, str(n),
-                              str(most), on_full, f"p{k}"], env=env, cwd=here,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for k in range(count)]
+    env = {
+        **os.environ,
+        "CONVEYOR_URL": url,
+        "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(here / "producer_main.py"),
+                queue,
+                str(n),
+                str(most),
+                on_full,
+                f"p{k}",
+            ],
+            env=env,
+            cwd=here,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(count)
+    ]
 
 
 def results(procs: list[subprocess.Popen[str]]) -> list[dict[str, list]]:  # type: ignore[type-arg]
@@ -176,7 +208,8 @@ def test_producer_processes_never_overfill_a_bounded_queue(url: str) -> None:
 
 
 def test_blocked_producers_wait_for_a_worker_to_make_room(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     procs = producers(url, "bounded", 50, 10, "block", 3)
     workers.append(WorkerProcess(url, runs.path, "-q", "bounded", "-c", "4"))
     done = results(procs)
@@ -186,7 +219,8 @@ def test_blocked_producers_wait_for_a_worker_to_make_room(
 
 
 def test_a_newcomer_tenant_waits_a_bounded_number_of_claims_behind_a_backlog(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     """Tenant fairness with two worker processes of two slots: a tenant with 1,000
     queued jobs, claims under way, then a tenant with 10. By the rule (two keys) the
     newcomer's m-th job is claimed within 2m claims of its enqueue, so at most 10 of the
@@ -197,15 +231,27 @@ def test_a_newcomer_tenant_waits_a_bounded_number_of_claims_behind_a_backlog(
 
     app = Conveyor(url)
     try:
-        big = [h.id for h in app.enqueue_many([
-            work.options(queue="fair", fairness_key="tenant:big").message(0.02)
-            for _ in range(1000)])]
+        big = [
+            h.id
+            for h in app.enqueue_many(
+                [
+                    work.options(queue="fair", fairness_key="tenant:big").message(0.02)
+                    for _ in range(1000)
+                ]
+            )
+        ]
         for _ in range(2):
             workers.append(WorkerProcess(url, runs.path, "-q", "fair", "-c", "2"))
         runs.wait_for("start", 100, timeout=60)
-        small = [h.id for h in app.enqueue_many([
-            work.options(queue="fair", fairness_key="tenant:small").message(0.0)
-            for _ in range(10)])]
+        small = [
+            h.id
+            for h in app.enqueue_many(
+                [
+                    work.options(queue="fair", fairness_key="tenant:small").message(0.0)
+                    for _ in range(10)
+                ]
+            )
+        ]
         # The newcomer's jobs are visible from here on. Their created_at is read before
         # the enqueue waits for its write (SQLite's lock, PostgreSQL's commit), so claims
         # that committed in that wait, which could not see them, would look later than it.
@@ -218,15 +264,19 @@ def test_a_newcomer_tenant_waits_a_bounded_number_of_claims_behind_a_backlog(
     finally:
         app.close()
     last_start = max(jobs[i].started_at for i in small)
-    between = [i for i in big if jobs[i].started_at is not None
-               and visible_at <= jobs[i].started_at <= last_start]
+    between = [
+        i
+        for i in big
+        if jobs[i].started_at is not None and visible_at <= jobs[i].started_at <= last_start
+    ]
     assert len(between) <= 10 + 4, len(between)
     # The backlog was still there: most of it started after the newcomer's last job.
     assert sum(jobs[i].started_at is None or jobs[i].started_at > last_start for i in big) > 500
 
 
 def test_four_worker_processes_hold_a_rate_limit_over_every_10_s_window(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     """A backlog of 400 jobs limited to 20 a second (burst 5), four processes of four
     slots each: over every 10 s window from the first claim to the last, the claims
     are within 5 % of 200."""
@@ -244,10 +294,15 @@ def test_four_worker_processes_hold_a_rate_limit_over_every_10_s_window(
         worker.kill()
     reader = Conveyor(url)
     try:
-        claimed = reader.jobs.list(make_filter(queues=["limited"], states=[
-            s for s in JobState if s is not JobState.AVAILABLE]), limit=1000)
-        waiting = reader.jobs.list(make_filter(queues=["limited"], states=["available"]),
-                                   limit=1000)
+        claimed = reader.jobs.list(
+            make_filter(
+                queues=["limited"], states=[s for s in JobState if s is not JobState.AVAILABLE]
+            ),
+            limit=1000,
+        )
+        waiting = reader.jobs.list(
+            make_filter(queues=["limited"], states=["available"]), limit=1000
+        )
     finally:
         reader.close()
     assert waiting and all(job.attempt == 0 for job in waiting)  # the backlog never ran dry
@@ -262,4 +317,10 @@ def test_four_worker_processes_hold_a_rate_limit_over_every_10_s_window(
         t += 0.05
     gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
     assert counts and all(abs(n - expected) <= 0.05 * expected for n in counts), (
-        min(counts), max(counts), LIMITED_BURST, gaps[-20:], len(starts), starts[-1] - starts[0])
+        min(counts),
+        max(counts),
+        LIMITED_BURST,
+        gaps[-20:],
+        len(starts),
+        starts[-1] - starts[0],
+    )

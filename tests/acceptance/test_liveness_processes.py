@@ -34,6 +34,7 @@ def enqueue(url: str, task: str, seconds: float, n: int) -> list[str]:
 def finished_jobs(url: str, ids: list[str], timeout: float = 60.0) -> dict[str, Job]:
     app = Conveyor(url)
     try:
+
         def all_finished() -> dict[str, Job] | None:
             jobs = {job_id: app.jobs.get(job_id) for job_id in ids}
             done = {k: j for k, j in jobs.items() if j is not None and j.is_finished}

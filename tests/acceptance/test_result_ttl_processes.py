@@ -18,14 +18,17 @@ from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 
-PRUNE = ("import asyncio\n"
-         "from jobs_app import app\n"
-         "asyncio.run(app.admin.prune(completed_before=0, dead_before=0))\n"
-         "app.close()\n")
+PRUNE = (
+    "import asyncio\n"
+    "from jobs_app import app\n"
+    "asyncio.run(app.admin.prune(completed_before=0, dead_before=0))\n"
+    "app.close()\n"
+)
 
 
 def test_a_result_expires_after_its_ttl_and_a_prune_in_another_process_clears_it(
-        url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     from jobs_app import app, kept_briefly
 
     workers.append(WorkerProcess(url, runs.path, "-c", "1", "--poll", "0.05"))
@@ -46,10 +49,12 @@ def test_a_result_expires_after_its_ttl_and_a_prune_in_another_process_clears_it
                 break
             assert time.monotonic() < deadline, "the result never expired"
             time.sleep(0.05)
-        env = {**os.environ, "CONVEYOR_URL": url,
-               "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        subprocess.run([sys.executable, "-c", PRUNE], env=env, cwd=HERE, check=True,
-                       timeout=60)
+        env = {
+            **os.environ,
+            "CONVEYOR_URL": url,
+            "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        }
+        subprocess.run([sys.executable, "-c", PRUNE], env=env, cwd=HERE, check=True, timeout=60)
         job = handle.refresh()
         assert job.state is JobState.COMPLETED and job.result is None
         with pytest.raises(ResultExpired):

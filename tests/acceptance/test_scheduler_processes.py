@@ -20,18 +20,27 @@ from conveyor.backends.contract import JobFilter
 pytestmark = pytest.mark.slow
 
 
-
 def test_four_schedulers_in_real_processes_fire_each_second_once(
     url: str, runs: Runs, workers: list[WorkerProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PERIODIC_EVERY", "1")
     for _ in range(3):
         workers.append(WorkerProcess(url, runs.path))
-    env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs.path),
-           "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    alone = subprocess.Popen([sys.executable, "-m", "conveyor", "scheduler", "jobs_app:app"],
-                             env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True, text=True)
+    env = {
+        **os.environ,
+        "CONVEYOR_URL": url,
+        "RUNS_LOG": str(runs.path),
+        "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    alone = subprocess.Popen(
+        [sys.executable, "-m", "conveyor", "scheduler", "jobs_app:app"],
+        env=env,
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
     try:
         runs.wait_for("tick", 6, timeout=60)
     finally:
@@ -47,8 +56,14 @@ def test_four_schedulers_in_real_processes_fire_each_second_once(
     enqueued = asyncio.run(tick_jobs(url))
     assert set(executions) <= set(enqueued)
     # Ids are cron:tick:<UTC second>: consecutive seconds, none missing, none twice.
-    seconds = sorted(int(datetime.strptime(job_id, "cron:tick:%Y-%m-%dT%H:%M:%SZ")
-                         .replace(tzinfo=timezone.utc).timestamp()) for job_id in enqueued)
+    seconds = sorted(
+        int(
+            datetime.strptime(job_id, "cron:tick:%Y-%m-%dT%H:%M:%SZ")
+            .replace(tzinfo=timezone.utc)
+            .timestamp()
+        )
+        for job_id in enqueued
+    )
     assert seconds == list(range(seconds[0], seconds[0] + len(seconds)))
 
 

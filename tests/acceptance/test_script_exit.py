@@ -40,8 +40,9 @@ print("enqueued")
 
 
 def _run_script(url: str, ending: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", SCRIPT, url, ending], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, url, ending], capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("ending", ["exit", "close", "async"])
@@ -64,16 +65,23 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("scheme", ["postgresql", "redis"])
 def test_unreachable_backend_is_one_line(scheme: str) -> None:
     port = _closed_port()
-    url = (f"postgresql://postgres@127.0.0.1:{port}/test?timeout=1" if scheme == "postgresql"
-           else f"redis://127.0.0.1:{port}/0")
+    url = (
+        f"postgresql://postgres@127.0.0.1:{port}/test?timeout=1"
+        if scheme == "postgresql"
+        else f"redis://127.0.0.1:{port}/0"
+    )
     done = _run_script(url, "exit")
     assert done.returncode == 1 and done.stdout == ""
     [line] = done.stderr.splitlines()
     assert line.startswith("BackendUnavailable: ") and f"127.0.0.1:{port}" in line, line
     assert "refused" in line or "Connect call failed" in line, line  # what the driver said
 
-    cli = subprocess.run([sys.executable, "-m", "conveyor", "stats", "--url", url],
-                         capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "conveyor", "stats", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 1 and cli.stdout == ""
     [line] = cli.stderr.splitlines()
     assert line.startswith("conveyor: error: ") and f"127.0.0.1:{port}" in line, line

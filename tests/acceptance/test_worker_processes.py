@@ -16,7 +16,6 @@ from conveyor.model.job import JobState
 pytestmark = pytest.mark.slow
 
 
-
 def enqueue(url: str, *seconds: float) -> list[str]:
     from jobs_app import work  # the same task the workers run
 
@@ -51,7 +50,8 @@ def test_sigkill_mid_job_loses_nothing(url: str, runs: Runs, workers: list[Worke
     first.signal(signal.SIGKILL)
     first.wait(10)
     in_flight_at_kill = {e[1] for e in runs.events() if e[0] == "start"} - {
-        e[1] for e in runs.events() if e[0] == "finish"}
+        e[1] for e in runs.events() if e[0] == "finish"
+    }
     assert in_flight_at_kill, "the kill must land while jobs run"
     second = WorkerProcess(url, runs.path, "-c", "4", "--lease", "1.5")
     workers.append(second)
@@ -70,10 +70,14 @@ def test_sigkill_mid_job_loses_nothing(url: str, runs: Runs, workers: list[Worke
         # worker took to start: the victim's liveness signal (while its record lasts)
         # or its lease (1.5 s); test_liveness_processes.py times the first.
         assert job.attempt == 2 and [e.type for e in job.errors] in (  # type: ignore[attr-defined]
-            ["WorkerLost"], ["LeaseExpired"])
+            ["WorkerLost"],
+            ["LeaseExpired"],
+        )
 
 
-def test_stalled_worker_late_ack_is_fenced(url: str, runs: Runs, workers: list[WorkerProcess]) -> None:
+def test_stalled_worker_late_ack_is_fenced(
+    url: str, runs: Runs, workers: list[WorkerProcess]
+) -> None:
     [job_id] = enqueue(url, 2.0)
     stalled = WorkerProcess(url, runs.path, "-c", "1", "--lease", "1")
     workers.append(stalled)

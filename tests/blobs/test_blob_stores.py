@@ -35,9 +35,11 @@ def s3_endpoint() -> Iterator[str]:
     """moto's S3 server in its own process; a bucket per test."""
     pytest.importorskip("moto.server", reason="moto[server] is a dev dependency")
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -56,8 +58,11 @@ def s3_endpoint() -> Iterator[str]:
 @pytest.fixture
 def s3_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     # moto accepts any credentials; boto3 wants some to sign with.
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         monkeypatch.setenv(name, value)
 
 
@@ -74,8 +79,9 @@ STORES = ["directory", "memory", "postgres", "redis", "s3"]
 
 
 @pytest.fixture(params=STORES)
-async def store(request: pytest.FixtureRequest, tmp_path: Path,
-                clock: ManualClock) -> AsyncIterator[BlobStore]:
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[BlobStore]:
     kind = str(request.param)
     if kind == "directory":
         yield blob_store_from_url(f"file://{tmp_path / 'blobs'}", clock)
@@ -130,8 +136,9 @@ async def test_deleting_a_kind_of_blob_keeps_the_jobs_others(store: BlobStore) -
 
 
 async def test_a_sqlite_app_with_an_s3_store_runs_big_jobs(tmp_path: Path, s3_url: str) -> None:
-    app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}", claim_check_threshold=100,
-                   blob_store=s3_url)
+    app = Conveyor(
+        f"sqlite:///{tmp_path / 'jobs.db'}", claim_check_threshold=100, blob_store=s3_url
+    )
     seen: list[int] = []
 
     @app.task(name="s3.size")

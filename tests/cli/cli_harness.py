@@ -46,9 +46,12 @@ class WorkerProcess:
     def wait_for_log(self, fragment: str, timeout: float = 20.0) -> None:
         def seen() -> bool:
             if self.proc.poll() is not None and fragment not in self.log():
-                raise AssertionError(f"worker exited ({self.proc.returncode}) before "
-                                     f"logging {fragment!r}:\n{self.log()}")
+                raise AssertionError(
+                    f"worker exited ({self.proc.returncode}) before "
+                    f"logging {fragment!r}:\n{self.log()}"
+                )
             return fragment in self.log()
+
         wait_until(seen, f"worker log {fragment!r}", timeout)
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
@@ -79,10 +82,17 @@ class Cli:
     def command(self) -> list[str]:
         return [sys.executable, "-m", "conveyor"]
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None,
-                 timeout: float = 60.0) -> Result:
-        done = subprocess.run([*self.command(), *args], cwd=HERE, env=env or self.env,
-                              capture_output=True, text=True, timeout=timeout)
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> Result:
+        done = subprocess.run(
+            [*self.command(), *args],
+            cwd=HERE,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         return Result(args, done.returncode, done.stdout, done.stderr)
 
     def json(self, *args: str) -> Any:
@@ -98,8 +108,13 @@ class Cli:
     def start_worker(self, *args: str, app: str = "example_app:app") -> WorkerProcess:
         log_path = self.tmp_path / f"worker-{len(self.workers)}.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*self.command(), "worker", app, *args],
-                                    cwd=HERE, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [*self.command(), "worker", app, *args],
+                cwd=HERE,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         worker = WorkerProcess(proc, log_path)
         self.workers.append(worker)
         return worker

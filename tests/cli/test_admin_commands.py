@@ -22,8 +22,10 @@ def make_dead(cli: Cli, inspector: Conveyor, *totals: str) -> list[str]:
     """Enqueue poison pills and let a worker process kill them."""
     ids = [cli.enqueue("parse_total", total) for total in totals]
     worker = cli.start_worker("--poll", "0.1")
-    wait_until(lambda: inspector.jobs.count(make_filter(states=["dead"], ids=ids)) == len(ids),
-               f"{len(ids)} dead jobs")
+    wait_until(
+        lambda: inspector.jobs.count(make_filter(states=["dead"], ids=ids)) == len(ids),
+        f"{len(ids)} dead jobs",
+    )
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
     return ids
@@ -33,16 +35,27 @@ def test_enqueue_arguments_and_options_round_trip(cli: Cli) -> None:
     job_id = cli.enqueue("greet", "Ada", "--kw", "punctuation=?!")
     job = cli.job(job_id)
     assert (job["task"], job["queue"], job["state"], job["attempt"]) == (
-        "greet", "emails", "available", 0)
+        "greet",
+        "emails",
+        "available",
+        0,
+    )
     assert (job["args"], job["kwargs"]) == (["Ada"], {"punctuation": "?!"})
 
     # Each ARG is JSON when it parses as JSON, else a string.
-    for raw, value in [("42", 42), ('"42"', "42"), ("hello", "hello"), ("[1, 2]", [1, 2]),
-                       ("null", None), ('{"a": 1}', {"a": 1})]:
+    for raw, value in [
+        ("42", 42),
+        ('"42"', "42"),
+        ("hello", "hello"),
+        ("[1, 2]", [1, 2]),
+        ("null", None),
+        ('{"a": 1}', {"a": 1}),
+    ]:
         assert cli.job(cli.enqueue("greet", raw))["args"] == [value], raw
 
-    delayed = cli.job(cli.enqueue("add", "1", "2", "--delay", "60", "--priority", "5",
-                                  "--queue", "slow"))
+    delayed = cli.job(
+        cli.enqueue("add", "1", "2", "--delay", "60", "--priority", "5", "--queue", "slow")
+    )
     assert (delayed["state"], delayed["priority"], delayed["queue"]) == ("scheduled", 5, "slow")
     assert 59 <= delayed["run_at"] - delayed["created_at"] <= 61
 
@@ -57,8 +70,11 @@ def test_enqueue_arguments_and_options_round_trip(cli: Cli) -> None:
 def test_jobs_show_prints_every_field_and_the_traceback(cli: Cli, inspector: Conveyor) -> None:
     [job_id] = make_dead(cli, inspector, "twelve")
     out = cli("jobs", "show", job_id).ok().out
-    fields = dict(line.split(None, 1) for line in out.split("\n\n")[0].splitlines()
-                  if not line.startswith(("run at", "unique key")))
+    fields = dict(
+        line.split(None, 1)
+        for line in out.split("\n\n")[0].splitlines()
+        if not line.startswith(("run at", "unique key"))
+    )
     assert fields["id"] == job_id
     assert fields["task"] == "parse_total"
     assert fields["state"] == "dead"
@@ -66,8 +82,10 @@ def test_jobs_show_prints_every_field_and_the_traceback(cli: Cli, inspector: Con
     assert fields["args"] == '["twelve"]'
     timeline = out.split("\n\n")[1].splitlines()
     assert [line.split("Z  ", 1)[1] for line in timeline[1:]] == [
-        "enqueued", "attempt 1 started",
-        "attempt 1 failed, dead: ValueError: could not convert string to float: 'twelve'"]
+        "enqueued",
+        "attempt 1 started",
+        "attempt 1 failed, dead: ValueError: could not convert string to float: 'twelve'",
+    ]
     errors = out.split("\n\n")[2]
     assert errors.startswith("errors (1)\n  attempt 1 at ")
     assert "    ValueError: could not convert string to float: 'twelve'" in errors
@@ -109,8 +127,23 @@ def test_stats_and_queue_pause(cli: Cli) -> None:
     cli("queue", "pause", "emails").ok()
     table = cli("stats").ok().out
     assert table.splitlines()[0].split() == [
-        "QUEUE", "PAUSED", "AVAILABLE", "SCHEDULED", "RETRYABLE", "THROTTLED", "HELD", "BY",
-        "KEY", "IN", "FLIGHT", "COMPLETED", "CANCELLED", "DEAD", "OLDEST", "AVAILABLE"]
+        "QUEUE",
+        "PAUSED",
+        "AVAILABLE",
+        "SCHEDULED",
+        "RETRYABLE",
+        "THROTTLED",
+        "HELD",
+        "BY",
+        "KEY",
+        "IN",
+        "FLIGHT",
+        "COMPLETED",
+        "CANCELLED",
+        "DEAD",
+        "OLDEST",
+        "AVAILABLE",
+    ]
     by_queue = {r[0]: r for r in (line.split() for line in table.splitlines()[1:])}
     assert by_queue["default"][1:11] == ["no", "2", "1", "0", "0", "0", "0", "0", "0", "0"]
     assert by_queue["emails"][1:11] == ["yes", "1", "0", "0", "0", "0", "0", "0", "0", "0"]
@@ -139,8 +172,7 @@ def test_dead_list_redrive_dry_run_then_redrive(cli: Cli, inspector: Conveyor) -
     listed = rows(cli("dead", "list").ok().out)
     assert sorted(r[0] for r in listed) == sorted(dead_ids)
     assert all(r[1] == "parse_total" and r[-1].startswith("ValueError:") for r in listed)
-    assert cli("dead", "list", "--error-type", "ConnectionError").ok().out == \
-        "no dead jobs match\n"
+    assert cli("dead", "list", "--error-type", "ConnectionError").ok().out == "no dead jobs match\n"
 
     dry = cli("dead", "redrive", "--dry-run").ok().out
     assert dry.splitlines()[0] == "would redrive 2 job(s) (dry run, nothing moved):"
@@ -171,12 +203,15 @@ def test_dead_purge(cli: Cli, inspector: Conveyor) -> None:
     assert sorted(r[0] for r in rows(dry.split("\n", 1)[1])) == sorted(dead_ids)
     assert inspector.jobs.count(make_filter(states=["dead"])) == 2
 
-    assert cli("dead", "purge", "--task", "add").ok().out == \
-        "no dead jobs match; nothing to purge\n"
+    assert (
+        cli("dead", "purge", "--task", "add").ok().out == "no dead jobs match; nothing to purge\n"
+    )
     purged = cli("dead", "purge", "--task", "parse_total", "--limit", "1").ok().out
     first, gone, hint = purged.splitlines()
-    assert (first, hint) == ("deleted 1 dead job(s):",
-                             "(1 more match; run again or raise --batch to purge them)")
+    assert (first, hint) == (
+        "deleted 1 dead job(s):",
+        "(1 more match; run again or raise --batch to purge them)",
+    )
     assert gone in dead_ids and inspector.jobs.get(gone) is None
     cli("dead", "purge", "--all").ok()
     assert inspector.jobs.count(make_filter(states=["dead"])) == 0
@@ -186,11 +221,15 @@ def test_dead_purge(cli: Cli, inspector: Conveyor) -> None:
 def test_migrate_reports_what_it_applied(cli: Cli) -> None:
     versions = [m.version for m in load_migrations("conveyor.backends.sqlite")]
     assert versions[:2] == [1, 2]
-    assert cli("migrate").ok().out == \
-        f"applied migrations: {', '.join(f'{v:04d}' for v in versions)}\n"
+    assert (
+        cli("migrate").ok().out
+        == f"applied migrations: {', '.join(f'{v:04d}' for v in versions)}\n"
+    )
     assert cli("migrate").ok().out == "schema up to date: no migrations to apply\n"
-    assert cli("migrate", "--app", "example_app:app").ok().out == \
-        "schema up to date: no migrations to apply\n"
+    assert (
+        cli("migrate", "--app", "example_app:app").ok().out
+        == "schema up to date: no migrations to apply\n"
+    )
 
 
 def test_jobs_show_lists_parents_and_children(cli: Cli, inspector: Conveyor) -> None:
@@ -208,13 +247,16 @@ def test_jobs_show_lists_parents_and_children(cli: Cli, inspector: Conveyor) -> 
     out = cli("jobs", "show", callback).ok().out
     assert f"parents (2)\n  {first}  add  available\n  {second}  add  available" in out
     data = cli.json("jobs", "show", callback, "--json")
-    assert [(p["id"], p["state"]) for p in data["parents"]] == [(first, "available"),
-                                                                (second, "available")]
+    assert [(p["id"], p["state"]) for p in data["parents"]] == [
+        (first, "available"),
+        (second, "available"),
+    ]
     assert data["children"] == []
 
 
 def test_jobs_show_lists_the_stored_parents_of_a_job_given_them_by_hand(
-        cli: Cli, inspector: Conveyor) -> None:
+    cli: Cli, inspector: Conveyor
+) -> None:
     from dataclasses import replace
 
     @inspector.task(name="add")
@@ -236,17 +278,29 @@ def test_jobs_show_says_why_a_job_is_held_back(cli: Cli, inspector: Conveyor) ->
 
     async def claim_first() -> None:
         backend = await inspector.backend()
-        await backend.enqueue_jobs([
-            NewJob(id=f"sync-{n}", task="add", queue="default", payload='{"args":[1,2]}',
-                   concurrency_key="user:42", concurrency_limit=1) for n in (1, 2)])
+        await backend.enqueue_jobs(
+            [
+                NewJob(
+                    id=f"sync-{n}",
+                    task="add",
+                    queue="default",
+                    payload='{"args":[1,2]}',
+                    concurrency_key="user:42",
+                    concurrency_limit=1,
+                )
+                for n in (1, 2)
+            ]
+        )
         [job] = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 300.0))
         assert job.id == "sync-1"
 
     inspector.portal.call(claim_first())
     out = cli("jobs", "show", "sync-2").ok().out
-    fields = dict(re.split(r"\s{2,}", line, maxsplit=1)
-                  for line in out.split("\n\n")[0].splitlines()
-                  if line.startswith(("state", "held back", "concurrency")))
+    fields = dict(
+        re.split(r"\s{2,}", line, maxsplit=1)
+        for line in out.split("\n\n")[0].splitlines()
+        if line.startswith(("state", "held back", "concurrency"))
+    )
     assert fields["state"] == "available"
     assert fields["held back"] == "waiting for a slot of key user:42: 1 of 1 running"
     assert fields["concurrency"] == "key user:42, at most 1 running"

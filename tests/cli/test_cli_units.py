@@ -30,9 +30,21 @@ def app(tmp_path) -> Conveyor:  # type: ignore[no-untyped-def]
 
 def test_cli_values_are_json_when_they_parse() -> None:
     assert [cli_value(t) for t in ["7", "7.5", "true", "null", '"7"', "seven", "[1]", "{"]] == [
-        7, 7.5, True, None, "7", "seven", [1], "{"]
+        7,
+        7.5,
+        True,
+        None,
+        "7",
+        "seven",
+        [1],
+        "{",
+    ]
     assert keyword_arguments(["n=3", "name=Ada", "tags=[1, 2]", "empty="]) == {
-        "n": 3, "name": "Ada", "tags": [1, 2], "empty": ""}
+        "n": 3,
+        "name": "Ada",
+        "tags": [1, 2],
+        "empty": "",
+    }
     with pytest.raises(CliError, match="expected KEY=VALUE"):
         keyword_arguments(["not a name=1"])
 
@@ -50,18 +62,30 @@ def test_default_queues_cover_every_task_and_the_default(app: Conveyor) -> None:
     assert default_queues(app) == ("main", "billing", "emails")
 
 
-@pytest.mark.parametrize(("text", "shown"), [
-    ("postgresql://app:s3cr%40t@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
-    ("failed: redis://:pw@cache:6379/0 refused", "failed: redis://:***@cache:6379/0 refused"),
-    ("sqlite:////var/jobs.db", "sqlite:////var/jobs.db"),
-    ("user@example.com", "user@example.com"),
-])
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("postgresql://app:s3cr%40t@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("failed: redis://:pw@cache:6379/0 refused", "failed: redis://:***@cache:6379/0 refused"),
+        ("sqlite:////var/jobs.db", "sqlite:////var/jobs.db"),
+        ("user@example.com", "user@example.com"),
+    ],
+)
 def test_passwords_are_scrubbed(text: str, shown: str) -> None:
     assert scrub_passwords(text) == shown
 
 
 def test_durations_and_tables() -> None:
     assert [duration(s) for s in (0.25, 3.25, 42, 245, 3 * 3600 + 600, 2 * 86400 + 3600)] == [
-        "250ms", "3.2s", "42s", "4m05s", "3h10m", "2d01h"]
+        "250ms",
+        "3.2s",
+        "42s",
+        "4m05s",
+        "3h10m",
+        "2d01h",
+    ]
     assert table(["A", "LONGER"], [["xyz", "1"], ["b", "multi\nline"]]).splitlines() == [
-        "A    LONGER", "xyz  1", "b    multi line"]
+        "A    LONGER",
+        "xyz  1",
+        "b    multi line",
+    ]

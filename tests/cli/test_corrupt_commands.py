@@ -32,8 +32,9 @@ def corrupt(url: str, job_id: str, field: str, value: RawValue) -> None:
     asyncio.run(write())
 
 
-def test_a_worker_and_the_commands_next_to_corrupt_jobs(cli: Cli, inspector: Conveyor,
-                                                        db_url: str) -> None:
+def test_a_worker_and_the_commands_next_to_corrupt_jobs(
+    cli: Cli, inspector: Conveyor, db_url: str
+) -> None:
     healthy = [cli.enqueue("add", str(n), "1") for n in range(3)]
     bad_meta, deep, odd = (cli.enqueue("add", "7", "7") for _ in range(3))
     corrupt(db_url, bad_meta, "meta", b"\xff\xfe")
@@ -41,8 +42,10 @@ def test_a_worker_and_the_commands_next_to_corrupt_jobs(cli: Cli, inspector: Con
     corrupt(db_url, odd, "state", "paused")
 
     worker = cli.start_worker("-c", "4", "--poll", "0.1")
-    wait_until(lambda: all(inspector.jobs.get(j).is_finished for j in [*healthy, bad_meta, deep]),
-               "the healthy and the corrupt jobs finished")
+    wait_until(
+        lambda: all(inspector.jobs.get(j).is_finished for j in [*healthy, bad_meta, deep]),
+        "the healthy and the corrupt jobs finished",
+    )
     later = cli.enqueue("add", "40", "2")  # the worker keeps claiming
     wait_until(lambda: inspector.jobs.get(later).is_finished, "a job enqueued afterwards ran")
     worker.signal(signal.SIGTERM)
@@ -51,9 +54,15 @@ def test_a_worker_and_the_commands_next_to_corrupt_jobs(cli: Cli, inspector: Con
         assert inspector.jobs.get(job_id).state is JobState.COMPLETED
     meta_job, deep_job = inspector.jobs.get(bad_meta), inspector.jobs.get(deep)
     assert (meta_job.state, meta_job.attempt, meta_job.errors[-1].type) == (
-        JobState.DEAD, 1, "CorruptJob")
+        JobState.DEAD,
+        1,
+        "CorruptJob",
+    )
     assert (deep_job.state, deep_job.attempt, deep_job.errors[-1].type) == (
-        JobState.DEAD, 1, "CorruptPayload")
+        JobState.DEAD,
+        1,
+        "CorruptPayload",
+    )
     assert "nested too deeply" in deep_job.errors[-1].message
     assert f"job {bad_meta} (add) cannot be read, so it is not run" in worker.log()
 
@@ -64,13 +73,22 @@ def test_a_worker_and_the_commands_next_to_corrupt_jobs(cli: Cli, inspector: Con
     assert "dead (corrupt)" in odd_row and "cannot be read: state: unknown state" in odd_row
     lines = [json.loads(line) for line in cli("jobs", "list", "--json").ok().out.splitlines()]
     assert {d["id"]: d["corrupt"] is not None for d in lines} == {
-        **{j: False for j in [*healthy, later, deep]}, bad_meta: True, odd: True}
+        **{j: False for j in [*healthy, later, deep]},
+        bad_meta: True,
+        odd: True,
+    }
     shown = cli("jobs", "show", deep).ok().out
     [args_line] = [line for line in shown.splitlines() if line.startswith("args ")]
-    assert args_line.endswith("(payload does not decode) " + "[" * 2000 + "… (198,000 more characters)")
+    assert args_line.endswith(
+        "(payload does not decode) " + "[" * 2000 + "… (198,000 more characters)"
+    )
     # The label's column is as wide as the longest label shown (not fixed here).
-    assert re.search(r"^corrupt +the stored record cannot be read in full: meta: not valid "
-                     "UTF-8", cli("jobs", "show", bad_meta).ok().out, re.MULTILINE)
+    assert re.search(
+        r"^corrupt +the stored record cannot be read in full: meta: not valid "
+        "UTF-8",
+        cli("jobs", "show", bad_meta).ok().out,
+        re.MULTILINE,
+    )
     assert cli("jobs", "show", deep, "--json").ok().out  # data, in full
     stats = cli("stats").ok().out
     assert "default" in stats

@@ -38,8 +38,9 @@ def console_script() -> str:
 def test_demo_through_the_console_script(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     started = time.monotonic()
-    done = subprocess.run([console_script(), "demo", "--db", str(db)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [console_script(), "demo", "--db", str(db)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert time.monotonic() - started < 15
     out = done.stdout
@@ -47,7 +48,7 @@ def test_demo_through_the_console_script(tmp_path: Path) -> None:
     assert out.rstrip().endswith("everything went as expected")
     assert "outbox: 3 emails written" in out
 
-    table = out[out.index("ID  "):].split("\n\n")[0].splitlines()
+    table = out[out.index("ID  ") :].split("\n\n")[0].splitlines()
     reported = {}
     for line in table[1:]:
         cells = [c.strip() for c in line.split("  ") if c.strip()]
@@ -69,8 +70,9 @@ def test_demo_through_the_console_script(tmp_path: Path) -> None:
 
 
 def test_demo_with_python_dash_m_and_a_temp_file() -> None:
-    done = subprocess.run([sys.executable, "-m", "conveyor", "demo"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "conveyor", "demo"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     db = Path(done.stdout.split("database: ", 1)[1].splitlines()[0])
     assert db.exists()
@@ -81,11 +83,17 @@ def test_demo_exits_non_zero_when_an_outcome_differs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Claim the poison pill should succeed: the demo must notice it did not.
-    plan = [dataclasses.replace(item, state=JobState.COMPLETED)
-            if item.task == "import_invoice" else item for item in demo.PLAN]
+    plan = [
+        dataclasses.replace(item, state=JobState.COMPLETED)
+        if item.task == "import_invoice"
+        else item
+        for item in demo.PLAN
+    ]
     monkeypatch.setattr(demo, "PLAN", plan)
     assert demo.run(tmp_path / "demo.db") == 1
     out = capsys.readouterr().out
-    assert "NOT as expected:\n  poison invoice: expected completed after 1 attempt(s), " \
-           "got dead after 1" in out
+    assert (
+        "NOT as expected:\n  poison invoice: expected completed after 1 attempt(s), "
+        "got dead after 1" in out
+    )
     assert "everything went as expected" not in out

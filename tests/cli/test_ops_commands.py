@@ -35,8 +35,9 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
 def test_dashboard_refuses_to_listen_off_localhost_without_auth(cli: Cli) -> None:
     result = cli("dashboard", "example_app:app", "--host", "0.0.0.0", timeout=60)
     assert result.code == 2
-    assert result.err.startswith("conveyor: error: refusing to listen on 0.0.0.0 without "
-                                 "authentication")
+    assert result.err.startswith(
+        "conveyor: error: refusing to listen on 0.0.0.0 without authentication"
+    )
     assert len(result.err.strip().splitlines()) == 1
     short = cli("dashboard", "--url", cli.url, "--host", "0.0.0.0", "--token", "short")
     assert short.code == 2 and "at least 16 characters" in short.err
@@ -49,9 +50,14 @@ def test_dashboard_serves_with_a_token_from_the_environment(cli: Cli) -> None:
     port = free_port()
     token = "a-token-that-is-long-enough"
     env = {**cli.env, "CONVEYOR_DASHBOARD_TOKEN": token}
-    proc = subprocess.Popen([*cli.command(), "dashboard", "example_app:app", "--port", str(port),
-                             "--host", "0.0.0.0"], cwd=HERE, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*cli.command(), "dashboard", "example_app:app", "--port", str(port), "--host", "0.0.0.0"],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: get(base + "/")[0] == 401, "the dashboard listening")
@@ -75,14 +81,20 @@ def test_worker_json_logs_and_metrics_port(cli: Cli, inspector: Conveyor) -> Non
     poison = cli.enqueue("parse_total", "twelve")
     port = free_port()
     worker = cli.start_worker("--poll", "0.1", "--log-format", "json", "--metrics-port", str(port))
-    wait_until(lambda: inspector.jobs.get(poison).state is JobState.DEAD
-               and inspector.jobs.get(add).state is JobState.COMPLETED, "both jobs finished")
+    wait_until(
+        lambda: (
+            inspector.jobs.get(poison).state is JobState.DEAD
+            and inspector.jobs.get(add).state is JobState.COMPLETED
+        ),
+        "both jobs finished",
+    )
     status, body = get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200
     lines = body.splitlines()
     assert 'conveyor_jobs_completed_total{queue="default",task="add"} 1.0' in lines
-    assert ('conveyor_jobs_failed_total{error_type="ValueError",queue="default",'
-            'task="parse_total"} 1.0') in lines
+    assert (
+        'conveyor_jobs_failed_total{error_type="ValueError",queue="default",task="parse_total"} 1.0'
+    ) in lines
     assert 'conveyor_jobs_dead_total{queue="default",task="parse_total"} 1.0' in lines
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
@@ -115,11 +127,16 @@ def test_a_pool_serves_its_childrens_metrics_on_one_port_and_logs_json(
     adds = [cli.enqueue("add", str(n), "1") for n in range(6)]
     poison = cli.enqueue("parse_total", "twelve")
     port = free_port()
-    worker = cli.start_worker("-p", "2", "-c", "2", "--poll", "0.1", "--log-format", "json",
-                              "--metrics-port", str(port))
-    wait_until(lambda: all(inspector.jobs.get(j).state is JobState.COMPLETED for j in adds)
-               and inspector.jobs.get(poison).state is JobState.DEAD,
-               "6 jobs completed and 1 dead by the pool")
+    worker = cli.start_worker(
+        "-p", "2", "-c", "2", "--poll", "0.1", "--log-format", "json", "--metrics-port", str(port)
+    )
+    wait_until(
+        lambda: (
+            all(inspector.jobs.get(j).state is JobState.COMPLETED for j in adds)
+            and inspector.jobs.get(poison).state is JobState.DEAD
+        ),
+        "6 jobs completed and 1 dead by the pool",
+    )
 
     def completed() -> float:
         status, body = get(f"http://127.0.0.1:{port}/metrics")
@@ -150,5 +167,6 @@ def test_a_pool_childs_text_lines_name_the_child_and_the_job(cli: Cli, inspector
     # The pool's children log as a single worker does (the same set-up), plus their pid.
     [failed] = [line for line in worker.log().splitlines() if f"[job={poison} " in line]
     assert re.search(r" WARNING \[child \d+\] conveyor\.worker: .*ValueError", failed), failed
-    assert failed.endswith(f"[job={poison} task=parse_total queue=default attempt=1 "
-                           f"correlation={poison}]"), failed
+    assert failed.endswith(
+        f"[job={poison} task=parse_total queue=default attempt=1 correlation={poison}]"
+    ), failed

@@ -20,22 +20,61 @@ def test_queues_shows_the_workers_weights_the_declared_limits_and_what_waits(cli
 
     lines = cli("queues", "--app", "flow_app:app", "--json").ok().out.splitlines()
     assert [json.loads(line) for line in lines] == [
-        {"queue": "bulk", "paused": False,
-         "claimed_by": [{"how": "1", "workers": 2}, {"how": "strict #1", "workers": 1}],
-         "limits": ["rate limit 10/m, burst 10", "max_waiting 1,000 (shed_oldest)",
-                    "aging: a priority level per 60s waited"],
-         "waiting": 0, "available": 0, "throttled": 0, "held_by_key": 0, "running": 0, "shed": 0},
-        {"queue": "critical", "paused": False,
-         "claimed_by": [{"how": "6", "workers": 2}, {"how": "strict #2", "workers": 1}],
-         "limits": ["max_waiting 50 (block, up to 5s)"],
-         "waiting": 0, "available": 0, "throttled": 0, "held_by_key": 0, "running": 0, "shed": 0},
-        {"queue": "reports", "paused": False, "claimed_by": [], "limits": [],
-         "waiting": 5, "available": 5, "throttled": 2, "held_by_key": 2, "running": 0,
-         "shed": 0},
+        {
+            "queue": "bulk",
+            "paused": False,
+            "claimed_by": [{"how": "1", "workers": 2}, {"how": "strict #1", "workers": 1}],
+            "limits": [
+                "rate limit 10/m, burst 10",
+                "max_waiting 1,000 (shed_oldest)",
+                "aging: a priority level per 60s waited",
+            ],
+            "waiting": 0,
+            "available": 0,
+            "throttled": 0,
+            "held_by_key": 0,
+            "running": 0,
+            "shed": 0,
+        },
+        {
+            "queue": "critical",
+            "paused": False,
+            "claimed_by": [{"how": "6", "workers": 2}, {"how": "strict #2", "workers": 1}],
+            "limits": ["max_waiting 50 (block, up to 5s)"],
+            "waiting": 0,
+            "available": 0,
+            "throttled": 0,
+            "held_by_key": 0,
+            "running": 0,
+            "shed": 0,
+        },
+        {
+            "queue": "reports",
+            "paused": False,
+            "claimed_by": [],
+            "limits": [],
+            "waiting": 5,
+            "available": 5,
+            "throttled": 2,
+            "held_by_key": 2,
+            "running": 0,
+            "shed": 0,
+        },
     ]
     table = cli("queues", "--app", "flow_app:app").ok().out.splitlines()
-    assert table[0].split() == ["QUEUE", "CLAIMED", "BY", "PAUSED", "WAITING", "THROTTLED",
-                                "HELD", "BY", "KEY", "RUNNING", "LIMITS"]
+    assert table[0].split() == [
+        "QUEUE",
+        "CLAIMED",
+        "BY",
+        "PAUSED",
+        "WAITING",
+        "THROTTLED",
+        "HELD",
+        "BY",
+        "KEY",
+        "RUNNING",
+        "LIMITS",
+    ]
     assert "1 (2 workers), strict #1 (1 worker)" in table[1]
     assert "6 (2 workers), strict #2 (1 worker)" in table[2]
     assert table[3].split()[:9] == ["reports", "no", "live", "worker", "no", "5", "2", "2", "0"]

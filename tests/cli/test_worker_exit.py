@@ -15,7 +15,8 @@ from conveyor.model.job import JobState
 
 @pytest.mark.parametrize("pool", [[], ["-p", "1"]], ids=["single_process", "pool_child"])
 def test_drained_worker_exits_despite_a_thread_its_handler_left_running(
-        cli: Cli, inspector: Conveyor, pool: list[str]) -> None:
+    cli: Cli, inspector: Conveyor, pool: list[str]
+) -> None:
     job_id = cli("enqueue", "--app", "thread_app:app", "leave_thread").ok().out.strip()
     worker = cli.start_worker("--poll", "0.1", *pool, app="thread_app:app")
     wait_until(lambda: inspector.jobs.get(job_id).state is JobState.COMPLETED, "job completed")

@@ -44,11 +44,18 @@ def producer(url: str) -> Iterator[Conveyor]:
     app.close()
 
 
-def conveyor(url: str, *args: str, cwd: Path = HERE, timeout: float = 60.0
-             ) -> subprocess.CompletedProcess[str]:
+def conveyor(
+    url: str, *args: str, cwd: Path = HERE, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CONVEYOR_URL": url}
-    return subprocess.run([sys.executable, "-m", "conveyor", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "conveyor", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def count(app: Conveyor, state: JobState) -> int:
@@ -81,18 +88,21 @@ def test_max_jobs_runs_that_many_then_exits(url: str, producer: Conveyor) -> Non
     assert (count(producer, JobState.COMPLETED), count(producer, JobState.AVAILABLE)) == (2, 3)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--burst", "-p", "2"], "--burst runs one worker process"),
-    (["--max-jobs", "3", "-p", "2"], "--max-jobs runs one worker process"),
-    (["--burst", "--reload"], "--reload restarts a worker that runs until stopped"),
-    (["--reload-dir", "."], "--reload-dir goes with --reload"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--burst", "-p", "2"], "--burst runs one worker process"),
+        (["--max-jobs", "3", "-p", "2"], "--max-jobs runs one worker process"),
+        (["--burst", "--reload"], "--reload restarts a worker that runs until stopped"),
+        (["--reload-dir", "."], "--reload-dir goes with --reload"),
+    ],
+)
 def test_mode_options_that_do_not_go_together(url: str, args: list[str], message: str) -> None:
     run = conveyor(url, "worker", "example_app:app", *args)
     assert (run.returncode, message in run.stderr) == (2, True), run.stderr
 
 
-APP_SOURCE = '''from conveyor import Conveyor
+APP_SOURCE = """from conveyor import Conveyor
 
 app = Conveyor()
 
@@ -100,7 +110,7 @@ app = Conveyor()
 @app.task(name="version")
 def version() -> str:
     return {version!r}
-'''
+"""
 
 
 def test_reload_restarts_the_worker_on_a_code_change(url: str, tmp_path: Path) -> None:
@@ -117,9 +127,23 @@ def test_reload_restarts_the_worker_on_a_code_change(url: str, tmp_path: Path) -
     env = {**os.environ, "CONVEYOR_URL": url, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         parent = subprocess.Popen(
-            [sys.executable, "-m", "conveyor", "worker", "reload_app:app", "--reload",
-             "--poll", "0.2", "--grace", "5"],
-            cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "conveyor",
+                "worker",
+                "reload_app:app",
+                "--reload",
+                "--poll",
+                "0.2",
+                "--grace",
+                "5",
+            ],
+            cwd=code,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def logged(fragment: str, times: int = 1) -> bool:
         return log_path.read_text(errors="replace").count(fragment) >= times

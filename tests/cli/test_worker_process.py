@@ -21,8 +21,10 @@ def test_worker_runs_jobs_then_drains_on_sigterm(cli: Cli, inspector: Conveyor) 
     poison = cli.enqueue("parse_total", "twelve")
 
     worker = cli.start_worker("-c", "4", "--poll", "0.1")
-    wait_until(lambda: count(inspector, JobState.COMPLETED) == 6
-               and count(inspector, JobState.DEAD) == 1, "6 completed and 1 dead")
+    wait_until(
+        lambda: count(inspector, JobState.COMPLETED) == 6 and count(inspector, JobState.DEAD) == 1,
+        "6 completed and 1 dead",
+    )
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
 
@@ -56,16 +58,18 @@ def test_queue_option_and_paused_queue(cli: Cli, inspector: Conveyor) -> None:
     only_emails = cli.start_worker("-q", "emails", "--poll", "0.1")
     later_add = cli.enqueue("add", "5", "5")
     later_greeting = cli.enqueue("greet", "Alan")
-    wait_until(lambda: inspector.jobs.get(later_greeting).state is JobState.COMPLETED,
-               "greeting done")
+    wait_until(
+        lambda: inspector.jobs.get(later_greeting).state is JobState.COMPLETED, "greeting done"
+    )
     only_emails.signal(signal.SIGINT)  # Ctrl-C drains like SIGTERM
     assert only_emails.wait() == 0, only_emails.log()
     assert inspector.jobs.get(later_add).state is JobState.AVAILABLE
     assert "SIGINT received (draining" in only_emails.log()
 
 
-def test_first_signal_waits_for_the_running_job(cli: Cli, inspector: Conveyor,
-                                                tmp_path: Path) -> None:
+def test_first_signal_waits_for_the_running_job(
+    cli: Cli, inspector: Conveyor, tmp_path: Path
+) -> None:
     release = tmp_path / "release"
     job_id = cli.enqueue("wait_for_file", str(release))
     worker = cli.start_worker("--grace", "60", "--poll", "0.1")
@@ -101,8 +105,9 @@ def test_second_signal_is_a_cold_stop_even_with_a_busy_sync_handler(
     assert (job.state, job.attempt, job.errors) == (JobState.AVAILABLE, 0, ())
 
 
-def test_grace_period_running_out_is_a_cold_stop(cli: Cli, inspector: Conveyor,
-                                                 tmp_path: Path) -> None:
+def test_grace_period_running_out_is_a_cold_stop(
+    cli: Cli, inspector: Conveyor, tmp_path: Path
+) -> None:
     job_id = cli.enqueue("wait_for_file", str(tmp_path / "never-created"), "--kw", "limit=120")
     worker = cli.start_worker("--grace", "0.5", "--poll", "0.1")
     wait_until(lambda: inspector.jobs.get(job_id).state is JobState.RUNNING, "job running")
@@ -117,6 +122,8 @@ def test_worker_with_an_unreachable_backend_exits_1_in_one_line(cli: Cli) -> Non
     result = cli("worker", "example_app:app", env=env)
     assert result.code == 1
     assert "Traceback" not in result.err
-    assert result.err.splitlines() == ["conveyor: error: cannot open the backend at "
-                      "sqlite:////no/such/folder/jobs.db: cannot open SQLite database "
-                      "'/no/such/folder/jobs.db': unable to open database file"]
+    assert result.err.splitlines() == [
+        "conveyor: error: cannot open the backend at "
+        "sqlite:////no/such/folder/jobs.db: cannot open SQLite database "
+        "'/no/such/folder/jobs.db': unable to open database file"
+    ]

@@ -65,8 +65,9 @@ def _raw_store_or_skip(backend_name: str, url: str) -> RawStore:
 
 
 @pytest.fixture
-async def raw_live(backend_name: str, backend_url: str,
-                   live_app: Conveyor) -> AsyncIterator[RawStore]:
+async def raw_live(
+    backend_name: str, backend_url: str, live_app: Conveyor
+) -> AsyncIterator[RawStore]:
     """`raw` for the tests that run a worker (on `live_app`)."""
     await live_app.backend()
     store = _raw_store_or_skip(backend_name, backend_url)

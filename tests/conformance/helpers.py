@@ -22,12 +22,21 @@ def new_job(task: str = "tests.noop", queue: str = "default", **fields: Any) -> 
 
 
 def error(attempt: int, type_: str = "ConnectionError", message: str = "boom") -> AttemptError:
-    return AttemptError(attempt=attempt, at=0.0, type=type_, message=message,
-                        traceback="Traceback ...", worker_id="w1", host="h1", version="0.1.0")
+    return AttemptError(
+        attempt=attempt,
+        at=0.0,
+        type=type_,
+        message=message,
+        traceback="Traceback ...",
+        worker_id="w1",
+        host="h1",
+        version="0.1.0",
+    )
 
 
-async def claim_one(backend: Backend, queue: str = "default", lease: float = 30.0,
-                    worker: str = "w1") -> Job:
+async def claim_one(
+    backend: Backend, queue: str = "default", lease: float = 30.0, worker: str = "w1"
+) -> Job:
     jobs = await backend.fetch_jobs(strict_claim([queue], 1, worker, lease))
     assert len(jobs) == 1, f"expected one claimable job in {queue}, got {len(jobs)}"
     return jobs[0]
@@ -43,8 +52,9 @@ async def state_of(backend: Backend, job_id: str) -> JobState:
     return job.state
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0,
-                     interval: float = 0.01) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, interval: float = 0.01
+) -> None:
     """Poll `check` until it is true or fail after `timeout` seconds (real time)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -112,6 +122,8 @@ async def finish_waiter_parked(backend: Any, job_id: str) -> bool:
     if kind == "RedisBackend":  # counted in, then blocked in BLPOP (a round trip after)
         if not await backend.client.zscore(f"{backend.keys.base}watching", job_id):
             return False
-        return any(c.get("cmd") == "blpop" and "b" in c.get("flags", "")
-                   for c in await backend.client.client_list())
+        return any(
+            c.get("cmd") == "blpop" and "b" in c.get("flags", "")
+            for c in await backend.client.client_list()
+        )
     raise AssertionError(f"finish_waiter_parked does not know {kind}")

@@ -38,8 +38,9 @@ def _sql_name(field: str) -> str:
 
 class SqliteRawStore:
     def __init__(self, url: str) -> None:
-        self.conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None,
-                                    timeout=30.0)
+        self.conn = sqlite3.connect(
+            url.removeprefix("sqlite:///"), isolation_level=None, timeout=30.0
+        )
         self.conn.text_factory = bytes
         self.conn.execute("PRAGMA ignore_check_constraints = ON")
 
@@ -51,13 +52,15 @@ class SqliteRawStore:
         try:
             trigger = None
             if column == "state":  # the guard of legal transitions, set aside meanwhile
-                row = self.conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' "
-                                        "AND name = 'conveyor_jobs_state_guard'").fetchone()
+                row = self.conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE type = 'trigger' "
+                    "AND name = 'conveyor_jobs_state_guard'"
+                ).fetchone()
                 trigger = row[0].decode() if row else None
                 self.conn.execute("DROP TRIGGER IF EXISTS conveyor_jobs_state_guard")
             changed = self.conn.execute(
-                f"UPDATE conveyor_jobs SET {column} = {placeholder} WHERE id = ?",
-                (value, job_id)).rowcount
+                f"UPDATE conveyor_jobs SET {column} = {placeholder} WHERE id = ?", (value, job_id)
+            ).rowcount
             if trigger is not None:
                 self.conn.execute(trigger)
         except sqlite3.IntegrityError:  # NOT NULL, UNIQUE: refused, nothing written
@@ -70,8 +73,9 @@ class SqliteRawStore:
         return changed == 1
 
     async def read(self, job_id: str, field: str) -> Any:
-        row = self.conn.execute(f"SELECT {_sql_name(field)} FROM conveyor_jobs WHERE id = ?",
-                                (job_id,)).fetchone()
+        row = self.conn.execute(
+            f"SELECT {_sql_name(field)} FROM conveyor_jobs WHERE id = ?", (job_id,)
+        ).fetchone()
         return None if row is None else row[0]
 
     async def close(self) -> None:
@@ -101,14 +105,20 @@ class PostgresRawStore:
             return False
         cast = "::jsonb" if column in self.JSONB else ""
         try:
-            async with await psycopg.AsyncConnection.connect(self.conninfo,
-                                                            autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True
+            ) as conn:
                 cur = await conn.execute(
-                    f"UPDATE {self.table} SET {column} = %s{cast} WHERE id = %s",
-                    (value, job_id))
+                    f"UPDATE {self.table} SET {column} = %s{cast} WHERE id = %s", (value, job_id)
+                )
                 return cur.rowcount == 1
-        except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError,
-                psycopg.errors.ProgramLimitExceeded, psycopg.errors.StatementTooComplex):
+        except (
+            psycopg.DataError,
+            psycopg.IntegrityError,
+            psycopg.ProgrammingError,
+            psycopg.errors.ProgramLimitExceeded,
+            psycopg.errors.StatementTooComplex,
+        ):
             return False  # the schema refused it: nothing was written
 
     async def read(self, job_id: str, field: str) -> Any:
@@ -116,7 +126,8 @@ class PostgresRawStore:
 
         async with await psycopg.AsyncConnection.connect(self.conninfo) as conn:
             cur = await conn.execute(
-                f"SELECT {_sql_name(field)} FROM {self.table} WHERE id = %s", (job_id,))
+                f"SELECT {_sql_name(field)} FROM {self.table} WHERE id = %s", (job_id,)
+            )
             row = await cur.fetchone()
             return None if row is None else row[0]
 
@@ -142,8 +153,9 @@ class RedisRawStore:
         if value is None:
             await self.client.hdel(key, field)
         else:
-            await self.client.hset(key, field, value if isinstance(value, (bytes, str))
-                                   else str(value))
+            await self.client.hset(
+                key, field, value if isinstance(value, (bytes, str)) else str(value)
+            )
         return True
 
     async def read(self, job_id: str, field: str) -> Any:

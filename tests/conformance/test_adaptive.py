@@ -30,8 +30,16 @@ class Throttled(Exception):
 
 
 def attempt(n: int, task: str = "calls") -> Job:
-    return Job(id=f"a{n}", task=task, queue="default", payload="{}", state=S.RUNNING,
-               attempt=1, concurrency_key=KEY, concurrency_limit=2)
+    return Job(
+        id=f"a{n}",
+        task=task,
+        queue="default",
+        payload="{}",
+        state=S.RUNNING,
+        attempt=1,
+        concurrency_key=KEY,
+        concurrency_limit=2,
+    )
 
 
 def ok(job: Job) -> Settlement:
@@ -47,12 +55,18 @@ class Fleet:
 
     def __init__(self, backend: Backend, clock: ManualClock) -> None:
         self.backend, self.clock = backend, clock
-        self.one, self.two = (AdaptiveController(lambda task: RULE if task == "calls" else None)
-                              for _ in range(2))
+        self.one, self.two = (
+            AdaptiveController(lambda task: RULE if task == "calls" else None) for _ in range(2)
+        )
         self.n = 0
 
-    def run(self, controller: AdaptiveController, *, fail: BaseException | None = None,
-            started_before: float = 0.0) -> None:
+    def run(
+        self,
+        controller: AdaptiveController,
+        *,
+        fail: BaseException | None = None,
+        started_before: float = 0.0,
+    ) -> None:
         self.n += 1
         job = attempt(self.n)
         controller.started(job, self.clock() - started_before)
@@ -83,7 +97,8 @@ class Fleet:
 
 
 async def test_the_fleet_starts_at_start_and_the_backend_holds_it(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     fleet = Fleet(backend, clock)
     fleet.run(fleet.one)
     await fleet.sync()
@@ -92,7 +107,8 @@ async def test_the_fleet_starts_at_start_and_the_backend_holds_it(
 
 
 async def test_successes_that_use_the_limit_add_one_per_window_up_to_max(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     fleet = Fleet(backend, clock)
     limits = []
     for _ in range(7):
@@ -111,7 +127,8 @@ async def test_successes_that_use_the_limit_add_one_per_window_up_to_max(
 
 
 async def test_a_signal_cuts_the_limit_at_once_by_the_factor_once_per_window(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     fleet = Fleet(backend, clock)
     for _ in range(4):
         for _ in range(6):
@@ -151,7 +168,8 @@ async def test_a_signal_cuts_the_limit_at_once_by_the_factor_once_per_window(
 
 
 async def test_other_failures_and_a_quiet_window_change_nothing(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     fleet = Fleet(backend, clock)
     fleet.run(fleet.one, fail=ValueError("a bug, not the downstream"))
     fleet.run(fleet.one, fail=ValueError("a bug, not the downstream"))
@@ -159,8 +177,7 @@ async def test_other_failures_and_a_quiet_window_change_nothing(
     assert (await fleet.window()).limit == 2  # nothing ran
 
 
-async def test_the_latency_target_counts_as_a_signal(backend: Backend,
-                                                     clock: ManualClock) -> None:
+async def test_the_latency_target_counts_as_a_signal(backend: Backend, clock: ManualClock) -> None:
     rule = Adaptive(min=1, max=10, start=4, window=1.0, latency_target=0.5)
     controller = AdaptiveController(lambda task: rule)
     for n, seconds in enumerate((0.2, 0.3, 0.4, 1.5)):  # mean 0.6 s, over 0.5 s
@@ -174,8 +191,9 @@ async def test_the_latency_target_counts_as_a_signal(backend: Backend,
     assert controller.limits() == {KEY: 3}  # floor(4 * 0.9), at the window's end
 
 
-async def test_claimers_are_held_to_the_decided_limit(app: Conveyor, backend: Backend,
-                                                      clock: ManualClock) -> None:
+async def test_claimers_are_held_to_the_decided_limit(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     @app.task(name="calls", adaptive=RULE)
     async def calls(i: int) -> None: ...
 
@@ -184,15 +202,17 @@ async def test_claimers_are_held_to_the_decided_limit(app: Conveyor, backend: Ba
     for _ in range(6):
         fleet.run(fleet.one)
     assert (await fleet.window()).limit == 3
-    claimed = await asyncio.gather(*(backend.fetch_jobs(strict_claim(["default"], 5, f"w{n}",
-                                                                     30.0)) for n in range(4)))
+    claimed = await asyncio.gather(
+        *(backend.fetch_jobs(strict_claim(["default"], 5, f"w{n}", 30.0)) for n in range(4))
+    )
     assert sum(len(jobs) for jobs in claimed) == 3
     running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=50)
     assert {job.concurrency_key for job in running} == {KEY}
 
 
 async def test_a_worker_warns_at_start_of_a_task_that_calls_out_with_no_limit(
-        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
     @app.task(name="unlimited", retry_on=(ConnectionError,))
     async def unlimited() -> None: ...
 

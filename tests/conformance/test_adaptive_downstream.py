@@ -49,12 +49,17 @@ class Downstream:
         self.served.append(time.monotonic())
 
 
-
 async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyor) -> None:
     downstream = Downstream()
 
-    @live_app.task(name="calls", queue="calls", max_attempts=1000, backoff_base=0.01,
-                   backoff_cap=0.05, adaptive=Adaptive(min=1, max=40, window=1.0, start=12))
+    @live_app.task(
+        name="calls",
+        queue="calls",
+        max_attempts=1000,
+        backoff_base=0.01,
+        backoff_cap=0.05,
+        adaptive=Adaptive(min=1, max=40, window=1.0, start=12),
+    )
     async def calls(i: int) -> None:
         await downstream.call()
 
@@ -63,5 +68,6 @@ async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyo
     start = time.monotonic()
     async with RunningWorker(live_app, config), RunningWorker(live_app, config):
         await asyncio.sleep(WARM_UP + MEASURED)  # the test's span, not a synchronisation
-    assert_near_capacity(downstream.served, downstream.refused, start + WARM_UP, MEASURED,
-                         CAPACITY / SERVICE)
+    assert_near_capacity(
+        downstream.served, downstream.refused, start + WARM_UP, MEASURED, CAPACITY / SERVICE
+    )

@@ -12,15 +12,25 @@ from helpers import claim_one, complete, error, new_job, state_of
 DEAD = JobFilter(states=(JobState.DEAD,))
 
 
-async def kill(backend: Backend, clock: ManualClock, n: int, task: str = "tests.noop",
-               queue: str = "default", type_: str = "ValueError", prefix: str = "d") -> list[str]:
-    await backend.enqueue_jobs([new_job(id=f"{prefix}{i}", task=task, queue=queue) for i in range(n)])
+async def kill(
+    backend: Backend,
+    clock: ManualClock,
+    n: int,
+    task: str = "tests.noop",
+    queue: str = "default",
+    type_: str = "ValueError",
+    prefix: str = "d",
+) -> list[str]:
+    await backend.enqueue_jobs(
+        [new_job(id=f"{prefix}{i}", task=task, queue=queue) for i in range(n)]
+    )
     ids = []
     for _ in range(n):
         job = await claim_one(backend, queue=queue)
         clock.advance(1)  # distinct failure times: redrive goes oldest failure first
-        await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.DEAD,
-                                              error=error(job.attempt, type_))])
+        await backend.settle_jobs(
+            [Settlement(job.id, job.lease_token, JobState.DEAD, error=error(job.attempt, type_))]
+        )
         ids.append(job.id)
     return ids
 
@@ -49,13 +59,17 @@ async def test_redrive_by_task_queue_and_error_type(backend: Backend, clock: Man
     await kill(backend, clock, 2, task="a.task", type_="ValueError", prefix="a")
     await kill(backend, clock, 2, task="b.task", type_="KeyError", prefix="b")
     await kill(backend, clock, 1, task="b.task", queue="other", type_="KeyError", prefix="c")
-    by_type = await backend.redrive_jobs(JobFilter(states=(JobState.DEAD,), error_type="KeyError"),
-                                         limit=100, dry_run=True)
+    by_type = await backend.redrive_jobs(
+        JobFilter(states=(JobState.DEAD,), error_type="KeyError"), limit=100, dry_run=True
+    )
     assert sorted(j.id for j in by_type) == ["b0", "b1", "c0"]
     by_task_queue = await backend.redrive_jobs(
-        JobFilter(states=(JobState.DEAD,), tasks=("b.task",), queues=("default",)), 100, True)
+        JobFilter(states=(JobState.DEAD,), tasks=("b.task",), queues=("default",)), 100, True
+    )
     assert sorted(j.id for j in by_task_queue) == ["b0", "b1"]
-    moved = await backend.redrive_jobs(JobFilter(states=(JobState.DEAD,), tasks=("a.task",)), 100, False)
+    moved = await backend.redrive_jobs(
+        JobFilter(states=(JobState.DEAD,), tasks=("a.task",)), 100, False
+    )
     assert sorted(j.id for j in moved) == ["a0", "a1"]
     assert await backend.count_jobs(DEAD) == 3
 
@@ -76,7 +90,9 @@ async def test_delete_touches_only_finished_jobs(backend: Backend, clock: Manual
 
 async def test_prune_keeps_dead_longer_than_completed(backend: Backend, clock: ManualClock) -> None:
     await kill(backend, clock, 1, prefix="dead")
-    await backend.enqueue_jobs([new_job(id="ok"), new_job(id="uniq", unique_key="u", unique_for=10_000)])
+    await backend.enqueue_jobs(
+        [new_job(id="ok"), new_job(id="uniq", unique_key="u", unique_for=10_000)]
+    )
     for _ in range(2):
         await backend.settle_jobs([complete(await claim_one(backend))])
     clock.advance(3600)
@@ -105,7 +121,9 @@ async def test_stats_counts_and_oldest_age(backend: Backend, clock: ManualClock)
 
 async def test_list_and_count_with_filters(backend: Backend, clock: ManualClock) -> None:
     await kill(backend, clock, 2, task="t.a", type_="KeyError")
-    await backend.enqueue_jobs([new_job(id="x1", task="t.b"), new_job(id="x2", task="t.b", queue="q2")])
+    await backend.enqueue_jobs(
+        [new_job(id="x1", task="t.b"), new_job(id="x2", task="t.b", queue="q2")]
+    )
     assert await backend.count_jobs(JobFilter()) == 4
     assert await backend.count_jobs(JobFilter(tasks=("t.b",))) == 2
     assert await backend.count_jobs(JobFilter(queues=("q2",))) == 1

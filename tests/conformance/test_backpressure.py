@@ -56,9 +56,13 @@ async def test_a_batch_says_which_jobs_were_refused(backend: Backend) -> None:
     full = caught.value
     assert [None if j is None else j.id for j in full.jobs] == ["b0", "b1", None, None]
     assert [(r.id, r.queue, r.depth, r.max_waiting) for r in full.refused] == [
-        ("b2", "default", 3, 3), ("b3", "default", 3, 3)]
+        ("b2", "default", 3, 3),
+        ("b3", "default", 3, 3),
+    ]
     assert (full.queue, full.depth, full.max_waiting) == ("default", 3, 3)
-    assert "queue 'default' is full: 3 jobs waiting (max_waiting 3); 2 of 4 jobs refused" in str(full)
+    assert "queue 'default' is full: 3 jobs waiting (max_waiting 3); 2 of 4 jobs refused" in str(
+        full
+    )
     assert await waiting(backend) == 3
 
 
@@ -80,8 +84,9 @@ async def test_other_queues_and_unbounded_jobs_are_not_counted(backend: Backend)
     assert await waiting(backend) == 2
 
 
-async def test_shed_oldest_cancels_the_oldest_waiting_jobs(backend: Backend,
-                                                           clock: ManualClock) -> None:
+async def test_shed_oldest_cancels_the_oldest_waiting_jobs(
+    backend: Backend, clock: ManualClock
+) -> None:
     for i in range(3):
         await backend.enqueue_jobs([bounded(f"s{i}", 3, shed=True)])
         clock.advance(1)
@@ -95,16 +100,19 @@ async def test_shed_oldest_cancels_the_oldest_waiting_jobs(backend: Backend,
         [record] = job.errors
         assert record.type == SHED_ERROR_TYPE and "max_waiting" in record.message
     assert [(await backend.get_job(f"s{i}")).state for i in (2, 3, 4)] == [  # type: ignore[union-attr]
-        JobState.AVAILABLE] * 3
+        JobState.AVAILABLE
+    ] * 3
 
 
-async def test_a_retry_is_never_refused_and_the_next_enqueue_sees_it(backend: Backend,
-                                                                     clock: ManualClock) -> None:
+async def test_a_retry_is_never_refused_and_the_next_enqueue_sees_it(
+    backend: Backend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([bounded("r1", 2), bounded("r2", 2)])
     job = await claim_one(backend)
     await backend.enqueue_jobs([bounded("r3", 2)])  # room: one of the two is running
-    await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.RETRYABLE,
-                                          run_at=clock.now + 5)])
+    await backend.settle_jobs(
+        [Settlement(job.id, job.lease_token, JobState.RETRYABLE, run_at=clock.now + 5)]
+    )
     assert await waiting(backend) == 3  # past the bound, by the one job that was running
     with pytest.raises(QueueFull) as caught:
         await backend.enqueue_jobs([bounded("r4", 2)])
@@ -125,8 +133,9 @@ async def test_the_app_rejects_with_the_depth_on_both_facades(app: Conveyor) -> 
     with pytest.raises(QueueFull) as caught:
         await asyncio.to_thread(app.enqueue_many, [send.message(4), send.message(5)])
     assert caught.value.jobs == [None, None]
-    assert {first.id, second.id} == {j.id for j in await (await app.backend()).list_jobs(
-        JobFilter(queues=("mail",)))}
+    assert {first.id, second.id} == {
+        j.id for j in await (await app.backend()).list_jobs(JobFilter(queues=("mail",)))
+    }
 
 
 async def test_block_waits_for_room(app: Conveyor, backend: Backend) -> None:

@@ -32,24 +32,36 @@ def stripe(app: Conveyor, failures: int = 5) -> Breaker:
 
 async def claim_round(backend: Backend, fleet: list[BreakerView], limit: int = 10) -> list[str]:
     """Each worker claims at once with the buckets its view gives; the ids claimed."""
-    claims = await asyncio.gather(*(
-        backend.fetch_jobs(ClaimRequest((QueueQuota("default", limit),), limit, f"w{n}", 30.0,
-                                        rate_limits=view.claim_limits()))
-        for n, view in enumerate(fleet)))
+    claims = await asyncio.gather(
+        *(
+            backend.fetch_jobs(
+                ClaimRequest(
+                    (QueueQuota("default", limit),),
+                    limit,
+                    f"w{n}",
+                    30.0,
+                    rate_limits=view.claim_limits(),
+                )
+            )
+            for n, view in enumerate(fleet)
+        )
+    )
     ids = [job.id for claim in claims for job in claim]
     assert len(ids) == len(set(ids))
     return ids
 
 
-async def fill(backend: Backend, n: int, rate_key: str | None = "stripe",
-               prefix: str = "s") -> list[str]:
+async def fill(
+    backend: Backend, n: int, rate_key: str | None = "stripe", prefix: str = "s"
+) -> list[str]:
     ids = [f"{prefix}-{i:03d}" for i in range(n)]
     await backend.enqueue_jobs([new_job(id=i, rate_key=rate_key) for i in ids])
     return ids
 
 
 async def test_concurrent_failures_open_the_breaker_once(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     breaker = stripe(app)
     fleet = views(app, 8)
     # Eight workers count a failure each at once: the fifth opens it, once.
@@ -62,7 +74,8 @@ async def test_concurrent_failures_open_the_breaker_once(
 
 
 async def test_only_failures_within_the_window_count(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     breaker = stripe(app, failures=3)
     [view] = views(app, 1)
     for _ in range(2):
@@ -78,7 +91,8 @@ async def test_only_failures_within_the_window_count(
 
 
 async def test_an_open_breaker_holds_its_jobs_without_using_an_attempt(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     breaker = stripe(app, failures=1)
     fleet = views(app)
     held = await fill(backend, 20)
@@ -99,7 +113,8 @@ async def test_an_open_breaker_holds_its_jobs_without_using_an_attempt(
 
 
 async def test_opening_stops_every_workers_claims_at_once(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     """The other workers have not refreshed their view (it says closed): the bucket
     the opening held gives their claims nothing, and tells them when to look again."""
     breaker = stripe(app, failures=1)
@@ -109,8 +124,11 @@ async def test_opening_stops_every_workers_claims_at_once(
     await fleet[0].report(backend, breaker, True, clock())
     assert [view.state("stripe") for view in fleet] == [OPEN, CLOSED, CLOSED, CLOSED]
     assert sorted(await claim_round(backend, fleet)) == free
-    stale = await backend.fetch_jobs(ClaimRequest(
-        (QueueQuota("default", 10),), 10, "w9", 30.0, rate_limits=fleet[1].claim_limits()))
+    stale = await backend.fetch_jobs(
+        ClaimRequest(
+            (QueueQuota("default", 10),), 10, "w9", 30.0, rate_limits=fleet[1].claim_limits()
+        )
+    )
     assert stale == [] and stale.next_token_at is not None
     assert clock() + 30 - 1e-3 <= stale.next_token_at <= clock() + 30 + 1e-3  # the hold's end
     clock.advance(29.9)  # (the view of a worker that never refreshed)
@@ -121,13 +139,17 @@ async def test_opening_stops_every_workers_claims_at_once(
 
 
 async def test_a_held_bucket_refills_from_the_end_of_its_hold(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     limits = (RateLimit("stripe", rate=10.0, burst=5),)
     await fill(backend, 20)
 
     async def claim() -> int:
-        return len(await backend.fetch_jobs(ClaimRequest(
-            (QueueQuota("default", 20),), 20, "w1", 30.0, rate_limits=limits)))
+        return len(
+            await backend.fetch_jobs(
+                ClaimRequest((QueueQuota("default", 20),), 20, "w1", 30.0, rate_limits=limits)
+            )
+        )
 
     await backend.hold_rate_bucket("stripe", 0.5, clock() + 10)
     assert await claim() == 0
@@ -143,8 +165,9 @@ async def refresh_all(backend: Backend, fleet: list[BreakerView], clock: ManualC
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
 
 
-async def half_open(app: Conveyor, backend: Backend, clock: ManualClock, jobs: int
-                    ) -> tuple[Breaker, list[BreakerView], list[str]]:
+async def half_open(
+    app: Conveyor, backend: Backend, clock: ManualClock, jobs: int
+) -> tuple[Breaker, list[BreakerView], list[str]]:
     """`jobs` waiting behind a breaker that one failure opened and whose cooldown is over,
     seen by a fleet of refreshed views: (the breaker, the views, the waiting ids)."""
     breaker = stripe(app, failures=1)
@@ -157,7 +180,8 @@ async def half_open(app: Conveyor, backend: Backend, clock: ManualClock, jobs: i
 
 
 async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     breaker, fleet, held = await half_open(app, backend, clock, 20)
     state = await read_breaker(backend, "stripe")
     assert state.state == HALF_OPEN and state.transitions == {OPEN: 1, HALF_OPEN: 1}
@@ -176,7 +200,8 @@ async def test_after_the_cooldown_one_probe_goes_through_fleet_wide(
 
 
 async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     breaker, fleet, held = await half_open(app, backend, clock, 5)
     assert await claim_round(backend, fleet) == held[:1]
     clock.advance(5)
@@ -196,7 +221,8 @@ async def test_a_failed_probe_opens_the_breaker_for_a_new_cooldown(
 
 
 async def test_opened_by_hand_it_stays_open_until_closed_by_hand(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     stripe(app)
     fleet = views(app)
     held = await fill(backend, 3)
@@ -210,12 +236,15 @@ async def test_opened_by_hand_it_stays_open_until_closed_by_hand(
     assert sorted(await claim_round(backend, fleet)) == held
     state = await read_breaker(backend, "stripe")
     assert [(t.target, t.reason) for t in state.history] == [
-        (OPEN, "opened by hand"), (CLOSED, "closed by hand")]
+        (OPEN, "opened by hand"),
+        (CLOSED, "closed by hand"),
+    ]
 
 
 # --- the worker ---------------------------------------------------------------------------
 async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
-        live_app: Conveyor) -> None:
+    live_app: Conveyor,
+) -> None:
     """One worker, one slot, so that every start is in order: while the breaker is
     open no job of its task starts, one probe starts per half-open spell, the other
     task's jobs run meanwhile, and after the downstream is back the backlog drains."""

@@ -12,8 +12,7 @@ from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
-BURST = WorkerConfig(queues=("default", "other"), concurrency=3, poll_interval=5.0,
-                     burst=True)
+BURST = WorkerConfig(queues=("default", "other"), concurrency=3, poll_interval=5.0, burst=True)
 
 
 async def _burst(app: Conveyor, config: WorkerConfig = BURST) -> tuple[Worker, ExitStatus]:
@@ -66,8 +65,17 @@ async def test_burst_runs_what_is_due_then_returns(live_app: Conveyor) -> None:
     worker, status = await _burst(live_app)
     assert status is ExitStatus.DRAINED
     assert time.monotonic() - started < BURST.poll_interval  # it never sat out a poll
-    assert sorted(runs) == sorted([*(f"work:{n}" for n in range(5)), "other", "fan_out",
-                                   "work:99", "again_now:1", "again_now:2", "again_later"])
+    assert sorted(runs) == sorted(
+        [
+            *(f"work:{n}" for n in range(5)),
+            "other",
+            "fan_out",
+            "work:99",
+            "again_now:1",
+            "again_now:2",
+            "again_later",
+        ]
+    )
     assert worker.counts == {"completed": 9, "retryable": 2}
     for job_id in [*ids, other.id, fan.id]:
         assert (await live_app.admin.get(job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]

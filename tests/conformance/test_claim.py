@@ -43,8 +43,13 @@ async def test_claim_respects_limit_and_leases(backend: Backend, clock: ManualCl
 
 
 async def test_claim_only_named_queues_in_order(backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="d", queue="default"), new_job(id="c", queue="critical"),
-                                new_job(id="o", queue="other")])
+    await backend.enqueue_jobs(
+        [
+            new_job(id="d", queue="default"),
+            new_job(id="c", queue="critical"),
+            new_job(id="o", queue="other"),
+        ]
+    )
     jobs = await backend.fetch_jobs(strict_claim(["critical", "default"], 10, "w1", 30))
     assert [j.id for j in jobs] == ["c", "d"]
     assert await backend.fetch_jobs(strict_claim(["critical", "default"], 10, "w1", 30)) == []
@@ -59,8 +64,12 @@ async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
         [job] = await backend.fetch_jobs(strict_claim(["default"], 1, "w1", 30))
         tokens.append(job.lease_token)
         # Release (cold shutdown): back to available without using the attempt.
-        assert await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.AVAILABLE,
-                                                     refund_attempt=True)]) == []
+        assert (
+            await backend.settle_jobs(
+                [Settlement(job.id, job.lease_token, JobState.AVAILABLE, refund_attempt=True)]
+            )
+            == []
+        )
     assert len(set(tokens)) == 3
     stored = await backend.get_job("f")
     assert stored is not None and stored.attempt == 0 and stored.state is JobState.AVAILABLE
@@ -78,8 +87,9 @@ async def test_one_job_goes_to_exactly_one_worker(backend_url: str, clock: Manua
                 got.extend(j.id for j in batch)
             return got
 
-        results = await asyncio.gather(*(drain(b, f"w{i}") for i, b in enumerate(backends)
-                                         for _ in range(3)))
+        results = await asyncio.gather(
+            *(drain(b, f"w{i}") for i, b in enumerate(backends) for _ in range(3))
+        )
         claimed = [job_id for r in results for job_id in r]
         assert len(claimed) == 400 and len(set(claimed)) == 400
     finally:
@@ -121,8 +131,12 @@ async def test_wait_for_jobs_wakes_on_enqueue_from_another_client(
 
 
 def quotas(limit: int, **per_queue: int) -> ClaimRequest:
-    return ClaimRequest(queues=tuple(QueueQuota(q, n) for q, n in per_queue.items()), limit=limit,
-                        worker_id="w1", lease_seconds=30)
+    return ClaimRequest(
+        queues=tuple(QueueQuota(q, n) for q, n in per_queue.items()),
+        limit=limit,
+        worker_id="w1",
+        lease_seconds=30,
+    )
 
 
 async def fill(backend: Backend, queue: str, n: int) -> None:

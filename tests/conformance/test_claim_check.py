@@ -40,8 +40,7 @@ async def big_app(backend_url: str) -> AsyncIterator[Conveyor]:
 
 @pytest.fixture
 async def clocked_app(backend_url: str, clock: ManualClock) -> AsyncIterator[Conveyor]:
-    app = Conveyor(backend_url, clock=clock, claim_check_threshold=THRESHOLD,
-                   orphan_grace=600)
+    app = Conveyor(backend_url, clock=clock, claim_check_threshold=THRESHOLD, orphan_grace=600)
     yield app
     await app.aclose()
     app.close()
@@ -126,6 +125,7 @@ async def test_a_bad_blob_ends_its_job_dead_at_once(big_app: Conveyor, damage: s
 async def test_max_payload_refuses_the_whole_batch(backend_url: str) -> None:
     app = Conveyor(backend_url, claim_check_threshold=THRESHOLD, max_payload=3000)
     try:
+
         @app.task(name="cc.sized")
         def sized(data: str) -> None: ...
 
@@ -168,8 +168,9 @@ async def test_deleting_a_job_deletes_its_blobs(clocked_app: Conveyor) -> None:
     assert await _blob_keys(clocked_app) == kept and len(kept) == 2
 
 
-async def test_prune_deletes_orphans_past_their_grace(clocked_app: Conveyor,
-                                                      clock: ManualClock) -> None:
+async def test_prune_deletes_orphans_past_their_grace(
+    clocked_app: Conveyor, clock: ManualClock
+) -> None:
     @clocked_app.task(name="cc.orphan")
     def orphan(data: str) -> None: ...
 

@@ -28,8 +28,9 @@ def keyed(key: str, limit: int, **fields: object) -> object:
     return new_job(concurrency_key=key, concurrency_limit=limit, **fields)
 
 
-async def claim(backend: Backend, n: int = 10, worker: str = "w1", lease: float = 30.0
-                ) -> list[Job]:
+async def claim(
+    backend: Backend, n: int = 10, worker: str = "w1", lease: float = 30.0
+) -> list[Job]:
     return await backend.fetch_jobs(strict_claim(["default"], n, worker, lease))
 
 
@@ -39,8 +40,7 @@ async def running_by_key(backend: Backend) -> Counter[str | None]:
 
 
 async def test_several_claimers_never_run_more_than_a_keys_limit(backend: Backend) -> None:
-    jobs = [keyed(key, limit, id=f"{key}-{i}") for key, limit in LIMITS.items()
-            for i in range(12)]
+    jobs = [keyed(key, limit, id=f"{key}-{i}") for key, limit in LIMITS.items() for i in range(12)]
     jobs += [new_job(id=f"free-{i}") for i in range(12)]
     await backend.enqueue_jobs(jobs)
     done: Counter[str | None] = Counter()
@@ -82,12 +82,14 @@ async def test_jobs_held_back_stay_available_and_keep_their_attempt(backend: Bac
 def _outcomes() -> dict[str, Callable[[Job], Settlement]]:
     return {
         "completed": complete,
-        "retried": lambda j: Settlement(j.id, j.lease_token, S.RETRYABLE, error=error(1),
-                                        run_at=10_000_000_000.0),
+        "retried": lambda j: Settlement(
+            j.id, j.lease_token, S.RETRYABLE, error=error(1), run_at=10_000_000_000.0
+        ),
         "dead": lambda j: Settlement(j.id, j.lease_token, S.DEAD, error=error(1)),
         "cancelled": lambda j: Settlement(j.id, j.lease_token, S.CANCELLED, error=error(1)),
-        "snoozed": lambda j: Settlement(j.id, j.lease_token, S.SCHEDULED,
-                                        run_at=10_000_000_000.0, refund_attempt=True),
+        "snoozed": lambda j: Settlement(
+            j.id, j.lease_token, S.SCHEDULED, run_at=10_000_000_000.0, refund_attempt=True
+        ),
         "released": lambda j: Settlement(j.id, j.lease_token, S.AVAILABLE, refund_attempt=True),
         "lost": lambda j: Settlement(j.id, j.lease_token, S.AVAILABLE, error=error(1)),
     }
@@ -106,10 +108,12 @@ async def test_every_way_out_of_running_frees_the_slot(backend: Backend, outcome
     assert await claim(backend) == []
 
 
-async def test_a_lease_expiry_rescue_gives_the_slot_back(app: Conveyor, backend: Backend,
-                                                         clock: ManualClock) -> None:
-    await backend.enqueue_jobs([keyed("user:7", 1, id="a", max_attempts=1),
-                                keyed("user:7", 1, id="b")])
+async def test_a_lease_expiry_rescue_gives_the_slot_back(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [keyed("user:7", 1, id="a", max_attempts=1), keyed("user:7", 1, id="b")]
+    )
     await claim_one(backend, lease=5.0, worker="gone")
     assert await claim(backend) == []
     clock.advance(10)
@@ -123,8 +127,9 @@ async def test_a_dead_workers_jobs_give_their_slots_back(backend: Backend) -> No
     await backend.enqueue_jobs([keyed("user:7", 2, id=f"j{i}") for i in range(4)])
     assert len(await claim(backend, worker="child-1")) == 2
     assert await claim(backend) == []
-    released = await release_worker_jobs(backend, "child-1", backend.clock(), charge=False,
-                                         message="killed")
+    released = await release_worker_jobs(
+        backend, "child-1", backend.clock(), charge=False, message="killed"
+    )
     assert sorted(released) == ["j0", "j1"]
     again = await claim(backend, worker="child-2")
     assert sorted(job.id for job in again) == ["j0", "j1"]
@@ -133,8 +138,9 @@ async def test_a_dead_workers_jobs_give_their_slots_back(backend: Backend) -> No
 
 async def test_a_due_retry_waits_for_a_slot(backend: Backend, clock: ManualClock) -> None:
     later = clock() + 60
-    await backend.enqueue_jobs([keyed("user:7", 1, id="later", run_at=later),
-                                keyed("user:7", 1, id="now")])
+    await backend.enqueue_jobs(
+        [keyed("user:7", 1, id="later", run_at=later), keyed("user:7", 1, id="now")]
+    )
     now = await claim_one(backend)
     clock.advance(120)  # "later" is due and staged, but the key is full
     assert await claim(backend) == []
@@ -151,8 +157,9 @@ async def test_cancelling_a_waiting_job_frees_what_it_held(backend: Backend) -> 
 
 
 async def test_a_redriven_job_waits_for_its_key(backend: Backend) -> None:
-    await backend.enqueue_jobs([keyed("user:7", 1, id="a", max_attempts=1),
-                                keyed("user:7", 1, id="b")])
+    await backend.enqueue_jobs(
+        [keyed("user:7", 1, id="a", max_attempts=1), keyed("user:7", 1, id="b")]
+    )
     a = await claim_one(backend)
     await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
     b = await claim_one(backend)
@@ -163,16 +170,22 @@ async def test_a_redriven_job_waits_for_its_key(backend: Backend) -> None:
     assert [job.id for job in await claim(backend)] == ["a"]
 
 
-async def test_keys_are_independent_and_jobs_without_a_key_are_not_held(
-        backend: Backend) -> None:
-    await backend.enqueue_jobs([keyed("user:1", 1, id="a1"), keyed("user:1", 1, id="a2"),
-                                keyed("user:2", 1, id="b1"), new_job(id="c1"),
-                                new_job(id="c2")])
+async def test_keys_are_independent_and_jobs_without_a_key_are_not_held(backend: Backend) -> None:
+    await backend.enqueue_jobs(
+        [
+            keyed("user:1", 1, id="a1"),
+            keyed("user:1", 1, id="a2"),
+            keyed("user:2", 1, id="b1"),
+            new_job(id="c1"),
+            new_job(id="c2"),
+        ]
+    )
     assert sorted(job.id for job in await claim(backend)) == ["a1", "b1", "c1", "c2"]
 
 
 async def test_max_running_caps_a_task_and_the_key_is_rendered_from_arguments(
-        app: Conveyor) -> None:
+    app: Conveyor,
+) -> None:
     @app.task(max_running=2)
     def export(n: int) -> None: ...
 
@@ -187,14 +200,16 @@ async def test_max_running_caps_a_task_and_the_key_is_rendered_from_arguments(
     backend = await app.backend()
     claimed = await claim(backend, 20)
     assert Counter(job.concurrency_key for job in claimed) == Counter(
-        {f"task:{export.name}": 2, "user:42": 1, "user:7": 1})
+        {f"task:{export.name}": 2, "user:42": 1, "user:7": 1}
+    )
     assert {job.concurrency_limit for job in claimed if job.task == export.name} == {2}
 
 
 async def test_a_held_back_job_says_why(app: Conveyor) -> None:
     backend = await app.backend()
-    await backend.enqueue_jobs([keyed("user:42", 1, id="a"), keyed("user:42", 1, id="b"),
-                                new_job(id="plain")])
+    await backend.enqueue_jobs(
+        [keyed("user:42", 1, id="a"), keyed("user:42", 1, id="b"), new_job(id="plain")]
+    )
     a = await backend.get_job("a")
     assert a is not None
     assert await app.admin.held_back(a) is None  # next in line: not held back
@@ -209,12 +224,14 @@ async def test_a_held_back_job_says_why(app: Conveyor) -> None:
 
 
 async def test_claimers_that_settle_while_others_claim_never_pass_the_limit(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     """Four workers at once, each claiming and completing in its own rhythm, so
     slots are freed while other claims run: every snapshot holds at most the limit."""
     keys = {f"user:{n}": 2 for n in range(3)}
-    await backend.enqueue_jobs([keyed(key, limit, id=f"{key}-{i}") for key, limit in keys.items()
-                                for i in range(15)])
+    await backend.enqueue_jobs(
+        [keyed(key, limit, id=f"{key}-{i}") for key, limit in keys.items() for i in range(15)]
+    )
     peaks: Counter[str | None] = Counter()
 
     async def worker(n: int) -> int:
@@ -238,7 +255,8 @@ async def test_claimers_that_settle_while_others_claim_never_pass_the_limit(
 
 
 async def test_a_workflow_step_released_while_its_key_is_full_waits_for_a_slot(
-        app: Conveyor) -> None:
+    app: Conveyor,
+) -> None:
     from conveyor import chain
 
     @app.task(name="per_user", concurrency_key="user:{user}", concurrency_limit=1)
@@ -266,9 +284,13 @@ async def test_a_workflow_step_released_while_its_key_is_full_waits_for_a_slot(
 async def test_queue_stats_count_the_jobs_held_by_their_key(backend: Backend) -> None:
     # user:1 (limit 1) has 4 jobs: one holds the slot, three are parked; user:2 (limit 2)
     # has 2, both with a slot; an unkeyed job is plain.
-    await backend.enqueue_jobs([*(keyed("user:1", 1, id=f"a{i}") for i in range(4)),
-                                *(keyed("user:2", 2, id=f"b{i}") for i in range(2)),
-                                new_job(id="plain")])
+    await backend.enqueue_jobs(
+        [
+            *(keyed("user:1", 1, id=f"a{i}") for i in range(4)),
+            *(keyed("user:2", 2, id=f"b{i}") for i in range(2)),
+            new_job(id="plain"),
+        ]
+    )
     [stats] = await backend.queue_stats()
     assert stats.counts == {S.AVAILABLE: 7} and stats.held_by_key == 3
     running = await claim(backend, 10)
@@ -283,7 +305,8 @@ async def test_queue_stats_count_the_jobs_held_by_their_key(backend: Backend) ->
 
 
 async def test_a_worker_claims_its_keys_next_job_without_waiting_for_a_poll(
-        live_app: Conveyor) -> None:
+    live_app: Conveyor,
+) -> None:
     @live_app.task(name="one_at_a_time", max_running=1)
     async def one_at_a_time(i: int) -> None: ...
 

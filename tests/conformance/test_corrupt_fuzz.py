@@ -49,8 +49,25 @@ RAW = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(),
     st.none(),
-    st.sampled_from(["", "[]", "{}", "null", "[1]", '{"a":', "[" * 5_000, "-1", "0", "1",
-                     "1e309", "running", "dead", "scheduled", '{"args": [], "kwargs": {}}']),
+    st.sampled_from(
+        [
+            "",
+            "[]",
+            "{}",
+            "null",
+            "[1]",
+            '{"a":',
+            "[" * 5_000,
+            "-1",
+            "0",
+            "1",
+            "1e309",
+            "running",
+            "dead",
+            "scheduled",
+            '{"args": [], "kwargs": {}}',
+        ]
+    ),
 )
 
 
@@ -78,21 +95,49 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
         healthy = [f"{queue}-ok-{i}" for i in range(HEALTHY)]
         targets = {field: f"{queue}-bad-{field}" for field in values}
         await backend.enqueue_jobs(
-            [new_job(id=i, task="fuzz.record", queue=queue, payload=payload("ok", i))
-             for i in healthy]
-            + [new_job(id=job_id, task="fuzz.record", queue=queue, max_attempts=1,
-                       payload=payload("bad", field)) for field, job_id in targets.items()])
-        written = {field for field, value in values.items()
-                   if await raw.write(targets[field], field, _unique_id(value, queue)
-                                      if field == "id" else value)}
-        config = WorkerConfig(queues=(queue,), concurrency=64, fetch_batch=100,
-                              poll_interval=0.05, rescue_interval=0.2, scheduler=False)
+            [
+                new_job(id=i, task="fuzz.record", queue=queue, payload=payload("ok", i))
+                for i in healthy
+            ]
+            + [
+                new_job(
+                    id=job_id,
+                    task="fuzz.record",
+                    queue=queue,
+                    max_attempts=1,
+                    payload=payload("bad", field),
+                )
+                for field, job_id in targets.items()
+            ]
+        )
+        written = {
+            field
+            for field, value in values.items()
+            if await raw.write(
+                targets[field], field, _unique_id(value, queue) if field == "id" else value
+            )
+        }
+        config = WorkerConfig(
+            queues=(queue,),
+            concurrency=64,
+            fetch_batch=100,
+            poll_interval=0.05,
+            rescue_interval=0.2,
+            scheduler=False,
+        )
         async with RunningWorker(app, config):
             await backend.pause_queue(queue, False)
             await eventually(lambda: _completed(backend, healthy), timeout=20)
             [later] = await backend.enqueue_jobs(
-                [new_job(id=f"{queue}-later", task="fuzz.record", queue=queue,
-                         payload=payload("ok", f"{queue}-later"))])
+                [
+                    new_job(
+                        id=f"{queue}-later",
+                        task="fuzz.record",
+                        queue=queue,
+                        payload=payload("ok", f"{queue}-later"),
+                    )
+                ]
+            )
             await eventually(lambda: _completed(backend, [later.id]), timeout=20)
             await eventually(lambda: _none_running(backend, queue), timeout=20)
 
@@ -103,8 +148,7 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
         assert len(bad_calls) == len(set(bad_calls))  # no damaged job ran twice
         assert len(other_calls) <= 1 and (not other_calls or "payload" in written)
 
-        listed = {j.id: j for j in await backend.list_jobs(JobFilter(queues=(queue,)),
-                                                           limit=1000)}
+        listed = {j.id: j for j in await backend.list_jobs(JobFilter(queues=(queue,)), limit=1000)}
         assert await backend.count_jobs(JobFilter(queues=(queue,))) == len(listed)
         await backend.queue_stats()
         for field, job_id in targets.items():
@@ -112,7 +156,8 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
             if job is None:  # renamed: its id was the field written (SQL backends)
                 assert field == "id" and field in written
                 [job] = await backend.list_jobs(
-                    JobFilter(queues=(queue,), args_contains='"bad","id"'), limit=5)
+                    JobFilter(queues=(queue,), args_contains='"bad","id"'), limit=5
+                )
             ran = bad_calls.count(field) + (len(other_calls) if field == "payload" else 0)
             where = f"{field}={values[field]!r} -> {job}"
             assert ran <= 1, where
@@ -133,7 +178,8 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
                 # a rate limit bucket this worker does not declare: the job waits for one)
                 assert field in written and ran == 0, where
                 assert field in ("state", "rate_key") or (
-                    field == "queue" and backend_name != "redis"), where
+                    field == "queue" and backend_name != "redis"
+                ), where
             assert job.state is not JobState.RUNNING, where
     finally:
         await raw.close()
@@ -165,8 +211,7 @@ def test_random_bytes_in_any_field_touch_no_other_job(backend_name: str) -> None
     url = asyncio.run(BACKENDS[backend_name](folder))
     fields = fields_of(backend_name)
 
-    @settings(max_examples=10, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.fixed_dictionaries({field: RAW for field in fields}))
     def example(values: dict[str, RawValue]) -> None:
         asyncio.run(scenario(url, backend_name, values))

@@ -53,8 +53,9 @@ def _case_id(case: tuple[str, RawValue, str]) -> str:
     return case[2].split(" (")[0].replace(" ", "-").replace(":", "")
 
 
-async def _corrupt(raw: RawStore, backend_name: str, job_id: str, field: str,
-                   value: RawValue) -> bool:
+async def _corrupt(
+    raw: RawStore, backend_name: str, job_id: str, field: str, value: RawValue
+) -> bool:
     """Write the bad value; False when the store's schema refuses it (PostgreSQL's
     column types and CHECKs), in which case the job must still read back whole: the
     schema is then what keeps the damage out, and the caller has nothing more to show."""
@@ -64,14 +65,24 @@ async def _corrupt(raw: RawStore, backend_name: str, job_id: str, field: str,
     return False
 
 
-@pytest.mark.parametrize(("field", "value", "reason"), CLAIMED_CASES,
-                         ids=[_case_id(c) for c in CLAIMED_CASES])
+@pytest.mark.parametrize(
+    ("field", "value", "reason"), CLAIMED_CASES, ids=[_case_id(c) for c in CLAIMED_CASES]
+)
 async def test_a_corrupt_job_is_claimed_with_its_batch_and_named(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock,
-        field: str, value: RawValue, reason: str) -> None:
+    backend: Backend,
+    raw: RawStore,
+    backend_name: str,
+    clock: ManualClock,
+    field: str,
+    value: RawValue,
+    reason: str,
+) -> None:
     healthy = [f"ok-{i}" for i in range(6)]
-    await backend.enqueue_jobs([new_job(id=i) for i in healthy[:3]] + [new_job(id="bad")]
-                               + [new_job(id=i) for i in healthy[3:]])
+    await backend.enqueue_jobs(
+        [new_job(id=i) for i in healthy[:3]]
+        + [new_job(id="bad")]
+        + [new_job(id=i) for i in healthy[3:]]
+    )
     if not await _corrupt(raw, backend_name, "bad", field, value):
         return  # refused by the schema: checked in _corrupt
 
@@ -96,26 +107,40 @@ async def test_a_corrupt_job_is_claimed_with_its_batch_and_named(
 
 
 async def test_a_corrupt_job_in_one_queue_never_stops_claims_from_another(
-        backend: Backend, raw: RawStore, backend_name: str) -> None:
+    backend: Backend, raw: RawStore, backend_name: str
+) -> None:
     """SQLite claims from every queue in one transaction: a row that failed to decode
     rolled back the claims of all of them, every time, until someone cancelled it."""
-    await backend.enqueue_jobs([new_job(id="bad", queue="a"), new_job(id="a2", queue="a"),
-                                new_job(id="b1", queue="b"), new_job(id="b2", queue="b")])
+    await backend.enqueue_jobs(
+        [
+            new_job(id="bad", queue="a"),
+            new_job(id="a2", queue="a"),
+            new_job(id="b1", queue="b"),
+            new_job(id="b2", queue="b"),
+        ]
+    )
     if not await _corrupt(raw, backend_name, "bad", "meta", "[1]"):
         return  # refused by the schema: checked in _corrupt
     await raw.write("bad", "payload", b"\xff")  # where the store can hold it
     first = await backend.fetch_jobs(strict_claim(["a", "b"], 10, "w1", 30))
     assert [(j.id, j.corrupt is None) for j in first] == [
-        ("bad", False), ("a2", True), ("b1", True), ("b2", True)]
+        ("bad", False),
+        ("a2", True),
+        ("b1", True),
+        ("b2", True),
+    ]
     await backend.enqueue_jobs([new_job(id="b3", queue="b")])
-    assert [j.id for j in await backend.fetch_jobs(strict_claim(["a", "b"], 10, "w1", 30))] \
-        == ["b3"]
+    assert [j.id for j in await backend.fetch_jobs(strict_claim(["a", "b"], 10, "w1", 30))] == [
+        "b3"
+    ]
 
 
 async def test_listings_counts_and_stats_show_corrupt_jobs(
-        backend: Backend, raw: RawStore, backend_name: str) -> None:
-    await backend.enqueue_jobs([new_job(id=i) for i in ("fine", "bad-meta", "bad-errors",
-                                                        "bad-priority", "bad-state")])
+    backend: Backend, raw: RawStore, backend_name: str
+) -> None:
+    await backend.enqueue_jobs(
+        [new_job(id=i) for i in ("fine", "bad-meta", "bad-errors", "bad-priority", "bad-state")]
+    )
     await raw.write("bad-meta", "meta", "[1]")
     await raw.write("bad-errors", "errors", '"not a history"')
     stored = {"bad-meta", "bad-errors"}
@@ -149,14 +174,17 @@ async def test_listings_counts_and_stats_show_corrupt_jobs(
 
 
 async def test_a_corrupt_history_takes_the_next_error_without_failing_the_batch(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
+    backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([new_job(id=i) for i in ("a", "b", "c")])
     jobs = {j.id: j for j in await backend.fetch_jobs(strict_claim(["default"], 3, "w1", 30))}
-    if not await _corrupt(raw, backend_name, "b", "errors", b"[{\"attempt\": 1,"):  # cut short
+    if not await _corrupt(raw, backend_name, "b", "errors", b'[{"attempt": 1,'):  # cut short
         return  # refused by the schema: checked in _corrupt
     retry_at = clock.now + 60
-    outcomes = [Settlement(j.id, j.lease_token, JobState.RETRYABLE, error=error(1),
-                           run_at=retry_at) for j in jobs.values()]
+    outcomes = [
+        Settlement(j.id, j.lease_token, JobState.RETRYABLE, error=error(1), run_at=retry_at)
+        for j in jobs.values()
+    ]
     assert await backend.settle_jobs(outcomes) == []
     for job_id in ("a", "b", "c"):
         job = await backend.get_job(job_id)
@@ -166,15 +194,24 @@ async def test_a_corrupt_history_takes_the_next_error_without_failing_the_batch(
 
 # Fields of a running job a rescuer reads (find_leases), written while it runs.
 RESCUE_CASES: list[tuple[str, RawValue]] = [
-    ("lease_token", "stolen"), ("attempt", "many"), ("max_attempts", b"\xff"),
-    ("worker_id", b"host\xff:1:abc"), ("lease_expires_at", "later"), ("queue", None),
+    ("lease_token", "stolen"),
+    ("attempt", "many"),
+    ("max_attempts", b"\xff"),
+    ("worker_id", b"host\xff:1:abc"),
+    ("lease_expires_at", "later"),
+    ("queue", None),
 ]
 
 
 @pytest.mark.parametrize(("field", "value"), RESCUE_CASES, ids=[c[0] for c in RESCUE_CASES])
 async def test_rescue_settles_expired_jobs_next_to_a_corrupt_one(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock,
-        field: str, value: RawValue) -> None:
+    backend: Backend,
+    raw: RawStore,
+    backend_name: str,
+    clock: ManualClock,
+    field: str,
+    value: RawValue,
+) -> None:
     await backend.enqueue_jobs([new_job(id=i, max_attempts=1) for i in ("a", "bad", "c")])
     assert len(await backend.fetch_jobs(strict_claim(["default"], 3, "w1", 10))) == 3
     if not await _corrupt(raw, backend_name, "bad", field, value):
@@ -192,7 +229,8 @@ async def test_rescue_settles_expired_jobs_next_to_a_corrupt_one(
 
 
 async def test_a_claim_hands_out_a_readable_attempt_and_token(
-        backend: Backend, raw: RawStore, backend_name: str) -> None:
+    backend: Backend, raw: RawStore, backend_name: str
+) -> None:
     await backend.enqueue_jobs([new_job(id=i) for i in ("a", "j", "b")])
     if not await _corrupt(raw, backend_name, "j", "lease_token", "abc"):
         return  # refused by the schema: checked in _corrupt
@@ -200,14 +238,18 @@ async def test_a_claim_hands_out_a_readable_attempt_and_token(
         return  # refused by the schema: checked in _corrupt
     jobs = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30))
     assert [(j.id, j.attempt, j.lease_token, j.corrupt) for j in jobs] == [
-        ("a", 1, 1, None), ("j", 1, 1, None), ("b", 1, 1, None)]
+        ("a", 1, 1, None),
+        ("j", 1, 1, None),
+        ("b", 1, 1, None),
+    ]
     assert await backend.settle_jobs([complete(j) for j in jobs]) == []
     for job_id in ("a", "j", "b"):
         assert (await backend.get_job(job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
 async def test_a_claimed_job_whose_id_is_not_text_can_still_be_settled(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
+    backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock
+) -> None:
     """Every verb names a job by its id. On SQLite the claim renames such a job to
     its readable form (so it is settled dead, its bad id named); Redis names a job by
     its key, not by the stored field; PostgreSQL's text cannot hold such bytes."""
@@ -226,7 +268,8 @@ async def test_a_claimed_job_whose_id_is_not_text_can_still_be_settled(
 
 
 async def test_a_count_at_the_top_of_its_range_starts_again_instead_of_failing_the_claim(
-        backend: Backend, raw: RawStore, backend_name: str) -> None:
+    backend: Backend, raw: RawStore, backend_name: str
+) -> None:
     """Found by the fuzz test: SQLite turned the token + 1 into a REAL that no later
     write could bind (every outcome of the worker's batch then failed, for ever), and
     PostgreSQL's bigint overflow failed the claim of the whole queue."""
@@ -236,12 +279,16 @@ async def test_a_count_at_the_top_of_its_range_starts_again_instead_of_failing_t
     await raw.write("top", "attempt", 2**31 - 1)
     jobs = await backend.fetch_jobs(strict_claim(["default"], 5, "w1", 30))
     assert [(j.id, j.attempt, j.lease_token, j.corrupt) for j in jobs] == [
-        ("a", 1, 1, None), ("top", 1, 1, None), ("b", 1, 1, None)]
+        ("a", 1, 1, None),
+        ("top", 1, 1, None),
+        ("b", 1, 1, None),
+    ]
     assert await backend.settle_jobs([complete(j) for j in jobs]) == []
 
 
 async def test_a_refund_of_an_attempt_that_reads_0_does_not_fail_the_batch(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
+    backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock
+) -> None:
     """A cold stop gives jobs back without using their attempt; a stored attempt of 0
     (written while running) went to -1 against the schema's CHECK and failed the whole
     batch of outcomes."""
@@ -249,8 +296,9 @@ async def test_a_refund_of_an_attempt_that_reads_0_does_not_fail_the_batch(
     jobs = await backend.fetch_jobs(strict_claim(["default"], 3, "w1", 30))
     if not await _corrupt(raw, backend_name, "zero", "attempt", 0):
         return  # refused by the schema: checked in _corrupt
-    returned = [Settlement(j.id, j.lease_token, JobState.AVAILABLE, refund_attempt=True)
-                for j in jobs]
+    returned = [
+        Settlement(j.id, j.lease_token, JobState.AVAILABLE, refund_attempt=True) for j in jobs
+    ]
     assert await backend.settle_jobs(returned) == []
     for job_id in ("a", "zero", "b"):
         job = await backend.get_job(job_id)
@@ -258,9 +306,11 @@ async def test_a_refund_of_an_attempt_that_reads_0_does_not_fail_the_batch(
 
 
 async def test_dedup_and_prune_next_to_corrupt_finished_jobs(
-        backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock) -> None:
-    await backend.enqueue_jobs([new_job(id="old", unique_key="k", unique_for=3600),
-                                new_job(id="other")])
+    backend: Backend, raw: RawStore, backend_name: str, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [new_job(id="old", unique_key="k", unique_for=3600), new_job(id="other")]
+    )
     jobs = await backend.fetch_jobs(strict_claim(["default"], 2, "w1", 30))
     assert await backend.settle_jobs([complete(j) for j in jobs]) == []
     if not await _corrupt(raw, backend_name, "old", "unique_for", "forever"):
@@ -287,11 +337,17 @@ WORKER_CASES: list[tuple[str, RawValue, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("field", "value", "error_type"), WORKER_CASES,
-                         ids=[c[0] for c in WORKER_CASES])
+@pytest.mark.parametrize(
+    ("field", "value", "error_type"), WORKER_CASES, ids=[c[0] for c in WORKER_CASES]
+)
 async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
-        live_app: Conveyor, raw_live: RawStore, backend_name: str,
-        field: str, value: RawValue, error_type: str) -> None:
+    live_app: Conveyor,
+    raw_live: RawStore,
+    backend_name: str,
+    field: str,
+    value: RawValue,
+    error_type: str,
+) -> None:
     calls: list[str] = []
 
     @live_app.task(name="record")
@@ -303,8 +359,11 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
     await backend.pause_queue("default", True)  # all of it lands in one claim
     names = [f"ok-{i}" for i in range(8)]
     await backend.enqueue_jobs(
-        [new_job(id=n, task="record", payload=f'{{"args":["{n}"],"kwargs":{{}}}}')
-         for n in [*names[:4], "bad", *names[4:]]])
+        [
+            new_job(id=n, task="record", payload=f'{{"args":["{n}"],"kwargs":{{}}}}')
+            for n in [*names[:4], "bad", *names[4:]]
+        ]
+    )
     if not await _corrupt(raw_live, backend_name, "bad", field, value):
         return  # refused by the schema: checked in _corrupt
     async with RunningWorker(live_app, FAST) as worker:
@@ -312,7 +371,8 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
         jobs = await wait_finished(live_app, [*names, "bad"])
         # The worker keeps claiming: a job enqueued afterwards runs.
         [later] = await backend.enqueue_jobs(
-            [new_job(id="later", task="record", payload='{"args":["later"],"kwargs":{}}')])
+            [new_job(id="later", task="record", payload='{"args":["later"],"kwargs":{}}')]
+        )
         await wait_finished(live_app, [later.id])
         assert worker.in_flight == 0
     assert sorted(calls) == sorted([*names, "later"])  # each once; never the corrupt one

@@ -13,12 +13,26 @@ from helpers import claim_one, complete, new_job
 
 
 async def test_enqueue_stores_the_job_available(backend: Backend, clock: ManualClock) -> None:
-    [job] = await backend.enqueue_jobs([new_job(id="a", queue="q", priority=3, max_attempts=7,
-                                                payload='{"args":[1],"kwargs":{"x":2}}')])
+    [job] = await backend.enqueue_jobs(
+        [
+            new_job(
+                id="a",
+                queue="q",
+                priority=3,
+                max_attempts=7,
+                payload='{"args":[1],"kwargs":{"x":2}}',
+            )
+        ]
+    )
     assert job.id == "a" and job.state is JobState.AVAILABLE
     stored = await backend.get_job("a")
     assert stored is not None
-    assert (stored.queue, stored.task, stored.priority, stored.max_attempts) == ("q", "tests.noop", 3, 7)
+    assert (stored.queue, stored.task, stored.priority, stored.max_attempts) == (
+        "q",
+        "tests.noop",
+        3,
+        7,
+    )
     assert stored.args == [1] and stored.kwargs == {"x": 2}
     assert stored.attempt == 0 and stored.created_at == clock.now and stored.run_at == clock.now
     assert stored.errors == ()
@@ -46,8 +60,12 @@ async def test_delayed_job_waits_for_its_time(backend: Backend, clock: ManualClo
 
 
 async def test_job_id_dedups_while_active(backend: Backend) -> None:
-    [first] = await backend.enqueue_jobs([new_job(id="welcome:42", payload='{"args":[1],"kwargs":{}}')])
-    [again] = await backend.enqueue_jobs([new_job(id="welcome:42", payload='{"args":[2],"kwargs":{}}')])
+    [first] = await backend.enqueue_jobs(
+        [new_job(id="welcome:42", payload='{"args":[1],"kwargs":{}}')]
+    )
+    [again] = await backend.enqueue_jobs(
+        [new_job(id="welcome:42", payload='{"args":[2],"kwargs":{}}')]
+    )
     assert again.id == first.id and again.args == [1]
     running = await claim_one(backend)
     [while_running] = await backend.enqueue_jobs([new_job(id="welcome:42")])
@@ -55,7 +73,9 @@ async def test_job_id_dedups_while_active(backend: Backend) -> None:
     assert await backend.count_jobs(JobFilter()) == 1
     await backend.settle_jobs([complete(running)])
     # Finished and no unique_for window: the id makes way for a new job.
-    [fresh] = await backend.enqueue_jobs([new_job(id="welcome:42", payload='{"args":[3],"kwargs":{}}')])
+    [fresh] = await backend.enqueue_jobs(
+        [new_job(id="welcome:42", payload='{"args":[3],"kwargs":{}}')]
+    )
     assert fresh.state is JobState.AVAILABLE and fresh.args == [3]
     assert await backend.count_jobs(JobFilter()) == 1
 
@@ -99,10 +119,13 @@ async def test_racing_enqueues_with_one_unique_key_make_one_job(
     apps = [Conveyor(backend_url, clock=clock) for _ in range(4)]
     try:
         backends = [await a.backend() for a in apps]
-        results = await asyncio.gather(*(
-            b.enqueue_jobs([new_job(unique_key="race"), new_job(id="race-id")])
-            for b in backends for _ in range(5)
-        ))
+        results = await asyncio.gather(
+            *(
+                b.enqueue_jobs([new_job(unique_key="race"), new_job(id="race-id")])
+                for b in backends
+                for _ in range(5)
+            )
+        )
         assert len({r[0].id for r in results}) == 1
         assert len({r[1].id for r in results}) == 1
         assert await backends[0].count_jobs(JobFilter()) == 2
@@ -120,33 +143,55 @@ async def test_batch_answers_each_job_as_one_by_one_would(backend: Backend) -> N
     # themselves, name an active job's id, or a finished job's (no window: replaced).
     fresh = await backend.enqueue_jobs([new_job(id=f"f{i}", payload=_payload(i)) for i in range(3)])
     assert [(j.id, j.args, j.state) for j in fresh] == [
-        (f"f{i}", [i], JobState.AVAILABLE) for i in range(3)]
-    inside = await backend.enqueue_jobs([new_job(id="r", payload=_payload(1)), new_job(id="s"),
-                                         new_job(id="r", payload=_payload(2))])
+        (f"f{i}", [i], JobState.AVAILABLE) for i in range(3)
+    ]
+    inside = await backend.enqueue_jobs(
+        [
+            new_job(id="r", payload=_payload(1)),
+            new_job(id="s"),
+            new_job(id="r", payload=_payload(2)),
+        ]
+    )
     assert [j.id for j in inside] == ["r", "s", "r"] and inside[2].args == [1]
     finished = await claim_one(backend)  # f0, the oldest
     await backend.settle_jobs([complete(finished)])
-    mixed = await backend.enqueue_jobs([new_job(id="t", payload=_payload(7)),
-                                        new_job(id="f1", payload=_payload(8)),
-                                        new_job(id="f0", payload=_payload(9))])
+    mixed = await backend.enqueue_jobs(
+        [
+            new_job(id="t", payload=_payload(7)),
+            new_job(id="f1", payload=_payload(8)),
+            new_job(id="f0", payload=_payload(9)),
+        ]
+    )
     assert [(j.id, j.args, j.state) for j in mixed] == [
-        ("t", [7], JobState.AVAILABLE), ("f1", [1], JobState.AVAILABLE),
-        ("f0", [9], JobState.AVAILABLE)]
+        ("t", [7], JobState.AVAILABLE),
+        ("f1", [1], JobState.AVAILABLE),
+        ("f0", [9], JobState.AVAILABLE),
+    ]
     assert await backend.count_jobs(JobFilter()) == 6  # f0 f1 f2 r s t
 
 
 async def test_unique_key_dedups_across_and_inside_batches(
     backend: Backend, clock: ManualClock
 ) -> None:
-    first = await backend.enqueue_jobs([new_job(unique_key="u1", unique_for=60),
-                                        new_job(unique_key="u2", unique_for=60), new_job()])
+    first = await backend.enqueue_jobs(
+        [
+            new_job(unique_key="u1", unique_for=60),
+            new_job(unique_key="u2", unique_for=60),
+            new_job(),
+        ]
+    )
     job = await claim_one(backend)  # u1's job
     await backend.settle_jobs([complete(job)])
     clock.advance(59)
-    again = await backend.enqueue_jobs([new_job(unique_key="u1", unique_for=60), new_job(),
-                                        new_job(unique_key="u2", unique_for=60),
-                                        new_job(unique_key="u3", unique_for=60),
-                                        new_job(unique_key="u3", unique_for=60)])
+    again = await backend.enqueue_jobs(
+        [
+            new_job(unique_key="u1", unique_for=60),
+            new_job(),
+            new_job(unique_key="u2", unique_for=60),
+            new_job(unique_key="u3", unique_for=60),
+            new_job(unique_key="u3", unique_for=60),
+        ]
+    )
     assert (again[0].id, again[0].state) == (first[0].id, JobState.COMPLETED)
     assert again[2].id == first[1].id and again[3].id == again[4].id
     clock.advance(2)  # u1's window is over: a new job takes the key

@@ -32,5 +32,7 @@ async def test_failed_attempts_record_the_app_version(versioned_app: Conveyor) -
         job = (await wait_finished(versioned_app, [handle.id]))[handle.id]
     assert job.state is JobState.DEAD
     assert [(e.attempt, e.type, e.app_version) for e in job.errors] == [
-        (1, "ConnectionError", "1.4.2"), (2, "ConnectionError", "1.4.2")]
+        (1, "ConnectionError", "1.4.2"),
+        (2, "ConnectionError", "1.4.2"),
+    ]
     assert all(e.version for e in job.errors)  # Conveyor's own, beside it

@@ -23,17 +23,24 @@ CLAIMERS = 4
 
 async def flood(backend: Backend, key: str, n: int, **fields: object) -> None:
     for start in range(0, n, 1000):
-        await backend.enqueue_jobs([new_job(id=f"{key}-{i:06d}", fairness_key=key, **fields)
-                                    for i in range(start, min(n, start + 1000))])
+        await backend.enqueue_jobs(
+            [
+                new_job(id=f"{key}-{i:06d}", fairness_key=key, **fields)
+                for i in range(start, min(n, start + 1000))
+            ]
+        )
 
 
 async def claim_rounds(backend: Backend, rounds: int, limit: int = 1) -> list[list[str]]:
     """`rounds` times, CLAIMERS claims of `limit` at once; the ids each round took."""
     out = []
     for _ in range(rounds):
-        batches = await asyncio.gather(*(
-            backend.fetch_jobs(strict_claim(["default"], limit, f"w{n}", 30))
-            for n in range(CLAIMERS)))
+        batches = await asyncio.gather(
+            *(
+                backend.fetch_jobs(strict_claim(["default"], limit, f"w{n}", 30))
+                for n in range(CLAIMERS)
+            )
+        )
         out.append([job.id for batch in batches for job in batch])
     return out
 
@@ -50,8 +57,7 @@ async def test_a_newcomer_alternates_with_a_backlog(backend: Backend, backlog: i
     key's backlog of `backlog` stood, with four claimers at once."""
     await flood(backend, "big", backlog)
     await claim_rounds(backend, 25)  # 100 of big's jobs claimed: the queue's vtime moved on
-    await backend.enqueue_jobs([new_job(id=f"small-{i}", fairness_key="small")
-                                for i in range(10)])
+    await backend.enqueue_jobs([new_job(id=f"small-{i}", fairness_key="small") for i in range(10)])
     rounds = await claim_rounds(backend, 5)  # 20 claims
     claimed = [job_id for ids in rounds for job_id in ids]
     assert len(claimed) == len(set(claimed)) == 20
@@ -71,14 +77,24 @@ async def test_weights_share_the_claims(backend: Backend) -> None:
 
 
 async def test_keys_rotate_within_a_priority_level_and_unkeyed_jobs_go_first(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     await flood(backend, "a", 3)
     await flood(backend, "b", 3)
-    await backend.enqueue_jobs([new_job(id="plain-0"), new_job(id="urgent-0", priority=5,
-                                                               fairness_key="a")])
+    await backend.enqueue_jobs(
+        [new_job(id="plain-0"), new_job(id="urgent-0", priority=5, fairness_key="a")]
+    )
     order = [(await claim_one(backend)).id for _ in range(8)]
-    assert order == ["urgent-0", "plain-0", "a-000000", "b-000000", "a-000001", "b-000001",
-                     "a-000002", "b-000002"]
+    assert order == [
+        "urgent-0",
+        "plain-0",
+        "a-000000",
+        "b-000000",
+        "a-000001",
+        "b-000001",
+        "a-000002",
+        "b-000002",
+    ]
 
 
 async def test_a_retried_job_keeps_its_turn(backend: Backend, clock: ManualClock) -> None:
@@ -88,8 +104,9 @@ async def test_a_retried_job_keeps_its_turn(backend: Backend, clock: ManualClock
     await flood(backend, "b", 3)
     first = await claim_one(backend)
     assert first.id == "a-000000"
-    await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.RETRYABLE,
-                                          run_at=clock.now + 10)])
+    await backend.settle_jobs(
+        [Settlement(first.id, first.lease_token, JobState.RETRYABLE, run_at=clock.now + 10)]
+    )
     assert (await claim_one(backend)).id == "b-000000"
     clock.advance(10)
     order = [(await claim_one(backend)).id for _ in range(5)]
@@ -124,13 +141,18 @@ async def test_the_task_renders_its_fairness_key(app: Conveyor, backend: Backend
 
 
 async def test_claimers_of_two_fair_queues_in_either_order_each_get_their_own_jobs(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     """Claims move each fair queue's vtime (PostgreSQL: a row per queue, locked in name
     order): four claimers naming the queues in both orders all get through, and every
     job goes to exactly one of them."""
     for queue in ("a", "b"):
-        await backend.enqueue_jobs([new_job(id=f"{queue}-{i:03d}", queue=queue,
-                                            fairness_key=f"t{i % 4}") for i in range(200)])
+        await backend.enqueue_jobs(
+            [
+                new_job(id=f"{queue}-{i:03d}", queue=queue, fairness_key=f"t{i % 4}")
+                for i in range(200)
+            ]
+        )
 
     async def claimer(n: int) -> list[str]:
         order = ["a", "b"] if n % 2 else ["b", "a"]
@@ -139,6 +161,7 @@ async def test_claimers_of_two_fair_queues_in_either_order_each_get_their_own_jo
             got += [job.id for job in jobs]
         return got
 
-    claimed = [i for ids in await asyncio.gather(*(claimer(n) for n in range(CLAIMERS)))
-               for i in ids]
+    claimed = [
+        i for ids in await asyncio.gather(*(claimer(n) for n in range(CLAIMERS))) for i in ids
+    ]
     assert len(claimed) == len(set(claimed)) == 400

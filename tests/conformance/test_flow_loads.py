@@ -20,16 +20,21 @@ async def fill_and_claim(backend: Backend) -> None:
     """default: user:1 (limit 1) x3, user:2 (limit 2) x4, task:export (limit 3) x1, three
     jobs of bucket stripe (not declared by the claims: they wait); other: user:1 x2.
     Two claimers at once take every job a slot lets through."""
-    await backend.enqueue_jobs([
-        *(keyed("user:1", 1, id=f"u1-{i}") for i in range(3)),
-        *(keyed("user:2", 2, id=f"u2-{i}") for i in range(4)),
-        keyed("task:export", 3, id="export"),
-        *(new_job(rate_key="stripe", id=f"charge-{i}") for i in range(3)),
-        *(keyed("user:1", 1, queue="other", id=f"o1-{i}") for i in range(2)),
-    ])
-    claims = await asyncio.gather(*(backend.fetch_jobs(strict_claim(["default", "other"], 10,
-                                                                    f"w{n}", 30.0))
-                                    for n in range(2)))
+    await backend.enqueue_jobs(
+        [
+            *(keyed("user:1", 1, id=f"u1-{i}") for i in range(3)),
+            *(keyed("user:2", 2, id=f"u2-{i}") for i in range(4)),
+            keyed("task:export", 3, id="export"),
+            *(new_job(rate_key="stripe", id=f"charge-{i}") for i in range(3)),
+            *(keyed("user:1", 1, queue="other", id=f"o1-{i}") for i in range(2)),
+        ]
+    )
+    claims = await asyncio.gather(
+        *(
+            backend.fetch_jobs(strict_claim(["default", "other"], 10, f"w{n}", 30.0))
+            for n in range(2)
+        )
+    )
     claimed = sorted(job.id for jobs in claims for job in jobs)
     assert claimed == ["export", "u1-0", "u2-0", "u2-1"]
 
@@ -39,19 +44,28 @@ async def test_the_top_keys_by_running_and_by_held_jobs_of_a_queue(backend: Back
     assert await backend.flow_loads(FlowQuery(queue="default", top=1)) == FlowLoads(
         by_running=(KeyLoad("user:2", running=2, held=2),),
         by_held=(KeyLoad("user:1", running=1, held=2),),  # a tie with user:2: by key
-        running=4, held=4, keys=3, buckets=(("stripe", 3),))
+        running=4,
+        held=4,
+        keys=3,
+        buckets=(("stripe", 3),),
+    )
     everywhere = await backend.flow_loads(FlowQuery())
-    assert everywhere.by_running == (KeyLoad("user:2", 2, 2), KeyLoad("task:export", 1, 0),
-                                     KeyLoad("user:1", 1, 4))
+    assert everywhere.by_running == (
+        KeyLoad("user:2", 2, 2),
+        KeyLoad("task:export", 1, 0),
+        KeyLoad("user:1", 1, 4),
+    )
     assert everywhere.by_held == (KeyLoad("user:1", 1, 4), KeyLoad("user:2", 2, 2))
     assert (everywhere.running, everywhere.held, everywhere.keys) == (4, 6, 3)
     assert await backend.flow_loads(FlowQuery(queue="other")) == FlowLoads(
-        by_held=(KeyLoad("user:1", 0, 2),), held=2, keys=1)
+        by_held=(KeyLoad("user:1", 0, 2),), held=2, keys=1
+    )
     assert await backend.flow_loads(FlowQuery(queue="nowhere")) == FlowLoads()
 
 
 async def test_a_finished_job_leaves_the_loads_and_its_keys_next_job_moves_up(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     await fill_and_claim(backend)
     first = await backend.get_job("u1-0")
     assert first is not None and first.state is JobState.RUNNING
@@ -73,8 +87,9 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
 
     async def producer(n: int) -> None:
         for batch in range(6):
-            await backend.enqueue_jobs([new_job(queue="mail", bound=bound, id=f"m{n}-{batch}-{i}")
-                                        for i in range(5)])
+            await backend.enqueue_jobs(
+                [new_job(queue="mail", bound=bound, id=f"m{n}-{batch}-{i}") for i in range(5)]
+            )
 
     await asyncio.gather(*(producer(n) for n in range(4)))
     await backend.enqueue_jobs([new_job(queue="other", id="plain")])

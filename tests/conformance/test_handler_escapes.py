@@ -37,8 +37,11 @@ ESCAPES: dict[str, tuple[Callable[[], BaseException], str, str]] = {
     # ("coroutine raised StopIteration", PEP 479) before anyone else sees it.
     "stop_iteration": (lambda: StopIteration("done"), "StopIteration", "RuntimeError"),
     "stop_async_iteration": (StopAsyncIteration, "StopAsyncIteration", "StopAsyncIteration"),
-    "cancelled": (lambda: asyncio.CancelledError("leaked from a library"), "CancelledError",
-                  "CancelledError"),
+    "cancelled": (
+        lambda: asyncio.CancelledError("leaked from a library"),
+        "CancelledError",
+        "CancelledError",
+    ),
     "custom_base": (lambda: HandlerAbort("mine"), "HandlerAbort", "HandlerAbort"),
 }
 
@@ -52,28 +55,41 @@ KINDS = {
 }
 
 
-def _register(app: Conveyor, name: str, is_async: bool, raise_it: Callable[[], BaseException],
-              runs: Counter[str], **options: Any) -> Any:
+def _register(
+    app: Conveyor,
+    name: str,
+    is_async: bool,
+    raise_it: Callable[[], BaseException],
+    runs: Counter[str],
+    **options: Any,
+) -> Any:
     if is_async:
+
         async def handler() -> None:
             runs[name] += 1
             raise raise_it()
     else:
+
         def handler() -> None:  # type: ignore[misc]
             runs[name] += 1
             raise raise_it()
+
     handler.__name__ = name
     return app.task(name=name, **options)(handler)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 async def test_every_exception_type_ends_the_attempt_with_its_error(
-        live_app: Conveyor, kind: str) -> None:
+    live_app: Conveyor, kind: str
+) -> None:
     is_async, limits = KINDS[kind]
     runs: Counter[str] = Counter()
-    tasks = {name: _register(live_app, name, is_async, raise_it, runs, max_attempts=2,
-                             **QUICK_RETRY, **limits)
-             for name, (raise_it, _, _) in ESCAPES.items()}
+    tasks = {
+        name: _register(
+            live_app, name, is_async, raise_it, runs, max_attempts=2, **QUICK_RETRY, **limits
+        )
+        for name, (raise_it, _, _) in ESCAPES.items()
+    }
     handles = {name: await task.enqueue_async() for name, task in tasks.items()}
     runner = RunningWorker(live_app, FAST)
     async with runner as worker:
@@ -81,10 +97,13 @@ async def test_every_exception_type_ends_the_attempt_with_its_error(
         assert worker.in_flight == 0  # every slot is free again
         # A cold stop finds nothing to return and exits.
         assert await runner.stop(cold=True) is ExitStatus.DRAINED
-    recorded = {name: (jobs[h.id].state, [e.type for e in jobs[h.id].errors])
-                for name, h in handles.items()}
-    assert recorded == {name: (JobState.DEAD, [async_type if is_async else sync_type] * 2)
-                        for name, (_, sync_type, async_type) in ESCAPES.items()}
+    recorded = {
+        name: (jobs[h.id].state, [e.type for e in jobs[h.id].errors]) for name, h in handles.items()
+    }
+    assert recorded == {
+        name: (JobState.DEAD, [async_type if is_async else sync_type] * 2)
+        for name, (_, sync_type, async_type) in ESCAPES.items()
+    }
     assert runs == {name: 2 for name in ESCAPES}
     assert worker.claimed == 2 * len(ESCAPES)
     assert all(jobs[h.id].errors[0].traceback for h in handles.values())
@@ -93,11 +112,18 @@ async def test_every_exception_type_ends_the_attempt_with_its_error(
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 async def test_cancel_the_worker_did_not_ask_for_is_a_failed_attempt(
-        live_app: Conveyor, is_async: bool) -> None:
+    live_app: Conveyor, is_async: bool
+) -> None:
     runs: Counter[str] = Counter()
-    task = _register(live_app, "leaks_cancel", is_async,
-                     lambda: asyncio.CancelledError("leaked from a library"), runs,
-                     max_attempts=3, **QUICK_RETRY)
+    task = _register(
+        live_app,
+        "leaks_cancel",
+        is_async,
+        lambda: asyncio.CancelledError("leaked from a library"),
+        runs,
+        max_attempts=3,
+        **QUICK_RETRY,
+    )
     handle = await task.enqueue_async()
     async with RunningWorker(live_app, FAST) as worker:
         job = (await wait_finished(live_app, [handle.id]))[handle.id]
@@ -105,7 +131,8 @@ async def test_cancel_the_worker_did_not_ask_for_is_a_failed_attempt(
     assert worker.claimed == 3  # claimed once per attempt, never again at once
     assert (job.state, job.attempt) == (JobState.DEAD, 3)
     assert [(e.attempt, e.type, e.message) for e in job.errors] == [
-        (n, "CancelledError", "leaked from a library") for n in (1, 2, 3)]
+        (n, "CancelledError", "leaked from a library") for n in (1, 2, 3)
+    ]
 
 
 async def test_task_cancelling_itself_is_a_failed_attempt(live_app: Conveyor) -> None:
@@ -151,8 +178,9 @@ async def test_lost_lease_still_writes_nothing(live_app: Conveyor) -> None:
 
     handle = await outlives_its_lease.enqueue_async()
     # The lease runs out long before the first heartbeat, which then finds it lost.
-    late_heartbeats = WorkerConfig(concurrency=1, poll_interval=0.05, lease=0.4,
-                                   heartbeat_interval=1.5, rescue_interval=60)
+    late_heartbeats = WorkerConfig(
+        concurrency=1, poll_interval=0.05, lease=0.4, heartbeat_interval=1.5, rescue_interval=60
+    )
     rescuer = WorkerConfig(concurrency=1, poll_interval=0.05, lease=5, rescue_interval=0.05)
     async with RunningWorker(live_app, late_heartbeats) as first:
         await eventually(lambda: _true(first.in_flight == 1))
@@ -175,8 +203,7 @@ class _CancelsAfterTheHandler:
             raise asyncio.CancelledError("a middleware's own")
 
 
-async def test_middleware_raising_cancelled_keeps_the_handlers_outcome(
-        live_app: Conveyor) -> None:
+async def test_middleware_raising_cancelled_keeps_the_handlers_outcome(live_app: Conveyor) -> None:
     live_app.middleware.append(_CancelsAfterTheHandler())
     runs: list[int] = []
 
@@ -210,16 +237,19 @@ ATTEMPTS = 5
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 async def test_failed_attempts_do_not_keep_the_handlers_memory(
-        live_app: Conveyor, is_async: bool, no_cycle_collector: None) -> None:
+    live_app: Conveyor, is_async: bool, no_cycle_collector: None
+) -> None:
     def allocate_and_fail() -> None:
         buffer = bytearray(BIG)  # a local of the failing frame, as in most handlers
         raise ConnectionError(f"failed with {len(buffer)} bytes in hand")
 
     if is_async:
+
         @live_app.task(name="hungry", max_attempts=ATTEMPTS, **QUICK_RETRY)
         async def hungry() -> None:
             allocate_and_fail()
     else:
+
         @live_app.task(name="hungry", max_attempts=ATTEMPTS, **QUICK_RETRY)  # type: ignore[no-redef]
         def hungry() -> None:
             allocate_and_fail()

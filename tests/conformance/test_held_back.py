@@ -16,8 +16,12 @@ from helpers import complete
 async def claim_with_two_claimers(app: Conveyor, queue: str) -> list[Job]:
     backend = await app.backend()
     plan = QueuePlan([queue])
-    claims = await asyncio.gather(*(backend.fetch_jobs(plan.request(
-        5, f"w{n}", 30.0, rate_limits=app.rate_limits.declared)) for n in range(2)))
+    claims = await asyncio.gather(
+        *(
+            backend.fetch_jobs(plan.request(5, f"w{n}", 30.0, rate_limits=app.rate_limits.declared))
+            for n in range(2)
+        )
+    )
     return [job for jobs in claims for job in jobs]
 
 
@@ -28,12 +32,14 @@ async def reason(app: Conveyor, job_id: str) -> str | None:
 
 
 async def test_a_paused_queue_a_full_key_and_a_spent_bucket_each_say_so(app: Conveyor) -> None:
-    @app.task(name="sync", queue="accounts", concurrency_key="user:{user_id}",
-              rate_limit="1/h")
+    @app.task(name="sync", queue="accounts", concurrency_key="user:{user_id}", rate_limit="1/h")
     def sync(user_id: int) -> None: ...
 
-    first, second, other = (await sync.enqueue_async(1), await sync.enqueue_async(1),
-                            await sync.enqueue_async(2))
+    first, second, other = (
+        await sync.enqueue_async(1),
+        await sync.enqueue_async(1),
+        await sync.enqueue_async(2),
+    )
     claimed = await claim_with_two_claimers(app, "accounts")
     assert [job.id for job in claimed] == [first.id]  # one token an hour
     assert await reason(app, first.id) is None  # running
@@ -42,8 +48,9 @@ async def test_a_paused_queue_a_full_key_and_a_spent_bucket_each_say_so(app: Con
     await app.admin.pause("accounts")
     backend: Backend = await app.backend()
     assert await backend.queue_paused("accounts") and not await backend.queue_paused("other")
-    assert await reason(app, other.id) == ("its queue accounts is paused; waiting for a token "
-                                           "of rate limit bucket task:sync")
+    assert await reason(app, other.id) == (
+        "its queue accounts is paused; waiting for a token of rate limit bucket task:sync"
+    )
     await app.admin.resume("accounts")
     assert not await backend.queue_paused("accounts")
     assert await reason(app, other.id) == "waiting for a token of rate limit bucket task:sync"

@@ -51,14 +51,20 @@ async def test_fence_grows_on_every_claim_across_retry_rescue_and_redrive(
         return job
 
     first = await claimed()  # fails: retried
-    await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.RETRYABLE,
-                                          error=error(1), run_at=clock.now)])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                first.id, first.lease_token, JobState.RETRYABLE, error=error(1), run_at=clock.now
+            )
+        ]
+    )
     await claimed()  # its worker dies: rescued after the lease
     clock.advance(11)
     assert await rescue_expired(backend, backend.clock()) == [handle.id]
     third = await claimed()  # the last attempt: dead
-    await backend.settle_jobs([Settlement(third.id, third.lease_token, JobState.DEAD,
-                                          error=error(3))])
+    await backend.settle_jobs(
+        [Settlement(third.id, third.lease_token, JobState.DEAD, error=error(3))]
+    )
     [redriven] = await backend.redrive_jobs(DEAD, limit=10, dry_run=False)
     assert redriven.attempt == 0  # a redrive resets the attempts ...
     fourth = await claimed()
@@ -79,16 +85,23 @@ async def test_idempotency_key_defaults_to_the_job_id(app: Conveyor, backend: Ba
 
 
 # --- once -------------------------------------------------------------------------------
-async def _two_attempts(app: Conveyor, backend: Backend, clock: ManualClock,
-                        **task_options: object) -> tuple[JobContext, JobContext]:
+async def _two_attempts(
+    app: Conveyor, backend: Backend, clock: ManualClock, **task_options: object
+) -> tuple[JobContext, JobContext]:
     """A job claimed, failed and claimed again: the contexts of its two attempts."""
+
     @app.task(name="pay", max_attempts=5, **task_options)  # type: ignore[call-overload]
     def pay(order_id: int) -> None: ...
 
     await pay.enqueue_async(7)
     first = await claim_one(backend, lease=10)
-    await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.RETRYABLE,
-                                          error=error(1), run_at=clock.now)])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                first.id, first.lease_token, JobState.RETRYABLE, error=error(1), run_at=clock.now
+            )
+        ]
+    )
     second = await claim_one(backend, lease=10)
     return context(backend, first), context(backend, second)
 
@@ -250,6 +263,7 @@ async def test_two_jobs_with_one_key_under_a_worker_run_the_effect_once(live_app
     b = await charge_order.enqueue_async(9)
     config = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
     async with RunningWorker(live_app, config):
+
         async def one_snoozed() -> bool:
             jobs = [await live_app.admin.get(h.id) for h in (a, b)]
             return any(j is not None and j.state is JobState.SCHEDULED for j in jobs)
@@ -259,8 +273,9 @@ async def test_two_jobs_with_one_key_under_a_worker_run_the_effect_once(live_app
         jobs = await wait_finished(live_app, [a.id, b.id])
     assert len(effects) == 1
     assert {j.result_value for j in jobs.values()} == {"ch_9"}
-    assert all(j.state is JobState.COMPLETED and j.attempt == 1 and not j.errors
-               for j in jobs.values())
+    assert all(
+        j.state is JobState.COMPLETED and j.attempt == 1 and not j.errors for j in jobs.values()
+    )
 
 
 async def test_once_whose_claim_expired_during_the_effect_still_marks_a_free_key_done(

@@ -28,8 +28,9 @@ async def running_of_key(backend: Backend) -> int:
 
 
 async def fill(backend: Backend, n: int, limit: int = 1) -> None:
-    await backend.enqueue_jobs([new_job(id=f"j{i:03}", concurrency_key=KEY,
-                                        concurrency_limit=limit) for i in range(n)])
+    await backend.enqueue_jobs(
+        [new_job(id=f"j{i:03}", concurrency_key=KEY, concurrency_limit=limit) for i in range(n)]
+    )
 
 
 async def test_every_backend_can_set_a_keys_limit(backend: Backend) -> None:
@@ -72,8 +73,7 @@ async def test_raising_the_limit_unparks_at_once(backend: Backend) -> None:
     assert await running_of_key(backend) == 7
 
 
-async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(
-        backend: Backend) -> None:
+async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(backend: Backend) -> None:
     assert isinstance(backend, KeyLimits)
     await backend.set_key_limit(KEY, 6)
     await fill(backend, 20)
@@ -98,15 +98,17 @@ async def test_dropping_the_limit_goes_back_to_the_jobs_own(backend: Backend) ->
     assert len(await claim(backend)) == 1
     await backend.set_key_limit(KEY, None)
     assert len(await claim(backend)) == 2
-    assert Counter(job.state for job in await backend.list_jobs(JobFilter(), limit=100)) == \
-        Counter({S.RUNNING: 3, S.AVAILABLE: 7})
+    assert Counter(job.state for job in await backend.list_jobs(JobFilter(), limit=100)) == Counter(
+        {S.RUNNING: 3, S.AVAILABLE: 7}
+    )
 
 
 async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
     assert isinstance(backend, KeyLimits)
     await backend.set_key_limit(KEY, 5)
-    await backend.enqueue_jobs([new_job(id=f"o{i}", concurrency_key="other",
-                                        concurrency_limit=1) for i in range(5)])
+    await backend.enqueue_jobs(
+        [new_job(id=f"o{i}", concurrency_key="other", concurrency_limit=1) for i in range(5)]
+    )
     assert [job.id for job in await claim(backend)] == ["o0"]
 
 

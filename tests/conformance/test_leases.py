@@ -91,8 +91,9 @@ async def test_cancel_finished_job_changes_nothing(backend: Backend) -> None:
 async def test_release_returns_job_without_using_attempt(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="rel")])
     job = await claim_one(backend)
-    await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.AVAILABLE,
-                                          refund_attempt=True)])
+    await backend.settle_jobs(
+        [Settlement(job.id, job.lease_token, JobState.AVAILABLE, refund_attempt=True)]
+    )
     stored = await backend.get_job("rel")
     assert stored is not None and stored.attempt == 0 and stored.state is JobState.AVAILABLE
     assert stored.lease_expires_at is None

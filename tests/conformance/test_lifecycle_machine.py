@@ -36,10 +36,21 @@ def snapshot(job: Job | None) -> tuple[Any, ...] | None:
     """What a backend must agree on about a job."""
     if job is None:
         return None
-    return (job.state, job.attempt, job.max_attempts, job.run_at, job.created_at,
-            job.lease_token, job.lease_expires_at, job.worker_id, job.finished_at,
-            job.result_value, [(e.attempt, e.type) for e in job.errors], job.cancel_requested,
-            job.corrupt)
+    return (
+        job.state,
+        job.attempt,
+        job.max_attempts,
+        job.run_at,
+        job.created_at,
+        job.lease_token,
+        job.lease_expires_at,
+        job.worker_id,
+        job.finished_at,
+        job.result_value,
+        [(e.attempt, e.type) for e in job.errors],
+        job.cancel_requested,
+        job.corrupt,
+    )
 
 
 def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
@@ -49,8 +60,9 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
             self.loop = asyncio.new_event_loop()
             self.tmp = tempfile.mkdtemp(prefix="conveyor-hyp-")
             self.clock = ManualClock()
-            self.urls = {name: self.run(BACKENDS[name](Path(self.tmp)))
-                         for name in (backend_name, MODEL)}
+            self.urls = {
+                name: self.run(BACKENDS[name](Path(self.tmp))) for name in (backend_name, MODEL)
+            }
             self.apps = {name: Conveyor(url, clock=self.clock) for name, url in self.urls.items()}
             self.real: Backend = self.run(self.apps[backend_name].backend())
             self.model: Backend = self.run(self.apps[MODEL].backend())
@@ -86,15 +98,24 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
         def start(self) -> None:
             pass
 
-        @rule(n=st.integers(1, 4), delay=st.sampled_from([0.0, 0.0, 5.0]),
-              max_attempts=st.integers(1, 3), priority=st.sampled_from([0, 0, 1]))
+        @rule(
+            n=st.integers(1, 4),
+            delay=st.sampled_from([0.0, 0.0, 5.0]),
+            max_attempts=st.integers(1, 3),
+            priority=st.sampled_from([0, 0, 1]),
+        )
         def enqueue(self, n: int, delay: float, max_attempts: int, priority: int) -> None:
             batch = []
             for _ in range(n):
                 self.counter += 1
-                batch.append(new_job(id=f"h{self.counter}", max_attempts=max_attempts,
-                                     priority=priority,
-                                     run_at=self.clock.now + delay if delay else None))
+                batch.append(
+                    new_job(
+                        id=f"h{self.counter}",
+                        max_attempts=max_attempts,
+                        priority=priority,
+                        run_at=self.clock.now + delay if delay else None,
+                    )
+                )
             self.both("enqueue_jobs", batch)
             self.ids += [job.id for job in batch]
 
@@ -103,19 +124,23 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
             self.both("fetch_jobs", strict_claim(["default"], limit, "w", LEASE))
 
         @precondition(lambda self: self.in_state(S.RUNNING))
-        @rule(data=st.data(), outcome=st.sampled_from(["complete", "retry", "dead", "snooze",
-                                                        "release"]))
+        @rule(
+            data=st.data(),
+            outcome=st.sampled_from(["complete", "retry", "dead", "snooze", "release"]),
+        )
         def settle(self, data: st.DataObject, outcome: str) -> None:
             job_id = data.draw(st.sampled_from(self.in_state(S.RUNNING)))
             job = self.run(self.model.get_job(job_id))
             now, token = self.clock.now, job.lease_token
             settlement = {
                 "complete": Settlement(job_id, token, S.COMPLETED, result="1"),
-                "retry": Settlement(job_id, token, S.RETRYABLE, error=error(job.attempt),
-                                    run_at=now + 3),
+                "retry": Settlement(
+                    job_id, token, S.RETRYABLE, error=error(job.attempt), run_at=now + 3
+                ),
                 "dead": Settlement(job_id, token, S.DEAD, error=error(job.attempt)),
-                "snooze": Settlement(job_id, token, S.SCHEDULED, run_at=now + 2,
-                                     refund_attempt=True),
+                "snooze": Settlement(
+                    job_id, token, S.SCHEDULED, run_at=now + 2, refund_attempt=True
+                ),
                 "release": Settlement(job_id, token, S.AVAILABLE, refund_attempt=True),
             }[outcome]
             assert self.both("settle_jobs", [settlement]) == []
@@ -144,8 +169,9 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
 
         @rule()
         def rescue(self) -> None:
-            running = {i: self.run(self.model.get_job(i)).lease_token
-                       for i in self.in_state(S.RUNNING)}
+            running = {
+                i: self.run(self.model.get_job(i)).lease_token for i in self.in_state(S.RUNNING)
+            }
             real = set(self.run(rescue_expired(self.real, self.clock.now)))
             model = set(self.run(rescue_expired(self.model, self.clock.now)))
             assert real == model
@@ -183,7 +209,8 @@ def in_one_step(was: JobState, now: JobState) -> bool:
     """A move one verb makes: one transition of the table, or a claim's two (it
     stages a due job, then claims it)."""
     return (was, now) in ALLOWED or (
-        (was, S.AVAILABLE) in ALLOWED and (S.AVAILABLE, now) in ALLOWED and now is S.RUNNING)
+        (was, S.AVAILABLE) in ALLOWED and (S.AVAILABLE, now) in ALLOWED and now is S.RUNNING
+    )
 
 
 def shape(reply: Any) -> Any:
@@ -199,7 +226,9 @@ def shape(reply: Any) -> Any:
 def test_random_lifecycles_match_the_memory_model(name: str) -> None:
     machine = lifecycle_machine(name)
     machine.TestCase.settings = settings(
-        max_examples=25, stateful_step_count=30, deadline=None,
+        max_examples=25,
+        stateful_step_count=30,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
     machine.TestCase().runTest()

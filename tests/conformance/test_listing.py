@@ -17,12 +17,14 @@ def payload(*args: object, **kwargs: object) -> str:
 
 
 async def test_args_contains_matches_a_substring_of_the_arguments_json(backend: Backend) -> None:
-    await backend.enqueue_jobs([
-        new_job(id="a", payload=payload(42, email="alice@example.org")),
-        new_job(id="b", payload=payload(7, email="bob@example.org")),
-        new_job(id="c", payload=payload(420, note="Alice")),
-        new_job(id="d", task="other.task", payload=payload(42)),
-    ])
+    await backend.enqueue_jobs(
+        [
+            new_job(id="a", payload=payload(42, email="alice@example.org")),
+            new_job(id="b", payload=payload(7, email="bob@example.org")),
+            new_job(id="c", payload=payload(420, note="Alice")),
+            new_job(id="d", task="other.task", payload=payload(42)),
+        ]
+    )
     assert await backend.count_jobs(JobFilter(args_contains="alice@")) == 1
     listed = await backend.list_jobs(JobFilter(args_contains="42"), limit=10)
     assert sorted(j.id for j in listed) == ["a", "c", "d"]
@@ -39,8 +41,13 @@ async def test_args_contains_narrows_redrive_and_delete(backend: Backend) -> Non
     await backend.enqueue_jobs([new_job(id=f"k{i}", payload=payload(i)) for i in range(3)])
     for _ in range(3):
         job = await claim_one(backend)
-        await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.DEAD,
-                                              error=error(job.attempt, "KeyError"))])
+        await backend.settle_jobs(
+            [
+                Settlement(
+                    job.id, job.lease_token, JobState.DEAD, error=error(job.attempt, "KeyError")
+                )
+            ]
+        )
     dead_one = JobFilter(states=(JobState.DEAD,), args_contains="[1]")
     assert [j.id for j in await backend.redrive_jobs(dead_one, 10, dry_run=True)] == ["k1"]
     assert await backend.delete_jobs(JobFilter(args_contains="[2]"), 10, dry_run=False) == ["k2"]
@@ -50,8 +57,9 @@ async def test_args_contains_narrows_redrive_and_delete(backend: Backend) -> Non
 async def test_cursor_pages_walk_newest_first_without_gaps_or_repeats(backend: Backend) -> None:
     ids = [f"p{i:02d}" for i in range(23)]
     for job_id in ids:  # one by one: insertion order is the listing order
-        await backend.enqueue_jobs([new_job(id=job_id, queue="even" if int(job_id[1:]) % 2 == 0
-                                            else "odd")])
+        await backend.enqueue_jobs(
+            [new_job(id=job_id, queue="even" if int(job_id[1:]) % 2 == 0 else "odd")]
+        )
     seen: list[str] = []
     page = await backend.list_jobs(JobFilter(), limit=5)
     while page:
@@ -64,7 +72,9 @@ async def test_cursor_pages_walk_newest_first_without_gaps_or_repeats(backend: B
     assert [j.id for j in evens] == ["p12", "p10", "p08"]
     # A cursor taken from another filter's listing still says where to start.
     assert [j.id for j in await backend.list_jobs(JobFilter(queues=("even",)), 2, after="p13")] == [
-        "p12", "p10"]
+        "p12",
+        "p10",
+    ]
     assert await backend.list_jobs(JobFilter(), limit=5, after="p00") == []
 
 

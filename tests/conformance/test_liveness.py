@@ -13,14 +13,25 @@ from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
 from conveyor.model.job import Job, JobState
 from conveyor.worker import WorkerConfig
 from conveyor.model.workers import WORKERS_NAMESPACE
-from conveyor.worker.liveness import (LIVENESS_FIELD, DeathWatch, announced_token,
-                                      rescue_dead_workers)
+from conveyor.worker.liveness import (
+    LIVENESS_FIELD,
+    DeathWatch,
+    announced_token,
+    rescue_dead_workers,
+)
 from helpers import RunningWorker, claim_one, eventually, new_job
 
 # Every backend's token format, none of which names a signal these tests hold.
-FOREIGN_TOKENS = ["junk", "", "pg-advisory:1.5:12:34", "pg-advisory:x:y:z",
-                  "redis-client:not-this-run:1", "redis-client:x:y", "flock:nobody.lock",
-                  "flock:../../etc/passwd"]
+FOREIGN_TOKENS = [
+    "junk",
+    "",
+    "pg-advisory:1.5:12:34",
+    "pg-advisory:x:y:z",
+    "redis-client:not-this-run:1",
+    "redis-client:x:y",
+    "flock:nobody.lock",
+    "flock:../../etc/passwd",
+]
 
 
 def liveness_of(backend: Backend) -> WorkerLiveness:
@@ -45,6 +56,7 @@ async def announce(backend: Backend, worker_id: str, token: str | None, **fields
 
 async def dead_soon(liveness: WorkerLiveness, worker_id: str, token: str) -> None:
     """The server notices a closed connection by itself, within milliseconds."""
+
     async def seen() -> bool:
         return await liveness.dead_workers({worker_id: token}) == {worker_id}
 
@@ -90,8 +102,7 @@ async def test_a_dead_workers_jobs_come_back_after_the_grace_using_the_attempt(
     app: Conveyor, backend: Backend
 ) -> None:
     liveness = liveness_of(backend)
-    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", max_attempts=1),
-                                new_job(id="c")])
+    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", max_attempts=1), new_job(id="c")])
     a = await claim_one(backend, worker="w-dead")
     await claim_one(backend, worker="w-dead")
     await claim_one(backend, worker="w-live")
@@ -116,7 +127,8 @@ async def test_a_dead_workers_jobs_come_back_after_the_grace_using_the_attempt(
     assert job_a.state is JobState.AVAILABLE and job_a.run_at == a.run_at
     assert [(e.attempt, e.type, e.worker_id) for e in job_a.errors] == [(1, "WorkerLost", "w-dead")]
     assert job_a.errors[0].message == (
-        f"worker w-dead died (its {liveness.liveness_signal} is gone)")
+        f"worker w-dead died (its {liveness.liveness_signal} is gone)"
+    )
     assert job_b.state is JobState.DEAD  # its only attempt: lost
     assert job_c.state is JobState.RUNNING and job_c.worker_id == "w-live"
     # Nobody judges that worker again: its record names no token any more.
@@ -128,7 +140,7 @@ async def test_a_dead_workers_jobs_come_back_after_the_grace_using_the_attempt(
 
 
 async def test_a_worker_that_announced_again_within_the_grace_is_left_alone(
-    backend: Backend
+    backend: Backend,
 ) -> None:
     """A live worker whose liveness connection blipped: by the time the grace is over
     its record changed (a new token, or none while it has none), so it is not dead."""
@@ -172,7 +184,7 @@ async def test_workers_without_a_signal_and_live_ones_keep_their_jobs(backend: B
 
 
 async def test_a_worker_returns_a_killed_workers_jobs_well_within_its_lease(
-    live_app: Conveyor
+    live_app: Conveyor,
 ) -> None:
     backend = await live_app.backend()
     liveness = liveness_of(backend)
@@ -194,7 +206,7 @@ async def test_a_worker_returns_a_killed_workers_jobs_well_within_its_lease(
 
 
 async def test_a_worker_announces_its_signal_before_claiming_and_drops_it_after_its_last_outcome(
-    live_app: Conveyor
+    live_app: Conveyor,
 ) -> None:
     backend = await live_app.backend()
     liveness = liveness_of(backend)
@@ -237,4 +249,3 @@ async def _all_available(backend: Backend, jobs: list[Job]) -> bool:
 
 async def _started(seen: list[str | None]) -> bool:
     return bool(seen)
-

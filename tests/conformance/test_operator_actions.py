@@ -19,48 +19,83 @@ from helpers import claim_one, error, new_job, state_of
 DEAD = JobFilter(states=(JobState.DEAD,))
 
 
-async def kill(backend: Backend, clock: ManualClock, ids: list[str], task: str,
-               type_: str = "ValueError", queue: str = "default") -> None:
+async def kill(
+    backend: Backend,
+    clock: ManualClock,
+    ids: list[str],
+    task: str,
+    type_: str = "ValueError",
+    queue: str = "default",
+) -> None:
     await backend.enqueue_jobs([new_job(id=i, task=task, queue=queue) for i in ids])
     for _ in ids:
         job = await claim_one(backend, queue=queue)
         clock.advance(1)
-        await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.DEAD,
-                                              error=error(job.attempt, type_))])
+        await backend.settle_jobs(
+            [Settlement(job.id, job.lease_token, JobState.DEAD, error=error(job.attempt, type_))]
+        )
 
 
 async def waiting_and_other_jobs(backend: Backend, clock: ManualClock) -> dict[str, str]:
     """One job in each state, in queue q (and one available job in queue other)."""
-    await backend.enqueue_jobs([
-        new_job(id="sched", queue="q", run_at=clock() + 3600),
-        new_job(id="run", queue="q"), new_job(id="retry", queue="q"),
-        new_job(id="done", queue="q"), new_job(id="dead", queue="q"),
-    ])
-    for job_id, outcome in (("run", None), ("retry", JobState.RETRYABLE),
-                            ("done", JobState.COMPLETED), ("dead", JobState.DEAD)):
+    await backend.enqueue_jobs(
+        [
+            new_job(id="sched", queue="q", run_at=clock() + 3600),
+            new_job(id="run", queue="q"),
+            new_job(id="retry", queue="q"),
+            new_job(id="done", queue="q"),
+            new_job(id="dead", queue="q"),
+        ]
+    )
+    for job_id, outcome in (
+        ("run", None),
+        ("retry", JobState.RETRYABLE),
+        ("done", JobState.COMPLETED),
+        ("dead", JobState.DEAD),
+    ):
         job = await claim_one(backend, queue="q")
         assert job.id == job_id
         if outcome is not None:
-            await backend.settle_jobs([Settlement(
-                job.id, job.lease_token, outcome, run_at=clock() + 600,
-                error=None if outcome is JobState.COMPLETED else error(1))])
-    await backend.enqueue_jobs([new_job(id="avail", queue="q"), new_job(id="elsewhere",
-                                                                         queue="other")])
-    return {j: (await state_of(backend, j)).value
-            for j in ("sched", "run", "retry", "done", "dead", "avail", "elsewhere")}
+            await backend.settle_jobs(
+                [
+                    Settlement(
+                        job.id,
+                        job.lease_token,
+                        outcome,
+                        run_at=clock() + 600,
+                        error=None if outcome is JobState.COMPLETED else error(1),
+                    )
+                ]
+            )
+    await backend.enqueue_jobs(
+        [new_job(id="avail", queue="q"), new_job(id="elsewhere", queue="other")]
+    )
+    return {
+        j: (await state_of(backend, j)).value
+        for j in ("sched", "run", "retry", "done", "dead", "avail", "elsewhere")
+    }
 
 
 async def test_cancel_jobs_cancels_only_waiting_jobs_of_the_filter(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     before = await waiting_and_other_jobs(backend, clock)
-    assert before == {"sched": "scheduled", "run": "running", "retry": "retryable",
-                      "done": "completed", "dead": "dead", "avail": "available",
-                      "elsewhere": "available"}
+    assert before == {
+        "sched": "scheduled",
+        "run": "running",
+        "retry": "retryable",
+        "done": "completed",
+        "dead": "dead",
+        "avail": "available",
+        "elsewhere": "available",
+    }
     in_q = JobFilter(queues=("q",))
     assert sorted(await backend.cancel_jobs(in_q, 100, dry_run=True)) == ["avail", "retry", "sched"]
     assert await state_of(backend, "avail") is JobState.AVAILABLE  # a dry run changes nothing
-    assert await backend.cancel_jobs(JobFilter(queues=("q",), states=(JobState.RUNNING,)),
-                                     100, False) == []
+    assert (
+        await backend.cancel_jobs(JobFilter(queues=("q",), states=(JobState.RUNNING,)), 100, False)
+        == []
+    )
     first = await backend.cancel_jobs(in_q, 2, False)
     assert len(first) == 2
     rest = await backend.cancel_jobs(in_q, 100, False)
@@ -75,10 +110,17 @@ async def test_cancel_jobs_cancels_only_waiting_jobs_of_the_filter(
     assert await backend.cancel_jobs(in_q, 100, False) == []
 
 
-async def test_task_names_are_distinct_sorted_and_filtered(backend: Backend,
-                                                           clock: ManualClock) -> None:
-    await backend.enqueue_jobs([new_job(task="b.send"), new_job(task="a.send"),
-                                new_job(task="a.send"), new_job(task="c.other", queue="x")])
+async def test_task_names_are_distinct_sorted_and_filtered(
+    backend: Backend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [
+            new_job(task="b.send"),
+            new_job(task="a.send"),
+            new_job(task="a.send"),
+            new_job(task="c.other", queue="x"),
+        ]
+    )
     assert await backend.task_names(JobFilter()) == ["a.send", "b.send", "c.other"]
     assert await backend.task_names(JobFilter(queues=("x",))) == ["c.other"]
     assert await backend.task_names(DEAD) == []
@@ -96,8 +138,9 @@ async def test_error_type_filter_ignores_ascii_case(backend: Backend, clock: Man
     assert [j.id for j in moved] == ["v1"]
 
 
-async def test_a_short_task_name_matches_as_enqueue_takes_it(app: Conveyor, backend: Backend,
-                                                             clock: ManualClock) -> None:
+async def test_a_short_task_name_matches_as_enqueue_takes_it(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     # The app has no tasks registered (as with `conveyor --url`): the stored names count.
     await kill(backend, clock, ["p1", "p2"], "myapp.tasks.parse_amount")
     await kill(backend, clock, ["o1"], "myapp.other")
@@ -118,7 +161,8 @@ async def test_a_short_task_name_matches_as_enqueue_takes_it(app: Conveyor, back
 
 
 async def test_retry_keeps_earlier_deaths_and_is_on_the_jobs_timeline(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await kill(backend, clock, ["j1"], "t", type_="KeyError")
     await backend.enqueue_jobs([new_job(id="alive")])
     moved = await app.admin.retry(["j1", "alive", "nope"], by=Actor("alice", "dashboard"))
@@ -128,18 +172,26 @@ async def test_retry_keeps_earlier_deaths_and_is_on_the_jobs_timeline(
     again = claimed["j1"]
     assert again.attempt == 1
     clock.advance(5)
-    await backend.settle_jobs([Settlement(again.id, again.lease_token, JobState.DEAD,
-                                          error=error(1, "ValueError"))])
+    await backend.settle_jobs(
+        [Settlement(again.id, again.lease_token, JobState.DEAD, error=error(1, "ValueError"))]
+    )
     job = await backend.get_job("j1")
     assert job is not None and [e.type for e in job.errors] == ["KeyError", "ValueError"]
     [entry] = await app.admin.actions_on("j1")
     assert (entry.action, entry.by, entry.via, entry.target, entry.ids, entry.count) == (
-        "retry", "alice", "dashboard", "3 jobs", ("j1",), 1)
+        "retry",
+        "alice",
+        "dashboard",
+        "3 jobs",
+        ("j1",),
+        1,
+    )
     assert await app.admin.actions_on("alive") == []  # it was not dead: not touched
 
 
 async def test_purge_cancels_waiting_jobs_with_one_bounded_entry(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     n = MAX_IDS + 20
     await backend.enqueue_jobs([new_job(id=f"w{i:03d}", queue="mail") for i in range(n)])
     await backend.enqueue_jobs([new_job(id="other", queue="reports")])
@@ -152,9 +204,13 @@ async def test_purge_cancels_waiting_jobs_with_one_bounded_entry(
     assert await state_of(backend, "other") is JobState.AVAILABLE
     [entry] = await app.admin.audit()
     assert (entry.action, entry.by, entry.via, entry.target, entry.count) == (
-        "purge", "ops", "api", "queue mail", n - 1)
-    assert entry.filter == {"states": ["scheduled", "available", "retryable"],
-                            "queues": ["mail"]}
+        "purge",
+        "ops",
+        "api",
+        "queue mail",
+        n - 1,
+    )
+    assert entry.filter == {"states": ["scheduled", "available", "retryable"], "queues": ["mail"]}
     assert len(entry.ids) == MAX_IDS and running.id not in entry.ids
     purged = sorted(set(f"w{i:03d}" for i in range(n)) - {running.id})
     assert [e.action for e in await app.admin.actions_on(purged[-1])] == ["purge"]
@@ -164,7 +220,8 @@ async def test_purge_cancels_waiting_jobs_with_one_bounded_entry(
 
 
 async def test_every_action_is_listed_newest_first_with_who_and_how_many(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await kill(backend, clock, ["d1", "d2"], "t")
     await backend.enqueue_jobs([new_job(id="w1")])
     await app.admin.pause("default", by="alice")
@@ -184,7 +241,9 @@ async def test_every_action_is_listed_newest_first_with_who_and_how_many(
     assert entries[1].filter == {"states": ["dead"], "error_type": "valueerror"}
     assert sorted(entries[1].ids) == ["d1", "d2"]
     assert [e.action for e in await app.admin.audit(actions=["pause", "resume"])] == [
-        "resume", "pause"]
+        "resume",
+        "pause",
+    ]
     assert [e.action for e in await app.admin.audit(limit=1)] == ["resume"]
     assert [e.action for e in await app.admin.actions_on("w1")] == ["cancel"]
     # Cancelling it again changes nothing: recorded, touching no job.
@@ -194,7 +253,8 @@ async def test_every_action_is_listed_newest_first_with_who_and_how_many(
 
 
 async def test_entries_expire_after_the_retention_and_slots_are_reused(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await app.admin.pause("old", by="alice")
     clock.advance(RETENTION + 86400)  # 91 days: the same slot as the first entry
     await app.admin.pause("new", by="bob")

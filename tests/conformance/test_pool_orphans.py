@@ -20,13 +20,21 @@ from helpers import claim_one, complete, new_job
 
 def dead_child(worker_id: str) -> Any:
     process = SimpleNamespace(pid=4242)
-    return _Child(slot=0, worker_id=worker_id, process=process, conn=None,  # type: ignore[arg-type]
-                  started_at=0.0)
+    return _Child(
+        slot=0,
+        worker_id=worker_id,
+        process=process,
+        conn=None,  # type: ignore[arg-type]
+        started_at=0.0,
+    )
 
 
-async def test_a_crashed_childs_jobs_come_back_using_the_attempt(app: Conveyor, backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", max_attempts=1), new_job(id="c"),
-                                new_job(id="d")])
+async def test_a_crashed_childs_jobs_come_back_using_the_attempt(
+    app: Conveyor, backend: Backend
+) -> None:
+    await backend.enqueue_jobs(
+        [new_job(id="a"), new_job(id="b", max_attempts=1), new_job(id="c"), new_job(id="d")]
+    )
     a = await claim_one(backend, worker="child-1")
     b = await claim_one(backend, worker="child-1")
     c = await claim_one(backend, worker="child-1")
@@ -34,7 +42,9 @@ async def test_a_crashed_childs_jobs_come_back_using_the_attempt(app: Conveyor, 
     assert (a.id, b.id, c.id, other.id) == ("a", "b", "c", "d")
     await backend.settle_jobs([complete(c)])  # settled just before the crash
     supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
-    released = await supervisor._release_once(dead_child("child-1"), charge=True, how="killed by SIGKILL")
+    released = await supervisor._release_once(
+        dead_child("child-1"), charge=True, how="killed by SIGKILL"
+    )
     assert sorted(released) == ["a", "b"]
     job_a, job_b = await backend.get_job("a"), await backend.get_job("b")
     assert job_a is not None and job_b is not None
@@ -57,7 +67,9 @@ async def test_jobs_of_a_child_the_supervisor_killed_come_back_without_using_the
     supervisor = Supervisor(app, "unused:app", WorkerConfig(), PoolConfig(processes=1))
     assert await supervisor._release_once(dead_child("child-1"), charge=False, how="x") == ["a"]
     job = await backend.get_job("a")
-    assert job is not None and job.state is JobState.AVAILABLE and job.attempt == 0 and not job.errors
+    assert (
+        job is not None and job.state is JobState.AVAILABLE and job.attempt == 0 and not job.errors
+    )
 
 
 async def test_a_job_claimed_again_meanwhile_is_left_alone(app: Conveyor, backend: Backend) -> None:
@@ -86,11 +98,12 @@ async def test_every_job_of_a_dead_child_comes_back_while_its_siblings_settle(
 
     async def sibling_settles() -> None:
         for start in range(0, 500, 50):
-            await backend.settle_jobs([complete(j) for j in siblings[start:start + 50]])
+            await backend.settle_jobs([complete(j) for j in siblings[start : start + 50]])
 
     released, _ = await asyncio.gather(
         supervisor._release_once(dead_child("child-1"), charge=True, how="killed by SIGKILL"),
-        sibling_settles())
+        sibling_settles(),
+    )
     assert sorted(released) == sorted(j.id for j in orphans)
     assert await backend.count_jobs(JobFilter(states=(JobState.AVAILABLE,))) == 1000
     assert await backend.count_jobs(JobFilter(states=(JobState.COMPLETED,))) == 500

@@ -23,8 +23,9 @@ async def claim_order(backend: Backend, queue: str = "default") -> list[str]:
     return order
 
 
-async def test_a_waiting_job_rises_one_level_per_aging_period(backend: Backend,
-                                                              clock: ManualClock) -> None:
+async def test_a_waiting_job_rises_one_level_per_aging_period(
+    backend: Backend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([new_job(id="low", priority=0, aging=A)])
     clock.advance(5 * A)  # low has risen 5 levels: a fresh priority-10 job still beats it
     await backend.enqueue_jobs([new_job(id="high-early", priority=10, aging=A)])
@@ -42,7 +43,8 @@ async def test_without_aging_priority_always_wins(backend: Backend, clock: Manua
 
 
 async def test_an_aging_job_ranks_with_priority_0_among_jobs_without_aging(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     # A queue that gets aging while it holds jobs enqueued without: the aging job ranks
     # as a priority-0 job that started waiting priority * A earlier.
     await backend.enqueue_jobs([new_job(id="plain-5", priority=5), new_job(id="plain-0")])
@@ -52,16 +54,26 @@ async def test_an_aging_job_ranks_with_priority_0_among_jobs_without_aging(
     assert await claim_order(backend) == ["plain-5", "aged-3", "plain-0", "aged-1"]
 
 
-async def test_aging_is_kept_through_retry_snooze_and_redrive(backend: Backend,
-                                                              clock: ManualClock) -> None:
+async def test_aging_is_kept_through_retry_snooze_and_redrive(
+    backend: Backend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([new_job(id="aged", priority=5, aging=A, max_attempts=1)])
     job = await claim_one(backend)
     assert job.aging == A
     # Snoozed for 100 s: it ranks from its new run_at (as a priority-0 job due 300 s
     # before it), so a priority-0 job due 350 s before it goes first; ranked from its
     # first run_at, or by priority alone, it would go first itself.
-    await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.SCHEDULED,
-                                          run_at=clock.now + 100, refund_attempt=True)])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                job.id,
+                job.lease_token,
+                JobState.SCHEDULED,
+                run_at=clock.now + 100,
+                refund_attempt=True,
+            )
+        ]
+    )
     clock.advance(100)
     await backend.enqueue_jobs([new_job(id="other", priority=0, aging=A, run_at=clock.now - 350)])
     assert await claim_order(backend) == ["other", "aged"]
@@ -73,7 +85,8 @@ async def test_aging_is_kept_through_retry_snooze_and_redrive(backend: Backend,
 
 
 async def test_the_wait_of_a_low_priority_job_under_a_flood_is_bounded(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     """The bound of the docs, measured with an injected clock and four claimers: a
     priority-0 job under a flood of priority-10 jobs (8 a second, against 4 claims a
     second) is claimed after exactly the jobs that rank before it, the ones enqueued
@@ -84,10 +97,15 @@ async def test_the_wait_of_a_low_priority_job_under_a_flood_is_bounded(
     start = clock.now
     claimed_before = 0
     for tick in itertools.count():
-        await backend.enqueue_jobs([new_job(id=f"flood-{next(names):05d}", priority=10,
-                                            aging=aging) for _ in range(flood)])
-        batches = await asyncio.gather(*(backend.fetch_jobs(strict_claim(["default"], 1, f"w{n}", 30))
-                                         for n in range(claimers)))
+        await backend.enqueue_jobs(
+            [new_job(id=f"flood-{next(names):05d}", priority=10, aging=aging) for _ in range(flood)]
+        )
+        batches = await asyncio.gather(
+            *(
+                backend.fetch_jobs(strict_claim(["default"], 1, f"w{n}", 30))
+                for n in range(claimers)
+            )
+        )
         ids = [job.id for batch in batches for job in batch]
         assert len(ids) == claimers
         if "low" in ids:

@@ -20,34 +20,47 @@ from helpers import RunningWorker, eventually, new_job
 STRIPE = RateLimit("stripe", rate=10.0, burst=20)  # 10 a second, 20 at once
 
 
-def request(queues: list[str], limit: int, worker: str = "w1",
-            limits: tuple[RateLimit, ...] = (STRIPE,)) -> ClaimRequest:
-    return ClaimRequest(tuple(QueueQuota(q, limit) for q in queues), limit, worker, 30.0,
-                        rate_limits=limits)
+def request(
+    queues: list[str], limit: int, worker: str = "w1", limits: tuple[RateLimit, ...] = (STRIPE,)
+) -> ClaimRequest:
+    return ClaimRequest(
+        tuple(QueueQuota(q, limit) for q in queues), limit, worker, 30.0, rate_limits=limits
+    )
 
 
-async def fill(backend: Backend, n: int, queue: str = "default", rate_key: str | None = "stripe",
-               prefix: str = "s") -> list[str]:
+async def fill(
+    backend: Backend,
+    n: int,
+    queue: str = "default",
+    rate_key: str | None = "stripe",
+    prefix: str = "s",
+) -> list[str]:
     ids = [f"{prefix}-{i:04d}" for i in range(n)]
     for start in range(0, n, 500):
-        await backend.enqueue_jobs([new_job(id=i, queue=queue, rate_key=rate_key)
-                                    for i in ids[start:start + 500]])
+        await backend.enqueue_jobs(
+            [new_job(id=i, queue=queue, rate_key=rate_key) for i in ids[start : start + 500]]
+        )
     return ids
 
 
-async def claim_round(backend: Backend, claimers: int = 4, limit: int = 10,
-                      queues: list[str] | None = None) -> list[str]:
+async def claim_round(
+    backend: Backend, claimers: int = 4, limit: int = 10, queues: list[str] | None = None
+) -> list[str]:
     """`claimers` claims at once; the ids they got (each checked to go to one claimer)."""
-    claims = await asyncio.gather(*(backend.fetch_jobs(request(queues or ["default"], limit,
-                                                               f"w{n}"))
-                                    for n in range(claimers)))
+    claims = await asyncio.gather(
+        *(
+            backend.fetch_jobs(request(queues or ["default"], limit, f"w{n}"))
+            for n in range(claimers)
+        )
+    )
     ids = [job.id for claim in claims for job in claim]
     assert len(ids) == len(set(ids))
     return ids
 
 
 async def test_concurrent_claimers_get_exactly_the_buckets_tokens(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     await fill(backend, 300)
     # A new bucket is full: the burst, whatever the number of claimers asking.
     assert len(await claim_round(backend)) == 20
@@ -66,7 +79,8 @@ async def test_concurrent_claimers_get_exactly_the_buckets_tokens(
 
 
 async def test_a_claimer_whose_clock_read_is_older_spends_no_time_twice(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     """A claimer may read the clock, then wait for another to spend the bucket: its
     `now` is then behind the bucket's. The bucket's time never goes back."""
     await fill(backend, 300)
@@ -84,7 +98,8 @@ async def test_a_claimer_whose_clock_read_is_older_spends_no_time_twice(
 
 
 async def test_every_interval_gives_its_tokens_over_many_claims(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     await fill(backend, 400)
     assert len(await claim_round(backend)) == 20  # the burst
     counts = []
@@ -95,7 +110,8 @@ async def test_every_interval_gives_its_tokens_over_many_claims(
 
 
 async def test_throttled_jobs_stay_available_with_no_attempt_used(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     ids = await fill(backend, 25)
     claimed = await backend.fetch_jobs(request(["default"], 50))
     assert [job.id for job in claimed] == ids[:20]  # in claim order
@@ -103,7 +119,11 @@ async def test_throttled_jobs_stay_available_with_no_attempt_used(
         job = await backend.get_job(job_id)
         assert job is not None
         assert (job.state, job.attempt, job.worker_id, job.rate_key) == (
-            JobState.AVAILABLE, 0, None, "stripe")
+            JobState.AVAILABLE,
+            0,
+            None,
+            "stripe",
+        )
     # The claim says when the next token is due: 1 / rate seconds from now.
     empty = await backend.fetch_jobs(request(["default"], 50))
     assert empty == [] and empty.next_token_at == pytest.approx(clock() + 0.1, abs=1e-6)
@@ -116,7 +136,9 @@ async def test_no_hint_when_nothing_is_held_back(backend: Backend, clock: Manual
     assert empty == [] and empty.next_token_at is None  # bucket empty, but no job waits
 
 
-async def test_other_jobs_of_the_queue_are_not_held_up(backend: Backend, clock: ManualClock) -> None:
+async def test_other_jobs_of_the_queue_are_not_held_up(
+    backend: Backend, clock: ManualClock
+) -> None:
     limits = (RateLimit("stripe", rate=1.0, burst=2),)
     throttled = await fill(backend, 200)  # enqueued first: ahead in claim order
     free = await fill(backend, 12, rate_key=None, prefix="f")
@@ -133,25 +155,32 @@ async def test_a_bucket_is_shared_by_queues_and_tasks(backend: Backend, clock: M
     limits = (RateLimit("stripe", rate=1.0, burst=3),)
     await fill(backend, 10, queue="charges", prefix="c")
     await fill(backend, 10, queue="refunds", prefix="r")
-    claims = await asyncio.gather(*(
-        backend.fetch_jobs(request(["charges", "refunds"], 10, f"w{n}", limits))
-        for n in range(4)))
+    claims = await asyncio.gather(
+        *(
+            backend.fetch_jobs(request(["charges", "refunds"], 10, f"w{n}", limits))
+            for n in range(4)
+        )
+    )
     assert sum(len(c) for c in claims) == 3
     clock.advance(2)
-    claims = await asyncio.gather(*(
-        backend.fetch_jobs(request(["refunds"], 10, f"w{n}", limits)) for n in range(4)))
+    claims = await asyncio.gather(
+        *(backend.fetch_jobs(request(["refunds"], 10, f"w{n}", limits)) for n in range(4))
+    )
     assert [job.queue for c in claims for job in c] == ["refunds", "refunds"]
 
 
 async def test_a_bucket_the_worker_does_not_declare_holds_its_jobs(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     await fill(backend, 3, rate_key="unknown")
     assert await backend.fetch_jobs(request(["default"], 10)) == []
     job = await backend.get_job("s-0000")
     assert job is not None and (job.state, job.attempt) == (JobState.AVAILABLE, 0)
 
 
-async def test_two_buckets_in_one_queue_are_spent_apart(backend: Backend, clock: ManualClock) -> None:
+async def test_two_buckets_in_one_queue_are_spent_apart(
+    backend: Backend, clock: ManualClock
+) -> None:
     limits = (RateLimit("a", rate=1.0, burst=2), RateLimit("b", rate=1.0, burst=3))
     await fill(backend, 10, rate_key="a", prefix="a")
     await fill(backend, 10, rate_key="b", prefix="b")
@@ -159,7 +188,9 @@ async def test_two_buckets_in_one_queue_are_spent_apart(backend: Backend, clock:
     assert sorted(job.id for job in got) == ["a-0000", "a-0001", "b-0000", "b-0001", "b-0002"]
 
 
-async def test_retried_and_delayed_jobs_keep_their_bucket(backend: Backend, clock: ManualClock) -> None:
+async def test_retried_and_delayed_jobs_keep_their_bucket(
+    backend: Backend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([new_job(id="later", rate_key="stripe", run_at=clock() + 5)])
     clock.advance(5)
     limits = (RateLimit("stripe", rate=1.0, burst=1),)
@@ -191,7 +222,10 @@ async def test_the_app_stores_each_jobs_bucket(app: Conveyor) -> None:
     keys = [(await app.admin.get(h.id)).rate_key for h in handles]  # type: ignore[union-attr]
     assert keys == ["stripe", f"task:{send.name}", "queue:bulk", "stripe", None]
     assert {(limit.key, limit.rate, limit.burst) for limit in app.rate_limits} == {
-        ("stripe", 100.0, 20), (f"task:{send.name}", 5.0, 5), ("queue:bulk", 10 / 60, 10)}
+        ("stripe", 100.0, 20),
+        (f"task:{send.name}", 5.0, 5),
+        ("queue:bulk", 10 / 60, 10),
+    }
 
 
 async def test_throttled_jobs_are_counted_and_listed(backend: Backend, clock: ManualClock) -> None:

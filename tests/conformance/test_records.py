@@ -18,7 +18,10 @@ async def test_put_get_replace_delete(backend: Backend) -> None:
     await backend.put_record("schedules", "hourly", '{"last": 2}')
     await backend.put_record("workers", "w1", '{"pid": 3}')
     await backend.put_record("schedules", "nightly", '{"last": 4}')
-    assert await backend.list_records("schedules") == {"hourly": '{"last": 2}', "nightly": '{"last": 4}'}
+    assert await backend.list_records("schedules") == {
+        "hourly": '{"last": 2}',
+        "nightly": '{"last": 4}',
+    }
     await backend.delete_record("schedules", "hourly")
     await backend.delete_record("schedules", "never-there")
     assert await backend.list_records("schedules") == {"nightly": '{"last": 4}'}
@@ -47,8 +50,9 @@ async def test_get_record_sees_only_live_records(backend: Backend, clock: Manual
     assert await backend.delete_record("limits", "k") is True
 
 
-async def test_put_if_absent_takes_a_free_or_expired_key_only(backend: Backend,
-                                                              clock: ManualClock) -> None:
+async def test_put_if_absent_takes_a_free_or_expired_key_only(
+    backend: Backend, clock: ManualClock
+) -> None:
     assert await backend.put_record_if_absent("locks", "a", "w1", ttl=10) is True
     assert await backend.put_record_if_absent("locks", "a", "w2", ttl=10) is False
     assert await backend.get_record("locks", "a") == "w1"
@@ -108,8 +112,13 @@ async def test_atomic_verbs_under_concurrent_writers(backend_url: str, clock: Ma
         seen = [n for got in await asyncio.gather(*(counting(b) for b in backends)) for n in got]
         assert sorted(seen) == list(range(1, 201))  # every increment applied once, none lost
 
-        takes = await asyncio.gather(*(b.put_record_if_absent("race", "lock", f"w{i}", ttl=600)
-                                       for i, b in enumerate(backends) for _ in range(5)))
+        takes = await asyncio.gather(
+            *(
+                b.put_record_if_absent("race", "lock", f"w{i}", ttl=600)
+                for i, b in enumerate(backends)
+                for _ in range(5)
+            )
+        )
         assert takes.count(True) == 1
         winner = await backends[0].get_record("race", "lock")
         assert winner in {f"w{i}" for i in range(4)}

@@ -22,8 +22,13 @@ async def dead_jobs(backend: Backend, clock: ManualClock, n: int) -> list[str]:
     for _ in ids:
         job = await claim_one(backend)
         clock.advance(1)
-        await backend.settle_jobs([Settlement(job.id, job.lease_token, JobState.DEAD,
-                                              error=error(job.attempt, "KeyError"))])
+        await backend.settle_jobs(
+            [
+                Settlement(
+                    job.id, job.lease_token, JobState.DEAD, error=error(job.attempt, "KeyError")
+                )
+            ]
+        )
     return ids
 
 
@@ -32,15 +37,24 @@ async def work(backend: Backend, outcomes: list[JobState]) -> list[str]:
     is due in an hour)."""
     jobs = await backend.fetch_jobs(strict_claim(["default"], len(outcomes), "w", 30))
     assert len(jobs) == len(outcomes)
-    await backend.settle_jobs([
-        Settlement(j.id, j.lease_token, outcome, run_at=backend.clock() + 3600,
-                   error=None if outcome is JobState.COMPLETED else error(1, "KeyError"))
-        for j, outcome in zip(jobs, outcomes, strict=True)])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                j.id,
+                j.lease_token,
+                outcome,
+                run_at=backend.clock() + 3600,
+                error=None if outcome is JobState.COMPLETED else error(1, "KeyError"),
+            )
+            for j, outcome in zip(jobs, outcomes, strict=True)
+        ]
+    )
     return [j.id for j in jobs]
 
 
-async def test_a_run_redrives_at_its_rate(app: Conveyor, backend: Backend,
-                                          clock: ManualClock) -> None:
+async def test_a_run_redrives_at_its_rate(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await dead_jobs(backend, clock, 10)
     run = await Runs(app).start(DEAD, rate=parse_rate("2/s"), by="alice", driver="d1")
     assert (run.status, run.remaining, run.total) == (RunStatus.RUNNING, 10, 10)
@@ -58,21 +72,21 @@ async def test_a_run_redrives_at_its_rate(app: Conveyor, backend: Backend,
 
 
 async def test_a_run_stops_itself_when_redriven_jobs_fail_again(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await dead_jobs(backend, clock, 20)
     runs = Runs(app)
-    run = await runs.start(DEAD, rate=4.0, stop_if_failing=0.5, min_sample=4, by="alice",
-                           driver="d1")
+    run = await runs.start(
+        DEAD, rate=4.0, stop_if_failing=0.5, min_sample=4, by="alice", driver="d1"
+    )
     driver = Driver(app, run.id, "d1")
     assert (await driver.step()).redriven == 4
-    await work(backend, [JobState.COMPLETED, JobState.COMPLETED, JobState.DEAD,
-                         JobState.RETRYABLE])
+    await work(backend, [JobState.COMPLETED, JobState.COMPLETED, JobState.DEAD, JobState.RETRYABLE])
     clock.advance(1)
     seen = await driver.step()
     assert (seen.succeeded, seen.failed, seen.status) == (2, 2, RunStatus.RUNNING)  # 50%: not above
     assert seen.redriven == 8
-    await work(backend, [JobState.DEAD, JobState.COMPLETED, JobState.COMPLETED,
-                         JobState.COMPLETED])
+    await work(backend, [JobState.DEAD, JobState.COMPLETED, JobState.COMPLETED, JobState.COMPLETED])
     clock.advance(1)
     assert (await driver.step()).status is RunStatus.RUNNING  # 3 of 8 failed
     await work(backend, [JobState.DEAD] * 4)
@@ -89,15 +103,19 @@ async def test_a_run_stops_itself_when_redriven_jobs_fail_again(
 
 
 async def test_pause_resume_and_cancel_from_another_process(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await dead_jobs(backend, clock, 10)
     runs = Runs(app)
     run = await runs.start(DEAD, rate=2.0, by="alice", driver="cli")
     cli = Driver(app, run.id, "cli")
     assert (await cli.step()).redriven == 2
     paused = await runs.pause(run.id, by="bob")
-    assert (paused.status, paused.reason, paused.driver) == (RunStatus.PAUSED, "paused by bob",
-                                                             None)
+    assert (paused.status, paused.reason, paused.driver) == (
+        RunStatus.PAUSED,
+        "paused by bob",
+        None,
+    )
     clock.advance(5)
     assert (await cli.step()).redriven == 2  # paused: the driver lets go
     resumed = await runs.resume(run.id, "dashboard", by="bob")
@@ -114,12 +132,16 @@ async def test_pause_resume_and_cancel_from_another_process(
     assert (await dashboard.step()).redriven == 4
     assert await backend.count_jobs(DEAD) == 6
     assert [e.action for e in await app.admin.audit()] == [
-        "redrive run cancelled", "redrive run resumed", "redrive run paused",
-        "redrive run started"]
+        "redrive run cancelled",
+        "redrive run resumed",
+        "redrive run paused",
+        "redrive run started",
+    ]
 
 
-async def test_an_orphaned_run_is_adopted_and_finishes(app: Conveyor, backend: Backend,
-                                                       clock: ManualClock) -> None:
+async def test_an_orphaned_run_is_adopted_and_finishes(
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     ids = await dead_jobs(backend, clock, 3)
     runs = Runs(app)
     run = await runs.start(DEAD, rate=2.0, by="alice", driver="gone")
@@ -136,15 +158,19 @@ async def test_an_orphaned_run_is_adopted_and_finishes(app: Conveyor, backend: B
     clock.advance(1)
     # Only the job it redrove itself is watched by the new driver.
     done = await driver.step()
-    assert (done.status, done.succeeded, done.reason) == (RunStatus.DONE, 1,
-                                                          "nothing left to redrive")
+    assert (done.status, done.succeeded, done.reason) == (
+        RunStatus.DONE,
+        1,
+        "nothing left to redrive",
+    )
     start = [e for e in await app.admin.audit() if e.action == "redrive run started"][0]
     for job_id in ids:
         assert [e.key for e in await app.admin.actions_on(job_id)] == [start.key]
 
 
 async def test_a_run_waits_while_its_window_of_jobs_has_no_outcome(
-        app: Conveyor, backend: Backend, clock: ManualClock) -> None:
+    app: Conveyor, backend: Backend, clock: ManualClock
+) -> None:
     await dead_jobs(backend, clock, 10)
     run = await Runs(app).start(DEAD, rate=10.0, window=3, limit=5, by="alice", driver="d")
     driver = Driver(app, run.id, "d")
@@ -157,6 +183,9 @@ async def test_a_run_waits_while_its_window_of_jobs_has_no_outcome(
     await work(backend, [JobState.COMPLETED] * 2)
     clock.advance(1)
     done = await driver.step()
-    assert (done.status, done.succeeded, done.reason) == (RunStatus.DONE, 5,
-                                                          "redrove the 5 asked for")
+    assert (done.status, done.succeeded, done.reason) == (
+        RunStatus.DONE,
+        5,
+        "redrove the 5 asked for",
+    )
     assert await backend.count_jobs(DEAD) == 5

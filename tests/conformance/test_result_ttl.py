@@ -35,14 +35,26 @@ def kept(job_id: str, ttl: float | None = 60.0) -> dict[str, object]:
 
 
 async def test_the_completion_stores_the_expiry_and_the_prune_clears_it_once(
-        backend: Backend, clock: ManualClock) -> None:
-    await backend.enqueue_jobs([new_job(**kept(f"t{i}")) for i in range(6)]  # type: ignore[arg-type]
-                               + [new_job(id="plain")])
+    backend: Backend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [new_job(**kept(f"t{i}")) for i in range(6)]  # type: ignore[arg-type]
+        + [new_job(id="plain")]
+    )
     jobs = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))
     finished_at = clock.now
-    await backend.settle_jobs([
-        Settlement(j.id, j.lease_token, S.COMPLETED, result=f'"{j.id}"',
-                   result_ttl=None if j.id == "plain" else 60.0) for j in jobs])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                j.id,
+                j.lease_token,
+                S.COMPLETED,
+                result=f'"{j.id}"',
+                result_ttl=None if j.id == "plain" else 60.0,
+            )
+            for j in jobs
+        ]
+    )
     t0 = await backend.get_job("t0")
     plain = await backend.get_job("plain")
     assert t0 is not None and t0.result_expires_at == finished_at + 60
@@ -51,8 +63,9 @@ async def test_the_completion_stores_the_expiry_and_the_prune_clears_it_once(
     assert plain is not None and plain.result_expires_at is None
     assert await backend.expire_results(finished_at + 59, 100) == []
     # Two prune loops at once: each result is cleared by exactly one of them.
-    first, second = await asyncio.gather(backend.expire_results(finished_at + 61, 100),
-                                         backend.expire_results(finished_at + 61, 100))
+    first, second = await asyncio.gather(
+        backend.expire_results(finished_at + 61, 100), backend.expire_results(finished_at + 61, 100)
+    )
     assert sorted(first + second) == [f"t{i}" for i in range(6)]
     assert await backend.expire_results(finished_at + 10**6, 100) == []  # never revisited
     t0 = await backend.get_job("t0")
@@ -64,12 +77,12 @@ async def test_the_completion_stores_the_expiry_and_the_prune_clears_it_once(
     assert plain is not None and plain.result_value == "plain"
 
 
-async def test_expire_results_takes_at_most_its_limit(backend: Backend,
-                                                      clock: ManualClock) -> None:
+async def test_expire_results_takes_at_most_its_limit(backend: Backend, clock: ManualClock) -> None:
     await backend.enqueue_jobs([new_job(**kept(f"b{i}", 1.0)) for i in range(5)])  # type: ignore[arg-type]
     jobs = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))
-    await backend.settle_jobs([Settlement(j.id, j.lease_token, S.COMPLETED, result="1",
-                                          result_ttl=1.0) for j in jobs])
+    await backend.settle_jobs(
+        [Settlement(j.id, j.lease_token, S.COMPLETED, result="1", result_ttl=1.0) for j in jobs]
+    )
     later = clock.now + 2
     batches = [await backend.expire_results(later, 2) for _ in range(4)]
     assert [len(b) for b in batches] == [2, 2, 1, 0]
@@ -77,14 +90,20 @@ async def test_expire_results_takes_at_most_its_limit(backend: Backend,
 
 
 async def test_a_result_dropped_or_deleted_with_its_job_has_nothing_to_expire(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([new_job(**kept("dropped")), new_job(**kept("deleted"))])  # type: ignore[arg-type]
     jobs = {j.id: j for j in await backend.fetch_jobs(strict_claim(["default"], 2, "w1", 30))}
-    await backend.settle_jobs([
-        Settlement("dropped", jobs["dropped"].lease_token, S.COMPLETED, result=None,
-                   result_ttl=60.0),
-        Settlement("deleted", jobs["deleted"].lease_token, S.COMPLETED, result="1",
-                   result_ttl=60.0)])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                "dropped", jobs["dropped"].lease_token, S.COMPLETED, result=None, result_ttl=60.0
+            ),
+            Settlement(
+                "deleted", jobs["deleted"].lease_token, S.COMPLETED, result="1", result_ttl=60.0
+            ),
+        ]
+    )
     dropped = await backend.get_job("dropped")
     assert dropped is not None and dropped.result_expires_at is None  # no result: no expiry
     assert dropped.result_value is None
@@ -146,7 +165,8 @@ async def big_results(backend_url: str, clock: ManualClock) -> AsyncIterator[Con
 
 
 async def test_an_expired_result_stored_apart_is_deleted_and_the_arguments_kept(
-        big_results: Conveyor, clock: ManualClock) -> None:
+    big_results: Conveyor, clock: ManualClock
+) -> None:
     @big_results.task(name="ttl.big", result_ttl=10)
     def big(data: str) -> str:
         return data * 2
@@ -165,12 +185,15 @@ async def test_an_expired_result_stored_apart_is_deleted_and_the_arguments_kept(
     assert await store.get_blob(args_ref.key) is not None  # the job is still listed
     job = await big_results.admin.get(handle.id)
     assert job is not None and job.result is None
-    assert await big_results.claim_check.arguments_text(job) == '{"args":["' + "x" * 4000 \
-        + '"],"kwargs":{}}'
+    assert (
+        await big_results.claim_check.arguments_text(job)
+        == '{"args":["' + "x" * 4000 + '"],"kwargs":{}}'
+    )
 
 
 async def test_a_member_whose_parent_result_expired_ends_dead_saying_so(
-        app: Conveyor, clock: ManualClock) -> None:
+    app: Conveyor, clock: ManualClock
+) -> None:
     from conveyor import chain
 
     @app.task(name="ttl.first", result_ttl=5)
@@ -184,8 +207,9 @@ async def test_a_member_whose_parent_result_expired_ends_dead_saying_so(
     flow = await chain(first.s(), then.s()).enqueue_async()
     backend = await app.backend()
     parent = await claim_one(backend)  # the parent ends; its dependant waits for a worker
-    await backend.settle_jobs([Settlement(parent.id, parent.lease_token, S.COMPLETED,
-                                          result="1", result_ttl=5.0)])
+    await backend.settle_jobs(
+        [Settlement(parent.id, parent.lease_token, S.COMPLETED, result="1", result_ttl=5.0)]
+    )
     clock.advance(6)
     async with RunningWorker(app, FAST):
         with pytest.raises(JobFailed, match="expired"):

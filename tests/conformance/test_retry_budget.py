@@ -21,9 +21,16 @@ WINDOW = 60.0
 
 
 async def test_retries_past_the_budget_are_spread_over_later_windows(
-        app: Conveyor, clock: ManualClock) -> None:
-    @app.task(name="flaky", queue="budget", max_attempts=5, backoff_base=0.25, backoff_cap=1.0,
-              retry_budget=RetryBudget(share=0, minimum=3, window=WINDOW))
+    app: Conveyor, clock: ManualClock
+) -> None:
+    @app.task(
+        name="flaky",
+        queue="budget",
+        max_attempts=5,
+        backoff_base=0.25,
+        backoff_cap=1.0,
+        retry_budget=RetryBudget(share=0, minimum=3, window=WINDOW),
+    )
     async def flaky(i: int) -> None:
         raise ConnectionError("downstream down")
 
@@ -31,6 +38,7 @@ async def test_retries_past_the_budget_are_spread_over_later_windows(
     now = clock()  # frozen: no retry comes due while the test runs
     config = WorkerConfig(queues=("budget",), concurrency=4, poll_interval=0.05)
     async with RunningWorker(app, config):
+
         async def all_failed_once() -> bool:
             jobs = await app.admin.list(JobFilter(ids=tuple(ids)), limit=20)
             return len(jobs) == 10 and all(j.state is JobState.RETRYABLE for j in jobs)
@@ -38,7 +46,8 @@ async def test_retries_past_the_budget_are_spread_over_later_windows(
         await eventually(all_failed_once)
     jobs = await app.admin.list(JobFilter(ids=tuple(ids)), limit=20)
     assert {(j.attempt, len(j.errors), j.errors[-1].type) for j in jobs} == {
-        (1, 1, "ConnectionError")}
+        (1, 1, "ConnectionError")
+    }
     current = math.floor(now / WINDOW)
     by_window = Counter(math.floor(j.run_at / WINDOW) - current for j in jobs)
     # 3 retries fit this window (by their backoff); the other 7 keep their retry, 3 a
@@ -48,20 +57,26 @@ async def test_retries_past_the_budget_are_spread_over_later_windows(
 
 
 def _failed_job(attempt: int = 1) -> Job:
-    return Job(id="j", task="charge", queue="default", payload="{}", state=JobState.RUNNING,
-               attempt=attempt)
+    return Job(
+        id="j",
+        task="charge",
+        queue="default",
+        payload="{}",
+        state=JobState.RUNNING,
+        attempt=attempt,
+    )
 
 
 async def test_workers_share_one_budget_through_the_store(
-        backend: Backend, clock: ManualClock) -> None:
+    backend: Backend, clock: ManualClock
+) -> None:
     budget = RetryBudget(share=0.5, minimum=1, window=WINDOW)
     first, second = RetryLedger(lambda task: budget), RetryLedger(lambda task: budget)
     now = clock()
     # Worker one starts 4 first attempts: the window allows 1 + 0.5 * 4 = 3 retries.
     for _ in range(4):
         first.started(_failed_job(), now)
-    assert [first.retry_at(_failed_job(), now + 1, now) for _ in range(3)] == [
-        (now + 1, False)] * 3
+    assert [first.retry_at(_failed_job(), now + 1, now) for _ in range(3)] == [(now + 1, False)] * 3
     await first.sync(backend, now)
     second.started(_failed_job(attempt=2), now)  # a retry starting: not a first attempt
     await second.sync(backend, now)  # learns the fleet's counts of this window
@@ -72,8 +87,10 @@ async def test_workers_share_one_budget_through_the_store(
     records = await backend.list_records("retry-budget")
     index = math.floor(now / WINDOW)
     assert {k: int(v) for k, v in records.items()} == {
-        f"charge:{index}:first": 4, f"charge:{index}:retries": 3,
-        f"charge:{index + 1}:first": 0, f"charge:{index + 1}:retries": 1,
+        f"charge:{index}:first": 4,
+        f"charge:{index}:retries": 3,
+        f"charge:{index + 1}:first": 0,
+        f"charge:{index + 1}:retries": 1,
     }
 
 
@@ -81,15 +98,25 @@ async def test_a_task_without_a_budget_is_never_moved(backend: Backend, clock: M
     ledger = RetryLedger(lambda task: None)
     now = clock()
     assert [ledger.retry_at(_failed_job(), now + 2, now) for _ in range(100)] == [
-        (now + 2, False)] * 100
+        (now + 2, False)
+    ] * 100
     await ledger.sync(backend, now)
     assert await backend.list_records("retry-budget") == {}
 
 
-@pytest.mark.parametrize("options", [
-    {"share": -0.1}, {"share": float("nan")}, {"share": "0.2"}, {"minimum": -1},
-    {"minimum": 1.5}, {"window": 0.5}, {"window": "60"}, {"share": 0, "minimum": 0},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"share": -0.1},
+        {"share": float("nan")},
+        {"share": "0.2"},
+        {"minimum": -1},
+        {"minimum": 1.5},
+        {"window": 0.5},
+        {"window": "60"},
+        {"share": 0, "minimum": 0},
+    ],
+)
 def test_a_budget_that_makes_no_sense_is_refused(options: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError, match="retry budget|allows no retry"):
         RetryBudget(**options)  # type: ignore[arg-type]

@@ -33,13 +33,16 @@ START = 1_800_000_000  # ManualClock's default start; a multiple of 5 minutes
 
 def declare(app: Conveyor, **periodic: Any) -> None:
     """The same declarations in every replica, as a deployed app would have."""
+
     @app.periodic(**periodic)
     @app.task(name="tests.tick")
     def tick(label: str = "") -> None: ...
 
 
 @pytest.fixture
-async def replicas(backend_url: str, clock: ManualClock) -> AsyncIterator[Callable[..., list[Conveyor]]]:
+async def replicas(
+    backend_url: str, clock: ManualClock
+) -> AsyncIterator[Callable[..., list[Conveyor]]]:
     made: list[Conveyor] = []
 
     def make(count: int, **periodic: Any) -> list[Conveyor]:
@@ -81,8 +84,9 @@ def at(epoch: int) -> datetime:
 async def test_three_schedulers_fire_every_tick_exactly_once(
     replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock
 ) -> None:
-    apps = replicas(3, every=timedelta(minutes=1), misfire="all", max_catch_up=10,
-                    overlap="allow", jitter=20)
+    apps = replicas(
+        3, every=timedelta(minutes=1), misfire="all", max_catch_up=10, overlap="allow", jitter=20
+    )
     schedulers = [Scheduler(app) for app in apps]
     executions: Counter[str] = Counter()
     # Irregular steps, some longer than a tick, replicas passing concurrently and one
@@ -143,8 +147,15 @@ async def test_once_per_tick_survives_stale_state_restarts_and_random_interleavi
     update, or a replica acting on a stale read), replicas restart with no memory,
     passes interleave at random and jobs complete in between."""
     rng = random.Random(seed)
-    apps = replicas(3, cron="*/2 * * * *", tz="America/New_York", misfire="all",
-                    max_catch_up=50, overlap="allow", jitter=45)
+    apps = replicas(
+        3,
+        cron="*/2 * * * *",
+        tz="America/New_York",
+        misfire="all",
+        max_catch_up=50,
+        overlap="allow",
+        jitter=45,
+    )
     schedulers = [Scheduler(app) for app in apps]
     snapshots: list[str] = []
     executions: Counter[str] = Counter()
@@ -177,8 +188,11 @@ async def test_once_per_tick_survives_stale_state_restarts_and_random_interleavi
 
 @pytest.mark.parametrize(("overlap", "seed"), [("skip", 4), ("queue_one", 5)])
 async def test_catch_up_windows_tile_time_under_random_outages_and_overlaps(
-    replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock,
-    overlap: str, seed: int
+    replicas: Callable[..., list[Conveyor]],
+    backend: Backend,
+    clock: ManualClock,
+    overlap: str,
+    seed: int,
 ) -> None:
     rng = random.Random(seed)
     apps = replicas(3, every=timedelta(minutes=1), misfire="catch_up", overlap=overlap)
@@ -292,7 +306,10 @@ async def test_misfire_catch_up_fires_one_run_covering_the_window(
     [job] = await outage(app, clock, hours=6)
     run = run_of(job)
     assert (run.covers_from, run.covers_to, run.ticks) == (
-        at(START + 5 * MINUTE), at(START + 6 * 3600), 72)
+        at(START + 5 * MINUTE),
+        at(START + 6 * 3600),
+        72,
+    )
     assert job.id == app.schedules["tests.tick"].job_id(START + 6 * 3600)
     assert len(await jobs_of(backend)) == 2
 
@@ -300,11 +317,11 @@ async def test_misfire_catch_up_fires_one_run_covering_the_window(
 async def test_misfire_all_fires_each_missed_tick_up_to_max_catch_up(
     replicas: Callable[..., list[Conveyor]], backend: Backend, clock: ManualClock
 ) -> None:
-    [app] = replicas(1, every=timedelta(minutes=5), misfire="all", max_catch_up=5,
-                     overlap="allow")
+    [app] = replicas(1, every=timedelta(minutes=5), misfire="all", max_catch_up=5, overlap="allow")
     jobs = await outage(app, clock, hours=6)
-    assert [run_of(j).tick for j in jobs] == [at(START + 6 * 3600 - k * 5 * MINUTE)
-                                              for k in (4, 3, 2, 1, 0)]
+    assert [run_of(j).tick for j in jobs] == [
+        at(START + 6 * 3600 - k * 5 * MINUTE) for k in (4, 3, 2, 1, 0)
+    ]
     assert len(await jobs_of(backend)) == 6
 
 
@@ -328,7 +345,10 @@ async def test_schedule_state_survives_a_restart(
         [caught_up] = await Scheduler(second).tick()
         run = run_of(caught_up)
         assert (run.covers_from, run.covers_to, run.ticks) == (
-            at(START + 5 * MINUTE), at(START + 30 * MINUTE), 6)
+            at(START + 5 * MINUTE),
+            at(START + 30 * MINUTE),
+            6,
+        )
         [report] = await schedule_reports(second)
         assert report.last_run is not None and report.last_run.job_id == caught_up.id
         assert report.upcoming_local[0].utcoffset() == timedelta(hours=1)  # CET in January 2027
@@ -436,12 +456,16 @@ async def test_catch_up_windows_leave_no_hole_when_overlap_holds_runs_back(
             await asyncio.gather(*(s.tick() for s in schedulers))
     assert set(executions.values()) == {1}
     if overlap == "skip":  # two skipped windows join the next run's
-        assert windows == [(at(START), at(START), 1),
-                           (at(START + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 74),
-                           (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1),
-                           (at(START + 6 * 3600 + 20 * MINUTE), at(START + 6 * 3600 + 20 * MINUTE), 1)]
+        assert windows == [
+            (at(START), at(START), 1),
+            (at(START + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 74),
+            (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1),
+            (at(START + 6 * 3600 + 20 * MINUTE), at(START + 6 * 3600 + 20 * MINUTE), 1),
+        ]
     else:  # the first held run keeps its window; the tick dropped behind it joins the next
-        assert windows == [(at(START), at(START), 1),
-                           (at(START + 5 * MINUTE), at(START + 6 * 3600), 72),
-                           (at(START + 6 * 3600 + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 2),
-                           (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1)]
+        assert windows == [
+            (at(START), at(START), 1),
+            (at(START + 5 * MINUTE), at(START + 6 * 3600), 72),
+            (at(START + 6 * 3600 + 5 * MINUTE), at(START + 6 * 3600 + 10 * MINUTE), 2),
+            (at(START + 6 * 3600 + 15 * MINUTE), at(START + 6 * 3600 + 15 * MINUTE), 1),
+        ]

@@ -35,7 +35,9 @@ async def test_sync_soft_limit_raises_inside_the_handler(live_app: Conveyor) -> 
     assert cleaned == [1, 2]
     assert job.state is JobState.DEAD
     assert [(e.attempt, e.type) for e in job.errors] == [
-        (1, "SoftTimeLimitExceeded"), (2, "SoftTimeLimitExceeded")]
+        (1, "SoftTimeLimitExceeded"),
+        (2, "SoftTimeLimitExceeded"),
+    ]
     assert "in spin" in job.errors[0].traceback  # raised in the handler's own frame
 
 
@@ -97,8 +99,9 @@ async def test_hard_limit_of_sync_handler_is_recorded_and_reported(live_app: Con
     release = threading.Event()
     finished: list[int] = []
 
-    @live_app.task(name="runaway", soft_time_limit=0.1, hard_time_limit=0.4, max_attempts=2,
-                   backoff_base=0.001)
+    @live_app.task(
+        name="runaway", soft_time_limit=0.1, hard_time_limit=0.4, max_attempts=2, backoff_base=0.001
+    )
     def runaway() -> None:
         while not release.is_set():
             try:
@@ -116,7 +119,9 @@ async def test_hard_limit_of_sync_handler_is_recorded_and_reported(live_app: Con
         release.set()
     assert job.state is JobState.DEAD
     assert [(e.attempt, e.type) for e in job.errors] == [
-        (1, "HardTimeLimitExceeded"), (2, "HardTimeLimitExceeded")]
+        (1, "HardTimeLimitExceeded"),
+        (2, "HardTimeLimitExceeded"),
+    ]
 
 
 async def test_runaway_stops_a_worker_configured_to_be_replaced(live_app: Conveyor) -> None:
@@ -177,8 +182,12 @@ async def test_checkpoints_from_sync_and_async_handlers_reach_the_retry(live_app
     handles = [await sync_steps.enqueue_async(), await async_steps.enqueue_async()]
     async with RunningWorker(live_app, FAST):
         jobs = await wait_finished(live_app, [h.id for h in handles])
-    assert sorted(seen) == [("async", 1, None), ("async", 2, {"step": 3}),
-                            ("sync", 1, None), ("sync", 2, {"step": 2})]
+    assert sorted(seen) == [
+        ("async", 1, None),
+        ("async", 2, {"step": 3}),
+        ("sync", 1, None),
+        ("sync", 2, {"step": 2}),
+    ]
     assert [jobs[h.id].result_value for h in handles] == [2, 3]
     assert jobs[handles[1].id].progress is not None
     assert '"step 4"' in jobs[handles[1].id].progress  # type: ignore[operator]

@@ -14,7 +14,13 @@ from conveyor.backends.contract import Backend, JobFilter
 from conveyor.model.errors import ConveyorError, InvalidJob
 from conveyor.model.job import JobState, NewJob
 from conveyor.model.clock import ManualClock
-from conveyor.model.validation import MAX_ATTEMPTS_MAX, NAME_MAX, PRIORITY_MAX, PRIORITY_MIN, RUN_AT_MAX
+from conveyor.model.validation import (
+    MAX_ATTEMPTS_MAX,
+    NAME_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    RUN_AT_MAX,
+)
 from helpers import claim_one, new_job
 
 # (enqueue options, the field the error must name)
@@ -121,8 +127,10 @@ async def test_bad_job_built_by_hand_is_refused_with_its_whole_batch(
 
 def _sync(app: Conveyor) -> Any:
     """The sync facade (its own thread and loop), shaped like the async call."""
+
     async def enqueue(jobs: list[NewJob]) -> Any:
         return app.enqueue_many(jobs)
+
     return enqueue
 
 
@@ -153,9 +161,16 @@ async def test_values_at_the_edges_are_stored_exactly(
     long_id = "é" * NAME_MAX  # characters, not bytes
     meta = {"note": "ünïcode ✓ \\u0000 is text here", "nested": {"list": [1, 2.5, None, True]}}
     edge = datetime.fromtimestamp(RUN_AT_MAX, tz=timezone.utc)
-    await noop.options(job_id=long_id, queue="q" * NAME_MAX, priority=Urgency.HIGH,
-                       max_attempts=MAX_ATTEMPTS_MAX, meta=meta, unique_key="k" * NAME_MAX,
-                       unique_for=0, timeout=timedelta(microseconds=1)).enqueue_async()
+    await noop.options(
+        job_id=long_id,
+        queue="q" * NAME_MAX,
+        priority=Urgency.HIGH,
+        max_attempts=MAX_ATTEMPTS_MAX,
+        meta=meta,
+        unique_key="k" * NAME_MAX,
+        unique_for=0,
+        timeout=timedelta(microseconds=1),
+    ).enqueue_async()
     await noop.options(job_id="last", run_at=edge).enqueue_async()
     await noop.options(job_id="now", delay=0).enqueue_async()
 

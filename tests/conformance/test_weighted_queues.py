@@ -17,12 +17,14 @@ WEIGHTS = "critical=6,default=3,bulk=1"
 
 async def fill(backend: Backend, queue: str, n: int) -> None:
     for start in range(0, n, 500):
-        await backend.enqueue_jobs([new_job(id=f"{queue}-{i}", queue=queue)
-                                    for i in range(start, min(n, start + 500))])
+        await backend.enqueue_jobs(
+            [new_job(id=f"{queue}-{i}", queue=queue) for i in range(start, min(n, start + 500))]
+        )
 
 
-async def claim_concurrently(backend: Backend, claimers: int, claims_each: int,
-                             limit: int) -> list[list[str]]:
+async def claim_concurrently(
+    backend: Backend, claimers: int, claims_each: int, limit: int
+) -> list[list[str]]:
     """`claimers` workers at once, each with its own plan, each making `claims_each`
     claims of `limit`; returns the queues of each claim's jobs."""
 
@@ -47,7 +49,10 @@ async def test_several_claimers_share_1000_claims_by_weight(backend: Backend) ->
     # Exactly the weights (the ±5 % the rule allows is not needed): each plan carries
     # its fractions, and every queue had more than its share.
     assert Counter(job_id.split("-")[0] for job_id in ids) == {
-        "critical": 600, "default": 300, "bulk": 100}
+        "critical": 600,
+        "default": 300,
+        "bulk": 100,
+    }
 
 
 async def test_an_empty_queues_share_goes_to_the_others(backend: Backend) -> None:
@@ -57,14 +62,24 @@ async def test_an_empty_queues_share_goes_to_the_others(backend: Backend) -> Non
     assert all(len(claim) == 10 for claim in claims)  # no slot left idle
     # critical's six of every ten go to the heaviest queue that still has work.
     assert Counter(job_id.split("-")[0] for claim in claims for job_id in claim) == {
-        "default": 900, "bulk": 100}
+        "default": 900,
+        "bulk": 100,
+    }
 
 
 async def test_a_ceiling_bounds_both_passes(backend: Backend) -> None:
     await fill(backend, "bulk", 10)
     await fill(backend, "default", 10)
-    request = ClaimRequest((QueueQuota("critical", 6, ceiling=8), QueueQuota("default", 1, ceiling=2),
-                            QueueQuota("bulk", 0, ceiling=3)), 10, "w1", 30)
+    request = ClaimRequest(
+        (
+            QueueQuota("critical", 6, ceiling=8),
+            QueueQuota("default", 1, ceiling=2),
+            QueueQuota("bulk", 0, ceiling=3),
+        ),
+        10,
+        "w1",
+        30,
+    )
     jobs = await backend.fetch_jobs(request)
     assert Counter(job.queue for job in jobs) == {"default": 2, "bulk": 3}
     none_left = ClaimRequest((QueueQuota("bulk", 5, ceiling=0),), 5, "w1", 30)
@@ -89,8 +104,13 @@ async def test_a_slow_backlog_never_holds_up_another_queue(live_app: Conveyor) -
         return n
 
     await live_app.enqueue_many_async([bulk_export.message(i) for i in range(20)])
-    config = WorkerConfig(queues=("critical", "bulk"), queue_weights=(3, 1), concurrency=4,
-                          poll_interval=0.05, lease=5)
+    config = WorkerConfig(
+        queues=("critical", "bulk"),
+        queue_weights=(3, 1),
+        concurrency=4,
+        poll_interval=0.05,
+        lease=5,
+    )
     async with RunningWorker(live_app, config):
 
         async def bulk_holds_its_slots() -> bool:

@@ -53,7 +53,9 @@ async def test_transient_error_retries_then_succeeds(live_app: Conveyor) -> None
     assert attempts == [1, 2, 3]
     assert job.state is JobState.COMPLETED and job.result_value == "sent"
     assert [(e.attempt, e.type, e.message) for e in job.errors] == [
-        (1, "ConnectionError", "smtp down"), (2, "ConnectionError", "smtp down")]
+        (1, "ConnectionError", "smtp down"),
+        (2, "ConnectionError", "smtp down"),
+    ]
     assert "Traceback" in job.errors[0].traceback and job.errors[0].host
 
 
@@ -140,21 +142,26 @@ async def test_bad_input_never_stops_the_worker(live_app: Conveyor) -> None:
         return a + b
 
     backend = await live_app.backend()
-    await backend.enqueue_jobs([
-        new_job(id="unknown", task="no.such.task", max_attempts=1),
-        new_job(id="corrupt", task="fine", payload="{not json"),
-        new_job(id="wrong-shape", task="fine", payload='{"args": {"a": 1}}'),
-        new_job(id="bad-args", task="two_args", payload='{"args":[1],"kwargs":{}}'),
-        new_job(id="exits", task="exits", max_attempts=1),
-        new_job(id="interrupts", task="interrupts", max_attempts=1),
-        new_job(id="fine", task="fine"),
-    ])
+    await backend.enqueue_jobs(
+        [
+            new_job(id="unknown", task="no.such.task", max_attempts=1),
+            new_job(id="corrupt", task="fine", payload="{not json"),
+            new_job(id="wrong-shape", task="fine", payload='{"args": {"a": 1}}'),
+            new_job(id="bad-args", task="two_args", payload='{"args":[1],"kwargs":{}}'),
+            new_job(id="exits", task="exits", max_attempts=1),
+            new_job(id="interrupts", task="interrupts", max_attempts=1),
+            new_job(id="fine", task="fine"),
+        ]
+    )
     ids = ["unknown", "corrupt", "wrong-shape", "bad-args", "exits", "interrupts", "fine"]
     async with RunningWorker(live_app, FAST) as worker:
         jobs = await wait_finished(live_app, ids)
         assert worker.in_flight == 0
-    errors = {job_id: (jobs[job_id].state, jobs[job_id].errors[-1].type)
-              for job_id in ids if jobs[job_id].errors}
+    errors = {
+        job_id: (jobs[job_id].state, jobs[job_id].errors[-1].type)
+        for job_id in ids
+        if jobs[job_id].errors
+    }
     assert errors == {
         "unknown": (JobState.DEAD, "UnknownTask"),
         "corrupt": (JobState.DEAD, "CorruptPayload"),
@@ -246,12 +253,17 @@ async def test_late_ack_of_an_expired_lease_is_fenced(live_app: Conveyor) -> Non
         return f"attempt {attempt}"
 
     handle = await stalls.enqueue_async()
-    stalled = RunningWorker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, lease=0.3,
-                                                   heartbeats=False, rescue_interval=60))
+    stalled = RunningWorker(
+        live_app,
+        WorkerConfig(
+            concurrency=1, poll_interval=0.05, lease=0.3, heartbeats=False, rescue_interval=60
+        ),
+    )
     async with stalled as first_worker:
         await eventually(lambda: _state_is(live_app, handle.id, JobState.RUNNING))
-        rescuer = RunningWorker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05,
-                                                       lease=5, rescue_interval=0.05))
+        rescuer = RunningWorker(
+            live_app, WorkerConfig(concurrency=1, poll_interval=0.05, lease=5, rescue_interval=0.05)
+        )
         async with rescuer:
             job = (await wait_finished(live_app, [handle.id]))[handle.id]
             assert job.result_value == "attempt 2"
@@ -300,7 +312,9 @@ async def test_cold_stop_returns_running_jobs_without_using_attempts(live_app: C
         await asyncio.Event().wait()
 
     handle = await forever.enqueue_async()
-    runner = RunningWorker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, grace_period=10))
+    runner = RunningWorker(
+        live_app, WorkerConfig(concurrency=1, poll_interval=0.05, grace_period=10)
+    )
     async with runner:
         await asyncio.wait_for(started.wait(), 10)
         status = await runner.stop(cold=True)
@@ -318,7 +332,9 @@ async def test_grace_period_end_is_a_cold_stop(live_app: Conveyor) -> None:
         await asyncio.sleep(60)
 
     handle = await too_long.enqueue_async()
-    runner = RunningWorker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, grace_period=0.2))
+    runner = RunningWorker(
+        live_app, WorkerConfig(concurrency=1, poll_interval=0.05, grace_period=0.2)
+    )
     async with runner:
         await asyncio.wait_for(started.wait(), 10)
         status = await runner.stop()
@@ -328,7 +344,8 @@ async def test_grace_period_end_is_a_cold_stop(live_app: Conveyor) -> None:
 
 
 async def test_stop_does_not_wait_on_a_maintenance_pass_that_lost_its_cancel(
-        live_app: Conveyor) -> None:
+    live_app: Conveyor,
+) -> None:
     # On Python 3.11, asyncio.wait_for (psycopg_pool's getconn waits with it) returns
     # its result instead of raising when a cancel lands just as what it awaits
     # completes: the cancel is lost. A pool child told to drain while it was starting
@@ -354,7 +371,9 @@ async def test_live_workers_announce_themselves(live_app: Conveyor) -> None:
     import json
 
     backend = await live_app.backend()
-    runner = RunningWorker(live_app, WorkerConfig(queues=("a", "b"), concurrency=7, poll_interval=0.05))
+    runner = RunningWorker(
+        live_app, WorkerConfig(queues=("a", "b"), concurrency=7, poll_interval=0.05)
+    )
     async with runner as worker:
         await eventually(lambda: _has_worker(backend, worker.id))
         record = json.loads((await backend.list_records("workers"))[worker.id])

@@ -21,8 +21,16 @@ from conveyor.model.job import JobState
 from conveyor.model.clock import ManualClock
 from conveyor.model.version import __version__
 from conveyor.worker import WorkerConfig
-from helpers import (RunningWorker, claim_one, complete, error, eventually, finish_waiter_parked,
-                     new_job, state_of)
+from helpers import (
+    RunningWorker,
+    claim_one,
+    complete,
+    error,
+    eventually,
+    finish_waiter_parked,
+    new_job,
+    state_of,
+)
 
 S = JobState
 
@@ -42,9 +50,11 @@ async def test_dependant_is_blocked_never_claimed_and_not_waiting_work(backend: 
 
 
 async def test_last_parent_to_complete_makes_the_dependant_available(
-        backend: Backend, clock: ManualClock) -> None:
-    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b"),
-                                new_job(id="c", depends_on=("a", "b"))])
+    backend: Backend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [new_job(id="a"), new_job(id="b"), new_job(id="c", depends_on=("a", "b"))]
+    )
     a, b = sorted(await claim_all(backend), key=lambda j: j.id)
     assert await backend.dependants_of("a") == ["c"] and await backend.dependants_of("c") == []
     assert await backend.dependants_of("nope") == []
@@ -60,8 +70,9 @@ async def test_last_parent_to_complete_makes_the_dependant_available(
 
 
 async def test_both_parents_settled_in_one_batch_release_once(backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b"),
-                                new_job(id="c", depends_on=("a", "b"))])
+    await backend.enqueue_jobs(
+        [new_job(id="a"), new_job(id="b"), new_job(id="c", depends_on=("a", "b"))]
+    )
     jobs = await claim_all(backend)
     assert await backend.settle_jobs([complete(j) for j in jobs]) == []
     assert await state_of(backend, "c") is S.AVAILABLE
@@ -71,17 +82,23 @@ async def test_both_parents_settled_in_one_batch_release_once(backend: Backend) 
 async def test_parents_already_ended_at_enqueue(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="done"), new_job(id="bad", max_attempts=1)])
     bad, done = sorted(await claim_all(backend), key=lambda j: j.id)
-    await backend.settle_jobs([complete(done),
-                               Settlement(bad.id, bad.lease_token, S.DEAD, error=error(1))])
-    await backend.enqueue_jobs([new_job(id="ok", depends_on=("done",)),
-                                new_job(id="lost", depends_on=("done", "bad")),
-                                new_job(id="tolerant", depends_on=("bad",), allow_failure=True)])
+    await backend.settle_jobs(
+        [complete(done), Settlement(bad.id, bad.lease_token, S.DEAD, error=error(1))]
+    )
+    await backend.enqueue_jobs(
+        [
+            new_job(id="ok", depends_on=("done",)),
+            new_job(id="lost", depends_on=("done", "bad")),
+            new_job(id="tolerant", depends_on=("bad",), allow_failure=True),
+        ]
+    )
     assert await state_of(backend, "ok") is S.AVAILABLE
     assert await state_of(backend, "tolerant") is S.AVAILABLE
     lost = await backend.get_job("lost")
     assert lost is not None and lost.state is S.CANCELLED
     assert [(e.type, e.message) for e in lost.errors] == [
-        (DEPENDENCY_FAILED, "parent job bad ended dead")]
+        (DEPENDENCY_FAILED, "parent job bad ended dead")
+    ]
 
 
 async def test_unknown_parent_refuses_the_batch(backend: Backend) -> None:
@@ -91,29 +108,37 @@ async def test_unknown_parent_refuses_the_batch(backend: Backend) -> None:
 
 
 async def test_dead_parent_cancels_dependants_onwards_with_the_reason(
-        backend: Backend, clock: ManualClock) -> None:
-    await backend.enqueue_jobs([new_job(id="a", max_attempts=1),
-                                new_job(id="b", depends_on=("a",)),
-                                new_job(id="c", depends_on=("b",)),
-                                new_job(id="t", depends_on=("a",), allow_failure=True)])
+    backend: Backend, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [
+            new_job(id="a", max_attempts=1),
+            new_job(id="b", depends_on=("a",)),
+            new_job(id="c", depends_on=("b",)),
+            new_job(id="t", depends_on=("a",), allow_failure=True),
+        ]
+    )
     a = await claim_one(backend)
     clock.advance(3)
     await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
     b, c = await backend.get_job("b"), await backend.get_job("c")
     assert b is not None and b.state is S.CANCELLED and b.finished_at == clock.now
-    assert [(e.type, e.message) for e in b.errors] == [(DEPENDENCY_FAILED,
-                                                        "parent job a ended dead")]
+    assert [(e.type, e.message) for e in b.errors] == [
+        (DEPENDENCY_FAILED, "parent job a ended dead")
+    ]
     assert c is not None and c.state is S.CANCELLED
-    assert [(e.type, e.message) for e in c.errors] == [(DEPENDENCY_FAILED,
-                                                        "parent job b ended cancelled")]
+    assert [(e.type, e.message) for e in c.errors] == [
+        (DEPENDENCY_FAILED, "parent job b ended cancelled")
+    ]
     assert await state_of(backend, "t") is S.AVAILABLE  # allow_failure: it runs
 
 
 async def test_retry_of_a_parent_keeps_the_dependant_blocked(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
     a = await claim_one(backend)
-    await backend.settle_jobs([Settlement(a.id, a.lease_token, S.RETRYABLE, error=error(1),
-                                          run_at=0.0)])
+    await backend.settle_jobs(
+        [Settlement(a.id, a.lease_token, S.RETRYABLE, error=error(1), run_at=0.0)]
+    )
     assert await state_of(backend, "b") is S.BLOCKED
     a = await claim_one(backend)
     await backend.settle_jobs([complete(a)])
@@ -136,15 +161,15 @@ def workflow_tasks(app: Conveyor) -> dict[str, Any]:
 
     @app.task(name="wf.seen", max_attempts=1)
     def seen(value: Any) -> Any:
-        return {"type": value.type, "state": value.state} if isinstance(value, Failure) \
-            else value
+        return {"type": value.type, "state": value.state} if isinstance(value, Failure) else value
 
     return {"add": add, "total": total, "boom": boom, "seen": seen}
 
 
 async def run_until_done(app: Conveyor, handle: Any, timeout: float = 20.0) -> Any:
-    async with RunningWorker(app, WorkerConfig(queues=("default",), concurrency=4,
-                                               poll_interval=0.05)):
+    async with RunningWorker(
+        app, WorkerConfig(queues=("default",), concurrency=4, poll_interval=0.05)
+    ):
         return await handle.result_async(timeout)
 
 
@@ -153,21 +178,27 @@ async def test_chain_passes_each_result_on(live_app: Conveyor) -> None:
     flow = chain(t["add"].s(1, 2), t["add"].s(10), t["add"].si(100, 1), t["add"].s())
     handle = await flow.enqueue_async()
     assert [(await live_app.admin.get(h.id)).state for h in handle.jobs] == [  # type: ignore[union-attr]
-        S.AVAILABLE, S.BLOCKED, S.BLOCKED, S.BLOCKED]
+        S.AVAILABLE,
+        S.BLOCKED,
+        S.BLOCKED,
+        S.BLOCKED,
+    ]
     assert await run_until_done(live_app, handle) == 101
 
 
 async def test_group_then_chord_callback_gets_results_in_order(live_app: Conveyor) -> None:
     t = workflow_tasks(live_app)
-    handle = await chord(group(t["add"].s(i, i) for i in range(5)),
-                         t["total"].s(extra=1)).enqueue_async()
+    handle = await chord(
+        group(t["add"].s(i, i) for i in range(5)), t["total"].s(extra=1)
+    ).enqueue_async()
     assert await run_until_done(live_app, handle) == sum(2 * i for i in range(5)) + 1
     parallel = await group(t["add"].s(1), t["add"].s(2)).enqueue_async()
     assert await run_until_done(live_app, parallel) == [1, 2]
 
 
 async def test_failed_member_cancels_the_callback_and_allow_failure_passes_it(
-        live_app: Conveyor) -> None:
+    live_app: Conveyor,
+) -> None:
     t = workflow_tasks(live_app)
     strict = await chord([t["add"].s(1), t["boom"].s()], t["total"].s()).enqueue_async()
     with pytest.raises(JobFailed, match=DEPENDENCY_FAILED):
@@ -189,16 +220,23 @@ async def test_depends_on_by_hand(live_app: Conveyor) -> None:
 
 
 async def test_cancelling_a_member_that_has_not_started_cancels_what_depends_on_it(
-        backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",)),
-                                new_job(id="c", depends_on=("b",)),
-                                new_job(id="t", depends_on=("b",), allow_failure=True)])
+    backend: Backend,
+) -> None:
+    await backend.enqueue_jobs(
+        [
+            new_job(id="a"),
+            new_job(id="b", depends_on=("a",)),
+            new_job(id="c", depends_on=("b",)),
+            new_job(id="t", depends_on=("b",), allow_failure=True),
+        ]
+    )
     cancelled = await backend.cancel_job("b")  # blocked: cancelled at once
     assert cancelled is not None and cancelled.state is S.CANCELLED
     c = await backend.get_job("c")
     assert c is not None and c.state is S.CANCELLED
-    assert [(e.type, e.message) for e in c.errors] == [(DEPENDENCY_FAILED,
-                                                        "parent job b ended cancelled")]
+    assert [(e.type, e.message) for e in c.errors] == [
+        (DEPENDENCY_FAILED, "parent job b ended cancelled")
+    ]
     assert await state_of(backend, "t") is S.AVAILABLE
     assert await state_of(backend, "a") is S.AVAILABLE  # its parent runs on
     await backend.enqueue_jobs([new_job(id="d", depends_on=("a",))])
@@ -208,8 +246,9 @@ async def test_cancelling_a_member_that_has_not_started_cancels_what_depends_on_
 
 async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conveyor) -> None:
     t = workflow_tasks(live_app)
-    handle = await chain(t["add"].s(1), group(t["add"].s(), t["add"].s()),
-                         t["total"].s()).enqueue_async()
+    handle = await chain(
+        t["add"].s(1), group(t["add"].s(), t["add"].s()), t["total"].s()
+    ).enqueue_async()
     members = await handle.cancel_async()
     assert [m.state for m in members] == [S.CANCELLED] * 4
     with pytest.raises(JobFailed):
@@ -239,9 +278,14 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
 
 
 async def test_redriving_a_dead_member_resumes_what_it_cancelled(backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="a", max_attempts=1), new_job(id="b"),
-                                new_job(id="c", depends_on=("a", "b")),
-                                new_job(id="d", depends_on=("c",))])
+    await backend.enqueue_jobs(
+        [
+            new_job(id="a", max_attempts=1),
+            new_job(id="b"),
+            new_job(id="c", depends_on=("a", "b")),
+            new_job(id="d", depends_on=("c",)),
+        ]
+    )
     a, b = sorted(await claim_all(backend), key=lambda j: j.id)
     await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
     await backend.settle_jobs([complete(b, "2")])  # ends while c is already cancelled
@@ -260,13 +304,18 @@ async def test_redriving_a_dead_member_resumes_what_it_cancelled(backend: Backen
     assert await state_of(backend, "d") is S.AVAILABLE
 
 
-async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(
-        backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="a", max_attempts=1), new_job(id="b", max_attempts=1),
-                                new_job(id="c", depends_on=("a", "b"))])
+async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(backend: Backend) -> None:
+    await backend.enqueue_jobs(
+        [
+            new_job(id="a", max_attempts=1),
+            new_job(id="b", max_attempts=1),
+            new_job(id="c", depends_on=("a", "b")),
+        ]
+    )
     jobs = await claim_all(backend)
-    await backend.settle_jobs([Settlement(j.id, j.lease_token, S.DEAD, error=error(1))
-                               for j in jobs])
+    await backend.settle_jobs(
+        [Settlement(j.id, j.lease_token, S.DEAD, error=error(1)) for j in jobs]
+    )
     await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
     assert await state_of(backend, "c") is S.CANCELLED  # b is still dead
     await backend.redrive_jobs(JobFilter(ids=("b",)), 10, dry_run=False)
@@ -279,8 +328,9 @@ async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend
     assert await backend.cancel_jobs(JobFilter(queues=("default",)), 10, dry_run=False) == ["a"]
     b = await backend.get_job("b")
     assert b is not None and b.state is S.CANCELLED
-    assert [(e.type, e.message) for e in b.errors] == [(DEPENDENCY_FAILED,
-                                                        "parent job a ended cancelled")]
+    assert [(e.type, e.message) for e in b.errors] == [
+        (DEPENDENCY_FAILED, "parent job a ended cancelled")
+    ]
 
 
 async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) -> None:
@@ -288,9 +338,10 @@ async def test_blocked_jobs_take_no_room_in_a_bounded_queue(backend: Backend) ->
     from conveyor.model.job import QueueBound
 
     bound = QueueBound(max_waiting=1)
-    await backend.enqueue_jobs([new_job(id="p", bound=bound)]
-                               + [new_job(id=f"d{i}", bound=bound, depends_on=("p",))
-                                  for i in range(3)])
+    await backend.enqueue_jobs(
+        [new_job(id="p", bound=bound)]
+        + [new_job(id=f"d{i}", bound=bound, depends_on=("p",)) for i in range(3)]
+    )
     assert await backend.count_jobs(JobFilter(states=(S.BLOCKED,))) == 3
     with pytest.raises(QueueFull):  # the one waiting job fills it; the blocked ones do not
         await backend.enqueue_jobs([new_job(id="q", bound=bound)])
@@ -300,24 +351,35 @@ async def test_a_shed_parent_cancels_its_dependants(backend: Backend) -> None:
     from conveyor.model.job import QueueBound
 
     shed = QueueBound(max_waiting=1, shed_oldest=True)
-    await backend.enqueue_jobs([new_job(id="p", bound=shed),
-                                new_job(id="d", bound=shed, depends_on=("p",))])
+    await backend.enqueue_jobs(
+        [new_job(id="p", bound=shed), new_job(id="d", bound=shed, depends_on=("p",))]
+    )
     await backend.enqueue_jobs([new_job(id="q", bound=shed)])  # sheds p, the oldest waiting
     assert await state_of(backend, "p") is S.CANCELLED
     d = await backend.get_job("d")
     assert d is not None and d.state is S.CANCELLED
     assert [(e.type, e.message, e.version) for e in d.errors] == [
-        (DEPENDENCY_FAILED, "parent job p ended cancelled", __version__)]
+        (DEPENDENCY_FAILED, "parent job p ended cancelled", __version__)
+    ]
 
 
 async def test_a_dependant_whose_id_is_taken_is_answered_by_the_stored_job(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
     # Again, with one more dependant: the stored ones answer, the new one is linked once.
-    again = await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",)),
-                                        new_job(id="c", depends_on=("a", "b"))])
-    assert [(j.id, j.state) for j in again] == [("a", S.AVAILABLE), ("b", S.BLOCKED),
-                                                ("c", S.BLOCKED)]
+    again = await backend.enqueue_jobs(
+        [
+            new_job(id="a"),
+            new_job(id="b", depends_on=("a",)),
+            new_job(id="c", depends_on=("a", "b")),
+        ]
+    )
+    assert [(j.id, j.state) for j in again] == [
+        ("a", S.AVAILABLE),
+        ("b", S.BLOCKED),
+        ("c", S.BLOCKED),
+    ]
     assert await backend.dependants_of("a") == ["b", "c"]
     assert await backend.dependants_of("b") == ["c"]
     a = await claim_one(backend)
@@ -326,7 +388,8 @@ async def test_a_dependant_whose_id_is_taken_is_answered_by_the_stored_job(
 
 
 async def test_a_dependant_keeps_its_rate_limit_bucket(backend: Backend) -> None:
-    await backend.enqueue_jobs([new_job(id="p"),
-                                new_job(id="r", depends_on=("p",), rate_key="bucket")])
+    await backend.enqueue_jobs(
+        [new_job(id="p"), new_job(id="r", depends_on=("p",), rate_key="bucket")]
+    )
     r = await backend.get_job("r")
     assert r is not None and r.state is S.BLOCKED and r.rate_key == "bucket"

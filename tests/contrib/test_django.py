@@ -21,7 +21,7 @@ from conveyor import Conveyor
 from conveyor.model.job import JobState
 
 SITE = Path(__file__).resolve().parent / "django_site"
-SETTINGS = '''
+SETTINGS = """
 SECRET_KEY = "tests-only-not-a-secret-0123456789abcdef"
 INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes",
                   "django.contrib.sessions", "conveyor.contrib.django", "shop"]
@@ -36,29 +36,44 @@ DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
 DATABASES = {databases!r}
 CONVEYOR = {conveyor!r}
-'''
+"""
 
 
 def write_settings(folder: Path, databases: dict[str, object], conveyor: dict[str, object]) -> str:
     (folder / "conveyor_test_settings.py").write_text(
-        SETTINGS.format(databases=databases, conveyor=conveyor))
+        SETTINGS.format(databases=databases, conveyor=conveyor)
+    )
     return "conveyor_test_settings"
 
 
-def django(folder: Path, settings: str, *args: str, timeout: float = 180.0
-           ) -> subprocess.CompletedProcess[str]:
-    env = {**{k: v for k, v in os.environ.items() if k != "CONVEYOR_URL"},
-           "DJANGO_SETTINGS_MODULE": settings,
-           "PYTHONPATH": os.pathsep.join([str(folder), str(SITE), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "django", *args], cwd=SITE, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def django(
+    folder: Path, settings: str, *args: str, timeout: float = 180.0
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "CONVEYOR_URL"},
+        "DJANGO_SETTINGS_MODULE": settings,
+        "PYTHONPATH": os.pathsep.join([str(folder), str(SITE), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=SITE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def sqlite_db(folder: Path) -> dict[str, object]:
     # A test database in a file, not in memory: Django keeps an in-memory one open for
     # good, and the tests see connections being retired.
-    return {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "django.db"),
-                        "TEST": {"NAME": str(folder / "django-test.db")}}}
+    return {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(folder / "django.db"),
+            "TEST": {"NAME": str(folder / "django-test.db")},
+        }
+    }
 
 
 def ran(result: subprocess.CompletedProcess[str]) -> tuple[int, str]:
@@ -70,8 +85,9 @@ def ran(result: subprocess.CompletedProcess[str]) -> tuple[int, str]:
 
 
 def test_django_tests_with_conveyor_on_sqlite(tmp_path: Path) -> None:
-    settings = write_settings(tmp_path, sqlite_db(tmp_path),
-                              {"url": f"sqlite:///{tmp_path / 'jobs.db'}"})
+    settings = write_settings(
+        tmp_path, sqlite_db(tmp_path), {"url": f"sqlite:///{tmp_path / 'jobs.db'}"}
+    )
     result = django(tmp_path, settings, "test", "shop", "--noinput")
     assert result.returncode == 0, result.stderr
     assert ran(result) == (13, "OK (skipped=2)")  # the transactional ones need PostgreSQL
@@ -94,13 +110,22 @@ def test_django_tests_transactional_on_djangos_own_postgres_connection(tmp_path:
 
     server = psycopg.conninfo.conninfo_to_dict(POSTGRES_URL)
     test_db = f"conveyor_django_{uuid.uuid4().hex[:10]}"  # Django creates and drops it
-    databases = {"default": {
-        "ENGINE": "django.db.backends.postgresql", "NAME": server.get("dbname", "test"),
-        "USER": server.get("user", "postgres"), "HOST": server.get("host", "127.0.0.1"),
-        "PORT": str(server.get("port", "5432")), "TEST": {"NAME": test_db}}}
+    databases = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": server.get("dbname", "test"),
+            "USER": server.get("user", "postgres"),
+            "HOST": server.get("host", "127.0.0.1"),
+            "PORT": str(server.get("port", "5432")),
+            "TEST": {"NAME": test_db},
+        }
+    }
     base = POSTGRES_URL.rsplit("/", 1)[0]
-    settings = write_settings(tmp_path, databases, {
-        "url": f"{base}/{test_db}?schema=conveyor_jobs", "transactional": True})
+    settings = write_settings(
+        tmp_path,
+        databases,
+        {"url": f"{base}/{test_db}?schema=conveyor_jobs", "transactional": True},
+    )
     result = django(tmp_path, settings, "test", "shop", "--noinput")
     assert result.returncode == 0, result.stderr
     assert ran(result) == (13, "OK (skipped=4)")  # the on-commit ones are the other mode
@@ -133,13 +158,17 @@ def test_manage_py_conveyor_worker_is_the_conveyor_command(tmp_path: Path) -> No
         producer.close()
 
 
-@pytest.mark.parametrize("conveyor, message", [
-    ({}, "no backend URL"),
-    ({"url": "sqlite:///x.db", "colour": "red"}, "unknown CONVEYOR setting(s) ['colour']"),
-    ({"url": "sqlite:///x.db", "transactional": True}, "needs the PostgreSQL backend"),
-])
-def test_bad_settings_say_what_is_wrong(tmp_path: Path, conveyor: dict[str, object],
-                                        message: str) -> None:
+@pytest.mark.parametrize(
+    "conveyor, message",
+    [
+        ({}, "no backend URL"),
+        ({"url": "sqlite:///x.db", "colour": "red"}, "unknown CONVEYOR setting(s) ['colour']"),
+        ({"url": "sqlite:///x.db", "transactional": True}, "needs the PostgreSQL backend"),
+    ],
+)
+def test_bad_settings_say_what_is_wrong(
+    tmp_path: Path, conveyor: dict[str, object], message: str
+) -> None:
     settings = write_settings(tmp_path, sqlite_db(tmp_path), conveyor)
     result = django(tmp_path, settings, "check")
     assert result.returncode != 0 and message in result.stderr, result.stderr

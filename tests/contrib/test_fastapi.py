@@ -49,7 +49,8 @@ def test_a_route_enqueues_through_the_dependency(conveyor_url: str) -> None:
     try:
         stored = [check.jobs.get(i) for i in ids]
         assert [(j.task, j.args, j.state) for j in stored if j] == [
-            ("send_welcome", [n], JobState.AVAILABLE) for n in (1, 2, 3)]
+            ("send_welcome", [n], JobState.AVAILABLE) for n in (1, 2, 3)
+        ]
     finally:
         check.close()
 
@@ -101,7 +102,8 @@ def staff_only(request: Request) -> str | None:
 
 
 def test_the_mounted_dashboard_takes_the_apps_auth_and_keeps_its_csrf_checks(
-        conveyor_url: str) -> None:
+    conveyor_url: str,
+) -> None:
     api, jobs = make_api(conveyor_url)
     mount_dashboard(api, jobs, auth=staff_only, path="/ops/jobs")
     with TestClient(api) as client:
@@ -114,8 +116,9 @@ def test_the_mounted_dashboard_takes_the_apps_auth_and_keeps_its_csrf_checks(
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
         assert token is not None
         action = f"/ops/jobs/job/cancel?id={job_id}"
-        foreign = client.post(action, data={"csrf_token": token.group(1)},
-                              headers={"origin": "https://evil.example"})
+        foreign = client.post(
+            action, data={"csrf_token": token.group(1)}, headers={"origin": "https://evil.example"}
+        )
         assert foreign.status_code == 403
         assert jobs.jobs.get(job_id).state is JobState.AVAILABLE  # type: ignore[union-attr]
         done = client.post(action, data={"csrf_token": token.group(1)}, follow_redirects=False)

@@ -62,13 +62,16 @@ def test_the_import_path_is_found_or_asked_for(jobs: Conveyor) -> None:
     assert FlaskConveyor(stray, import_path="pkg.mod:jobs").import_path == "pkg.mod:jobs"
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["worker", "-c", "2"], ["worker", "p:a", "-c", "2"]),
-    (["dashboard"], ["dashboard", "p:a"]),
-    (["jobs", "list"], ["jobs", "list", "--app", "p:a"]),
-    (["jobs", "list", "--url", "sqlite:///x"], ["jobs", "list", "--url", "sqlite:///x"]),
-    (["demo"], ["demo"]),
-    (["--help"], ["--help"]),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["worker", "-c", "2"], ["worker", "p:a", "-c", "2"]),
+        (["dashboard"], ["dashboard", "p:a"]),
+        (["jobs", "list"], ["jobs", "list", "--app", "p:a"]),
+        (["jobs", "list", "--url", "sqlite:///x"], ["jobs", "list", "--url", "sqlite:///x"]),
+        (["demo"], ["demo"]),
+        (["--help"], ["--help"]),
+    ],
+)
 def test_command_line(args: list[str], expected: list[str]) -> None:
     assert command_line("p:a", args) == expected

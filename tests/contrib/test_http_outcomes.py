@@ -102,6 +102,7 @@ def httpx2_get(url: str) -> Any:
     async def get() -> Any:
         async with httpx2.AsyncClient(timeout=0.5) as client:
             return await client.get(url)
+
     return asyncio.run(get())
 
 
@@ -110,7 +111,10 @@ def requests_get(url: str) -> Any:
 
 
 CLIENTS: dict[str, Callable[[str], Any]] = {
-    "httpx": httpx_get, "httpx2": httpx2_get, "requests": requests_get}
+    "httpx": httpx_get,
+    "httpx2": httpx2_get,
+    "requests": requests_get,
+}
 
 
 @pytest.fixture(params=sorted(CLIENTS))
@@ -124,13 +128,16 @@ def test_success_passes_the_response_through(server: Server, get: Callable[[str]
     assert raise_for_status(get(server.url("/status/304"))).status_code == 304
 
 
-def test_429_and_503_retry_after_what_retry_after_says(server: Server,
-                                                       get: Callable[[str], Any]) -> None:
+def test_429_and_503_retry_after_what_retry_after_says(
+    server: Server, get: Callable[[str], Any]
+) -> None:
     with pytest.raises(Retry) as seconds:
         raise_for_status(get(server.url("/status/429?retry_after=30")))
     assert seconds.value.after == 30.0
-    assert str(seconds.value) == f"HTTP 429 Too Many Requests from {server.url('/status/429')}; " \
-                                 "Retry-After 30s"
+    assert (
+        str(seconds.value) == f"HTTP 429 Too Many Requests from {server.url('/status/429')}; "
+        "Retry-After 30s"
+    )
     in_two_minutes = formatdate(time.time() + 120, usegmt=True)
     with pytest.raises(Retry) as dated:
         raise_for_status(get(server.url(f"/status/503?retry_after={in_two_minutes}")))
@@ -172,8 +179,9 @@ def test_other_5xx_are_transient(server: Server, get: Callable[[str], Any], code
     assert failed.value.status == code and not isinstance(failed.value, ValueError)
 
 
-def test_the_clients_own_status_errors_are_translated(server: Server,
-                                                      get: Callable[[str], Any]) -> None:
+def test_the_clients_own_status_errors_are_translated(
+    server: Server, get: Callable[[str], Any]
+) -> None:
     with pytest.raises(PermanentHTTPError) as failed:
         with http_outcomes():
             get(server.url("/status/404?api_key=s3cret")).raise_for_status()
@@ -209,12 +217,18 @@ def test_other_errors_pass_unchanged() -> None:
 
 
 # --- through a worker --------------------------------------------------------------------
-async def test_a_worker_dead_letters_4xx_and_retries_the_rest(server: Server,
-                                                             tmp_path: Path) -> None:
+async def test_a_worker_dead_letters_4xx_and_retries_the_rest(
+    server: Server, tmp_path: Path
+) -> None:
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}")
 
-    @app.task(name="call", max_attempts=2, backoff_base=0.01, backoff_cap=0.02,
-              retry_on=(TransientHTTPError,))  # a narrow policy: timeouts must be listed
+    @app.task(
+        name="call",
+        max_attempts=2,
+        backoff_base=0.01,
+        backoff_cap=0.02,
+        retry_on=(TransientHTTPError,),
+    )  # a narrow policy: timeouts must be listed
     def call(path: str) -> int:
         with http_outcomes():
             response = requests.get(server.url(path), timeout=0.5)
@@ -244,4 +258,6 @@ async def test_a_worker_dead_letters_4xx_and_retries_the_rest(server: Server,
         "/status/503?retry_after=0": (JobState.DEAD, 2, ["Retry"] * 2),
         "/status/200": (JobState.COMPLETED, 1, []),
     }
-    assert jobs["/hang"].errors[0].message.startswith(f"ReadTimeout calling {server.url('/hang')}: ")
+    assert (
+        jobs["/hang"].errors[0].message.startswith(f"ReadTimeout calling {server.url('/hang')}: ")
+    )

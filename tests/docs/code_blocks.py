@@ -22,8 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = frozenset({"python", "py"})
-NEVER_RUN = frozenset({"sh", "console", "text", "json", "ini", "toml", "yaml", "mermaid",
-                       "sql", "lua", "html"})
+NEVER_RUN = frozenset(
+    {"sh", "console", "text", "json", "ini", "toml", "yaml", "mermaid", "sql", "lua", "html"}
+)
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>.*)$")
 _NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<reason>.+?)\s*-->\s*$")
 
@@ -66,7 +67,10 @@ def blocks(page: Path) -> list[Block]:
         while j < len(lines) and not lines[j].strip().startswith(fence):
             body.append(lines[j][indent:])
             j += 1
-        found.append(Block(page, i + 1, language, "\n".join(body) + "\n",
-                           marker["reason"] if marker else None))
+        found.append(
+            Block(
+                page, i + 1, language, "\n".join(body) + "\n", marker["reason"] if marker else None
+            )
+        )
         i = j + 1
     return found

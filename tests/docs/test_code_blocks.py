@@ -22,10 +22,12 @@ def test_every_block_says_what_it_is(page: Path) -> None:
     for block in blocks(page):
         assert block.language in RUN | NEVER_RUN, (
             f"{block.where}: a fence with language {block.language!r}; give it one of "
-            f"{sorted(RUN | NEVER_RUN)} (see tests/docs/code_blocks.py)")
+            f"{sorted(RUN | NEVER_RUN)} (see tests/docs/code_blocks.py)"
+        )
         if block.not_run is not None:
-            assert block.language in RUN, f"{block.where}: only Python blocks are run, " \
-                                          "so only they take a 'not run' mark"
+            assert block.language in RUN, (
+                f"{block.where}: only Python blocks are run, so only they take a 'not run' mark"
+            )
 
 
 RUNNABLE = [p for p in PAGES if any(b.runs for b in blocks(p))]
@@ -56,9 +58,11 @@ def run(block: Block, namespace: dict[str, Any], loop: asyncio.AbstractEventLoop
         if inspect.isawaitable(result):
             loop.run_until_complete(result)
     except Exception as exc:
-        raise AssertionError(f"{block.where}: the block failed with {type(exc).__name__}: "
-                             f"{exc}\n(mark it <!-- not run: reason --> if it cannot run "
-                             f"here)\n{block.source}") from exc
+        raise AssertionError(
+            f"{block.where}: the block failed with {type(exc).__name__}: "
+            f"{exc}\n(mark it <!-- not run: reason --> if it cannot run "
+            f"here)\n{block.source}"
+        ) from exc
 
 
 def test_how_a_page_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,8 +70,10 @@ def test_how_a_page_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(code_blocks, "ROOT", tmp_path)
     page = tmp_path / "page.md"
-    page.write_text("Text.\n\n```python\nx = 1\n```\n\n<!-- not run: needs a server -->\n"
-                    "```python\nconnect()\n```\n\n- item\n\n    ```sh\n    make test\n    ```\n")
+    page.write_text(
+        "Text.\n\n```python\nx = 1\n```\n\n<!-- not run: needs a server -->\n"
+        "```python\nconnect()\n```\n\n- item\n\n    ```sh\n    make test\n    ```\n"
+    )
     found = blocks(page)
     assert [(b.line, b.language, b.source, b.not_run, b.runs) for b in found] == [
         (3, "python", "x = 1\n", None, True),

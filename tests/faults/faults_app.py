@@ -53,8 +53,14 @@ def leak(megabytes: int) -> str:
     return f"attempt {current_job().attempt}"
 
 
-@app.task(name="runaway", soft_time_limit=0.3, hard_time_limit=1.0, max_attempts=2,
-          backoff_base=0.01, backoff_cap=0.05)
+@app.task(
+    name="runaway",
+    soft_time_limit=0.3,
+    hard_time_limit=1.0,
+    max_attempts=2,
+    backoff_base=0.01,
+    backoff_cap=0.05,
+)
 def runaway() -> None:
     """Ignores its soft limit; only replacing its process stops it."""
     record("start")

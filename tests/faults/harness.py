@@ -37,7 +37,7 @@ def group_pids(pgid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
             pids.append(int(entry))
     return pids
@@ -52,22 +52,40 @@ def cli_available() -> bool:
 class WorkerGroup:
     """A worker (or pool) in its own process group: a kill reaches every descendant."""
 
-    def __init__(self, url: str, runs_log: Path, log_path: Path, *args: str,
-                 env: dict[str, str] | None = None, via_script: bool = False,
-                 app: str = "faults_app:app", cwd: Path = HERE,
-                 launcher: list[str] | None = None) -> None:
-        full_env = {**os.environ, "CONVEYOR_URL": url, "RUNS_LOG": str(runs_log),
-                    "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                    **(env or {})}
+    def __init__(
+        self,
+        url: str,
+        runs_log: Path,
+        log_path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        via_script: bool = False,
+        app: str = "faults_app:app",
+        cwd: Path = HERE,
+        launcher: list[str] | None = None,
+    ) -> None:
+        full_env = {
+            **os.environ,
+            "CONVEYOR_URL": url,
+            "RUNS_LOG": str(runs_log),
+            "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            **(env or {}),
+        }
         if via_script or not cli_available():
             command = [sys.executable, str(HERE / "run_worker.py"), app, *args]
         else:
             command = [*(launcher or [sys.executable, "-m", "conveyor"]), "worker", app, *args]
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(command, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            command,
+            env=full_env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.pgid = self.proc.pid
 
     def signal(self, sig: int) -> None:
@@ -90,8 +108,10 @@ class WorkerGroup:
         try:
             return self.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running {timeout:.0f}s after {signal.Signals(sig).name}:\n"
-                                 + self.output()[-6000:]) from None
+            raise AssertionError(
+                f"still running {timeout:.0f}s after {signal.Signals(sig).name}:\n"
+                + self.output()[-6000:]
+            ) from None
 
     def output(self) -> str:
         self._log.flush()
@@ -124,7 +144,9 @@ class Runs:
         return Counter(e.job_id for e in self.events() if e.kind == kind)
 
     def wait_for(self, kind: str, n: int, timeout: float = 60.0) -> None:
-        poll(lambda: self.count(kind) >= n, timeout, f"{n} {kind!r} events (have {self.count(kind)})")
+        poll(
+            lambda: self.count(kind) >= n, timeout, f"{n} {kind!r} events (have {self.count(kind)})"
+        )
 
     def cut_short(self, pids: Iterable[int]) -> set[str]:
         """Jobs that one of `pids` started and did not finish: killed mid-handler."""
@@ -187,8 +209,11 @@ def wait_finished(url: str, ids: list[str], timeout: float = 120.0) -> dict[str,
 def recorded_twice(jobs: dict[str, Job]) -> list[str]:
     """Completed jobs whose stored result is not from their last attempt: an earlier
     attempt's completion was accepted and a later attempt ran anyway."""
-    return [j.id for j in jobs.values()
-            if j.result_value is not None and j.result_value != f"attempt {j.attempt}"]
+    return [
+        j.id
+        for j in jobs.values()
+        if j.result_value is not None and j.result_value != f"attempt {j.attempt}"
+    ]
 
 
 # --- dropping a backend's connections -----------------------------------------------------------
@@ -224,7 +249,9 @@ def terminate_postgres_backends(url: str, pids: list[int]) -> str:
     with psycopg.connect(_without_query(url, "schema"), autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE client_port = ANY(%s) AND pid <> pg_backend_pid()", (ports,)).fetchall()
+            "WHERE client_port = ANY(%s) AND pid <> pg_backend_pid()",
+            (ports,),
+        ).fetchall()
     assert rows, f"no PostgreSQL backend serves ports {ports}"
     return f"terminated {len(rows)} connections"
 
@@ -240,7 +267,10 @@ def kill_redis_clients(url: str, pids: list[int]) -> str:
         for info in client.client_list():
             host, _, port = str(info["addr"]).rpartition(":")
             if int(port) in ports:
-                killed += int(client.execute_command("CLIENT", "KILL", "ADDR", info["addr"]) in (True, b"OK", "OK"))
+                killed += int(
+                    client.execute_command("CLIENT", "KILL", "ADDR", info["addr"])
+                    in (True, b"OK", "OK")
+                )
     finally:
         client.close()
     assert killed, f"no Redis client on ports {sorted(ports)}"
@@ -282,9 +312,25 @@ class PrivateRedis:
 
         log = open(self.directory / "redis-server.log", "ab")
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-             str(self.directory), "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
 
@@ -341,21 +387,33 @@ def render_table() -> list[str]:
     lines = []
     header = ("scenario", "jobs", "lost", "completed >1", "ran twice*", "recovery")
     for backend in sorted(TABLE):
-        rows = [(r.scenario, str(r.jobs), str(r.lost), str(r.recorded_twice), str(r.ran_twice),
-                 r.recovery) for r in TABLE[backend]]
+        rows = [
+            (
+                r.scenario,
+                str(r.jobs),
+                str(r.lost),
+                str(r.recorded_twice),
+                str(r.ran_twice),
+                r.recovery,
+            )
+            for r in TABLE[backend]
+        ]
         widths = [max(len(x) for x in col) for col in zip(header, *rows)]
         lines.append(f"backend: {backend}")
         for row in [header, *rows]:
             lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths)))
     if lines:
-        lines.append("* handler ran to its end twice: at-least-once after a kill between its return "
-                     "and the ack, or a stalled worker whose lease expired; the stored "
-                     "completion is still one.")
+        lines.append(
+            "* handler ran to its end twice: at-least-once after a kill between its return "
+            "and the ack, or a stalled worker whose lease expired; the stored "
+            "completion is still one."
+        )
     return lines
 
 
-def start(groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str,
-          **kwargs: object) -> WorkerGroup:
+def start(
+    groups: list[WorkerGroup], url: str, runs: Runs, tmp_path: Path, *args: str, **kwargs: object
+) -> WorkerGroup:
     """Start a worker group logging to its own file and remember it for clean-up."""
     group = WorkerGroup(url, runs.path, tmp_path / f"worker-{len(groups)}.log", *args, **kwargs)  # type: ignore[arg-type]
     groups.append(group)

@@ -44,9 +44,11 @@ async def book(order_id: int, amount: int) -> str:
     """The effect is a row in the same PostgreSQL transaction as the done-mark."""
     ctx = current_job()
     async with ctx.transaction() as conn:
+
         async def write_ledger() -> str:
-            await conn.execute(f"INSERT INTO {os.environ['LEDGER_TABLE']} VALUES (%s, %s)",
-                               (order_id, amount))
+            await conn.execute(
+                f"INSERT INTO {os.environ['LEDGER_TABLE']} VALUES (%s, %s)", (order_id, amount)
+            )
             record("effect")
             if BLOCKED:
                 record("blocked")
@@ -67,6 +69,7 @@ def set_balance(account: int, value: int) -> int:
     with sqlite3.connect(os.environ["SINK_DB"], timeout=30) as sink:
         written = sink.execute(
             "UPDATE balances SET value = ?, last_fence = ? WHERE account = ? AND last_fence < ?",
-            (value, ctx.fence, account, ctx.fence)).rowcount
+            (value, ctx.fence, account, ctx.fence),
+        ).rowcount
     record(f"wrote:{written}:fence:{ctx.fence}")
     return written

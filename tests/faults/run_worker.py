@@ -43,17 +43,28 @@ def main() -> int:
     parser.add_argument("--max-tasks-per-child", type=int)
     parser.add_argument("--max-memory-per-child", type=int)
     args = parser.parse_args()
-    logging.basicConfig(level="INFO", stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
+    logging.basicConfig(
+        level="INFO",
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
+    )
     sys.path.insert(0, os.getcwd())
     config = WorkerConfig(
-        queues=tuple(args.queues.split(",")), concurrency=args.concurrency, lease=args.lease,
-        grace_period=args.grace, rescue_interval=args.rescue, poll_interval=0.2,
-        heartbeats=os.environ.get("CONVEYOR_TEST_HEARTBEATS", "1") != "0")
+        queues=tuple(args.queues.split(",")),
+        concurrency=args.concurrency,
+        lease=args.lease,
+        grace_period=args.grace,
+        rescue_interval=args.rescue,
+        poll_interval=0.2,
+        heartbeats=os.environ.get("CONVEYOR_TEST_HEARTBEATS", "1") != "0",
+    )
     app = load_app(args.app)
     if args.processes:
-        pool = PoolConfig(processes=args.processes, max_tasks_per_child=args.max_tasks_per_child,
-                          max_memory_per_child=args.max_memory_per_child)
+        pool = PoolConfig(
+            processes=args.processes,
+            max_tasks_per_child=args.max_tasks_per_child,
+            max_memory_per_child=args.max_memory_per_child,
+        )
         return int(run_pool(app, args.app, config, pool))
     status = asyncio.run(serve(Worker(app, config)))
     sys.stderr.flush()

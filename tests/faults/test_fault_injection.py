@@ -50,20 +50,29 @@ def ran_twice_explained(runs: Runs, killed_pids: set[int]) -> int:
     return len(twice)
 
 
-def seconds_until_restarted(runs: Runs, orphans: set[str], killed_at: float, timeout: float,
-                            what: str) -> float:
+def seconds_until_restarted(
+    runs: Runs, orphans: set[str], killed_at: float, timeout: float, what: str
+) -> float:
     """Waits until every job a kill cut short has started again; the recovery time is
     from the kill to the last of those restarts."""
+
     def restarts() -> list[Event]:
-        return [e for e in runs.events()
-                if e.kind == "start" and e.job_id in orphans and e.at > killed_at]
+        return [
+            e
+            for e in runs.events()
+            if e.kind == "start" and e.job_id in orphans and e.at > killed_at
+        ]
 
     poll(lambda: orphans <= {e.job_id for e in restarts()}, timeout, what)
     return max(e.at for e in restarts()) - killed_at
 
 
 def finish_and_count_after_kills(
-    url: str, ids: list[str], pool: WorkerGroup, runs: Runs, killed: set[int],
+    url: str,
+    ids: list[str],
+    pool: WorkerGroup,
+    runs: Runs,
+    killed: set[int],
 ) -> tuple[dict[str, Job], list[Job], list[str], int]:
     """Lets the last pool finish every job and stop cleanly, then counts what the kills
     cost: the jobs, those lost, those recorded twice, and handlers that finished twice."""
@@ -77,10 +86,13 @@ def finish_and_count_after_kills(
 def seconds_until_claimed_and_settled(url: str, ids: list[str], since: float, what: str) -> float:
     """Waits until a job was both claimed and settled after `since`: the backend took
     a claim and an outcome write again. The recovery time is to the first such outcome."""
+
     def settled_since() -> list[float]:
-        return [j.finished_at for j in jobs_of(url, ids).values()
-                if j.started_at is not None and j.started_at > since
-                and j.finished_at is not None]
+        return [
+            j.finished_at
+            for j in jobs_of(url, ids).values()
+            if j.started_at is not None and j.started_at > since and j.finished_at is not None
+        ]
 
     settled: list[float] = poll(settled_since, 60, what, interval=0.05)
     return min(settled) - since
@@ -97,20 +109,37 @@ def test_sigkill_pool_children_twice_while_200_jobs_run(
     for threshold in (40, 110):
         runs.wait_for("start", threshold)
         # A child with jobs in flight right now; the pid in the runs log is the child's.
-        victim, orphans = poll(lambda: next(
-            ((pid, jobs) for pid in pool.children()
-             if (jobs := set(runs.in_flight([pid])))), None), 30, "a child with running jobs")
+        victim, orphans = poll(
+            lambda: next(
+                ((pid, jobs) for pid in pool.children() if (jobs := set(runs.in_flight([pid])))),
+                None,
+            ),
+            30,
+            "a child with running jobs",
+        )
         os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
         killed.add(victim)
         orphans = runs.cut_short([victim])
         assert orphans, "the kill must land while the child runs jobs"
         # The lease is 30 s: anything faster than that is the supervisor returning them.
-        recoveries.append(seconds_until_restarted(runs, orphans, killed_at, 25,
-                                                  "the killed child's jobs to start again"))
+        recoveries.append(
+            seconds_until_restarted(
+                runs, orphans, killed_at, 25, "the killed child's jobs to start again"
+            )
+        )
     jobs, lost, twice, ran_twice = finish_and_count_after_kills(url, ids, pool, runs, killed)
-    report(backend, Row("SIGKILL a pool child x2, 200 jobs", 200, len(lost), len(twice), ran_twice,
-                        " / ".join(f"{r:.2f}s" for r in recoveries) + " (lease 30s)"))
+    report(
+        backend,
+        Row(
+            "SIGKILL a pool child x2, 200 jobs",
+            200,
+            len(lost),
+            len(twice),
+            ran_twice,
+            " / ".join(f"{r:.2f}s" for r in recoveries) + " (lease 30s)",
+        ),
+    )
     assert not lost and not twice
     assert runs.per_job("finish").keys() == set(ids)
     # A child crash uses an attempt and says so.
@@ -135,12 +164,23 @@ def test_sigkill_whole_pool_twice_while_200_jobs_run(
         assert orphans, "the kill must land while jobs run"
         # The next pool gets them back when their leases expire (lease + rescue interval).
         pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3", "--lease", "2")
-        recoveries.append(seconds_until_restarted(runs, orphans, killed_at, 60,
-                                                  "the killed pool's jobs to start again"))
+        recoveries.append(
+            seconds_until_restarted(
+                runs, orphans, killed_at, 60, "the killed pool's jobs to start again"
+            )
+        )
     jobs, lost, twice, ran_twice = finish_and_count_after_kills(url, ids, pool, runs, killed)
-    report(backend, Row("SIGKILL the whole pool x2, 200 jobs", 200, len(lost), len(twice),
-                        ran_twice, " / ".join(f"{r:.2f}s" for r in recoveries)
-                        + " (liveness; else lease 2s + rescue 5s)"))
+    report(
+        backend,
+        Row(
+            "SIGKILL the whole pool x2, 200 jobs",
+            200,
+            len(lost),
+            len(twice),
+            ran_twice,
+            " / ".join(f"{r:.2f}s" for r in recoveries) + " (liveness; else lease 2s + rescue 5s)",
+        ),
+    )
     assert not lost and not twice
     # By the killed children's liveness signals while their records lasted (the new
     # pool may start in time), else by their leases: either way the attempt counts.
@@ -164,16 +204,29 @@ def test_sigterm_drains_running_jobs_and_starts_none_of_the_waiting(
     assert all(j.attempt == 0 for j in jobs.values() if j.state is JobState.AVAILABLE)
     # Nothing left behind (multiprocessing's resource tracker leaves when the supervisor has).
     poll(lambda: not pool.pids(), 30, "every process of the pool to exit")
-    report(backend, Row("SIGTERM during 10 x 2s jobs", 10, 0, len(recorded_twice(jobs)), 0,
-                        f"exit 0 after {took:.2f}s"))
+    report(
+        backend,
+        Row(
+            "SIGTERM during 10 x 2s jobs",
+            10,
+            0,
+            len(recorded_twice(jobs)),
+            0,
+            f"exit 0 after {took:.2f}s",
+        ),
+    )
     assert took < 2.0 + 8.0  # the jobs' remaining time, plus a generous margin for a busy box
 
 
 def test_second_sigterm_is_a_cold_stop_and_the_next_pool_resumes(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
-    ids = enqueue(url, lambda app: [app.work.message(30.0) for _ in range(4)]
-                  + [app.work.message(0.01) for _ in range(4)])
+    ids = enqueue(
+        url,
+        lambda app: (
+            [app.work.message(30.0) for _ in range(4)] + [app.work.message(0.01) for _ in range(4)]
+        ),
+    )
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "2", "--grace", "60")
     poll(lambda: len(runs.in_flight()) == 4, 60, "four long jobs running")
     pool.signal(signal.SIGTERM)
@@ -190,18 +243,26 @@ def test_second_sigterm_is_a_cold_stop_and_the_next_pool_resumes(
     short = [job_id for job_id in ids if job_id not in running_then]
     finished = wait_finished(url, short)
     assert all(j.state is JobState.COMPLETED and j.attempt == 1 for j in finished.values())
-    poll(lambda: set(runs.in_flight(again.children())) == running_then, 60,
-         "the returned jobs to run in the new pool")
-    assert Counter(e.attempt for e in runs.events()
-                   if e.kind == "start" and e.job_id in running_then) == {1: 8}
+    poll(
+        lambda: set(runs.in_flight(again.children())) == running_then,
+        60,
+        "the returned jobs to run in the new pool",
+    )
+    assert Counter(
+        e.attempt for e in runs.events() if e.kind == "start" and e.job_id in running_then
+    ) == {1: 8}
     again.signal(signal.SIGTERM)
     poll(lambda: "drain" in again.output(), 30, "the drain to begin")
     again.signal(signal.SIGTERM)
     assert again.wait(30) == 3
-    assert all(j.state is JobState.AVAILABLE and j.attempt == 0
-               for j in jobs_of(url, sorted(running_then)).values())
-    report(backend, Row("second SIGTERM: cold stop", len(ids), 0, 0, 0,
-                        "running jobs back, attempt refunded"))
+    assert all(
+        j.state is JobState.AVAILABLE and j.attempt == 0
+        for j in jobs_of(url, sorted(running_then)).values()
+    )
+    report(
+        backend,
+        Row("second SIGTERM: cold stop", len(ids), 0, 0, 0, "running jobs back, attempt refunded"),
+    )
 
 
 def test_children_of_a_killed_supervisor_return_their_jobs_and_leave(
@@ -216,8 +277,17 @@ def test_children_of_a_killed_supervisor_return_their_jobs_and_leave(
     took = time.monotonic() - killed_at
     jobs = jobs_of(url, ids)
     assert all(j.state is JobState.AVAILABLE and j.attempt == 0 for j in jobs.values())
-    report(backend, Row("SIGKILL the supervisor only", 4, 0, 0, 0,
-                        f"children returned jobs, exited in {took:.2f}s"))
+    report(
+        backend,
+        Row(
+            "SIGKILL the supervisor only",
+            4,
+            0,
+            0,
+            0,
+            f"children returned jobs, exited in {took:.2f}s",
+        ),
+    )
 
 
 def test_long_job_with_heartbeats_never_runs_twice(
@@ -241,12 +311,35 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     # again, claim the job back itself (and, never renewing, lose it a second time).
     gate = tmp_path / "gate"
     [job_id] = enqueue(url, lambda app: [app.held.message(str(gate))])
-    stalled = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "1", via_script=True,
-                    env={"CONVEYOR_TEST_HEARTBEATS": "0"})
+    stalled = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-c",
+        "1",
+        "--lease",
+        "1",
+        via_script=True,
+        env={"CONVEYOR_TEST_HEARTBEATS": "0"},
+    )
     runs.wait_for("start", 1)
     # A pool elsewhere rescues the expired lease (rescue every 0.2 s) and runs it again.
-    rescuer = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "10",
-                    "--rescue", "0.2", via_script=True)
+    rescuer = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-p",
+        "1",
+        "-c",
+        "1",
+        "--lease",
+        "10",
+        "--rescue",
+        "0.2",
+        via_script=True,
+    )
     runs.wait_for("start", 2)
     gate.touch()
     job = wait_finished(url, [job_id], timeout=60)[job_id]
@@ -260,8 +353,17 @@ def test_stalled_worker_runs_twice_and_its_late_completion_is_fenced(
     for group in (stalled, rescuer):
         group.signal(signal.SIGTERM)
         assert group.wait(30) == 0, group.output()[-3000:]
-    report(backend, Row("heartbeats off, lease 1s, held job", 1, 0, len(recorded_twice({job_id: after})),
-                        1, "2nd run after lease; late ack fenced"))
+    report(
+        backend,
+        Row(
+            "heartbeats off, lease 1s, held job",
+            1,
+            0,
+            len(recorded_twice({job_id: after})),
+            1,
+            "2nd run after lease; late ack fenced",
+        ),
+    )
 
 
 def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fenced(
@@ -270,8 +372,21 @@ def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fe
     [job_id] = enqueue(url, lambda app: [app.gil_hog.message(8.0)])
     hogged = start(groups, url, runs, tmp_path, "-p", "1", "-c", "2", "--lease", "1")
     runs.wait_for("start", 1)  # from now on that child's loop is frozen for 8 s
-    rescuer = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "30",
-                    "--rescue", "0.2", via_script=True)
+    rescuer = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-p",
+        "1",
+        "-c",
+        "1",
+        "--lease",
+        "30",
+        "--rescue",
+        "0.2",
+        via_script=True,
+    )
     job = wait_finished(url, [job_id], timeout=90)[job_id]
     runs.wait_for("finish", job.attempt)
     if backend == "sqlite":
@@ -282,8 +397,11 @@ def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fe
     else:
         assert job.attempt == 2  # rescued during the hog, run again elsewhere
     if job.attempt > 1:
-        poll(lambda: "stale" in hogged.output() or "lease lost" in hogged.output(), 30,
-             "the hogging child's late completion to be refused")
+        poll(
+            lambda: "stale" in hogged.output() or "lease lost" in hogged.output(),
+            30,
+            "the hogging child's late completion to be refused",
+        )
     after = jobs_of(url, [job_id])[job_id]
     # Exactly one completion recorded: the last attempt's; every earlier run finished
     # too, and its outcome was refused.
@@ -294,8 +412,17 @@ def test_handler_holding_the_gil_stalls_heartbeats_and_its_late_completion_is_fe
     for group in (hogged, rescuer):
         group.signal(signal.SIGTERM)
         assert group.wait(30) == 0, group.output()[-3000:]
-    report(backend, Row("GIL held 8s in C, lease 1s", 1, 0, len(recorded_twice({job_id: after})),
-                        after.attempt - 1, f"{after.attempt} runs; late acks fenced"))
+    report(
+        backend,
+        Row(
+            "GIL held 8s in C, lease 1s",
+            1,
+            0,
+            len(recorded_twice({job_id: after})),
+            after.attempt - 1,
+            f"{after.attempt} runs; late acks fenced",
+        ),
+    )
 
 
 def test_poison_pill_dead_after_max_attempts_without_holding_up_the_queue(
@@ -307,14 +434,25 @@ def test_poison_pill_dead_after_max_attempts_without_holding_up_the_queue(
     jobs = wait_finished(url, [poison, *others])
     pill = jobs[poison]
     assert pill.state is JobState.DEAD and pill.attempt == pill.max_attempts == 4
-    assert [(e.attempt, e.type) for e in pill.errors] == [(n, "ConnectionError") for n in (1, 2, 3, 4)]
+    assert [(e.attempt, e.type) for e in pill.errors] == [
+        (n, "ConnectionError") for n in (1, 2, 3, 4)
+    ]
     assert all("poison pill, attempt" in e.message for e in pill.errors)
     assert runs.per_job("start")[poison] == 4
     assert all(jobs[j].state is JobState.COMPLETED for j in others)
     pool.signal(signal.SIGTERM)
     assert pool.wait(30) == 0
-    report(backend, Row("poison pill + 30 jobs", 31, 0, len(recorded_twice(jobs)), 0,
-                        "dead after 4 attempts, 4 errors kept"))
+    report(
+        backend,
+        Row(
+            "poison pill + 30 jobs",
+            31,
+            0,
+            len(recorded_twice(jobs)),
+            0,
+            "dead after 4 attempts, 4 errors kept",
+        ),
+    )
 
 
 def test_one_business_job_enqueued_twice_runs_once(
@@ -346,8 +484,10 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
     drop = DROP_CONNECTIONS.get(backend)
-    assert drop is not None, (f"add a connection-drop fault for {backend!r} to "
-                              "DROP_CONNECTIONS in tests/faults/harness.py")
+    assert drop is not None, (
+        f"add a connection-drop fault for {backend!r} to "
+        "DROP_CONNECTIONS in tests/faults/harness.py"
+    )
     ids = enqueue(url, lambda app: [app.work.message(0.1) for _ in range(150)])
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "3")
     recoveries: list[float] = []
@@ -356,16 +496,28 @@ def test_dropped_backend_connections_are_recovered_by_the_workers(
         runs.wait_for("finish", threshold)
         descriptions.append(drop(url, pool.pids()))
         dropped_at = time.time()
-        recoveries.append(seconds_until_claimed_and_settled(
-            url, ids, dropped_at, "a job claimed and settled after the drop"))
+        recoveries.append(
+            seconds_until_claimed_and_settled(
+                url, ids, dropped_at, "a job claimed and settled after the drop"
+            )
+        )
     jobs = wait_finished(url, ids)
     lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
     twice = recorded_twice(jobs)
     assert len(pool.children()) >= 2, "the children recover by themselves, no restart"
     pool.signal(signal.SIGTERM)
     assert pool.wait(60) == 0
-    report(backend, Row(f"backend drop x2 ({descriptions[0]})", len(ids), len(lost), len(twice),
-                        0, " / ".join(f"{r:.2f}s" for r in recoveries)))
+    report(
+        backend,
+        Row(
+            f"backend drop x2 ({descriptions[0]})",
+            len(ids),
+            len(lost),
+            len(twice),
+            0,
+            " / ".join(f"{r:.2f}s" for r in recoveries),
+        ),
+    )
     assert not lost and not twice
 
 
@@ -384,14 +536,23 @@ def test_backend_server_crash_and_restart(
         server.start()
         up_at = time.time()
         recovery = seconds_until_claimed_and_settled(
-            url, ids, up_at, "a job claimed and settled after the restart")
+            url, ids, up_at, "a job claimed and settled after the restart"
+        )
         jobs = wait_finished(url, ids)
         lost = [j for j in jobs.values() if j.state is not JobState.COMPLETED]
         twice = recorded_twice(jobs)
         assert pool.proc.poll() is None, "the pool rides out the outage"
         pool.signal(signal.SIGTERM)
         assert pool.wait(60) == 0
-    report(server_backend, Row("server SIGKILLed, down 2s, restarted", len(ids), len(lost),
-                               len(twice), 0, f"{recovery:.2f}s after restart "
-                               f"({up_at - down_at:.1f}s down)"))
+    report(
+        server_backend,
+        Row(
+            "server SIGKILLed, down 2s, restarted",
+            len(ids),
+            len(lost),
+            len(twice),
+            0,
+            f"{recovery:.2f}s after restart ({up_at - down_at:.1f}s down)",
+        ),
+    )
     assert not lost and not twice

@@ -57,18 +57,43 @@ def once_record(url: str, key: str) -> dict[str, object] | None:
     return None if text is None else dict(json.loads(text))
 
 
-def kill_inside_the_effect(url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path,
-                           env: dict[str, str]) -> tuple[WorkerGroup, float]:
+def kill_inside_the_effect(
+    url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path, env: dict[str, str]
+) -> tuple[WorkerGroup, float]:
     """A worker that runs the job into its effect and stops there, SIGKILLed; another
     that rescues the job (lease 1 s, rescue every 0.2 s). Returns the rescuer and when
     the first effect happened."""
-    doomed = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "1", via_script=True,
-                   app=APP, env={**env, "BLOCK_IN_EFFECT": "1"})
+    doomed = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-c",
+        "1",
+        "--lease",
+        "1",
+        via_script=True,
+        app=APP,
+        env={**env, "BLOCK_IN_EFFECT": "1"},
+    )
     runs.wait_for("blocked", 1)
     [first_effect] = [e for e in runs.events() if e.kind == "effect"]
     doomed.kill()
-    rescuer = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "10", "--rescue", "0.2",
-                    via_script=True, app=APP, env=env)
+    rescuer = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-c",
+        "1",
+        "--lease",
+        "10",
+        "--rescue",
+        "0.2",
+        via_script=True,
+        app=APP,
+        env=env,
+    )
     return rescuer, first_effect.at
 
 
@@ -94,8 +119,17 @@ def test_once_killed_between_effect_and_mark_runs_it_once_more_after_the_claims_
     assert len([e for e in runs.events() if e.kind == "effect"]) == 2
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait(30) == 0, rescuer.output()[-3000:]
-    report(backend, Row("once(): SIGKILL after effect, before mark", 1, 0, 0, 0,
-                        f"effect 2x, 2nd after claim lease ({effects[1].at - first_at:.1f}s)"))
+    report(
+        backend,
+        Row(
+            "once(): SIGKILL after effect, before mark",
+            1,
+            0,
+            0,
+            0,
+            f"effect 2x, 2nd after claim lease ({effects[1].at - first_at:.1f}s)",
+        ),
+    )
 
 
 @pytest.mark.parametrize("backend", ["postgres"])
@@ -123,8 +157,10 @@ def test_once_in_a_postgres_transaction_killed_before_commit_books_exactly_once(
     assert done is not None and done["state"] == "done" and done["job"] == job_id
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait(30) == 0, rescuer.output()[-3000:]
-    report(backend, Row("once() in transaction: SIGKILL before commit", 1, 0, 0, 0,
-                        "ledger row exactly once"))
+    report(
+        backend,
+        Row("once() in transaction: SIGKILL before commit", 1, 0, 0, 0, "ledger row exactly once"),
+    )
 
 
 def test_a_stalled_workers_late_write_is_fenced_at_the_sink(
@@ -132,22 +168,49 @@ def test_a_stalled_workers_late_write_is_fenced_at_the_sink(
 ) -> None:
     sink = tmp_path / "bank.db"
     with sqlite3.connect(sink) as db:
-        db.execute("CREATE TABLE balances (account INTEGER PRIMARY KEY, value INTEGER, "
-                   "last_fence INTEGER NOT NULL DEFAULT 0)")
+        db.execute(
+            "CREATE TABLE balances (account INTEGER PRIMARY KEY, value INTEGER, "
+            "last_fence INTEGER NOT NULL DEFAULT 0)"
+        )
         db.execute("INSERT INTO balances (account, value) VALUES (1, 0)")
     gate = tmp_path / "gate"
     [job_id] = enqueue(url, lambda app: [app.set_balance.message(1, 100)])
     env = {"SINK_DB": str(sink)}
-    stalled = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "1", via_script=True,
-                    app=APP, env={**env, "STALL_GATE": str(gate)})
+    stalled = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-c",
+        "1",
+        "--lease",
+        "1",
+        via_script=True,
+        app=APP,
+        env={**env, "STALL_GATE": str(gate)},
+    )
     runs.wait_for("start", 1)
     stalled.signal(signal.SIGSTOP)  # a stop-the-world pause: no heartbeat, lease runs out
-    rescuer = start(groups, url, runs, tmp_path, "-c", "1", "--lease", "10", "--rescue", "0.2",
-                    via_script=True, app=APP, env=env)
+    rescuer = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-c",
+        "1",
+        "--lease",
+        "10",
+        "--rescue",
+        "0.2",
+        via_script=True,
+        app=APP,
+        env=env,
+    )
     job = wait_finished(url, [job_id], timeout=60)[job_id]
     assert job.state is JobState.COMPLETED and job.result_value == 1
     gate.touch()
     stalled.signal(signal.SIGCONT)  # the stalled attempt wakes up and writes, late
+
     def writes() -> list[tuple[int, int]] | None:
         """(rows changed, fence) of each attempt's write, in the order they happened."""
         found = [e.kind.split(":") for e in runs.events() if e.kind.startswith("wrote:")]
@@ -157,15 +220,21 @@ def test_a_stalled_workers_late_write_is_fenced_at_the_sink(
     assert (on_time_rows, late_rows) == (1, 0) and late_fence < on_time_fence
     with sqlite3.connect(sink) as db:
         assert db.execute("SELECT value, last_fence FROM balances").fetchall() == [
-            (100, on_time_fence)]
+            (100, on_time_fence)
+        ]
     # Its outcome is refused too (or never sent: a heartbeat found the lease gone first).
-    poll(lambda: "stale" in stalled.output() or "lease lost" in stalled.output(), 30,
-         "the stalled worker to learn that its lease is gone")
+    poll(
+        lambda: "stale" in stalled.output() or "lease lost" in stalled.output(),
+        30,
+        "the stalled worker to learn that its lease is gone",
+    )
     after = jobs_of(url, [job_id])[job_id]
     assert after.state is JobState.COMPLETED and after.result_value == 1
     assert [e.type for e in after.errors][0] in LOST
     for group in (stalled, rescuer):
         group.signal(signal.SIGTERM)
         assert group.wait(30) == 0, group.output()[-3000:]
-    report(backend, Row("fence: SIGSTOP, rescued, late write", 1, 0, 0, 1,
-                        "late sink write changed nothing"))
+    report(
+        backend,
+        Row("fence: SIGSTOP, rescued, late write", 1, 0, 0, 1, "late sink write changed nothing"),
+    )

@@ -31,7 +31,6 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-
 def test_children_are_replaced_after_max_tasks_without_losing_or_repeating_a_job(
     backend: str, url: str, runs: Runs, groups: list[WorkerGroup], tmp_path: Path
 ) -> None:
@@ -45,8 +44,17 @@ def test_children_are_replaced_after_max_tasks_without_losing_or_repeating_a_job
     assert runs.per_job("start") == Counter({job_id: 1 for job_id in ids})
     assert max(per_child.values()) <= 7  # a child never claims past its budget
     assert len(per_child) >= 60 // 7  # so at least this many children ran jobs
-    report(backend, Row("recycle: --max-tasks-per-child 7", 60, 0, len(recorded_twice(jobs)), 0,
-                        f"{len(per_child)} children"))
+    report(
+        backend,
+        Row(
+            "recycle: --max-tasks-per-child 7",
+            60,
+            0,
+            len(recorded_twice(jobs)),
+            0,
+            f"{len(per_child)} children",
+        ),
+    )
 
 
 def test_children_are_replaced_past_max_memory(
@@ -54,8 +62,9 @@ def test_children_are_replaced_past_max_memory(
 ) -> None:
     ids = enqueue(url, lambda app: [app.leak.message(32) for _ in range(12)])
     limit = 100 << 20  # a child starts at 20-50 MiB and keeps 32 MiB per job
-    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1",
-                 "--max-memory-per-child", str(limit))
+    pool = start(
+        groups, url, runs, tmp_path, "-p", "2", "-c", "1", "--max-memory-per-child", str(limit)
+    )
     jobs = wait_finished(url, ids)
     pool.signal(signal.SIGTERM)
     assert pool.wait(30) == 0
@@ -63,8 +72,17 @@ def test_children_are_replaced_past_max_memory(
     assert all(j.state is JobState.COMPLETED and j.attempt == 1 for j in jobs.values())
     assert runs.per_job("start") == Counter({job_id: 1 for job_id in ids})
     assert len(per_child) > 2 and "resident memory" in pool.output()
-    report(backend, Row("recycle: --max-memory-per-child", 12, 0, len(recorded_twice(jobs)), 0,
-                        f"{len(per_child)} children"))
+    report(
+        backend,
+        Row(
+            "recycle: --max-memory-per-child",
+            12,
+            0,
+            len(recorded_twice(jobs)),
+            0,
+            f"{len(per_child)} children",
+        ),
+    )
 
 
 def test_sync_handler_past_its_hard_limit_is_stopped_by_replacing_its_child(
@@ -76,15 +94,26 @@ def test_sync_handler_past_its_hard_limit_is_stopped_by_replacing_its_child(
     jobs = wait_finished(url, [runaway, *others])
     job = jobs[runaway]
     assert job.state is JobState.DEAD
-    assert [(e.attempt, e.type) for e in job.errors] == [(1, "HardTimeLimitExceeded"),
-                                                         (2, "HardTimeLimitExceeded")]
+    assert [(e.attempt, e.type) for e in job.errors] == [
+        (1, "HardTimeLimitExceeded"),
+        (2, "HardTimeLimitExceeded"),
+    ]
     ran_it = {e.pid for e in runs.events() if e.job_id == runaway and e.kind == "start"}
     assert runs.count("soft") >= 2  # it was asked to stop first, and ignored it
     poll(lambda: not (ran_it & set(pool.pids())), 30, "the runaway's processes to be gone")
     assert all(jobs[j].state is JobState.COMPLETED for j in others)
     assert pool.stop() == 0, pool.output()[-3000:]
-    report(backend, Row("sync handler ignores hard limit", 21, 0, len(recorded_twice(jobs)), 0,
-                        f"{len(ran_it)} children replaced"))
+    report(
+        backend,
+        Row(
+            "sync handler ignores hard limit",
+            21,
+            0,
+            len(recorded_twice(jobs)),
+            0,
+            f"{len(ran_it)} children replaced",
+        ),
+    )
 
 
 def test_training_resumes_from_its_last_checkpoint_after_sigkill(
@@ -97,20 +126,50 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
         sys.path.remove(str(EXAMPLES))
     app = Conveyor(url)
     try:
-        handle = app.enqueue_many([train_model.train_model.message(epochs=12, epoch_seconds=0.4)])[0]
+        handle = app.enqueue_many([train_model.train_model.message(epochs=12, epoch_seconds=0.4)])[
+            0
+        ]
 
         def checkpointed_epoch() -> int:
             job = app.jobs.get(handle.id)
-            return 0 if job is None or job.checkpoint_value is None else int(job.checkpoint_value["epoch"])
+            return (
+                0
+                if job is None or job.checkpoint_value is None
+                else int(job.checkpoint_value["epoch"])
+            )
 
-        pool = start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "2",
-                     app="train_model:app", cwd=EXAMPLES)
+        pool = start(
+            groups,
+            url,
+            runs,
+            tmp_path,
+            "-p",
+            "1",
+            "-c",
+            "1",
+            "--lease",
+            "2",
+            app="train_model:app",
+            cwd=EXAMPLES,
+        )
         poll(lambda: checkpointed_epoch() >= 4, 60, "epoch 4 to be checkpointed")
         pool.kill()  # SIGKILL the whole group mid-training
         killed_at_epoch = checkpointed_epoch()
         assert killed_at_epoch < 12
-        start(groups, url, runs, tmp_path, "-p", "1", "-c", "1", "--lease", "2",
-              app="train_model:app", cwd=EXAMPLES)
+        start(
+            groups,
+            url,
+            runs,
+            tmp_path,
+            "-p",
+            "1",
+            "-c",
+            "1",
+            "--lease",
+            "2",
+            app="train_model:app",
+            cwd=EXAMPLES,
+        )
         job = wait_finished(url, [handle.id], timeout=120)[handle.id]
     finally:
         app.close()
@@ -124,12 +183,25 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     straight = train_model.train(12)
     assert (result["weights"], result["bias"]) == (straight["weights"], straight["bias"])
     assert job.progress is not None and "epoch 12/12" in job.progress
-    shown = subprocess.run([sys.executable, "-m", "conveyor", "jobs", "show", handle.id, "--url", url],
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "conveyor", "jobs", "show", handle.id, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "100%  epoch 12/12, loss" in shown.stdout  # `conveyor jobs show` has the progress
-    report(backend, Row("SIGKILL mid-training (example)", 1, 0, 0, 0,
-                        f"resumed at epoch {killed_at_epoch}/12, not 0"))
+    report(
+        backend,
+        Row(
+            "SIGKILL mid-training (example)",
+            1,
+            0,
+            0,
+            0,
+            f"resumed at epoch {killed_at_epoch}/12, not 0",
+        ),
+    )
 
 
 def test_sigterm_to_the_group_while_children_start_drains_cleanly(
@@ -155,8 +227,11 @@ def test_sigterm_while_the_supervisor_starts_a_child_stops_the_pool(
     marker = tmp_path / "starts"
     launcher = [sys.executable, str(HERE / "slow_start_pool.py"), str(marker)]
     pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1", launcher=launcher)
-    poll(lambda: marker.exists() and len(marker.read_text().split()) >= 2, 30,
-         "the second child's start")
+    poll(
+        lambda: marker.exists() and len(marker.read_text().split()) >= 2,
+        30,
+        "the second child's start",
+    )
     assert pool.stop() == 0, pool.output()[-3000:]
     output = pool.output()
     assert output.count("SIGTERM received") == 1
@@ -172,14 +247,26 @@ def test_sigterm_while_the_supervisor_imports_the_app_drains_before_any_claim(
     # told to drain before they were ever told to claim, and nothing runs.
     ids = enqueue(url, lambda app: [app.work.message(0.01) for _ in range(3)])
     marker = tmp_path / "imports"
-    pool = start(groups, url, runs, tmp_path, "-p", "2", "-c", "1", app="slow_import_app:app",
-                 env={"IMPORT_MARKER": str(marker)})
-    poll(lambda: marker.exists() and str(pool.proc.pid) in marker.read_text().split(), 30,
-         "the supervisor to import the app")
+    pool = start(
+        groups,
+        url,
+        runs,
+        tmp_path,
+        "-p",
+        "2",
+        "-c",
+        "1",
+        app="slow_import_app:app",
+        env={"IMPORT_MARKER": str(marker)},
+    )
+    poll(
+        lambda: marker.exists() and str(pool.proc.pid) in marker.read_text().split(),
+        30,
+        "the supervisor to import the app",
+    )
     assert pool.stop() == 0, pool.output()[-3000:]
     output = pool.output()
     assert output.count("SIGTERM received") == 1
     assert "killed by SIGTERM" not in output and "failed" not in output
     assert runs.count("start") == 0
-    assert all(j.state is JobState.AVAILABLE and j.attempt == 0
-               for j in jobs_of(url, ids).values())
+    assert all(j.state is JobState.AVAILABLE and j.attempt == 0 for j in jobs_of(url, ids).values())

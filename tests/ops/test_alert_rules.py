@@ -33,23 +33,35 @@ def exported_names() -> set[str]:
     """Every sample name a worker, a producer and the dashboard's /metrics export."""
     registry = CollectorRegistry()
     metrics = JobMetrics(registry)
-    job = Job(id="j", task="t", queue="q", payload="{}", state=JobState.RUNNING,
-              started_at=1.0, run_at=0.5)
+    job = Job(
+        id="j",
+        task="t",
+        queue="q",
+        payload="{}",
+        state=JobState.RUNNING,
+        started_at=1.0,
+        run_at=0.5,
+    )
     metrics.observe_outcome(job, ("failed", "retried", "dead", "completed"), "KeyError", 0.1)
     metrics.enqueued.labels("q", "t").inc()
     metrics.in_flight.labels("q", "t").set(0)
     metrics.scheduler_lag.set(0)
-    registry.register(_Snapshot(
-        [QueueStats("q", {JobState.AVAILABLE: 1}, oldest_available_age=3.0)],
-        [WorkerInfo("w", "h", 1, ("q",), 4, 0, 0.0, 0.0, "v", False)], {"b": BreakerState()}))
+    registry.register(
+        _Snapshot(
+            [QueueStats("q", {JobState.AVAILABLE: 1}, oldest_available_age=3.0)],
+            [WorkerInfo("w", "h", 1, ("q",), 4, 0, 0.0, 0.0, "v", False)],
+            {"b": BreakerState()},
+        )
+    )
     return {s.name for family in registry.collect() for s in family.samples}
 
 
 def names_in_yaml(path: Path) -> set[str]:
     """Metric names in a YAML file's text, comments left out (a commented rule names
     a metric that does not exist yet)."""
-    text = "\n".join(line for line in path.read_text().splitlines()
-                     if not line.lstrip().startswith("#"))
+    text = "\n".join(
+        line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+    )
     return set(METRIC.findall(text))
 
 
@@ -73,9 +85,17 @@ def names_in_dashboard() -> set[str]:
 
 def test_every_metric_the_rules_dashboard_and_autoscaler_name_is_exported() -> None:
     exported = exported_names()
-    in_rules, in_dashboard, in_keda = names_in_yaml(RULES), names_in_dashboard(), names_in_yaml(KEDA)
-    assert {"conveyor_queue_dead_letter_jobs", "conveyor_queue_oldest_waiting_seconds",
-            "conveyor_jobs_failed_total", "conveyor_workers_up"} <= in_rules
+    in_rules, in_dashboard, in_keda = (
+        names_in_yaml(RULES),
+        names_in_dashboard(),
+        names_in_yaml(KEDA),
+    )
+    assert {
+        "conveyor_queue_dead_letter_jobs",
+        "conveyor_queue_oldest_waiting_seconds",
+        "conveyor_jobs_failed_total",
+        "conveyor_workers_up",
+    } <= in_rules
     assert len(in_dashboard) >= 12
     assert in_keda == {"conveyor_queue_oldest_waiting_seconds"}
     assert in_rules - exported == set()
@@ -102,10 +122,16 @@ def promtool() -> str:
 
 def test_the_alert_rules_pass_promtool() -> None:
     tool = promtool()
-    check = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [tool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "SUCCESS: 6 rules found" in check.stdout
-    tested = subprocess.run([tool, "test", "rules", RULE_TESTS.name], cwd=RULE_TESTS.parent,
-                            capture_output=True, text=True, timeout=60)
+    tested = subprocess.run(
+        [tool, "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr

@@ -20,18 +20,33 @@ pytestmark = pytest.mark.slow
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 RUNS = {
-    "enqueue_cost": (["--jobs", "30", "--repeat", "1"],
-                     ["sqlite    enqueue, async API", "postgres  enqueue, sync API",
-                      "redis     enqueue_many 1000"]),
-    "enqueue_bounds": (["--jobs", "30", "--repeat", "1"],
-                       ["sqlite   own thread", "postgres our statement", "postgres async ours",
-                        "redis    least enqueue", "redis    async least"]),
-    "cost_per_job": (["--jobs", "300", "--repeat", "1"],
-                     ["sqlite    async", "postgres  sync", "redis     async"]),
+    "enqueue_cost": (
+        ["--jobs", "30", "--repeat", "1"],
+        [
+            "sqlite    enqueue, async API",
+            "postgres  enqueue, sync API",
+            "redis     enqueue_many 1000",
+        ],
+    ),
+    "enqueue_bounds": (
+        ["--jobs", "30", "--repeat", "1"],
+        [
+            "sqlite   own thread",
+            "postgres our statement",
+            "postgres async ours",
+            "redis    least enqueue",
+            "redis    async least",
+        ],
+    ),
+    "cost_per_job": (
+        ["--jobs", "300", "--repeat", "1"],
+        ["sqlite    async", "postgres  sync", "redis     async"],
+    ),
     "worker_rss": (["--jobs", "3000"], ["sqlite", "postgres", "redis"]),
-    "throughput": (["--jobs", "300", "--one-by-one", "30", "--latency-samples", "10"],
-                   ["enqueue one by one (sync API)", "drain 300 sync no-op jobs",
-                    "idle pickup latency"]),
+    "throughput": (
+        ["--jobs", "300", "--one-by-one", "30", "--latency-samples", "10"],
+        ["enqueue one by one (sync API)", "drain 300 sync no-op jobs", "idle pickup latency"],
+    ),
 }
 
 
@@ -45,8 +60,13 @@ def servers(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_the_benchmark_runs_and_prints_its_rows(name: str, servers: None) -> None:
     args, rows = RUNS[name]
-    result = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
-                            cwd=BENCHMARKS, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     for row in rows:
         assert row in result.stdout, (row, result.stdout)

@@ -9,8 +9,11 @@ from conveyor.ops.queue_state import queue_state_text
 
 
 def samples(text: bytes, prefix: str) -> dict[str, float]:
-    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.decode().splitlines()
-            if line.startswith(prefix)}
+    return {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.decode().splitlines()
+        if line.startswith(prefix)
+    }
 
 
 async def test_per_key_gauges_name_the_top_keys_and_sum_the_rest(app: Conveyor) -> None:
@@ -53,11 +56,16 @@ async def test_jobs_a_full_queue_shed_are_a_counter(app: Conveyor) -> None:
     cancelled = await other.enqueue_async()
     await app.admin.cancel(cancelled.id)  # cancelled by an operator: not shed
     shed = samples(await queue_state_text(app), "conveyor_queue_shed_jobs")
-    assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
-                    'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0}
+    assert shed == {
+        'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
+        'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0,
+    }
     # Deleting the shed jobs (as pruning does) leaves the counter as it was.
     from conveyor.admin.api import make_filter
+
     assert len(await app.admin.delete(make_filter(states=["cancelled"], queues=["mail"]))) == 4
     shed = samples(await queue_state_text(app), "conveyor_queue_shed_jobs_total")
-    assert shed == {'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
-                    'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0}
+    assert shed == {
+        'conveyor_queue_shed_jobs_total{queue="mail"}': 4.0,
+        'conveyor_queue_shed_jobs_total{queue="reports"}': 0.0,
+    }

@@ -12,8 +12,14 @@ import pytest
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
 from conveyor.model.job import Job, JobState
-from conveyor.observe.logs import (CorrelationIds, JobLogFilter, JsonFormatter, TextFormatter, bind_job,
-                           correlation_scope)
+from conveyor.observe.logs import (
+    CorrelationIds,
+    JobLogFilter,
+    JsonFormatter,
+    TextFormatter,
+    bind_job,
+    correlation_scope,
+)
 from conveyor.worker import WorkerConfig
 
 FAST = WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.05)
@@ -99,26 +105,44 @@ async def _has(items: list[str]) -> bool:
 
 
 def test_lines_outside_a_job_have_no_job_fields() -> None:
-    record = logging.LogRecord("conveyor.worker", logging.INFO, __file__, 1, "started %s",
-                               ("w1",), None)
+    record = logging.LogRecord(
+        "conveyor.worker", logging.INFO, __file__, 1, "started %s", ("w1",), None
+    )
     record.created = 1_800_000_000.25
     JobLogFilter().filter(record)
     assert json.loads(JsonFormatter().format(record)) == {
-        "ts": "2027-01-15T08:00:00.250Z", "level": "info", "logger": "conveyor.worker",
-        "message": "started w1"}
+        "ts": "2027-01-15T08:00:00.250Z",
+        "level": "info",
+        "logger": "conveyor.worker",
+        "message": "started w1",
+    }
 
 
 def test_a_job_id_cannot_forge_a_text_log_line() -> None:
     """A job id is data from whoever enqueued the job: written raw, a newline in it
     would start a line that reads like the worker's own."""
     forged = "x\n2027-01-15T08:00:00.250Z WARNING conveyor.worker: all jobs deleted"
-    job = Job(id=forged, task="t\r", queue="q\x1b[2K", payload="{}", state=JobState.RUNNING,
-              attempt=1, meta={"correlation_id": "c\u2028d"})
+    job = Job(
+        id=forged,
+        task="t\r",
+        queue="q\x1b[2K",
+        payload="{}",
+        state=JobState.RUNNING,
+        attempt=1,
+        meta={"correlation_id": "c\u2028d"},
+    )
 
     def format_line() -> str:
         bind_job(job)  # as the worker does for the task that runs the job
-        record = logging.LogRecord("conveyor.worker", logging.WARNING, __file__, 1,
-                                   "job %s: lease lost after %d tries", (forged, 3), None)
+        record = logging.LogRecord(
+            "conveyor.worker",
+            logging.WARNING,
+            __file__,
+            1,
+            "job %s: lease lost after %d tries",
+            (forged, 3),
+            None,
+        )
         record.created = 1_800_000_000.25
         JobLogFilter().filter(record)
         return TextFormatter().format(record)
@@ -129,4 +153,5 @@ def test_a_job_id_cannot_forge_a_text_log_line() -> None:
         "2027-01-15T08:00:00.250Z WARNING conveyor.worker: job x\\n2027-01-15T08:00:00.250Z "
         "WARNING conveyor.worker: all jobs deleted: lease lost after 3 tries "
         "[job=x\\n2027-01-15T08:00:00.250Z WARNING conveyor.worker: all jobs deleted "
-        "task=t\\r queue=q\\x1b[2K attempt=1 correlation=c\\u2028d]")
+        "task=t\\r queue=q\\x1b[2K attempt=1 correlation=c\\u2028d]"
+    )

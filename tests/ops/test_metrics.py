@@ -30,8 +30,12 @@ async def test_outcomes_are_counted_by_queue_task_and_error_type(app: Conveyor) 
     def bad(x: int) -> None:
         raise ValueError("never")
 
-    ids = [(await ok.enqueue_async()).id, (await ok.enqueue_async()).id,
-           (await flaky.enqueue_async()).id, (await bad.enqueue_async(1)).id]
+    ids = [
+        (await ok.enqueue_async()).id,
+        (await ok.enqueue_async()).id,
+        (await flaky.enqueue_async()).id,
+        (await bad.enqueue_async(1)).id,
+    ]
     async with RunningWorker(app, FAST):
         await wait_finished(app, ids)
 
@@ -42,11 +46,20 @@ async def test_outcomes_are_counted_by_queue_task_and_error_type(app: Conveyor) 
     assert value("conveyor_jobs_enqueued_total", queue="default", task="bad") == 1
     assert value("conveyor_jobs_completed_total", queue="mail", task="ok") == 2
     assert value("conveyor_jobs_completed_total", queue="default", task="flaky") == 1
-    assert value("conveyor_jobs_failed_total", queue="default", task="flaky",
-                 error_type="ConnectionError") == 1
+    assert (
+        value(
+            "conveyor_jobs_failed_total",
+            queue="default",
+            task="flaky",
+            error_type="ConnectionError",
+        )
+        == 1
+    )
     assert value("conveyor_jobs_retried_total", queue="default", task="flaky") == 1
-    assert value("conveyor_jobs_failed_total", queue="default", task="bad",
-                 error_type="ValueError") == 1
+    assert (
+        value("conveyor_jobs_failed_total", queue="default", task="bad", error_type="ValueError")
+        == 1
+    )
     assert value("conveyor_jobs_dead_total", queue="default", task="bad") == 1
     assert value("conveyor_jobs_dead_total", queue="default", task="flaky") is None
     assert value("conveyor_job_run_seconds_count", queue="default", task="flaky") == 2
@@ -72,7 +85,9 @@ async def test_queue_state_gauges(app: Conveyor) -> None:
     assert 'conveyor_queue_dead_letter_jobs{queue="mail"} 0.0' in lines
     assert 'conveyor_queue_paused{queue="mail"} 1.0' in lines
     assert "conveyor_workers_up 0.0" in lines
-    oldest = next(line for line in lines if line.startswith("conveyor_queue_oldest_waiting_seconds"))
+    oldest = next(
+        line for line in lines if line.startswith("conveyor_queue_oldest_waiting_seconds")
+    )
     assert 0.0 <= float(oldest.split()[-1]) < 60
 
 
@@ -88,8 +103,9 @@ async def test_throttled_jobs_are_a_gauge(app: Conveyor) -> None:
     await plain.enqueue_async()
     backend = await app.backend()
     plan = QueuePlan(["payments"])
-    claimed = await backend.fetch_jobs(plan.request(10, "w1", 30.0,
-                                                    rate_limits=app.rate_limits.declared))
+    claimed = await backend.fetch_jobs(
+        plan.request(10, "w1", 30.0, rate_limits=app.rate_limits.declared)
+    )
     assert sorted(job.task for job in claimed) == ["charge", "plain"]  # one token
     lines = set((await queue_state_text(app)).decode().splitlines())
     assert 'conveyor_queue_throttled_jobs{queue="payments"} 2.0' in lines
@@ -130,8 +146,9 @@ async def test_scheduled_enqueues_go_through_middleware_and_set_scheduler_lag(
         return bool(found)
 
     await eventually(a_tick_enqueued, timeout=10, interval=0.05)
-    assert registry.get_sample_value("conveyor_jobs_enqueued_total",
-                                     {"queue": "reports", "task": "report"}) == len(found)
+    assert registry.get_sample_value(
+        "conveyor_jobs_enqueued_total", {"queue": "reports", "task": "report"}
+    ) == len(found)
     lag = registry.get_sample_value("conveyor_scheduler_lag_seconds")
     assert lag is not None and 0.0 <= lag < 2.0  # enqueued within moments of its tick
 
@@ -152,10 +169,14 @@ async def test_refused_jobs_are_counted_apart_from_enqueued_ones(app: Conveyor) 
         await app.enqueue_many_async([send.message(n) for n in range(5)])
     with pytest.raises(QueueFull):
         await send.enqueue_async(6)
-    assert registry.get_sample_value("conveyor_jobs_enqueued_total",
-                                     {"queue": "mail", "task": "send"}) == 3
-    assert registry.get_sample_value("conveyor_jobs_refused_total",
-                                     {"queue": "mail", "task": "send"}) == 3
+    assert (
+        registry.get_sample_value("conveyor_jobs_enqueued_total", {"queue": "mail", "task": "send"})
+        == 3
+    )
+    assert (
+        registry.get_sample_value("conveyor_jobs_refused_total", {"queue": "mail", "task": "send"})
+        == 3
+    )
 
 
 async def test_retries_the_budget_moved_are_counted(app: Conveyor) -> None:
@@ -165,13 +186,19 @@ async def test_retries_the_budget_moved_are_counted(app: Conveyor) -> None:
     app.middleware.append(Metrics(JobMetrics(registry)))
 
     # A day's window: the retries' own window is this one (but for one run in 86,400).
-    @app.task(name="down", max_attempts=2, backoff_base=0.01, backoff_cap=0.01,
-              retry_budget=RetryBudget(share=0, minimum=2, window=86_400))
+    @app.task(
+        name="down",
+        max_attempts=2,
+        backoff_base=0.01,
+        backoff_cap=0.01,
+        retry_budget=RetryBudget(share=0, minimum=2, window=86_400),
+    )
     def down() -> None:
         raise ConnectionError("down")
 
     ids = [h.id for h in app.enqueue_many([down.message() for _ in range(5)])]
     async with RunningWorker(app, FAST):
+
         async def settled() -> bool:
             jobs = [await app.admin.get(i) for i in ids]
             states = sorted(j.state.value for j in jobs if j is not None)

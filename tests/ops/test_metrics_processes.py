@@ -44,10 +44,15 @@ print(generate_latest(exposition_registry()).decode())
 def test_multiprocess_mode_adds_up_every_process(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for n, exit_kind in (("2", "clean"), ("5", "crashed")):
-        subprocess.run([sys.executable, "-c", CHILD, n, exit_kind], env=env, check=True,
-                       timeout=60)
-    out = subprocess.run([sys.executable, "-c", READER], env=env, check=True, timeout=60,
-                         capture_output=True, text=True).stdout
+        subprocess.run([sys.executable, "-c", CHILD, n, exit_kind], env=env, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", READER],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert 'conveyor_jobs_completed_total{queue="mail",task="send"} 7.0' in out.splitlines()
     # In-flight sums the processes not marked dead: a crashed one stays until its pid's
     # files are cleaned (clear the directory when the service restarts).

@@ -47,14 +47,20 @@ async def test_first_middleware_is_outermost_on_enqueue_and_execution(app: Conve
     async with RunningWorker(app, FAST):
         jobs = await wait_finished(app, [handle.id])
     assert jobs[handle.id].result_value == 3
-    assert events == ["outer>execute", "inner>execute", "handler", "inner<completed",
-                      "outer<completed"]
+    assert events == [
+        "outer>execute",
+        "inner>execute",
+        "handler",
+        "inner<completed",
+        "outer<completed",
+    ]
 
 
 def test_sync_enqueue_runs_the_middleware_too(tmp_path: object) -> None:
     events: list[str] = []
     app = Conveyor(f"sqlite:///{tmp_path}/sync.db", middleware=[Recorder("m", events)])
     try:
+
         @app.task(name="noop")
         def noop() -> None: ...
 
@@ -113,6 +119,7 @@ async def test_a_middleware_that_skips_the_handler_retries_the_job(app: Conveyor
 
     handle = await noop.enqueue_async()
     async with RunningWorker(app, FAST):
+
         async def retried() -> bool:
             job = await app.admin.get(handle.id)
             return job is not None and job.state is JobState.RETRYABLE

@@ -15,12 +15,24 @@ FAST = WorkerConfig(queues=("default",), concurrency=4, poll_interval=0.05, stat
 
 
 def job(queue: str = "default", run_at: float = 100.0, started_at: float = 102.0) -> Job:
-    return Job(id="j", task="t", queue=queue, payload="{}", state=JobState.RUNNING,
-               run_at=run_at, started_at=started_at, attempt=1)
+    return Job(
+        id="j",
+        task="t",
+        queue=queue,
+        payload="{}",
+        state=JobState.RUNNING,
+        run_at=run_at,
+        started_at=started_at,
+        attempt=1,
+    )
 
 
 def settle(state: JobState) -> Settlement:
-    err = AttemptError(1, 0.0, "KeyError", "k") if state in (JobState.DEAD, JobState.RETRYABLE) else None
+    err = (
+        AttemptError(1, 0.0, "KeyError", "k")
+        if state in (JobState.DEAD, JobState.RETRYABLE)
+        else None
+    )
     return Settlement("j", 1, state, error=err)
 
 
@@ -47,8 +59,13 @@ def test_records_of_several_workers_merge_by_minute_and_queue() -> None:
     merged = merge_records([*records, "not json"], since=0)
     assert sorted(merged) == [60, 120]
     first = merged[60]
-    assert first.queue("default").counts == {"completed": 1, "failed": 1, "retried": 1,
-                                             "dead": 0, "cancelled": 0}
+    assert first.queue("default").counts == {
+        "completed": 1,
+        "failed": 1,
+        "retried": 1,
+        "dead": 0,
+        "cancelled": 0,
+    }
     assert first.queue("mail").counts["dead"] == 1 and first.queue("mail").counts["failed"] == 1
     assert first.total().counts["failed"] == 2
     assert first.queue("default").wait.count == 2 and first.queue("default").wait.total == 4.0
@@ -76,7 +93,9 @@ async def test_a_worker_writes_what_admin_throughput_reads(app: Conveyor) -> Non
     before = minute_of(app.clock())
     minutes = await app.admin.throughput(minutes=5)
     assert len(minutes) == 5 and minutes[-1].start in (before, minute_of(app.clock()))
-    assert [m.start for m in minutes] == list(range(minutes[-1].start - 240, minutes[-1].start + 1, 60))
+    assert [m.start for m in minutes] == list(
+        range(minutes[-1].start - 240, minutes[-1].start + 1, 60)
+    )
     total = [m.total() for m in minutes]
     assert sum(t.counts["completed"] for t in total) == 3
     assert sum(t.counts["dead"] for t in total) == 1

@@ -33,8 +33,9 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
     return provider
 
 
-async def test_enqueue_and_attempts_are_one_trace(app: Conveyor, provider: TracerProvider,
-                                                  exporter: InMemorySpanExporter) -> None:
+async def test_enqueue_and_attempts_are_one_trace(
+    app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
     app.middleware.append(Tracing(provider))
     tracer = provider.get_tracer("test")
 
@@ -60,10 +61,14 @@ async def test_enqueue_and_attempts_are_one_trace(app: Conveyor, provider: Trace
     assert producer.parent.span_id == request.get_span_context().span_id  # type: ignore[attr-defined]
     trace_id = request.get_span_context().trace_id
     assert dict(producer.attributes) == {  # type: ignore[attr-defined]
-        "messaging.system": "conveyor", "messaging.destination.name": "mail",
-        "messaging.message.id": handle.id, "messaging.operation.type": "send",
-        "messaging.operation.name": "enqueue", "messaging.operation": "send",
-        "conveyor.task": "send"}
+        "messaging.system": "conveyor",
+        "messaging.destination.name": "mail",
+        "messaging.message.id": handle.id,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "enqueue",
+        "messaging.operation": "send",
+        "conveyor.task": "send",
+    }
     assert len(consumers) == 2 and len(smtp) == 2
     for attempt, consumer in enumerate(consumers, start=1):
         ctx = consumer.get_span_context()
@@ -81,15 +86,17 @@ async def test_enqueue_and_attempts_are_one_trace(app: Conveyor, provider: Trace
     assert consumers[1].status.status_code is StatusCode.UNSET
     # The handler's own spans nest under the attempt's consumer span.
     assert sorted(s.parent.span_id for s in smtp) == sorted(  # type: ignore[attr-defined]
-        c.context.span_id for c in consumers)
+        c.context.span_id for c in consumers
+    )
     # The trace context travels in the job, not in its arguments.
     job = await app.admin.get(handle.id)
     assert job is not None and set(job.meta["trace"]) == {"traceparent"}
     assert job.args == ["a@example.org"]
 
 
-async def test_without_a_trace_the_job_starts_one(app: Conveyor, provider: TracerProvider,
-                                                  exporter: InMemorySpanExporter) -> None:
+async def test_without_a_trace_the_job_starts_one(
+    app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
     app.middleware.append(Tracing(provider))
 
     @app.task(name="noop", queue="mail")
@@ -105,8 +112,9 @@ async def test_without_a_trace_the_job_starts_one(app: Conveyor, provider: Trace
     assert trace.get_current_span().get_span_context().is_valid is False
 
 
-async def test_a_deduplicated_enqueue_names_the_job_it_got(app: Conveyor, provider: TracerProvider,
-                                                          exporter: InMemorySpanExporter) -> None:
+async def test_a_deduplicated_enqueue_names_the_job_it_got(
+    app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
     app.middleware.append(Tracing(provider))
 
     @app.task(name="noop", queue="mail")
@@ -122,7 +130,8 @@ async def test_a_deduplicated_enqueue_names_the_job_it_got(app: Conveyor, provid
 
 
 async def test_with_nothing_recording_the_trace_context_still_travels(
-        app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
     # No provider given and none set globally: the middleware builds no spans, but a
     # job that came with a trace context runs in it and hands it to what it enqueues.
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)

@@ -31,7 +31,8 @@ def test_arguments_match_by_name_and_partially(conveyor_app: Conveyor) -> None:
         assert_enqueued(send, 99)
     assert str(missing.value).startswith(
         f"no {send.name}(99) job is enqueued; waiting: {send.name}(42, 'welcome', "
-        "tags=['new'], locale='es') [available], ")
+        "tags=['new'], locale='es') [available], "
+    )
     with pytest.raises(AssertionError, match=r"expected no .*send\(7\) job enqueued, found 1"):
         refute_enqueued(send, 7)
     with pytest.raises(TypeError, match="too many positional arguments"):
@@ -54,16 +55,25 @@ def hourly_runs(app: Conveyor, clock: TestClock, hours: int) -> list[str]:
     return ran
 
 
-@pytest.mark.parametrize(("start", "expected"), [
-    # Spring forward: 02:00 CET does not exist, the next local hour is 03:00 CEST.
-    (datetime(2030, 3, 30, 22, 30, tzinfo=timezone.utc),
-     ["00:00 CET", "01:00 CET", "03:00 CEST", "04:00 CEST"]),
-    # Fall back: 02:00 comes twice, one real hour apart.
-    (datetime(2030, 10, 26, 22, 30, tzinfo=timezone.utc),
-     ["01:00 CEST", "02:00 CEST", "02:00 CET", "03:00 CET"]),
-], ids=["spring-forward", "fall-back"])
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        # Spring forward: 02:00 CET does not exist, the next local hour is 03:00 CEST.
+        (
+            datetime(2030, 3, 30, 22, 30, tzinfo=timezone.utc),
+            ["00:00 CET", "01:00 CET", "03:00 CEST", "04:00 CEST"],
+        ),
+        # Fall back: 02:00 comes twice, one real hour apart.
+        (
+            datetime(2030, 10, 26, 22, 30, tzinfo=timezone.utc),
+            ["01:00 CEST", "02:00 CEST", "02:00 CET", "03:00 CET"],
+        ),
+    ],
+    ids=["spring-forward", "fall-back"],
+)
 def test_an_hourly_schedule_fires_once_per_hour_across_a_dst_change(
-        start: datetime, expected: list[str]) -> None:
+    start: datetime, expected: list[str]
+) -> None:
     from conveyor.testing import use_memory
 
     clock = TestClock(start)
@@ -74,7 +84,8 @@ def test_an_hourly_schedule_fires_once_per_hour_across_a_dst_change(
 
 
 def test_a_clock_moved_by_hand_counts_as_time_without_a_worker(
-        conveyor_app: Conveyor, conveyor_clock: TestClock) -> None:
+    conveyor_app: Conveyor, conveyor_clock: TestClock
+) -> None:
     """`clock.advance` alone is downtime: the schedule's misfire rule decides (skip:
     the latest missed tick only), as for a worker that was down."""
     ran: list[float] = []

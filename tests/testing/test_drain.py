@@ -15,7 +15,8 @@ S = JobState
 
 
 def test_a_task_that_fails_twice_then_succeeds_runs_three_times(
-        conveyor_app: Conveyor, conveyor_clock: TestClock) -> None:
+    conveyor_app: Conveyor, conveyor_clock: TestClock
+) -> None:
     seen: list[tuple[int, float]] = []
 
     @conveyor_app.task(backoff_base=10, backoff_cap=10)
@@ -29,9 +30,15 @@ def test_a_task_that_fails_twice_then_succeeds_runs_three_times(
     handle = flaky.enqueue(21)
     drained = drain(conveyor_app)
     assert [(a.attempt, a.outcome) for a in drained.attempts] == [
-        (1, S.RETRYABLE), (2, S.RETRYABLE), (3, S.COMPLETED)]
+        (1, S.RETRYABLE),
+        (2, S.RETRYABLE),
+        (3, S.COMPLETED),
+    ]
     assert [a.error.type if a.error else None for a in drained.attempts] == [
-        "ConnectionError", "ConnectionError", None]
+        "ConnectionError",
+        "ConnectionError",
+        None,
+    ]
     assert drained.results(flaky) == [42] and drained.states == {S.COMPLETED: 1}
     assert handle.result() == 42
     # Each retry ran when its backoff (at most 10 s, full jitter) was over, no sooner.
@@ -65,8 +72,9 @@ def test_drain_runs_what_jobs_enqueue_and_what_those_enqueue(conveyor_app: Conve
     assert drain(conveyor_app).attempts == ()  # idle
 
 
-def test_advance_lets_only_that_much_time_pass(conveyor_app: Conveyor,
-                                               conveyor_clock: TestClock) -> None:
+def test_advance_lets_only_that_much_time_pass(
+    conveyor_app: Conveyor, conveyor_clock: TestClock
+) -> None:
     @conveyor_app.task
     def remind(what: str) -> str:
         return what
@@ -105,8 +113,11 @@ def test_snoozes_cancels_and_dead_letters_end_as_in_production(conveyor_app: Con
     broken.enqueue()
     drained = drain(conveyor_app)
     assert [(a.task, a.attempt, a.outcome) for a in drained.attempts] == [
-        (patient.name, 1, S.SCHEDULED), (closed.name, 1, S.DEAD), (broken.name, 1, S.DEAD),
-        (patient.name, 1, S.COMPLETED)]  # a snooze uses no attempt
+        (patient.name, 1, S.SCHEDULED),
+        (closed.name, 1, S.DEAD),
+        (broken.name, 1, S.DEAD),
+        (patient.name, 1, S.COMPLETED),
+    ]  # a snooze uses no attempt
     assert drained.states == {S.COMPLETED: 1, S.DEAD: 2}
 
 
@@ -137,8 +148,11 @@ def test_inline_runs_each_enqueue_at_once_through_middleware(conveyor_app: Conve
         handle = parent.enqueue(1)
         assert handle.job.state is S.COMPLETED and handle.job.attempt == 2  # ended already
         assert handle.result() == 1
-    assert outcomes == [(parent.name, 1, S.RETRYABLE), (parent.name, 2, S.COMPLETED),
-                        (child.name, 1, S.COMPLETED)]
+    assert outcomes == [
+        (parent.name, 1, S.RETRYABLE),
+        (parent.name, 2, S.COMPLETED),
+        (child.name, 1, S.COMPLETED),
+    ]
     handle = child.enqueue(5)  # manual again: it waits for a drain
     assert handle.job.state is S.AVAILABLE
 

@@ -20,20 +20,24 @@ class HTTPError(Exception):
         self.response = type("Response", (), {"status_code": status})()
 
 
-@pytest.mark.parametrize(("limit", "window", "saturated", "after_cut", "expected"), [
-    (4, WindowCounts(ok=5), True, False, 6),            # additive increase
-    (9, WindowCounts(ok=50), True, False, 10),          # never over max
-    (4, WindowCounts(ok=5), False, False, 4),           # the limit was not used
-    (4, WindowCounts(), True, False, 4),                # a quiet window
-    (8, WindowCounts(ok=5, signals=1), True, False, 4),  # multiplicative decrease
-    (3, WindowCounts(signals=1), True, False, 2),       # by at least one, never under min
-    (2, WindowCounts(signals=9), True, False, 2),
-    (8, WindowCounts(signals=1), True, True, 8),         # right after a cut: it stays
-    (8, WindowCounts(ok=5), True, True, 10),            # ... but it may still grow
-    (40, WindowCounts(), False, False, 10),             # clamped to the bounds (a redeploy)
-])
-def test_the_aimd_step(limit: int, window: WindowCounts, saturated: bool, after_cut: bool,
-                       expected: int) -> None:
+@pytest.mark.parametrize(
+    ("limit", "window", "saturated", "after_cut", "expected"),
+    [
+        (4, WindowCounts(ok=5), True, False, 6),  # additive increase
+        (9, WindowCounts(ok=50), True, False, 10),  # never over max
+        (4, WindowCounts(ok=5), False, False, 4),  # the limit was not used
+        (4, WindowCounts(), True, False, 4),  # a quiet window
+        (8, WindowCounts(ok=5, signals=1), True, False, 4),  # multiplicative decrease
+        (3, WindowCounts(signals=1), True, False, 2),  # by at least one, never under min
+        (2, WindowCounts(signals=9), True, False, 2),
+        (8, WindowCounts(signals=1), True, True, 8),  # right after a cut: it stays
+        (8, WindowCounts(ok=5), True, True, 10),  # ... but it may still grow
+        (40, WindowCounts(), False, False, 10),  # clamped to the bounds (a redeploy)
+    ],
+)
+def test_the_aimd_step(
+    limit: int, window: WindowCounts, saturated: bool, after_cut: bool, expected: int
+) -> None:
     assert RULE.next_limit(limit, window, saturated, after_cut) == expected
 
 
@@ -53,11 +57,21 @@ def test_what_counts_as_a_signal() -> None:
     assert own.is_signal(KeyError()) and not own.is_signal(TimeoutError())
 
 
-@pytest.mark.parametrize("options", [
-    {"min": 0}, {"min": 5, "max": 4}, {"start": 200}, {"decrease": 1.0}, {"decrease": 0},
-    {"increase": 0}, {"window": 0}, {"latency_target": -1}, {"signals": (int,)},
-    {"signals": [TimeoutError]},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"min": 0},
+        {"min": 5, "max": 4},
+        {"start": 200},
+        {"decrease": 1.0},
+        {"decrease": 0},
+        {"increase": 0},
+        {"window": 0},
+        {"latency_target": -1},
+        {"signals": (int,)},
+        {"signals": [TimeoutError]},
+    ],
+)
 def test_bad_options_are_refused(options: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         Adaptive(**options)  # type: ignore[arg-type]
@@ -73,12 +87,18 @@ def test_the_task_option() -> None:
     def per_shop(shop: int) -> None: ...
 
     assert plain.defaults.concurrency is not None
-    assert (plain.defaults.concurrency.fixed_key, plain.defaults.concurrency.limit,
-            plain.defaults.concurrency.adaptive) == (f"task:{plain.name}", 1, Adaptive())
+    assert (
+        plain.defaults.concurrency.fixed_key,
+        plain.defaults.concurrency.limit,
+        plain.defaults.concurrency.adaptive,
+    ) == (f"task:{plain.name}", 1, Adaptive())
     rule = per_shop.defaults.concurrency
     assert rule is not None and rule.limit == 3 and rule.key((7,), {}) == "shop:7"
-    for bad in ({"adaptive": True, "max_running": 3}, {"adaptive": True, "concurrency_limit": 2},
-                {"adaptive": 5}):
+    for bad in (
+        {"adaptive": True, "max_running": 3},
+        {"adaptive": True, "concurrency_limit": 2},
+        {"adaptive": 5},
+    ):
         with pytest.raises(ConfigurationError):
             app.task(**bad)(lambda: None)  # type: ignore[call-overload]
 
@@ -116,7 +136,8 @@ def test_a_task_that_calls_out_with_no_limit_is_warned_about() -> None:
     assert unlimited_callers(app.tasks.values(), app.rate_limits, 20) == []
     warnings = unlimited_callers(app.tasks.values(), app.rate_limits, 100)
     assert len(warnings) == 1 and warnings[0].startswith(
-        f"task {unlimited.name} retries on ConnectionError, so it calls out")
+        f"task {unlimited.name} retries on ConnectionError, so it calls out"
+    )
     assert "concurrency 100" in warnings[0]
     assert calls_out((ValueError, ConnectionRefusedError)) == "ConnectionRefusedError"
     assert calls_out((ValueError,)) is None and calls_out(None) is None

@@ -12,8 +12,9 @@ from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import AttemptError
 
 
-def test_version_given_wins_over_the_environment(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_version_given_wins_over_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     monkeypatch.delenv("CONVEYOR_APP_VERSION", raising=False)
     assert Conveyor(url).version == ""
@@ -22,8 +23,9 @@ def test_version_given_wins_over_the_environment(tmp_path: Path,
     assert Conveyor(url, version="1.4.2").version == "1.4.2"
 
 
-def test_a_version_that_cannot_be_stored_is_refused(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_that_cannot_be_stored_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     with pytest.raises(ConfigurationError, match="version=.*control characters"):
         Conveyor(url, version="1.4\n2")
@@ -33,9 +35,18 @@ def test_a_version_that_cannot_be_stored_is_refused(tmp_path: Path,
 
 
 def test_error_records_keep_the_app_version_and_old_ones_read_without_it() -> None:
-    error = AttemptError(attempt=2, at=1.0, type="KeyError", message="'sku'",
-                         version="0.1.0", app_version="1.4.2")
+    error = AttemptError(
+        attempt=2, at=1.0, type="KeyError", message="'sku'", version="0.1.0", app_version="1.4.2"
+    )
     assert AttemptError.from_dict(error.to_dict()) == error
-    old = {"attempt": 1, "at": 1.0, "type": "KeyError", "message": "'sku'", "traceback": "",
-           "worker_id": "w1", "host": "h1", "version": "0.1.0"}
+    old = {
+        "attempt": 1,
+        "at": 1.0,
+        "type": "KeyError",
+        "message": "'sku'",
+        "traceback": "",
+        "worker_id": "w1",
+        "host": "h1",
+        "version": "0.1.0",
+    }
     assert AttemptError.from_dict(old).app_version == ""

@@ -14,17 +14,21 @@ from conveyor.backends.contract import (
     TransactionalEnqueue,
 )
 
-CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, RecordsInTransaction,
-                BlockingEnqueue)
+CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, RecordsInTransaction, BlockingEnqueue)
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("sqlite:///unused.db", {BlockingEnqueue}),
-    ("postgresql://localhost/test", {TransactionalEnqueue, CompleteInTransaction,
-                                     RecordsInTransaction, BlockingEnqueue}),
-    ("redis://localhost:6379/0", {BlockingEnqueue}),
-    ("memory://capabilities", {BlockingEnqueue}),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///unused.db", {BlockingEnqueue}),
+        (
+            "postgresql://localhost/test",
+            {TransactionalEnqueue, CompleteInTransaction, RecordsInTransaction, BlockingEnqueue},
+        ),
+        ("redis://localhost:6379/0", {BlockingEnqueue}),
+        ("memory://capabilities", {BlockingEnqueue}),
+    ],
+)
 def test_each_backend_declares_what_it_can_do(url: str, expected: set[type]) -> None:
     backend = backend_from_url(url)  # nothing connects before open()
     assert isinstance(backend, Backend)

@@ -7,8 +7,17 @@ from datetime import timedelta
 import pytest
 
 from conveyor import BreakerError, Conveyor, Retry, Snooze
-from conveyor.rules.breakers import (CLOSED, HALF_OPEN, OPEN, Breaker, BreakerState, after_cooldown,
-                               after_failure, after_success, counts_as_failure)
+from conveyor.rules.breakers import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    Breaker,
+    BreakerState,
+    after_cooldown,
+    after_failure,
+    after_success,
+    counts_as_failure,
+)
 from conveyor.model.errors import ConfigurationError
 from conveyor.rules.rate_limits import BURST_MAX, RATE_MAX, RateLimit
 from conveyor.rules.retry import RetryPolicy
@@ -42,17 +51,27 @@ def test_a_breaker_and_its_rate_limit_are_one_gate() -> None:
     @app.task(breaker="stripe", rate_limit="100/s")
     def charge() -> None: ...
 
-    assert app.breakers.claim_limits({}) == (RateLimit("other", 5.0, 5),
-                                             RateLimit("stripe", 100.0, 100))
+    assert app.breakers.claim_limits({}) == (
+        RateLimit("other", 5.0, 5),
+        RateLimit("stripe", 100.0, 100),
+    )
     with pytest.raises(ConfigurationError, match="two gates"):
         app.task(breaker="stripe", rate_key="other")(lambda: None)
     with pytest.raises(ConfigurationError, match="not declared"):
         app.task(breaker="mailer")(lambda: None)
 
 
-@pytest.mark.parametrize("options", [
-    {"failures": 0}, {"failures": 1.5}, {"window": 0}, {"cooldown": -1},
-    {"cooldown": float("nan")}, {"window": "soon"}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"failures": 0},
+        {"failures": 1.5},
+        {"window": 0},
+        {"cooldown": -1},
+        {"cooldown": float("nan")},
+        {"window": "soon"},
+    ],
+)
 def test_bad_declarations_are_refused(options: dict[str, object]) -> None:
     app = Conveyor("memory://breaker-rules")
     with pytest.raises(ConfigurationError, match="breaker 'stripe'"):
@@ -62,7 +81,9 @@ def test_bad_declarations_are_refused(options: dict[str, object]) -> None:
 def test_what_counts_as_a_failure() -> None:
     default, only_timeouts = RetryPolicy(), RetryPolicy(retry_on=(TimeoutError,))
     assert counts_as_failure(ConnectionError(), default)
-    assert not counts_as_failure(ValueError(), default)  # deterministic: the job, not the downstream
+    assert not counts_as_failure(
+        ValueError(), default
+    )  # deterministic: the job, not the downstream
     assert counts_as_failure(BreakerError("503"), only_timeouts)
     assert not counts_as_failure(ConnectionError(), only_timeouts)
     assert not counts_as_failure(Retry(after=5), default)

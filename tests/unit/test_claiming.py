@@ -15,8 +15,11 @@ from conveyor.backends.claiming import QueuePlan, claim_in_passes, parse_queues
 def test_strict_order_gives_every_queue_the_whole_claim() -> None:
     plan = parse_queues("critical,default,bulk")
     assert plan.weights is None
-    assert plan.quotas(7) == (QueueQuota("critical", 7), QueueQuota("default", 7),
-                              QueueQuota("bulk", 7))
+    assert plan.quotas(7) == (
+        QueueQuota("critical", 7),
+        QueueQuota("default", 7),
+        QueueQuota("bulk", 7),
+    )
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 7, 200])
@@ -28,8 +31,7 @@ def test_weighted_quotas_follow_the_weights_exactly_over_many_claims(limit: int)
         assert sum(q.quota for q in quotas) == limit
         granted.update({q.name: q.quota for q in quotas})
     total = 1000 * limit
-    assert granted == {"critical": total * 6 // 10, "default": total * 3 // 10,
-                       "bulk": total // 10}
+    assert granted == {"critical": total * 6 // 10, "default": total * 3 // 10, "bulk": total // 10}
 
 
 def test_claims_of_one_rotate_smoothly() -> None:
@@ -55,15 +57,18 @@ def test_the_two_passes() -> None:
     assert asked == [("a", 3), ("b", 2), ("c", 1), ("b", 3)]
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("", "no queue"),
-    ("a,a", "listed twice"),
-    ("a=1,b", "every queue a weight or none"),
-    ("a=x", "not a number"),
-    ("a=0", "positive"),
-    ("a=-1,b=2", "positive"),
-    ("a=inf", "positive"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "no queue"),
+        ("a,a", "listed twice"),
+        ("a=1,b", "every queue a weight or none"),
+        ("a=x", "not a number"),
+        ("a=0", "positive"),
+        ("a=-1,b=2", "positive"),
+        ("a=inf", "positive"),
+    ],
+)
 def test_bad_queue_specs_are_refused(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_queues(spec)
@@ -76,8 +81,9 @@ def test_a_worker_plan_shares_its_slots_by_weight() -> None:
     # A freed slot goes back to the queue furthest below its share of the slots,
     # whatever the claims so far: here bulk's slow jobs hold its one slot, so a slot
     # freed by critical goes to critical.
-    refill = {q.name: q.quota for q in plan.quotas(1, running={"critical": 5, "default": 3,
-                                                               "bulk": 1})}
+    refill = {
+        q.name: q.quota for q in plan.quotas(1, running={"critical": 5, "default": 3, "bulk": 1})
+    }
     assert refill == {"critical": 1, "default": 0, "bulk": 0}
 
 
@@ -112,7 +118,9 @@ def test_ceilings_bound_both_passes() -> None:
         asked.append((queue, n))
         return [queue] * n  # every queue has plenty
 
-    request = ClaimRequest((QueueQuota("a", 2, ceiling=3), QueueQuota("b", 0, ceiling=1)), 6, "w", 1)
+    request = ClaimRequest(
+        (QueueQuota("a", 2, ceiling=3), QueueQuota("b", 0, ceiling=1)), 6, "w", 1
+    )
     assert claim_in_passes(request, take) == ["a", "a", "a", "b"]
     assert asked == [("a", 2), ("a", 1), ("b", 1)]
 
@@ -123,11 +131,16 @@ def test_the_plan_spells_itself_as_the_command_line_does() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(weights=st.lists(st.sampled_from([1.0, 2.0, 3.0, 0.5, 6.0, 1 / 3, 7.25, 1e-3, 1e6]),
-                        min_size=1, max_size=6),
-       slots=st.integers(1, 300), data=st.data())
+@given(
+    weights=st.lists(
+        st.sampled_from([1.0, 2.0, 3.0, 0.5, 6.0, 1 / 3, 7.25, 1e-3, 1e6]), min_size=1, max_size=6
+    ),
+    slots=st.integers(1, 300),
+    data=st.data(),
+)
 def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
-        weights: list[float], slots: int, data: st.DataObject) -> None:
+    weights: list[float], slots: int, data: st.DataObject
+) -> None:
     """The slot shares, against the rule written out one slot at a time: the queue
     furthest below its share of the slots, then the heavier, then the earlier."""
     names = [f"q{i}" for i in range(len(weights))]
@@ -137,19 +150,26 @@ def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
     shares = [slots * w / sum(weights) for w in weights]
     granted = [0] * len(names)
     for _ in range(limit):
-        i = max(range(len(names)), key=lambda i: (
-            shares[i] - running[names[i]] - granted[i], weights[i], -i))
+        i = max(
+            range(len(names)),
+            key=lambda i: (shares[i] - running[names[i]] - granted[i], weights[i], -i),
+        )
         granted[i] += 1
     quotas = {q.name: q for q in plan.quotas(limit, running)}
     assert [quotas[name].quota for name in names] == [
-        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)]
+        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)
+    ]
 
 
-@pytest.mark.parametrize(("weights", "running", "first"), [
-    ([1, 3], {"q0": 0, "q1": 2}, "q1"),  # both one slot below their share: the heavier
-    ([2, 2], {"q0": 1, "q1": 1}, "q0"),  # and with equal weights, the earlier
-])
+@pytest.mark.parametrize(
+    ("weights", "running", "first"),
+    [
+        ([1, 3], {"q0": 0, "q1": 2}, "q1"),  # both one slot below their share: the heavier
+        ([2, 2], {"q0": 1, "q1": 1}, "q0"),  # and with equal weights, the earlier
+    ],
+)
 def test_a_slot_between_queues_equally_far_below_their_shares(
-        weights: list[float], running: dict[str, int], first: str) -> None:
+    weights: list[float], running: dict[str, int], first: str
+) -> None:
     plan = QueuePlan(["q0", "q1"], weights, slots=4)
     assert {q.name: q.quota for q in plan.quotas(1, running)}[first] == 1

@@ -12,21 +12,53 @@ from hypothesis import strategies as st
 from conveyor.backends.codec import COLUMNS, _careful, job_from_fields, job_from_row
 from conveyor.model.job import AttemptError, JobState
 
-ERROR = {"attempt": 1, "at": 5.0, "type": "KeyError", "message": "'x'", "traceback": "",
-         "worker_id": "w", "host": "h", "version": "1"}
+ERROR = {
+    "attempt": 1,
+    "at": 5.0,
+    "type": "KeyError",
+    "message": "'x'",
+    "traceback": "",
+    "worker_id": "w",
+    "host": "h",
+    "version": "1",
+}
 ROW: dict[str, Any] = {
-    "id": "job-1", "queue": "default", "task": "t", "payload": '{"args":[1],"kwargs":{}}',
-    "state": "running", "priority": 0, "attempt": 1, "max_attempts": 20, "run_at": 10.5,
-    "created_at": 10.0, "started_at": 11.0, "finished_at": None, "lease_token": 3,
-    "lease_expires_at": 41.0, "worker_id": "h:1:abc", "unique_key": None, "unique_for": None,
-    "result": None, "errors": json.dumps([ERROR]), "checkpoint": '{"page": 2}',
-    "progress": None, "cancel_requested": False, "timeout": None, "meta": '{"a": 1}',
-    "aging": 60.0, "concurrency_key": "user:42", "concurrency_limit": 2, "rate_key": "stripe",
+    "id": "job-1",
+    "queue": "default",
+    "task": "t",
+    "payload": '{"args":[1],"kwargs":{}}',
+    "state": "running",
+    "priority": 0,
+    "attempt": 1,
+    "max_attempts": 20,
+    "run_at": 10.5,
+    "created_at": 10.0,
+    "started_at": 11.0,
+    "finished_at": None,
+    "lease_token": 3,
+    "lease_expires_at": 41.0,
+    "worker_id": "h:1:abc",
+    "unique_key": None,
+    "unique_for": None,
+    "result": None,
+    "errors": json.dumps([ERROR]),
+    "checkpoint": '{"page": 2}',
+    "progress": None,
+    "cancel_requested": False,
+    "timeout": None,
+    "meta": '{"a": 1}',
+    "aging": 60.0,
+    "concurrency_key": "user:42",
+    "concurrency_limit": 2,
+    "rate_key": "stripe",
     "result_expires_at": 3600.5,
 }
 # The same job as Redis stores it: text, absent fields left out.
-HASH = {name: str(value) for name, value in ROW.items()
-        if value is not None and name != "cancel_requested"}
+HASH = {
+    name: str(value)
+    for name, value in ROW.items()
+    if value is not None and name != "cancel_requested"
+}
 
 
 def test_a_sound_row_decodes_in_full() -> None:
@@ -37,12 +69,22 @@ def test_a_sound_row_decodes_in_full() -> None:
 
 
 def test_each_bad_field_is_named_and_the_rest_is_read() -> None:
-    row = {**ROW, "meta": "{oops", "priority": "high", "state": "paused",
-           "payload": b"\xff", "lease_token": 7}
+    row = {
+        **ROW,
+        "meta": "{oops",
+        "priority": "high",
+        "state": "paused",
+        "payload": b"\xff",
+        "lease_token": 7,
+    }
     job = job_from_row([row[c] for c in COLUMNS])
     assert job.corrupt is not None
     assert [p.split(":")[0] for p in job.corrupt.split("; ")] == [
-        "payload", "state", "priority", "meta"]
+        "payload",
+        "state",
+        "priority",
+        "meta",
+    ]
     assert (job.id, job.lease_token, job.queue, job.task) == ("job-1", 7, "default", "t")
     assert job.payload == "\ufffd" and job.state is JobState.DEAD and job.meta == {}
 
@@ -50,8 +92,10 @@ def test_each_bad_field_is_named_and_the_rest_is_read() -> None:
 def test_recursion_while_decoding_is_a_corrupt_field() -> None:
     deep = "[" * 100_000 + "]" * 100_000
     job = job_from_fields({**HASH, "meta": deep, "errors": deep, "result": deep})
-    assert job.corrupt == ("result: JSON nested too deeply; errors: JSON nested too deeply; "
-                           "meta: JSON nested too deeply")
+    assert job.corrupt == (
+        "result: JSON nested too deeply; errors: JSON nested too deeply; "
+        "meta: JSON nested too deeply"
+    )
 
 
 def test_readable_error_records_survive_a_bad_one_next_to_them() -> None:
@@ -60,9 +104,15 @@ def test_readable_error_records_survive_a_bad_one_next_to_them() -> None:
     assert job.corrupt == "errors: item 1 is not an error record ('5')"
 
 
-ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
-                st.binary(max_size=20), st.sampled_from(["[]", "{}", "1", "running", "[1]",
-                                                         "\udcff", "nan", "1.5", "-3"]))
+ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+    st.sampled_from(["[]", "{}", "1", "running", "[1]", "\udcff", "nan", "1.5", "-3"]),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -79,8 +129,17 @@ def test_the_fast_paths_agree_with_the_careful_decoder(field: str, value: Any) -
     assert repr(job_from_fields(fields)) == repr(_careful(fields))
 
 
-REQUIRED = {"id", "queue", "task", "payload", "state", "priority", "max_attempts", "run_at",
-            "created_at"}
+REQUIRED = {
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "state",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "created_at",
+}
 
 
 @settings(max_examples=200, deadline=None)

@@ -11,8 +11,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_quickstart(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), str(tmp_path / "q.db")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), str(tmp_path / "q.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         "sent welcome mail to user 42 | same job: True",
@@ -21,28 +25,36 @@ def test_quickstart(tmp_path: Path) -> None:
 
 
 def test_periodic(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(EXAMPLES / "periodic.py"), str(tmp_path / "p.db")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "periodic.py"), str(tmp_path / "p.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
-        'cron:sync_accounts:2026-03-28T23:00:00Z -> synced 23:00..23:00 UTC (1 ticks)',
-        'cron:nightly_backup:2026-03-29T01:00:00Z -> None',
-        'cron:sync_accounts:2026-03-29T05:00:00Z -> synced 23:05..05:00 UTC (72 ticks)',
-        'nightly_backup',
+        "cron:sync_accounts:2026-03-28T23:00:00Z -> synced 23:00..23:00 UTC (1 ticks)",
+        "cron:nightly_backup:2026-03-29T01:00:00Z -> None",
+        "cron:sync_accounts:2026-03-29T05:00:00Z -> synced 23:05..05:00 UTC (72 ticks)",
+        "nightly_backup",
         "  cron '30 2 * * *' in Europe/Madrid; misfire=skip overlap=skip",
-        '  next  2026-03-30 00:30:00 UTC   2026-03-30 02:30 CEST (Europe/Madrid)',
-        '  last  2026-03-29T01:00:00Z  job cron:nightly_backup:2026-03-29T01:00:00Z  completed',
-        '',
-        'sync_accounts',
-        '  every 0:05:00; misfire=catch_up overlap=skip',
-        '  next  2026-03-29 05:05:00 UTC',
-        '  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed, covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z',
+        "  next  2026-03-30 00:30:00 UTC   2026-03-30 02:30 CEST (Europe/Madrid)",
+        "  last  2026-03-29T01:00:00Z  job cron:nightly_backup:2026-03-29T01:00:00Z  completed",
+        "",
+        "sync_accounts",
+        "  every 0:05:00; misfire=catch_up overlap=skip",
+        "  next  2026-03-29 05:05:00 UTC",
+        "  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed, covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z",
     ]
 
 
 def test_payments_checkout(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(EXAMPLES / "payments" / "checkout.py"),
-                          str(tmp_path)], capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "payments" / "checkout.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         "order 42: paid with ch_1 after 2 attempts (attempt 1 ended Retry, Retry-After 1s, "
@@ -55,10 +67,14 @@ def test_payments_checkout(tmp_path: Path) -> None:
 
 
 def _run_example(args: list[str], tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}",
-           "DJANGO_DB": str(tmp_path / "django.db")}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {
+        **os.environ,
+        "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}",
+        "DJANGO_DB": str(tmp_path / "django.db"),
+    }
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_fastapi_example(tmp_path: Path) -> None:
@@ -99,21 +115,44 @@ def test_testing_example_runs_its_tests_without_any_server(tmp_path: Path) -> No
     folder = EXAMPLES / "testing"
     env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_URL"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conveyor.testing",
-                          "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"],
-                         cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conveyor.testing",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::DeprecationWarning",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[-1].startswith("4 passed"), run.stdout
     assert not (folder / "shop-jobs.db").exists()
 
 
 def test_etl_fanout(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(EXAMPLES / "etl_fanout.py"), str(tmp_path / "e.db")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "etl_fanout.py"), str(tmp_path / "e.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         "loaded 6 rows into sales: total 98",
-        *["  etl.extract   completed after 0 parent(s)",
-          "  etl.transform completed after 1 parent(s)"] * 3,
+        *[
+            "  etl.extract   completed after 0 parent(s)",
+            "  etl.transform completed after 1 parent(s)",
+        ]
+        * 3,
         "  etl.load      completed after 3 parent(s)",
     ]

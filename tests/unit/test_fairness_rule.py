@@ -12,13 +12,20 @@ from conveyor.model.validation import check_job
 
 
 def job(key: str | None, queue: str = "q", weight: float | None = None) -> NewJob:
-    return NewJob(id="j", task="t", queue=queue, payload="{}", fairness_key=key,
-                  fairness_weight=weight)
+    return NewJob(
+        id="j", task="t", queue=queue, payload="{}", fairness_key=key, fairness_weight=weight
+    )
 
 
 def test_a_step_is_a_thousand_units_over_the_weight() -> None:
     assert [vtime_step(w) for w in (None, 1.0, 3.0, 0.5, 1000.0, 0.01)] == [
-        1000, 1000, 333, 2000, 1, 100000]
+        1000,
+        1000,
+        333,
+        2000,
+        1,
+        100000,
+    ]
 
 
 def test_a_key_starts_at_the_queue_present_and_never_before_its_last() -> None:
@@ -28,8 +35,9 @@ def test_a_key_starts_at_the_queue_present_and_never_before_its_last() -> None:
 
 def test_the_assigner_reads_each_row_once_and_collects_the_new_last() -> None:
     reads: list[object] = []
-    assigner = VtimeAssigner(lambda q, k: reads.append((q, k)) or 4000,
-                             lambda q: reads.append(q) or 1000)
+    assigner = VtimeAssigner(
+        lambda q, k: reads.append((q, k)) or 4000, lambda q: reads.append(q) or 1000
+    )
     got = [assigner.assign(j) for j in (job("a"), job(None), job("a"), job("b", weight=2.0))]
     assert got == [5000, None, 6000, 4500]
     assert reads == [("q", "a"), "q", ("q", "b")]
@@ -40,7 +48,12 @@ def test_spread_hands_a_reserved_batch_out_in_order() -> None:
     jobs = [job("a"), job(None), job("b"), job("a", weight=2.0), job("a", queue="r")]
     # The store reserved a's 1000 + 500 ending at 7500, b's 1000 at 3000, r/a's at 1000.
     assert spread(jobs, {("q", "a"): 7500, ("q", "b"): 3000, ("r", "a"): 1000}) == [
-        7000, 0, 3000, 7500, 1000]
+        7000,
+        0,
+        3000,
+        7500,
+        1000,
+    ]
 
 
 def test_a_stored_vtime_that_is_not_a_whole_number_counts_as_0() -> None:

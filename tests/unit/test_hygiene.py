@@ -15,41 +15,86 @@ from conveyor.model.errors import ConfigurationError, SecretInPayload
 from conveyor.rules.hygiene import credential_kind, secret_key
 from conveyor.web.views import args_preview, payload_json
 
-JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
-       "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow...\n-----END RSA PRIVATE KEY-----"
 
 
-@pytest.mark.parametrize("key", ["password", "db_password", "apiKey", "API_KEY", "api-key",
-                                 "auth_token", "client_secret", "Authorization",
-                                 "private_key", "accessKey", "refresh_tokens"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password",
+        "db_password",
+        "apiKey",
+        "API_KEY",
+        "api-key",
+        "auth_token",
+        "client_secret",
+        "Authorization",
+        "private_key",
+        "accessKey",
+        "refresh_tokens",
+    ],
+)
 def test_secret_keys(key: str) -> None:
     assert secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["user_id", "tokenizer", "token_count", "token_type",
-                                 "password_length", "secret_name", "token_id", "keyword",
-                                 "api_version", "key", "monkey", "passage", "author",
-                                 "token_expires_at", "secretary"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "user_id",
+        "tokenizer",
+        "token_count",
+        "token_type",
+        "password_length",
+        "secret_name",
+        "token_id",
+        "keyword",
+        "api_version",
+        "key",
+        "monkey",
+        "passage",
+        "author",
+        "token_expires_at",
+        "secretary",
+    ],
+)
 def test_ordinary_keys(key: str) -> None:
     assert not secret_key(key)
 
 
-@pytest.mark.parametrize(("value", "kind"), [
-    (JWT, "a JWT"), (f"Bearer {JWT}", "a JWT"), (PEM, "a PEM private key"),
-    ("4111 1111 1111 1111", "a card number (Luhn)"), ("5500-0000-0000-0004", "a card number (Luhn)"),
-    ("378282246310005", "a card number (Luhn)"), ("AKIAIOSFODNN7EXAMPLE", "an AWS access key id"),
-])
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (JWT, "a JWT"),
+        (f"Bearer {JWT}", "a JWT"),
+        (PEM, "a PEM private key"),
+        ("4111 1111 1111 1111", "a card number (Luhn)"),
+        ("5500-0000-0000-0004", "a card number (Luhn)"),
+        ("378282246310005", "a card number (Luhn)"),
+        ("AKIAIOSFODNN7EXAMPLE", "an AWS access key id"),
+    ],
+)
 def test_credential_values(value: str, kind: str) -> None:
     assert credential_kind(value) == kind
 
 
-@pytest.mark.parametrize("value", [
-    "4111 1111 1111 1112",  # fails Luhn
-    "9111111111111119",  # passes Luhn, no card network starts with 9
-    "2024-01-01", "hello world", "eyJ", "0123456789", "order 4111111111111111 shipped",
-    "-----BEGIN PUBLIC KEY-----",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "4111 1111 1111 1112",  # fails Luhn
+        "9111111111111119",  # passes Luhn, no card network starts with 9
+        "2024-01-01",
+        "hello world",
+        "eyJ",
+        "0123456789",
+        "order 4111111111111111 shipped",
+        "-----BEGIN PUBLIC KEY-----",
+    ],
+)
 def test_ordinary_values(value: str) -> None:
     assert credential_kind(value) is None
 
@@ -62,7 +107,8 @@ def app(tmp_path: Path) -> Iterator[Conveyor]:
 
 
 def test_warns_once_per_task_and_argument_never_showing_the_value(
-        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
     @app.task(name="login")
     def login(user_id: int, password: str, note: str = "", tokenizer: str = "") -> None: ...
 
@@ -82,6 +128,7 @@ def test_warns_once_per_task_and_argument_never_showing_the_value(
 def test_reject_mode_refuses_and_stores_nothing(tmp_path: Path) -> None:
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}", payload_hygiene="reject")
     try:
+
         @app.task(name="pay")
         def pay(order: dict[str, object]) -> None: ...
 
@@ -110,18 +157,38 @@ def test_bad_hygiene_options(tmp_path: Path) -> None:
 
 def test_redacted_and_flagged_arguments_are_masked_in_every_view(app: Conveyor) -> None:
     @app.task(name="charge", redact=("card_ref", "pin"))
-    def charge(card_ref: str, amount: int, pin: str = "", profile: dict[str, object] | None = None,
-               token_count: int = 0) -> None: ...
+    def charge(
+        card_ref: str,
+        amount: int,
+        pin: str = "",
+        profile: dict[str, object] | None = None,
+        token_count: int = 0,
+    ) -> None: ...
 
-    handle = charge.enqueue("tok_visa_4242", 1200, pin="1234", token_count=3,
-                            profile={"user_id": 7, "api_key": "k-123", "jwt": JWT})
+    handle = charge.enqueue(
+        "tok_visa_4242",
+        1200,
+        pin="1234",
+        token_count=3,
+        profile={"user_id": 7, "api_key": "k-123", "jwt": JWT},
+    )
     job = app.jobs.get(handle.id)
-    assert job is not None and job.args[0] == "tok_visa_4242"  # stored as given: the worker needs it
-    for shown in (job_detail(job), str(job_json(job)), payload_json(job), args_preview(job, 10_000)):
+    assert (
+        job is not None and job.args[0] == "tok_visa_4242"
+    )  # stored as given: the worker needs it
+    for shown in (
+        job_detail(job),
+        str(job_json(job)),
+        payload_json(job),
+        args_preview(job, 10_000),
+    ):
         assert "tok_visa_4242" not in shown and "1234" not in shown
         assert "k-123" not in shown and JWT not in shown
         assert "1200" in shown and "***" in shown
     data = job_json(job)
     assert data["args"] == ["***", 1200]
-    assert data["kwargs"] == {"pin": "***", "token_count": 3,
-                              "profile": {"user_id": 7, "api_key": "***", "jwt": "***"}}
+    assert data["kwargs"] == {
+        "pin": "***",
+        "token_count": 3,
+        "profile": {"user_id": 7, "api_key": "***", "jwt": "***"},
+    }

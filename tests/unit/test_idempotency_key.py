@@ -22,8 +22,10 @@ def test_fields_render_from_positional_keyword_and_default_arguments(app: Convey
     def charge(order_id: int, amount: float, currency: str = "EUR") -> None: ...
 
     assert charge.message(42, 5).meta == {IDEMPOTENCY_META_KEY: "charge:42:EUR:5.00"}
-    assert charge.message(amount=5, order_id=42, currency="USD").meta[IDEMPOTENCY_META_KEY] \
+    assert (
+        charge.message(amount=5, order_id=42, currency="USD").meta[IDEMPOTENCY_META_KEY]
         == "charge:42:USD:5.00"
+    )
 
 
 def test_fields_may_index_into_json_arguments(app: Conveyor) -> None:
@@ -38,14 +40,17 @@ def test_fields_may_index_into_json_arguments(app: Conveyor) -> None:
         send.message({"id": "m-8"}, [])
 
 
-@pytest.mark.parametrize(("template", "says"), [
-    ("charge:{order}", "names no parameter of the task; its parameters: order_id"),
-    ("charge:{order_id.pk}", "reads an attribute"),
-    ("charge", "names no argument"),
-    ("charge:{}", "names no parameter"),
-    ("charge:{order_id", "not a format template"),
-    ("", "non-empty template"),
-])
+@pytest.mark.parametrize(
+    ("template", "says"),
+    [
+        ("charge:{order}", "names no parameter of the task; its parameters: order_id"),
+        ("charge:{order_id.pk}", "reads an attribute"),
+        ("charge", "names no argument"),
+        ("charge:{}", "names no parameter"),
+        ("charge:{order_id", "not a format template"),
+        ("", "non-empty template"),
+    ],
+)
 def test_a_template_the_signature_cannot_fill_is_refused_at_registration(
     app: Conveyor, template: str, says: str
 ) -> None:
@@ -81,4 +86,3 @@ def test_without_a_template_the_key_is_the_job_id(app: Conveyor) -> None:
     job = ping.message()
     assert job.meta == {} and key_of(job.id, job.meta) == job.id
     assert key_of("j1", {IDEMPOTENCY_META_KEY: 7}) == "j1"  # not text: not a key
-

@@ -27,12 +27,26 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 # The only modules at the top of the package: everything else sits in the folder of its layer.
-TOP_LEVEL_MODULES = {"conveyor.__main__", "conveyor.app", "conveyor.task", "conveyor.handle",
-                     "conveyor.context", "conveyor.once"}
+TOP_LEVEL_MODULES = {
+    "conveyor.__main__",
+    "conveyor.app",
+    "conveyor.task",
+    "conveyor.handle",
+    "conveyor.context",
+    "conveyor.once",
+}
 # Above the app and the worker: a backend never imports these (nor the package root,
 # which imports the app).
-ABOVE_BACKENDS = ("conveyor", "conveyor.app", "conveyor.worker", "conveyor.ops", "conveyor.cli",
-                  "conveyor.web", "conveyor.contrib", "conveyor.testing")
+ABOVE_BACKENDS = (
+    "conveyor",
+    "conveyor.app",
+    "conveyor.worker",
+    "conveyor.ops",
+    "conveyor.cli",
+    "conveyor.web",
+    "conveyor.contrib",
+    "conveyor.testing",
+)
 OUTSIDE_CORE = ("conveyor.cli", "conveyor.web", "conveyor.contrib", "conveyor.testing")
 
 
@@ -87,8 +101,10 @@ def import_graph(root: Path, package: str) -> Graph:
                 else:
                     module = node.module or ""
                 # `from pkg import sub` imports the module pkg.sub; `from mod import name`, mod.
-                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in graph.modules else module
-                           for a in node.names]
+                targets = [
+                    f"{module}.{a.name}" if f"{module}.{a.name}" in graph.modules else module
+                    for a in node.names
+                ]
             else:
                 continue
             text = (ast.get_source_segment(source, node) or "").replace("\n", " ")
@@ -103,7 +119,9 @@ def import_graph(root: Path, package: str) -> Graph:
                     reached = ".".join(parts[:n])
                     inside = name == reached or name.startswith(reached + ".")
                     if reached != name and not inside and reached not in out:
-                        out[reached] = Edge(name, reached, path.relative_to(root), node.lineno, text)
+                        out[reached] = Edge(
+                            name, reached, path.relative_to(root), node.lineno, text
+                        )
         graph.edges[name] = out
     return graph
 
@@ -163,8 +181,10 @@ def _shortest_cycle(graph: Graph, group: set[str]) -> list[Edge]:
 
 def describe(group: set[str], cycle: list[Edge]) -> str:
     steps = "\n".join(f"    {e.source} -> {e.target}   ({e.where()}: {e.text})" for e in cycle)
-    return (f"  {len(group)} modules import each other: {', '.join(sorted(group))}\n"
-            f"  for one: {' -> '.join([cycle[0].source] + [e.target for e in cycle])}\n{steps}")
+    return (
+        f"  {len(group)} modules import each other: {', '.join(sorted(group))}\n"
+        f"  for one: {' -> '.join([cycle[0].source] + [e.target for e in cycle])}\n{steps}"
+    )
 
 
 # Packages under conveyor.backends that are part of the seam, not a backend.
@@ -172,8 +192,11 @@ SEAM_PACKAGES = {"conveyor.backends.blobs"}
 
 
 def backend_names(graph: Graph) -> set[str]:
-    return {p for p in graph.packages if p.count(".") == 2 and p.startswith("conveyor.backends.")
-            and p not in SEAM_PACKAGES}
+    return {
+        p
+        for p in graph.packages
+        if p.count(".") == 2 and p.startswith("conveyor.backends.") and p not in SEAM_PACKAGES
+    }
 
 
 def under(module: str, prefixes: tuple[str, ...] | set[str]) -> bool:
@@ -187,22 +210,32 @@ def graph() -> Graph:
 
 def test_no_import_cycle(graph: Graph) -> None:
     found = cycles(graph)
-    assert not found, ("import cycles (type-only and function-local imports count; give the "
-                       "lower layer a Protocol of what it needs, or move the wiring up a layer):\n"
-                       + "\n".join(describe(*c) for c in found))
+    assert not found, (
+        "import cycles (type-only and function-local imports count; give the "
+        "lower layer a Protocol of what it needs, or move the wiring up a layer):\n"
+        + "\n".join(describe(*c) for c in found)
+    )
 
 
 def upward_from_backends(graph: Graph) -> list[Edge]:
-    return [edge for source, targets in graph.edges.items() if under(source, ("conveyor.backends",))
-            for target, edge in targets.items()
-            if target == "conveyor" or under(target, ABOVE_BACKENDS[1:])]
+    return [
+        edge
+        for source, targets in graph.edges.items()
+        if under(source, ("conveyor.backends",))
+        for target, edge in targets.items()
+        if target == "conveyor" or under(target, ABOVE_BACKENDS[1:])
+    ]
 
 
 def backends_from_core(graph: Graph) -> list[Edge]:
     backends = backend_names(graph)
-    return [edge for source, targets in graph.edges.items()
-            if not under(source, backends) and not under(source, OUTSIDE_CORE)
-            for target, edge in targets.items() if under(target, backends)]
+    return [
+        edge
+        for source, targets in graph.edges.items()
+        if not under(source, backends) and not under(source, OUTSIDE_CORE)
+        for target, edge in targets.items()
+        if under(target, backends)
+    ]
 
 
 def listed(edges: list[Edge]) -> str:
@@ -215,35 +248,47 @@ def test_backends_import_neither_the_worker_nor_the_app(graph: Graph) -> None:
 
 
 def test_the_core_imports_no_backend_module(graph: Graph) -> None:
-    assert {"conveyor.backends.sqlite", "conveyor.backends.postgres",
-            "conveyor.backends.redis"} <= backend_names(graph)
+    assert {
+        "conveyor.backends.sqlite",
+        "conveyor.backends.postgres",
+        "conveyor.backends.redis",
+    } <= backend_names(graph)
     wrong = backends_from_core(graph)
-    assert not wrong, ("core modules import a backend directly (choose it by URL: "
-                       "conveyor.backends.backend_from_url):\n" + listed(wrong))
+    assert not wrong, (
+        "core modules import a backend directly (choose it by URL: "
+        "conveyor.backends.backend_from_url):\n" + listed(wrong)
+    )
 
 
 def test_the_tree_names_the_layers(graph: Graph) -> None:
     top = {m for m in graph.modules if m.count(".") == 1 and m not in graph.packages}
     assert top == TOP_LEVEL_MODULES, (
         "modules at the top of the package besides the app's own (put them in their layer's "
-        f"folder): {sorted(top - TOP_LEVEL_MODULES)}; gone: {sorted(TOP_LEVEL_MODULES - top)}")
+        f"folder): {sorted(top - TOP_LEVEL_MODULES)}; gone: {sorted(TOP_LEVEL_MODULES - top)}"
+    )
     entries = [name.removesuffix(".*") for names in documented_layers() for name in names]
-    loose = [n for n in entries if n != "conveyor" and n not in graph.packages
-             and n not in TOP_LEVEL_MODULES]
+    loose = [
+        n
+        for n in entries
+        if n != "conveyor" and n not in graph.packages and n not in TOP_LEVEL_MODULES
+    ]
     assert not loose, f"layers of {ARCHITECTURE.name} that are modules, not folders: {loose}"
 
 
 # --- the layers as docs/architecture.md lists them -----------------------------------------
 def _between(text: str, name: str) -> list[str]:
     start, end = text.index(f"<!-- {name} -->"), text.index(f"<!-- /{name} -->")
-    return [line for line in text[start:end].splitlines() if line[:1].isdigit() or
-            line.startswith("- ")]
+    return [
+        line for line in text[start:end].splitlines() if line[:1].isdigit() or line.startswith("- ")
+    ]
 
 
 def documented_layers() -> list[list[str]]:
     """The module names of each layer, top first."""
-    return [re.findall(r"`(conveyor[\w.*]*)`", line)
-            for line in _between(ARCHITECTURE.read_text(), "layers")]
+    return [
+        re.findall(r"`(conveyor[\w.*]*)`", line)
+        for line in _between(ARCHITECTURE.read_text(), "layers")
+    ]
 
 
 def layer_of(module: str, layers: list[list[str]], packages: set[str]) -> int | None:
@@ -257,8 +302,9 @@ def layer_of(module: str, layers: list[list[str]], packages: set[str]) -> int | 
             else:
                 parts, have = name.split("."), module.split(".")
                 hit = len(have) >= len(parts) and all(
-                    p == h or (p == "*" and ".".join(have[:i + 1]) in packages)
-                    for i, (p, h) in enumerate(zip(parts, have)))
+                    p == h or (p == "*" and ".".join(have[: i + 1]) in packages)
+                    for i, (p, h) in enumerate(zip(parts, have))
+                )
             if hit and (best is None or len(name.split(".")) > best[0]):
                 best = (len(name.split(".")), number)
     return None if best is None else best[1]
@@ -271,14 +317,26 @@ def test_every_module_imports_only_its_layer_and_those_below(graph: Graph) -> No
     place = {m: n for m, n in found.items() if n is not None}
     unplaced = sorted(set(found) - set(place))
     assert not unplaced, f"modules in no layer of {ARCHITECTURE.name} (add them):\n  " + (
-        "\n  ".join(unplaced))
-    stale = sorted(n for names in layers for n in names if n != "conveyor" and not any(
-        layer_of(m, [[n]], graph.packages) is not None for m in graph.modules))
+        "\n  ".join(unplaced)
+    )
+    stale = sorted(
+        n
+        for names in layers
+        for n in names
+        if n != "conveyor"
+        and not any(layer_of(m, [[n]], graph.packages) is not None for m in graph.modules)
+    )
     assert not stale, f"{ARCHITECTURE.name} names modules that do not exist: {stale}"
-    upward = [edge for source, targets in graph.edges.items() for target, edge in targets.items()
-              if place[target] < place[source]]
-    assert not upward, (f"imports from a higher layer than the importer's ({ARCHITECTURE.name}: "
-                        "move one of them, or give the lower one a Protocol):\n" + listed(upward))
+    upward = [
+        edge
+        for source, targets in graph.edges.items()
+        for target, edge in targets.items()
+        if place[target] < place[source]
+    ]
+    assert not upward, (
+        f"imports from a higher layer than the importer's ({ARCHITECTURE.name}: "
+        "move one of them, or give the lower one a Protocol):\n" + listed(upward)
+    )
 
 
 def test_the_documented_verbs_are_the_roles_verbs() -> None:
@@ -288,9 +346,14 @@ def test_the_documented_verbs_are_the_roles_verbs() -> None:
     for line in _between(ARCHITECTURE.read_text(), "roles"):
         role, _, verbs = line.partition(": ")
         documented[role.strip("-* ")] = re.findall(r"`(\w+)`", verbs)
-    declared = {role.__name__: [name for name, value in vars(role).items()
-                                if callable(value) and not name.startswith("_")]
-                for role in (base.JobLifecycle, base.Inspector, base.SharedRecords)}
+    declared = {
+        role.__name__: [
+            name
+            for name, value in vars(role).items()
+            if callable(value) and not name.startswith("_")
+        ]
+        for role in (base.JobLifecycle, base.Inspector, base.SharedRecords)
+    }
     assert documented == declared
 
 
@@ -303,56 +366,71 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_type_only_and_function_local_imports_make_a_cycle(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/app.py": "from .task import Task\n",
-        "pkg/task.py": ("from typing import TYPE_CHECKING\n"
-                        "if TYPE_CHECKING:\n    from .handle import Handle\n"),
-        "pkg/handle.py": "def get():\n    from pkg import app\n    return app\n",
-        "pkg/leaf.py": "import pkg.task\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/app.py": "from .task import Task\n",
+            "pkg/task.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from .handle import Handle\n"
+            ),
+            "pkg/handle.py": "def get():\n    from pkg import app\n    return app\n",
+            "pkg/leaf.py": "import pkg.task\n",
+        },
+    )
     found = cycles(import_graph(tmp_path, "pkg"))
     assert [[(e.source, e.target) for e in c] for _, c in found] == [
-        [("pkg.app", "pkg.task"), ("pkg.task", "pkg.handle"), ("pkg.handle", "pkg.app")]]
+        [("pkg.app", "pkg.task"), ("pkg.task", "pkg.handle"), ("pkg.handle", "pkg.app")]
+    ]
     text = describe(*found[0])
     assert "pkg.app -> pkg.task -> pkg.handle -> pkg.app" in text
     assert "pkg/handle.py:2: from pkg import app" in text
 
 
 def test_importing_a_module_of_a_package_imports_the_package(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/admin.py": "from .worker.names import NAME\n",
-        "pkg/worker/__init__.py": "from .main import Worker\n",
-        "pkg/worker/names.py": "NAME = 'workers'\n",
-        "pkg/worker/main.py": "from .names import NAME\nfrom ..admin import x\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/admin.py": "from .worker.names import NAME\n",
+            "pkg/worker/__init__.py": "from .main import Worker\n",
+            "pkg/worker/names.py": "NAME = 'workers'\n",
+            "pkg/worker/main.py": "from .names import NAME\nfrom ..admin import x\n",
+        },
+    )
     graph = import_graph(tmp_path, "pkg")
     assert set(graph.edges["pkg.admin"]) == {"pkg.worker", "pkg.worker.names"}
     assert set(graph.edges["pkg.worker.main"]) == {"pkg.worker.names", "pkg.admin"}  # inside
     assert [[e.source for e in c] for _, c in cycles(graph)] == [
-        ["pkg.admin", "pkg.worker", "pkg.worker.main"]]
+        ["pkg.admin", "pkg.worker", "pkg.worker.main"]
+    ]
 
 
 def test_the_layer_rules_name_each_wrong_import(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "conveyor/__init__.py": "",
-        "conveyor/app.py": "from .backends import from_url\n",
-        "conveyor/admin.py": "from .backends.sqlite.store import Store\n",
-        "conveyor/backends/__init__.py": "",
-        "conveyor/backends/contract.py": "",
-        "conveyor/backends/sqlite/__init__.py": "",
-        "conveyor/backends/sqlite/store.py": "def f():\n    from ...worker import config\n",
-        "conveyor/worker/__init__.py": "",
-        "conveyor/worker/config.py": "",
-        "conveyor/cli/main.py": "from ..backends.sqlite import store\n",  # allowed
-    })
+    _write(
+        tmp_path,
+        {
+            "conveyor/__init__.py": "",
+            "conveyor/app.py": "from .backends import from_url\n",
+            "conveyor/admin.py": "from .backends.sqlite.store import Store\n",
+            "conveyor/backends/__init__.py": "",
+            "conveyor/backends/contract.py": "",
+            "conveyor/backends/sqlite/__init__.py": "",
+            "conveyor/backends/sqlite/store.py": "def f():\n    from ...worker import config\n",
+            "conveyor/worker/__init__.py": "",
+            "conveyor/worker/config.py": "",
+            "conveyor/cli/main.py": "from ..backends.sqlite import store\n",  # allowed
+        },
+    )
     graph = import_graph(tmp_path, "conveyor")
     assert listed(upward_from_backends(graph)) == (
         "  conveyor.backends.sqlite.store -> conveyor.worker   "
         "(conveyor/backends/sqlite/store.py:2: from ...worker import config)\n"
         "  conveyor.backends.sqlite.store -> conveyor.worker.config   "
-        "(conveyor/backends/sqlite/store.py:2: from ...worker import config)")
+        "(conveyor/backends/sqlite/store.py:2: from ...worker import config)"
+    )
     assert [(e.source, e.target) for e in backends_from_core(graph)] == [
         ("conveyor.admin", "conveyor.backends.sqlite"),
-        ("conveyor.admin", "conveyor.backends.sqlite.store")]
+        ("conveyor.admin", "conveyor.backends.sqlite.store"),
+    ]

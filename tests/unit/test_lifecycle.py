@@ -13,8 +13,11 @@ SQLITE_MIGRATIONS = Path(__file__).resolve().parents[2] / "src/conveyor/backends
 
 def test_sqlite_trigger_allows_exactly_the_lifecycle_table() -> None:
     # The guard in force is the one the newest migration that (re)creates it wrote.
-    defining = [path for path in sorted(SQLITE_MIGRATIONS.glob("*.sql"))
-                if "CREATE TRIGGER conveyor_jobs_state_guard" in path.read_text()]
+    defining = [
+        path
+        for path in sorted(SQLITE_MIGRATIONS.glob("*.sql"))
+        if "CREATE TRIGGER conveyor_jobs_state_guard" in path.read_text()
+    ]
     pairs = set(re.findall(r"'(\w+)>(\w+)'", defining[-1].read_text()))
     assert pairs == {(a.value, b.value) for a, b in ALLOWED}
 
@@ -37,6 +40,5 @@ def test_terminal_states_only_leave_by_redrive() -> None:
     for old, new in ALLOWED:
         if old in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED):
             assert old is not JobState.COMPLETED
-            assert new is JobState.AVAILABLE or (old, new) == (JobState.CANCELLED,
-                                                               JobState.BLOCKED)
+            assert new is JobState.AVAILABLE or (old, new) == (JobState.CANCELLED, JobState.BLOCKED)
             assert TRANSITIONS[(old, new)] == {Transition.REDRIVE}

@@ -63,10 +63,18 @@ def test_no_grace_confirms_at_the_first_look() -> None:
 
 
 def test_a_record_announces_a_token_only_as_a_non_empty_string() -> None:
-    assert announced_token(json.dumps({"id": "w", "liveness": "pg-advisory:1:2:3"})) == \
-        "pg-advisory:1:2:3"
-    for record in ['{"id": "w"}', '{"liveness": null}', '{"liveness": ""}', '{"liveness": 5}',
-                   "not json", "[1, 2]"]:
+    assert (
+        announced_token(json.dumps({"id": "w", "liveness": "pg-advisory:1:2:3"}))
+        == "pg-advisory:1:2:3"
+    )
+    for record in [
+        '{"id": "w"}',
+        '{"liveness": null}',
+        '{"liveness": ""}',
+        '{"liveness": 5}',
+        "not json",
+        "[1, 2]",
+    ]:
         assert announced_token(record) is None
     swapped = without_token(json.dumps({"id": "w", "pid": 7, "liveness": "t"}))
     assert json.loads(swapped) == {"id": "w", "pid": 7} and announced_token(swapped) is None
@@ -77,11 +85,23 @@ def test_tokens_parse_back_and_refuse_what_they_did_not_make() -> None:
     assert LockToken.parse(str(lock)) == lock
     client = ClientToken("d32cbaf1", 24705)
     assert ClientToken.parse(str(client)) == client
-    for junk in ["", "pg-advisory", "pg-advisory:e:1", "pg-advisory:e:-1:2", "redis-client:r:1",
-                 "flock:x.lock"]:
+    for junk in [
+        "",
+        "pg-advisory",
+        "pg-advisory:e:1",
+        "pg-advisory:e:-1:2",
+        "redis-client:r:1",
+        "flock:x.lock",
+    ]:
         assert LockToken.parse(junk) is None
-    for junk in ["", "redis-client", "redis-client:r:", "redis-client::1", "redis-client:r:x",
-                 "pg-advisory:e:1:2"]:
+    for junk in [
+        "",
+        "redis-client",
+        "redis-client:r:",
+        "redis-client::1",
+        "redis-client:r:x",
+        "pg-advisory:e:1:2",
+    ]:
         assert ClientToken.parse(junk) is None
 
 

@@ -12,10 +12,18 @@ import pytest
 from conveyor.worker.pool.config import PoolConfig, parse_size, rss_bytes
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("300000000", 300_000_000), ("512MiB", 512 << 20), ("512m", 512 << 20), ("2GB", 2_000_000_000),
-    ("1.5g", 3 << 29), ("10 MiB", 10 << 20), ("64kb", 64_000),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("300000000", 300_000_000),
+        ("512MiB", 512 << 20),
+        ("512m", 512 << 20),
+        ("2GB", 2_000_000_000),
+        ("1.5g", 3 << 29),
+        ("10 MiB", 10 << 20),
+        ("64kb", 64_000),
+    ],
+)
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -45,8 +53,15 @@ print(rss_bytes() - before)
 def test_rss_is_this_process_size() -> None:
     # In a fresh interpreter: a test process that ran hundreds of tests before (threads
     # freeing memory meanwhile, heaps of their own) once showed no growth at all.
-    grown = int(subprocess.run([sys.executable, "-c", RSS_PROBE], capture_output=True,
-                               text=True, check=True, timeout=60).stdout)
+    grown = int(
+        subprocess.run(
+            [sys.executable, "-c", RSS_PROBE],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    )
     assert grown >= 60 << 20
     assert rss_bytes() > 0  # this process's own figure reads too
 
@@ -54,14 +69,25 @@ def test_rss_is_this_process_size() -> None:
 FAULTS = Path(__file__).resolve().parents[1] / "faults"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--max-tasks-per-child", "3"], "--max-tasks-per-child replaces pool children: add -p"),
-    (["--max-memory-per-child", "1GiB"], "--max-memory-per-child replaces pool children: add -p"),
-    (["-p", "2", "--max-memory-per-child", "12q"], "'12q' is not a size"),
-    (["-p", "0"], "must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-tasks-per-child", "3"], "--max-tasks-per-child replaces pool children: add -p"),
+        (
+            ["--max-memory-per-child", "1GiB"],
+            "--max-memory-per-child replaces pool children: add -p",
+        ),
+        (["-p", "2", "--max-memory-per-child", "12q"], "'12q' is not a size"),
+        (["-p", "0"], "must be at least 1"),
+    ],
+)
 def test_cli_pool_options_are_checked(tmp_path: Path, args: list[str], message: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "conveyor", "worker", "faults_app:app", *args],
-                         cwd=FAULTS, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'j.db'}"})
+    run = subprocess.run(
+        [sys.executable, "-m", "conveyor", "worker", "faults_app:app", *args],
+        cwd=FAULTS,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CONVEYOR_URL": f"sqlite:///{tmp_path / 'j.db'}"},
+    )
     assert run.returncode == 2 and message in run.stderr, run.stderr

@@ -47,19 +47,29 @@ def test_a_bound_goes_with_each_job_of_its_queue(tmp_path: Path) -> None:
     app.queue("b", max_waiting=7, on_full="shed_oldest")
     app.queue("c", max_waiting=9, on_full="block", block_timeout=timedelta(seconds=2))
     jobs = app.queues.apply([NewJob(id=q, task="t", queue=q, payload="{}") for q in "abcd"])
-    assert [job.bound for job in jobs] == [QueueBound(5), QueueBound(7, shed_oldest=True),
-                                           QueueBound(9), None]
+    assert [job.bound for job in jobs] == [
+        QueueBound(5),
+        QueueBound(7, shed_oldest=True),
+        QueueBound(9),
+        None,
+    ]
     assert app.queues.get("c").block_timeout == 2.0
     assert app.queues.blocks(jobs[2:3]) and not app.queues.blocks(jobs[:2])
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"max_waiting": 0}, "max_waiting"), ({"max_waiting": 2.5}, "max_waiting"),
-    ({"max_waiting": True}, "max_waiting"), ({"on_full": "drop"}, "on_full"),
-    ({"block_timeout": -1}, "block_timeout"),
-])
-def test_bad_bounds_are_refused_when_declared(tmp_path: Path, options: dict[str, object],
-                                              message: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_waiting": 0}, "max_waiting"),
+        ({"max_waiting": 2.5}, "max_waiting"),
+        ({"max_waiting": True}, "max_waiting"),
+        ({"on_full": "drop"}, "on_full"),
+        ({"block_timeout": -1}, "block_timeout"),
+    ],
+)
+def test_bad_bounds_are_refused_when_declared(
+    tmp_path: Path, options: dict[str, object], message: str
+) -> None:
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}")
     with pytest.raises(ConfigurationError, match=f"queue 'q': {message}"):
         app.queue("q", **options)  # type: ignore[arg-type]

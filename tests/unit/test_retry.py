@@ -26,8 +26,15 @@ def test_default_classification() -> None:
     policy = RetryPolicy()
     for transient in (ConnectionError(), TimeoutError(), OSError(), RuntimeError()):
         assert policy.is_transient(transient)
-    for deterministic in (TypeError(), ValueError(), KeyError(), IndexError(), Cancel("x"),
-                          ArgumentValidationError("x"), CorruptPayload("x")):
+    for deterministic in (
+        TypeError(),
+        ValueError(),
+        KeyError(),
+        IndexError(),
+        Cancel("x"),
+        ArgumentValidationError("x"),
+        CorruptPayload("x"),
+    ):
         assert not policy.is_transient(deterministic)
 
 
@@ -36,5 +43,7 @@ def test_retry_on_and_dead_on_override() -> None:
     assert only.is_transient(TimeoutError()) and not only.is_transient(ConnectionError())
     assert only.is_transient(TimeoutError()) and not only.is_transient(ValueError())
     never = RetryPolicy(dead_on=(ConnectionRefusedError,))
-    assert not never.is_transient(ConnectionRefusedError()) and never.is_transient(ConnectionResetError())
+    assert not never.is_transient(ConnectionRefusedError()) and never.is_transient(
+        ConnectionResetError()
+    )
     assert not RetryPolicy(retry_on=(Cancel,)).is_transient(Cancel("always dead"))

@@ -13,12 +13,26 @@ from hypothesis import strategies as st
 from conveyor.scheduling.schedules import make_schedule
 
 ZONES = ["Europe/Madrid", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC"]
-EXPRESSIONS = ["30 2 * * *", "0 * * * *", "*/20 * * * *", "15 1,2,3 * * *", "0 2 * * *",
-               "45 0-4 * * *", "*/7 2 * * *", "0 3 * * *", "59 23 * * *"]
+EXPRESSIONS = [
+    "30 2 * * *",
+    "0 * * * *",
+    "*/20 * * * *",
+    "15 1,2,3 * * *",
+    "0 2 * * *",
+    "45 0-4 * * *",
+    "*/7 2 * * *",
+    "0 3 * * *",
+    "59 23 * * *",
+]
 # Transitions of 2026 in those zones: the walk starts a few hours either side of one.
-TRANSITIONS = [datetime(2026, 3, 29, 1, tzinfo=timezone.utc), datetime(2026, 10, 25, 1, tzinfo=timezone.utc),
-               datetime(2026, 3, 8, 7, tzinfo=timezone.utc), datetime(2026, 11, 1, 6, tzinfo=timezone.utc),
-               datetime(2026, 4, 4, 15, tzinfo=timezone.utc), datetime(2026, 10, 3, 15, 30, tzinfo=timezone.utc)]
+TRANSITIONS = [
+    datetime(2026, 3, 29, 1, tzinfo=timezone.utc),
+    datetime(2026, 10, 25, 1, tzinfo=timezone.utc),
+    datetime(2026, 3, 8, 7, tzinfo=timezone.utc),
+    datetime(2026, 11, 1, 6, tzinfo=timezone.utc),
+    datetime(2026, 4, 4, 15, tzinfo=timezone.utc),
+    datetime(2026, 10, 3, 15, 30, tzinfo=timezone.utc),
+]
 
 
 def field_values(text: str, low: int, high: int) -> set[int]:
@@ -69,14 +83,30 @@ def oracle_next(expression: str, zone: ZoneInfo, after: int) -> int:
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(zone_name=st.sampled_from(ZONES), expression=st.sampled_from(EXPRESSIONS),
-       around=st.sampled_from(TRANSITIONS), shift=st.integers(-4 * 3600, 4 * 3600))
+@given(
+    zone_name=st.sampled_from(ZONES),
+    expression=st.sampled_from(EXPRESSIONS),
+    around=st.sampled_from(TRANSITIONS),
+    shift=st.integers(-4 * 3600, 4 * 3600),
+)
 def test_next_tick_matches_the_oracle_around_real_transitions(
     zone_name: str, expression: str, around: datetime, shift: int
 ) -> None:
     schedule = make_schedule(
-        name="s", task="t", cron=expression, every=None, tz=zone_name, args=(), kwargs={},
-        queue=None, priority=None, misfire="skip", max_catch_up=1, overlap="skip", jitter=None)
+        name="s",
+        task="t",
+        cron=expression,
+        every=None,
+        tz=zone_name,
+        args=(),
+        kwargs={},
+        queue=None,
+        priority=None,
+        misfire="skip",
+        max_catch_up=1,
+        overlap="skip",
+        jitter=None,
+    )
     zone = ZoneInfo(zone_name)
     after = int(around.timestamp()) + shift
     for _ in range(3):  # a few consecutive ticks, so the state after a fire is covered too

@@ -18,8 +18,20 @@ from conveyor.scheduling.state import ScheduleState
 
 def schedule(cron: str | None = None, tz: str | None = None, **options: Any) -> Schedule:
     values: dict[str, Any] = dict(
-        name="s", task="t", cron=cron, every=None, tz=tz, args=(), kwargs={}, queue=None,
-        priority=None, misfire="skip", max_catch_up=10, overlap="skip", jitter=None)
+        name="s",
+        task="t",
+        cron=cron,
+        every=None,
+        tz=tz,
+        args=(),
+        kwargs={},
+        queue=None,
+        priority=None,
+        misfire="skip",
+        max_catch_up=10,
+        overlap="skip",
+        jitter=None,
+    )
     values.update(options)
     return make_schedule(**values)
 
@@ -34,16 +46,20 @@ def fires(s: Schedule, after_utc: str, count: int) -> list[str]:
 
 def local(s: Schedule, ticks: list[str]) -> list[str]:
     zone = ZoneInfo(s.zone)
-    return [datetime.fromisoformat(t.replace("Z", "+00:00")).astimezone(zone).strftime("%m-%d %H:%M%z")
-            for t in ticks]
+    return [
+        datetime.fromisoformat(t.replace("Z", "+00:00")).astimezone(zone).strftime("%m-%d %H:%M%z")
+        for t in ticks
+    ]
 
 
 # --- wall-clock cron in a zone ------------------------------------------------------------
 def test_weekday_mornings_in_madrid_fire_at_local_nine_in_both_offsets() -> None:
     s = schedule("0 9 * * MON-FRI", tz="Europe/Madrid")
     assert fires(s, "2026-03-26T00:00:00", 4) == [
-        "2026-03-26T08:00:00Z", "2026-03-27T08:00:00Z",  # CET, +01:00 (Thu, Fri)
-        "2026-03-30T07:00:00Z", "2026-03-31T07:00:00Z",  # CEST, +02:00 (Mon, Tue)
+        "2026-03-26T08:00:00Z",
+        "2026-03-27T08:00:00Z",  # CET, +01:00 (Thu, Fri)
+        "2026-03-30T07:00:00Z",
+        "2026-03-31T07:00:00Z",  # CEST, +02:00 (Mon, Tue)
     ]
 
 
@@ -75,7 +91,10 @@ def test_hour_wildcard_schedules_keep_their_spacing_through_both_transitions() -
     fall = hourly.upcoming(utc("2026-10-24T22:00:00"), 26)
     assert {b - a for a, b in zip(fall, fall[1:])} == {3600}  # 25 hours that day, each fires
     assert local(hourly, [iso(t) for t in fall[1:4]]) == [
-        "10-25 02:00+0200", "10-25 02:00+0100", "10-25 03:00+0100"]
+        "10-25 02:00+0200",
+        "10-25 02:00+0100",
+        "10-25 03:00+0100",
+    ]
     spring = hourly.upcoming(utc("2026-03-28T22:00:00"), 24)
     assert {b - a for a, b in zip(spring, spring[1:])} == {3600}  # 23 hours that day
     quarter = schedule("*/15 * * * *", tz="America/New_York")
@@ -108,7 +127,10 @@ def test_ticks_are_strictly_after_and_whole_seconds() -> None:
 def test_every_is_anchored_at_the_epoch_so_replicas_agree() -> None:
     s = schedule(every=timedelta(minutes=5))
     assert fires(s, "2026-01-01T10:02:13", 3) == [
-        "2026-01-01T10:05:00Z", "2026-01-01T10:10:00Z", "2026-01-01T10:15:00Z"]
+        "2026-01-01T10:05:00Z",
+        "2026-01-01T10:10:00Z",
+        "2026-01-01T10:15:00Z",
+    ]
 
 
 # --- jitter ----------------------------------------------------------------------------------
@@ -154,8 +176,14 @@ def test_plan_catch_up_fires_one_run_covering_the_window() -> None:
 
 
 def test_plan_all_fires_at_most_max_catch_up() -> None:
-    plan = schedule(every=300, misfire="all", max_catch_up=3, overlap="allow").plan(0, SIX_HOURS_LATER)
-    assert [r.tick for r in plan.runs] == [SIX_HOURS_LATER - 600, SIX_HOURS_LATER - 300, SIX_HOURS_LATER]
+    plan = schedule(every=300, misfire="all", max_catch_up=3, overlap="allow").plan(
+        0, SIX_HOURS_LATER
+    )
+    assert [r.tick for r in plan.runs] == [
+        SIX_HOURS_LATER - 600,
+        SIX_HOURS_LATER - 300,
+        SIX_HOURS_LATER,
+    ]
     assert plan.skipped == 69
 
 
@@ -182,8 +210,13 @@ def test_a_year_long_outage_of_a_minutely_schedule_is_planned_quickly() -> None:
 @pytest.mark.parametrize("keep", [1, 7, 100])
 def test_long_outage_of_an_uneven_schedule_keeps_the_latest_ticks(keep: int) -> None:
     # Weekday working hours only: tick density varies, so the look-back must search.
-    s = schedule("*/5 9-17 * * MON-FRI", tz="Europe/Madrid", misfire="all", max_catch_up=keep,
-                 overlap="allow")
+    s = schedule(
+        "*/5 9-17 * * MON-FRI",
+        tz="Europe/Madrid",
+        misfire="all",
+        max_catch_up=keep,
+        overlap="allow",
+    )
     now = utc("2027-06-07T07:10:00")  # Monday 09:10 CEST, after two years down
     plan = s.plan(utc("2025-06-01T00:00:00"), now)
     expected = s.upcoming(utc("2027-06-01T00:00:00"), 600)
@@ -202,13 +235,17 @@ def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> Non
         assert merged.last_run is not None and merged.last_run.job_id == "cron:s:120"
     # A replica that still holds the old run must not erase the run held after it fired.
     held_old = base.buffered(Run(120, 120, 120, 1))
-    held_new = held_old.fired(Run(120, 120, 120, 1), "cron:s:120", 130.0).buffered(Run(180, 180, 180, 1))
+    held_new = held_old.fired(Run(120, 120, 120, 1), "cron:s:120", 130.0).buffered(
+        Run(180, 180, 180, 1)
+    )
     for merged in (held_old.merge(held_new), held_new.merge(held_old)):
         assert merged.pending == Run(180, 180, 180, 1)
     # Same for the start of a catch_up window that no run covered: a stale, since
     # covered start must not hide the newer one.
     covered = base.left_uncovered(Run(60, 60, 60, 1))
-    newer = covered.fired(Run(120, 60, 120, 2), "cron:s:120", 130.0).left_uncovered(Run(180, 180, 180, 1))
+    newer = covered.fired(Run(120, 60, 120, 2), "cron:s:120", 130.0).left_uncovered(
+        Run(180, 180, 180, 1)
+    )
     for merged in (covered.merge(newer), newer.merge(covered)):
         assert merged.uncovered_from == 180
     stale = base.merge(fired.advanced(600, 0))
@@ -218,25 +255,30 @@ def test_state_merge_never_goes_backwards_and_drops_a_fired_pending_run() -> Non
 
 
 # --- declaration errors --------------------------------------------------------------------
-@pytest.mark.parametrize(("options", "message"), [
-    ({"cron": "61 * * * *"}, "invalid cron expression '61 * * * *'"),
-    ({"cron": "0 9 * *"}, "has 4 fields"),
-    ({"cron": "0 0 30 2 *"}, "never matches"),
-    ({"cron": "@fortnightly"}, "has 1 fields"),
-    ({"cron": "0 9 * * *", "tz": "Europe/Madird"}, "unknown time zone 'Europe/Madird'"),
-    ({}, "exactly one of cron= or every="),
-    ({"cron": "@daily", "every": 60}, "exactly one of cron= or every="),
-    ({"every": 60, "tz": "Europe/Madrid"}, "takes no tz="),
-    ({"every": 0.5}, "whole number of seconds"),
-    ({"every": 60, "misfire": "later"}, "misfire='later'"),
-    ({"every": 60, "overlap": "sometimes"}, "overlap='sometimes'"),
-    ({"every": 60, "misfire": "all"}, "pass overlap='allow'"),
-    ({"every": 60, "max_catch_up": 0}, "max_catch_up must be between 1 and 100, got 0"),
-    ({"every": 60, "max_catch_up": 101}, "max_catch_up must be between 1 and 100, got 101"),
-    ({"every": 60, "jitter": 60}, "jitter must be shorter"),
-    ({"every": 60, "args": (object(),)}, "must be JSON data"),
-])
-def test_bad_declarations_fail_at_once_with_a_clear_message(options: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "61 * * * *"}, "invalid cron expression '61 * * * *'"),
+        ({"cron": "0 9 * *"}, "has 4 fields"),
+        ({"cron": "0 0 30 2 *"}, "never matches"),
+        ({"cron": "@fortnightly"}, "has 1 fields"),
+        ({"cron": "0 9 * * *", "tz": "Europe/Madird"}, "unknown time zone 'Europe/Madird'"),
+        ({}, "exactly one of cron= or every="),
+        ({"cron": "@daily", "every": 60}, "exactly one of cron= or every="),
+        ({"every": 60, "tz": "Europe/Madrid"}, "takes no tz="),
+        ({"every": 0.5}, "whole number of seconds"),
+        ({"every": 60, "misfire": "later"}, "misfire='later'"),
+        ({"every": 60, "overlap": "sometimes"}, "overlap='sometimes'"),
+        ({"every": 60, "misfire": "all"}, "pass overlap='allow'"),
+        ({"every": 60, "max_catch_up": 0}, "max_catch_up must be between 1 and 100, got 0"),
+        ({"every": 60, "max_catch_up": 101}, "max_catch_up must be between 1 and 100, got 101"),
+        ({"every": 60, "jitter": 60}, "jitter must be shorter"),
+        ({"every": 60, "args": (object(),)}, "must be JSON data"),
+    ],
+)
+def test_bad_declarations_fail_at_once_with_a_clear_message(
+    options: dict[str, Any], message: str
+) -> None:
     app = Conveyor("sqlite:///unused.db")  # nothing connects: declarations only
 
     @app.task(name="t")
@@ -280,6 +322,7 @@ def test_periodic_alone_registers_the_function_as_a_task_and_below_task_is_refus
 
     assert sync.name in app.tasks and app.schedules[sync.name].task == sync.name
     with pytest.raises(ConfigurationError, match="put @app.periodic above @app.task"):
+
         @app.task
         @app.periodic(every=60, name="x")
         def wrong() -> None: ...

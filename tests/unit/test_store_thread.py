@@ -15,9 +15,12 @@ async def test_calls_run_in_order_on_one_thread_other_than_the_loops() -> None:
     worker = StoreThread("test-store")
     seen: list[tuple[int, int]] = []
     try:
-        results = await asyncio.gather(*(
-            worker.run(lambda i=i: seen.append((i, threading.get_ident())) or i)
-            for i in range(50)))
+        results = await asyncio.gather(
+            *(
+                worker.run(lambda i=i: seen.append((i, threading.get_ident())) or i)
+                for i in range(50)
+            )
+        )
     finally:
         worker.stop()
     assert results == list(range(50))

@@ -29,8 +29,9 @@ def test_options_never_mix_with_function_kwargs(app: Conveyor) -> None:
     @app.task(queue="mail")
     def send(to: str, *, queue: str = "theirs") -> None: ...
 
-    message = send.options(queue="urgent", priority=9, delay=timedelta(seconds=30),
-                           job_id="send:1").message("a@b.c", queue="their-kwarg")
+    message = send.options(
+        queue="urgent", priority=9, delay=timedelta(seconds=30), job_id="send:1"
+    ).message("a@b.c", queue="their-kwarg")
     assert message.queue == "urgent" and message.priority == 9 and message.id == "send:1"
     assert message.run_at == 1_030.0
     assert '"queue":"their-kwarg"' in message.payload
@@ -65,23 +66,27 @@ def test_two_tasks_with_one_name_are_refused(app: Conveyor) -> None:
     def first() -> None: ...
 
     with pytest.raises(ConfigurationError, match="two tasks are named 'dup'"):
+
         @app.task(name="dup")
         def second() -> None: ...
 
 
-@pytest.mark.parametrize("url, message", [
-    ("jobs.db", "malformed backend URL"),
-    ("mysql://x/y", "unknown backend scheme 'mysql'"),
-    ("sqlite://host/jobs.db", "malformed SQLite URL"),
-    ("sqlite:///:memory:", "names no file"),
-    ("sqlite:///jobs.db?fast=1", "unknown SQLite URL option"),
-    ("postgresql://h:abc/db", "malformed backend URL 'postgresql://h:abc/db': port 'abc'"),
-    ("postgresql://h1:5432,h2:x/db", "port 'x' of host 'h2:x'"),
-    ("postgresql://u:secret@h:5432:1/db", r"malformed backend URL 'postgresql://u:\*\*\*@h"),
-    ("redis://h:x/0", "malformed backend URL 'redis://h:x/0': port 'x'"),
-    ("rediss://h:70000/0", "port '70000'"),
-    ("redis://[::1]:abc/0", "port 'abc'"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("jobs.db", "malformed backend URL"),
+        ("mysql://x/y", "unknown backend scheme 'mysql'"),
+        ("sqlite://host/jobs.db", "malformed SQLite URL"),
+        ("sqlite:///:memory:", "names no file"),
+        ("sqlite:///jobs.db?fast=1", "unknown SQLite URL option"),
+        ("postgresql://h:abc/db", "malformed backend URL 'postgresql://h:abc/db': port 'abc'"),
+        ("postgresql://h1:5432,h2:x/db", "port 'x' of host 'h2:x'"),
+        ("postgresql://u:secret@h:5432:1/db", r"malformed backend URL 'postgresql://u:\*\*\*@h"),
+        ("redis://h:x/0", "malformed backend URL 'redis://h:x/0': port 'x'"),
+        ("rediss://h:70000/0", "port '70000'"),
+        ("redis://[::1]:abc/0", "port 'abc'"),
+    ],
+)
 def test_malformed_urls_get_clear_errors(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Conveyor(url)
@@ -124,12 +129,23 @@ def _signatures() -> list[object]:
     def keyword_only(user_id: int, *, template: str = "welcome") -> str: ...
     def star(a, *args, d, **kwargs): ...  # type: ignore[no-untyped-def]
     def nothing() -> None: ...
+
     return [positional_only, keyword_only, star, nothing, lambda x, y=2: 0]
 
 
-CALLS = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3, 4), {}), ((), {"a": 1}),
-         ((1,), {"d": 4}), ((1,), {"template": "x"}), ((), {"user_id": 1}), ((1,), {"zzz": 1}),
-         ((1,), {"c": 3, "b": 2}), ((), {"x": 1, "y": 2})]
+CALLS = [
+    ((), {}),
+    ((1,), {}),
+    ((1, 2), {}),
+    ((1, 2, 3, 4), {}),
+    ((), {"a": 1}),
+    ((1,), {"d": 4}),
+    ((1,), {"template": "x"}),
+    ((), {"user_id": 1}),
+    ((1,), {"zzz": 1}),
+    ((1,), {"c": 3, "b": 2}),
+    ((), {"x": 1, "y": 2}),
+]
 
 
 @pytest.mark.parametrize("fn", _signatures())

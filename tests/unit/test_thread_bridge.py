@@ -25,7 +25,8 @@ async def test_each_call_gets_its_own_value_or_exception() -> None:
     assert await asyncio.gather(*futures) == [i * i for i in range(300)]
     errors = await asyncio.gather(*failing, return_exceptions=True)
     assert [(type(e).__name__, str(e)) for e in errors] == [
-        ("KeyboardInterrupt" if i % 2 else "ValueError", str(i)) for i in range(10)]
+        ("KeyboardInterrupt" if i % 2 else "ValueError", str(i)) for i in range(10)
+    ]
     bridge.shutdown(wait=True)
 
 
@@ -65,7 +66,10 @@ async def test_threads_are_started_as_calls_need_them_up_to_the_most() -> None:
     try:
         blocked = [bridge.submit(release.wait) for _ in range(5)]
         assert {t.name for t in threading.enumerate() if t.name.startswith("conveyor-job")} == {
-            "conveyor-job_0", "conveyor-job_1", "conveyor-job_2"}
+            "conveyor-job_0",
+            "conveyor-job_1",
+            "conveyor-job_2",
+        }
     finally:
         release.set()
     assert await asyncio.gather(*blocked) == [True] * 5
@@ -97,6 +101,7 @@ def test_a_call_ending_after_its_loop_closed_is_dropped_quietly() -> None:
     previous_hook = threading.excepthook
     threading.excepthook = lambda args: raised.append(args.exc_value)
     try:
+
         async def start() -> None:
             bridges.append(ThreadBridge(max_threads=1))
             bridges[0].submit(release.wait)

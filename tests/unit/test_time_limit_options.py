@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.model.errors import ConfigurationError, HardTimeLimitExceeded, JobTimeout, SoftTimeLimitExceeded
+from conveyor.model.errors import (
+    ConfigurationError,
+    HardTimeLimitExceeded,
+    JobTimeout,
+    SoftTimeLimitExceeded,
+)
 
 
 def test_limit_options_are_checked(tmp_path: Path) -> None:
@@ -20,6 +25,8 @@ def test_limit_options_are_checked(tmp_path: Path) -> None:
     assert (task.defaults.timeout, task.defaults.hard_time_limit) == (2.0, 3.0)
     assert issubclass(SoftTimeLimitExceeded, Exception)
     assert issubclass(HardTimeLimitExceeded, Exception)
-    assert issubclass(SoftTimeLimitExceeded, JobTimeout) and issubclass(HardTimeLimitExceeded, JobTimeout)
+    assert issubclass(SoftTimeLimitExceeded, JobTimeout) and issubclass(
+        HardTimeLimitExceeded, JobTimeout
+    )
     with pytest.raises(ConfigurationError, match="positive"):
         app.task(name="d", hard_time_limit=0)(lambda: None)

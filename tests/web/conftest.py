@@ -55,7 +55,8 @@ def app_storing_nul(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
 
 
 @pytest.fixture(scope="module", params=sorted(BACKENDS))
-def shared_app(request: pytest.FixtureRequest,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Conveyor]:
+def shared_app(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Conveyor]:
     """One app per backend for a whole module, for tests that change nothing."""
     yield from _backend_app(str(request.param), tmp_path_factory.mktemp(str(request.param)))

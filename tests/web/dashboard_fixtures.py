@@ -43,13 +43,27 @@ async def kill(app: Conveyor, queue: str, error_type: str, message: str) -> list
     """Claim every available job of `queue` and dead-letter it with `error_type`."""
     backend = await app.backend()
     jobs = await backend.fetch_jobs(strict_claim([queue], 1000, "test-worker", 30.0))
-    await backend.settle_jobs([
-        Settlement(j.id, j.lease_token, JobState.DEAD,
-                   error=AttemptError(j.attempt, app.clock(), error_type, message,
-                                      traceback=f'Traceback (most recent call last):\n  File "tasks.py", line 9\n{error_type}: {message}\n',
-                                      worker_id="test-worker", host="h1", version="0.1.0",
-                                      app_version="1.4.2"))
-        for j in jobs])
+    await backend.settle_jobs(
+        [
+            Settlement(
+                j.id,
+                j.lease_token,
+                JobState.DEAD,
+                error=AttemptError(
+                    j.attempt,
+                    app.clock(),
+                    error_type,
+                    message,
+                    traceback=f'Traceback (most recent call last):\n  File "tasks.py", line 9\n{error_type}: {message}\n',
+                    worker_id="test-worker",
+                    host="h1",
+                    version="0.1.0",
+                    app_version="1.4.2",
+                ),
+            )
+            for j in jobs
+        ]
+    )
     return [j.id for j in jobs]
 
 
@@ -62,7 +76,10 @@ def seed(app: Conveyor) -> dict[str, list[str]]:
         await kill(app, "mail", "KeyError", "'template'")
         dead_smtp = [(await send.enqueue_async("bounce@example.org")).id]
         await kill(app, "mail", "SMTPError", "mailbox full")
-        waiting = [(await build.enqueue_async(7)).id, (await send.enqueue_async("new@example.org")).id]
+        waiting = [
+            (await build.enqueue_async(7)).id,
+            (await send.enqueue_async("new@example.org")).id,
+        ]
         await app.aclose()
         return {"dead_key": dead_key, "dead_smtp": dead_smtp, "waiting": waiting}
 
@@ -73,7 +90,8 @@ def csrf(client: TestClient) -> str:
     """The CSRF token the pages put in their forms (signed for the client's session cookie)."""
     page = client.get("/")
     match = re.search(r'name="csrf_token" value="([^"]+)"', page.text) or re.search(
-        r'"X-CSRF-Token": "([^"]+)"', page.text)
+        r'"X-CSRF-Token": "([^"]+)"', page.text
+    )
     assert match, "no CSRF token on the overview page"
     return match.group(1)
 

@@ -18,8 +18,9 @@ def test_open_and_close_a_breaker_from_the_page(app: Conveyor, client: TestClien
     token = csrf(client)
     refused = client.post("/breakers/open?breaker=stripe", data={})
     assert refused.status_code == 403 and "CSRF" in refused.text
-    opened = client.post("/breakers/open?breaker=stripe", data={"csrf_token": token},
-                         follow_redirects=False)
+    opened = client.post(
+        "/breakers/open?breaker=stripe", data={"csrf_token": token}, follow_redirects=False
+    )
     assert opened.status_code == 303 and opened.headers["location"].endswith("/breakers")
     page = client.get("/breakers").text
     assert '<span class="badge st-dead">open (by hand)</span>' in page
@@ -30,8 +31,9 @@ def test_open_and_close_a_breaker_from_the_page(app: Conveyor, client: TestClien
     assert audit.count("breaker stripe") == 2
     unknown = client.post("/breakers/open?breaker=nope", data={"csrf_token": token})
     assert unknown.status_code == 400
-    assert client.post("/breakers/smash?breaker=stripe",
-                       data={"csrf_token": token}).status_code == 404
+    assert (
+        client.post("/breakers/smash?breaker=stripe", data={"csrf_token": token}).status_code == 404
+    )
 
 
 def test_read_only_shows_breakers_and_refuses_their_actions(app: Conveyor) -> None:

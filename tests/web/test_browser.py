@@ -65,8 +65,9 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", lifespan="on"))  # type: ignore[arg-type]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
@@ -127,13 +128,26 @@ def seed_history(app: Conveyor) -> None:
             start = now - 60 * i
             done = 40 + (i * 7) % 25 + (30 if 20 < i < 28 else 0)
             failed = (i * 3) % 5 + (9 if 20 < i < 28 else 0)
-            record = {"minute": start, "worker": "history", "queues": {"mail": {
-                "counts": {"completed": done, "failed": failed, "retried": failed - 1 if failed else 0,
-                           "dead": 1 if failed else 0, "cancelled": 0},
-                "wait": latency(done + failed, 4 if 20 < i < 28 else 2),
-                "run": latency(done + failed, 5)}}}
-            await backend.put_record(STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record),
-                                   ttl=3900)
+            record = {
+                "minute": start,
+                "worker": "history",
+                "queues": {
+                    "mail": {
+                        "counts": {
+                            "completed": done,
+                            "failed": failed,
+                            "retried": failed - 1 if failed else 0,
+                            "dead": 1 if failed else 0,
+                            "cancelled": 0,
+                        },
+                        "wait": latency(done + failed, 4 if 20 < i < 28 else 2),
+                        "run": latency(done + failed, 5),
+                    }
+                },
+            }
+            await backend.put_record(
+                STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record), ttl=3900
+            )
         await app.aclose()
 
     asyncio.run(go())
@@ -144,8 +158,10 @@ def seed_jobs(app: Conveyor) -> dict[str, list[str]]:
     ping = app.tasks["webhooks.ping"]
 
     async def go() -> dict[str, list[str]]:
-        key = [(await send.enqueue_async(f"user{i}@example.org", template="welcome")).id
-               for i in range(3)]
+        key = [
+            (await send.enqueue_async(f"user{i}@example.org", template="welcome")).id
+            for i in range(3)
+        ]
         await kill(app, "mail", "KeyError", "'first_name'")
         smtp = [(await send.enqueue_async("bounce@example.org")).id]
         await kill(app, "mail", "SMTPRecipientsRefused", "550 mailbox unavailable")
@@ -161,7 +177,9 @@ def seed_jobs(app: Conveyor) -> dict[str, list[str]]:
 @pytest.fixture
 def chrome() -> Iterator[object]:
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        reason = "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        reason = (
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
         if os.environ.get("CONVEYOR_REQUIRE_SERVICES") == "1":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
@@ -171,11 +189,20 @@ def chrome() -> Iterator[object]:
     profile = tempfile.mkdtemp(prefix="conveyor-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                f"--user-data-dir={profile}", "--window-size=1440,1000",
-                "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1440,1000",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.implicitly_wait(0)
@@ -215,16 +242,23 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
 
     ids = seed_jobs(app)
     seed_history(app)
-    config = WorkerConfig(queues=("mail", "webhooks"), concurrency=4, poll_interval=0.1,
-                          stats_interval=0.2)
-    with ServerThread(create_dashboard(app, poll_seconds=1.0, title="Conveyor")) as server, \
-            WorkerThread(app, config):
+    config = WorkerConfig(
+        queues=("mail", "webhooks"), concurrency=4, poll_interval=0.1, stats_interval=0.2
+    )
+    with (
+        ServerThread(create_dashboard(app, poll_seconds=1.0, title="Conveyor")) as server,
+        WorkerThread(app, config),
+    ):
         # --- the overview: queues, health, dead letters, charts --------------------------
         driver.get(server.url + "/")  # type: ignore[attr-defined]
-        deadline_poll(lambda: "1 worker" in find(By.CSS_SELECTOR, ".cards").text,
-                      what="the live worker on the overview")
-        queues = [row.find_element(By.CSS_SELECTOR, "td a").text
-                  for row in find_all(By.CSS_SELECTOR, "table.queues tbody tr")]
+        deadline_poll(
+            lambda: "1 worker" in find(By.CSS_SELECTOR, ".cards").text,
+            what="the live worker on the overview",
+        )
+        queues = [
+            row.find_element(By.CSS_SELECTOR, "td a").text
+            for row in find_all(By.CSS_SELECTOR, "table.queues tbody tr")
+        ]
         assert queues == ["mail", "reports", "webhooks"]
         dead_card = find_all(By.CSS_SELECTOR, ".card")[3]
         assert dead_card.find_element(By.CSS_SELECTOR, ".v").text == "6"
@@ -247,12 +281,19 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         assert toggle.text == "Resume live refresh"
         # A poll sent just before the click may still land: snapshot after a skipped one.
         asked = driver.execute_script("return window.polls.asked")  # type: ignore[attr-defined]
-        deadline_poll(lambda: driver.execute_script("return window.polls.asked") > asked,  # type: ignore[attr-defined]
-                      what="a poll skipped")
+        deadline_poll(
+            lambda: driver.execute_script("return window.polls.asked") > asked,  # type: ignore[attr-defined]
+            what="a poll skipped",
+        )
         polls = driver.execute_script("return window.polls")  # type: ignore[attr-defined]
         app.tasks["reports.build"].enqueue(100)
-        deadline_poll(lambda: driver.execute_script("return window.polls.asked")  # type: ignore[attr-defined]
-                      >= polls["asked"] + 2, what="two polls while paused")
+        deadline_poll(
+            lambda: (
+                driver.execute_script("return window.polls.asked")  # type: ignore[attr-defined]
+                >= polls["asked"] + 2
+            ),
+            what="two polls while paused",
+        )
         assert driver.execute_script("return window.polls.swapped") == polls["swapped"]  # type: ignore[attr-defined]
         assert waiting() == "1"
         toggle.click()
@@ -267,15 +308,17 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         field.clear()
         field.send_keys("KeyError")
         find(By.ID, "apply-filter").click()
-        deadline_poll(lambda: "3 matching" in find(By.ID, "match-count").text,
-                      what="3 KeyError dead letters")
+        deadline_poll(
+            lambda: "3 matching" in find(By.ID, "match-count").text, what="3 KeyError dead letters"
+        )
         listed = {box.get_attribute("value") for box in find_all(By.NAME, "ids")}
         assert listed == set(ids["key"])
         search = find(By.ID, "filter-q")
         search.send_keys("user1@")
         find(By.ID, "apply-filter").click()
-        deadline_poll(lambda: "1 matching" in find(By.ID, "match-count").text,
-                      what="one match for user1@")
+        deadline_poll(
+            lambda: "1 matching" in find(By.ID, "match-count").text, what="one match for user1@"
+        )
         assert [b.get_attribute("value") for b in find_all(By.NAME, "ids")] == [ids["key"][1]]
         search = find(By.ID, "filter-q")
         search.clear()
@@ -290,8 +333,12 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         assert "user1@example.org" in find(By.ID, "job-args").text
         shot(driver, shots, "job-detail")
         find(By.ID, "action-retry").click()
-        deadline_poll(lambda: f"Job {target}: sent back to its queue." in
-                      find(By.CSS_SELECTOR, ".flash").text, what="the retry notice")
+        deadline_poll(
+            lambda: (
+                f"Job {target}: sent back to its queue." in find(By.CSS_SELECTOR, ".flash").text
+            ),
+            what="the retry notice",
+        )
 
         def completed() -> bool:
             driver.refresh()  # type: ignore[attr-defined]
@@ -306,15 +353,21 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         find(By.CSS_SELECTOR, "input[data-select-all]").click()
         assert all(box.is_selected() for box in find_all(By.NAME, "ids"))
         find(By.CSS_SELECTOR, '.bulk-selected button[value="retry"]').click()
-        deadline_poll(lambda: find(By.ID, "confirm-question").text == "Retry 2 jobs (2 selected)?",
-                      what="a confirmation that counts")
+        deadline_poll(
+            lambda: find(By.ID, "confirm-question").text == "Retry 2 jobs (2 selected)?",
+            what="a confirmation that counts",
+        )
         shot(driver, shots, "confirm-bulk-retry")
         find(By.ID, "confirm-button").click()
-        deadline_poll(lambda: "Retried 2 of 2 job(s)." in find(By.CSS_SELECTOR, ".flash").text,
-                      what="the bulk retry notice")
+        deadline_poll(
+            lambda: "Retried 2 of 2 job(s)." in find(By.CSS_SELECTOR, ".flash").text,
+            what="the bulk retry notice",
+        )
         for job_id in ids["key"]:
-            deadline_poll(lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]
-                          what=f"{job_id} completed")
+            deadline_poll(
+                lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]
+                what=f"{job_id} completed",
+            )
 
         # --- redrive page: dry-run preview with a batch size -------------------------------
         driver.get(server.url + "/redrive?queue=webhooks&batch=1")  # type: ignore[attr-defined]
@@ -324,8 +377,10 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
 
         # --- workers page ------------------------------------------------------------------
         find(By.LINK_TEXT, "Workers").click()
-        deadline_poll(lambda: "1 live" in find(By.CSS_SELECTOR, ".titlebar .count").text,
-                      what="one live worker")
+        deadline_poll(
+            lambda: "1 live" in find(By.CSS_SELECTOR, ".titlebar .count").text,
+            what="one live worker",
+        )
         shot(driver, shots, "workers")
 
         # --- back on the overview: the retried jobs are completed, 3 dead letters left ------
@@ -419,8 +474,9 @@ def session_and_token(base: str) -> tuple[str, str]:
     with urllib.request.urlopen(base + "/", timeout=10) as response:
         cookies = response.headers.get_all("Set-Cookie") or []
         page = response.read().decode()
-    [session] = [c.split(";")[0].split("=", 1)[1] for c in cookies
-                 if c.startswith("conveyor_session=")]
+    [session] = [
+        c.split(";")[0].split("=", 1)[1] for c in cookies if c.startswith("conveyor_session=")
+    ]
     match = re.search(r'name="csrf_token" value="([^"]+)"', page)
     assert match is not None
     return session, match.group(1)
@@ -446,32 +502,48 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
         # A fresh browser: no cookie of the dashboard yet (an HttpOnly one would keep
         # the page's script from overwriting it).
         session, token = session_and_token(server.url)
-        attacks = [("conveyor_csrf=x1", "x1"),              # double-submit: plant, then send it
-                   (f"conveyor_session={session}", token)]  # a real pair, got by the attacker
+        attacks = [
+            ("conveyor_csrf=x1", "x1"),  # double-submit: plant, then send it
+            (f"conveyor_session={session}", token),
+        ]  # a real pair, got by the attacker
         for cookie, sent in attacks:
-            attacker.page = ATTACK_PAGE.format(action=server.url + "/jobs/bulk", token=sent,
-                                               expected=65, cookie=cookie)
+            attacker.page = ATTACK_PAGE.format(
+                action=server.url + "/jobs/bulk", token=sent, expected=65, cookie=cookie
+            )
             before = len(dashboard.responses)
             driver.get(attacker.url)  # type: ignore[attr-defined]
-            deadline_poll(lambda: any(r[:2] == ("POST", "/jobs/bulk")
-                                      for r in dashboard.responses[before:]),
-                          what="the attack page posted to the dashboard")
+            deadline_poll(
+                lambda: any(r[:2] == ("POST", "/jobs/bulk") for r in dashboard.responses[before:]),
+                what="the attack page posted to the dashboard",
+            )
             assert [r for r in dashboard.responses[before:] if r[0] == "POST"] == [
-                ("POST", "/jobs/bulk", 403)]
-            deadline_poll(lambda: "cross-origin" in driver.find_element(By.TAG_NAME, "body").text,  # type: ignore[attr-defined]
-                          what="the refusal shown")
+                ("POST", "/jobs/bulk", 403)
+            ]
+            deadline_poll(
+                lambda: "cross-origin" in driver.find_element(By.TAG_NAME, "body").text,  # type: ignore[attr-defined]
+                what="the refusal shown",
+            )
             name, value = cookie.split("=")
             assert {"name": name, "value": value, "domain": "127.0.0.1"}.items() <= next(
-                c for c in driver.get_cookies() if c["name"] == name).items()  # type: ignore[attr-defined]
+                c for c in driver.get_cookies() if c["name"] == name
+            ).items()  # type: ignore[attr-defined]
             assert app.jobs.count(dead) == 65
         # The operator's own page, in the same browser (cookie planted and all), still works.
         driver.get(server.url + "/jobs?state=dead")  # type: ignore[attr-defined]
         driver.find_element(By.CSS_SELECTOR, '.bulk-all button[value="delete"]').click()  # type: ignore[attr-defined]
-        deadline_poll(lambda: driver.find_element(By.ID, "confirm-question").text  # type: ignore[attr-defined]
-                      == "Delete 65 jobs (every job matching state=dead)?", what="the confirmation")
+        deadline_poll(
+            lambda: (
+                driver.find_element(By.ID, "confirm-question").text  # type: ignore[attr-defined]
+                == "Delete 65 jobs (every job matching state=dead)?"
+            ),
+            what="the confirmation",
+        )
         driver.find_element(By.ID, "confirm-button").click()  # type: ignore[attr-defined]
-        deadline_poll(lambda: "Deleted 65 of 65 job(s)." in
-                      driver.find_element(By.CSS_SELECTOR, ".flash").text,  # type: ignore[attr-defined]
-                      what="the operator's bulk delete")
+        deadline_poll(
+            lambda: (
+                "Deleted 65 of 65 job(s)." in driver.find_element(By.CSS_SELECTOR, ".flash").text
+            ),  # type: ignore[attr-defined]
+            what="the operator's bulk delete",
+        )
         assert app.jobs.count(dead) == 0
     app.close()

@@ -33,8 +33,9 @@ def seed_corrupt(app: Conveyor, backend_name: str) -> dict[str, str]:
             backend = await app.backend()
             [claimed] = await backend.fetch_jobs(strict_claim(["mail"], 1, "w", 30))
             error = AttemptError(1, app.clock(), "CorruptPayload", "payload: nested too deeply")
-            await backend.settle_jobs([Settlement(deep, claimed.lease_token, JobState.DEAD,
-                                                  error=error)])
+            await backend.settle_jobs(
+                [Settlement(deep, claimed.lease_token, JobState.DEAD, error=error)]
+            )
             bad_meta = (await send.enqueue_async("meta@example.org")).id
             assert await raw.write(bad_meta, "meta", "[1, 2]")
             # A state no version wrote (PostgreSQL's schema refuses it: no such job there).
@@ -49,14 +50,19 @@ def seed_corrupt(app: Conveyor, backend_name: str) -> dict[str, str]:
 
 
 def test_pages_show_corrupt_jobs_instead_of_failing(any_app: Conveyor) -> None:
-    backend_name = {"sqlite": "sqlite", "postgresql": "postgres", "redis": "redis",
-                    "memory": "memory"}[
-        any_app.url.split(":", 1)[0]]
+    backend_name = {
+        "sqlite": "sqlite",
+        "postgresql": "postgres",
+        "redis": "redis",
+        "memory": "memory",
+    }[any_app.url.split(":", 1)[0]]
     ids = seed_corrupt(any_app, backend_name)
     with local_client(create_dashboard(any_app)) as client:
         listing = client.get("/jobs")
         assert listing.status_code == 200
-        rows = re.findall(r'<tr>\s*<td><input type="checkbox" name="ids" value="([^"]+)"', listing.text)
+        rows = re.findall(
+            r'<tr>\s*<td><input type="checkbox" name="ids" value="([^"]+)"', listing.text
+        )
         odd_stored = ids.pop("odd_stored") == "True"
         assert sorted(rows) == sorted(ids.values())
         assert listing.text.count('class="badge corrupt"') == 1 + odd_stored

@@ -18,8 +18,9 @@ def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:
     with local_client(create_dashboard(app)) as client:
         overview = client.get("/").text
         assert 'href="/jobs?queue=mail"' in overview and 'href="/jobs?queue=reports"' in overview
-        dead = client.get("/jobs", params={"state": "dead", "error_type": "KeyError",
-                                           "q": "user1@"}).text
+        dead = client.get(
+            "/jobs", params={"state": "dead", "error_type": "KeyError", "q": "user1@"}
+        ).text
         assert re.findall(r'name="ids" value="([^"]+)"', dead) == [ids["dead_key"][1]]
         first = client.get("/jobs", params={"limit": "25", "state": "dead"}).text
         assert "3 matching" in first and 'id="next-page"' not in first
@@ -49,8 +50,9 @@ def test_a_job_held_back_by_its_key_says_why_on_its_page(any_app: Conveyor) -> N
     assert claimed == first.id
     with local_client(create_dashboard(app)) as client:
         page = client.get(job_url(second.id)).text
-        assert ('<strong>Held back:</strong> waiting for a slot of key user:42: 1 of 1 running'
-                in page)
+        assert (
+            "<strong>Held back:</strong> waiting for a slot of key user:42: 1 of 1 running" in page
+        )
         assert "user:42 (at most 1 running)" in page
         assert "Held back:" not in client.get(job_url(first.id)).text
         # The overview counts it under its queue's waiting jobs.

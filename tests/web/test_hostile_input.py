@@ -25,8 +25,22 @@ from conveyor.web import create_dashboard
 from dashboard_fixtures import csrf, local_client, seed
 
 FORGED = "z\nlocal:127.0.0.1 delete job y: deleted"
-HOSTILE_IDS = ("a/b", "x%2Fy", "x/../y", ".", "..", "q?x=1#y", "sp ace", "a/retry", "bulk",
-               "back\\slash", "cr\rlf", "ü/é", "日本/🚀", FORGED)
+HOSTILE_IDS = (
+    "a/b",
+    "x%2Fy",
+    "x/../y",
+    ".",
+    "..",
+    "q?x=1#y",
+    "sp ace",
+    "a/retry",
+    "bulk",
+    "back\\slash",
+    "cr\rlf",
+    "ü/é",
+    "日本/🚀",
+    FORGED,
+)
 
 
 def unescaped(pattern: str, text: str) -> list[str]:
@@ -38,8 +52,9 @@ def state(app: Conveyor, job_id: str) -> JobState | None:
     return None if job is None else job.state
 
 
-def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_job_ids_are_data_on_every_backend(
+    any_app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
     app = any_app
     send = app.tasks["emails.send"]
     for job_id in (*HOSTILE_IDS, "y"):
@@ -49,8 +64,10 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
             store_with_id(app, job_id)
         else:
             send.options(job_id=job_id).enqueue(f"{job_id}@example.org")
-    with local_client(create_dashboard(app)) as client, \
-            caplog.at_level(logging.INFO, logger="conveyor.dashboard.audit"):
+    with (
+        local_client(create_dashboard(app)) as client,
+        caplog.at_level(logging.INFO, logger="conveyor.dashboard.audit"),
+    ):
         listing = client.get("/jobs", params={"limit": "50"})
         assert listing.status_code == 200
         links = unescaped(r'<a class="job-link" href="([^"]+)"', listing.text)
@@ -66,8 +83,9 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
                 continue
             [action] = unescaped(r'action="([^"]+)" id="form-cancel"', page.text)
             [back] = unescaped(r'name="next" value="([^"]+)"', page.text)
-            done = client.post(action, data={"csrf_token": token, "next": back},
-                               follow_redirects=False)
+            done = client.post(
+                action, data={"csrf_token": token, "next": back}, follow_redirects=False
+            )
             assert done.status_code == 303 and done.headers["location"] == link
             assert state(app, job_id) is JobState.CANCELLED
             assert f"Job {html.escape(job_id)}: cancelled." in client.get(link).text
@@ -79,17 +97,26 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
         chosen = unescaped(r'name="ids" value="([^"]+)"', listing.text)
         [bulk] = unescaped(r'<form method="post" action="([^"]+)" id="selection"', listing.text)
         n = len(HOSTILE_IDS)
-        done = client.post(bulk, data={"csrf_token": token, "action": "delete",
-                                       "scope": "selected", "ids": chosen,
-                                       "confirmed": "yes", "expected": str(n)})
+        done = client.post(
+            bulk,
+            data={
+                "csrf_token": token,
+                "action": "delete",
+                "scope": "selected",
+                "ids": chosen,
+                "confirmed": "yes",
+                "expected": str(n),
+            },
+        )
         assert f"Deleted {n} of {n} job(s)." in done.text
         assert all(state(app, job_id) is None for job_id in HOSTILE_IDS)
         assert state(app, "y") is JobState.AVAILABLE
     lines = [r.getMessage() for r in caplog.records if r.name == "conveyor.dashboard.audit"]
     assert len(lines) == n + 1
     assert not any("\n" in line or "\r" in line for line in lines)
-    assert ("local:127.0.0.1 cancel job z\\nlocal:127.0.0.1 delete job y: deleted: cancelled"
-            in lines)
+    assert (
+        "local:127.0.0.1 cancel job z\\nlocal:127.0.0.1 delete job y: deleted: cancelled" in lines
+    )
     assert "local:127.0.0.1 cancel job cr\\rlf: cancelled" in lines
     assert "local:127.0.0.1 cancel job back\\\\slash: cancelled" in lines
     assert lines[-1] == f"local:127.0.0.1 bulk delete {n} selected: Deleted {n} of {n} job(s)"
@@ -98,10 +125,10 @@ def test_job_ids_are_data_on_every_backend(any_app: Conveyor,
 def store_with_id(app: Conveyor, job_id: str) -> None:
     """Write a job with this id straight to the backend, as an older version could
     have (enqueue refuses NUL bytes and other control characters in ids now)."""
+
     async def go() -> None:
         backend = await app.backend()
-        await backend.enqueue_jobs([replace(app.tasks["emails.send"].message("old"),
-                                            id=job_id)])
+        await backend.enqueue_jobs([replace(app.tasks["emails.send"].message("old"), id=job_id)])
         await app.aclose()
 
     asyncio.run(go())
@@ -148,23 +175,64 @@ HOSTILE = [
     ("GET", "/redrive?batch=10001", None, 400, "batch"),
     ("GET", "/redrive?batch=1e400", None, 400, "batch"),
     ("GET", "/job", None, 400, "id"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "filter", "queue": "mail\x00"}, 400,
-     "NUL"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "selected", "ids": ["a\x00b"]}, 400,
-     "NUL"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "selected", "ids": ["%ff"]}, 400,
-     "UTF-8"),
+    (
+        "POST",
+        "/jobs/bulk",
+        {"action": "delete", "scope": "filter", "queue": "mail\x00"},
+        400,
+        "NUL",
+    ),
+    (
+        "POST",
+        "/jobs/bulk",
+        {"action": "delete", "scope": "selected", "ids": ["a\x00b"]},
+        400,
+        "NUL",
+    ),
+    ("POST", "/jobs/bulk", {"action": "delete", "scope": "selected", "ids": ["%ff"]}, 400, "UTF-8"),
     ("POST", "/jobs/bulk", {"action": "delete", "scope": "everything"}, 400, "scope"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "filter", "state": "exploded"}, 400,
-     "state"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "filter", "state": "dead",
-                            "confirmed": "yes", "expected": "-5"}, 400, "expected"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "filter", "state": "dead",
-                            "confirmed": "yes", "expected": "all"}, 400, "expected"),
+    (
+        "POST",
+        "/jobs/bulk",
+        {"action": "delete", "scope": "filter", "state": "exploded"},
+        400,
+        "state",
+    ),
+    (
+        "POST",
+        "/jobs/bulk",
+        {
+            "action": "delete",
+            "scope": "filter",
+            "state": "dead",
+            "confirmed": "yes",
+            "expected": "-5",
+        },
+        400,
+        "expected",
+    ),
+    (
+        "POST",
+        "/jobs/bulk",
+        {
+            "action": "delete",
+            "scope": "filter",
+            "state": "dead",
+            "confirmed": "yes",
+            "expected": "all",
+        },
+        400,
+        "expected",
+    ),
     ("POST", "/jobs/bulk", {"action": "explode", "scope": "filter"}, 400, "action"),
     ("POST", "/jobs/bulk", b"action=delete&scope=filter&queue=%ff", 400, "UTF-8"),
-    ("POST", "/jobs/bulk", {"action": "delete", "scope": "selected",
-                            "ids": [f"id{i}" for i in range(1500)]}, 400, "fields"),
+    (
+        "POST",
+        "/jobs/bulk",
+        {"action": "delete", "scope": "selected", "ids": [f"id{i}" for i in range(1500)]},
+        400,
+        "fields",
+    ),
     ("POST", "/redrive", {"batch": "-1"}, 400, "batch"),
     ("POST", "/redrive", {"q": "\x00"}, 400, "NUL"),
     ("POST", "/queues/pause?queue=mail%00", {}, 400, "NUL"),
@@ -184,11 +252,19 @@ def snapshot(app: Conveyor) -> tuple[dict[str, int], list[bool]]:
     return counts, [s.paused for s in app.jobs.stats()]
 
 
-@pytest.mark.parametrize(("method", "target", "form", "status", "says"), HOSTILE,
-                         ids=[f"{m} {t} {f!r}"[:80] for m, t, f, *_ in HOSTILE])
-def test_hostile_requests_are_refused_clearly(seeded_app: Conveyor, method: str, target: str,
-                                              form: dict[str, object] | bytes | None,
-                                              status: int, says: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "target", "form", "status", "says"),
+    HOSTILE,
+    ids=[f"{m} {t} {f!r}"[:80] for m, t, f, *_ in HOSTILE],
+)
+def test_hostile_requests_are_refused_clearly(
+    seeded_app: Conveyor,
+    method: str,
+    target: str,
+    form: dict[str, object] | bytes | None,
+    status: int,
+    says: str,
+) -> None:
     before = snapshot(seeded_app)
     client: TestClient
     with local_client(create_dashboard(seeded_app)) as client:
@@ -197,9 +273,11 @@ def test_hostile_requests_are_refused_clearly(seeded_app: Conveyor, method: str,
         else:
             token = csrf(client)
             if isinstance(form, bytes):
-                response = client.post(target, content=b"csrf_token=" + token.encode() + b"&"
-                                       + form, headers={
-                                           "content-type": "application/x-www-form-urlencoded"})
+                response = client.post(
+                    target,
+                    content=b"csrf_token=" + token.encode() + b"&" + form,
+                    headers={"content-type": "application/x-www-form-urlencoded"},
+                )
             else:
                 response = client.post(target, data={"csrf_token": token, **(form or {})})
     assert response.status_code == status, response.text[:300]

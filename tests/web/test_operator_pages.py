@@ -23,7 +23,7 @@ from conveyor.web import create_dashboard
 from conveyor.model.workers import WORKERS_NAMESPACE
 from dashboard_fixtures import csrf, job_url, kill, local_client, seed
 
-EXECUTOR_TRACEBACK = '''Traceback (most recent call last):
+EXECUTOR_TRACEBACK = """Traceback (most recent call last):
   File "/srv/app/.venv/lib/python3.11/site-packages/conveyor/worker/executor.py", line 101, in _run
     result = await run_sync_limited(
              ^^^^^^^^^^^^^^^^^^^^^^^
@@ -32,7 +32,7 @@ EXECUTOR_TRACEBACK = '''Traceback (most recent call last):
   File "/srv/app/myapp/tasks.py", line 26, in parse_total
     return float(text)
 ValueError: could not convert string to float: 'xx'
-'''
+"""
 
 
 def run(app: Conveyor, coro_fn):  # type: ignore[no-untyped-def]
@@ -41,16 +41,26 @@ def run(app: Conveyor, coro_fn):  # type: ignore[no-untyped-def]
             return await coro_fn(await app.backend())
         finally:
             await app.aclose()
+
     return asyncio.run(go())
 
 
-def test_job_list_fits_the_state_shown(client: TestClient, app: Conveyor,
-                                       seeded: dict[str, list[str]]) -> None:
+def test_job_list_fits_the_state_shown(
+    client: TestClient, app: Conveyor, seeded: dict[str, list[str]]
+) -> None:
     async def complete_after_a_failure(backend):  # type: ignore[no-untyped-def]
         [claimed] = await backend.fetch_jobs(strict_claim(["reports"], 1, "w", 30))
-        await backend.settle_jobs([Settlement(claimed.id, claimed.lease_token,
-                                              JobState.RETRYABLE, run_at=app.clock() - 1,
-                                              error=AttemptError(1, app.clock(), "Timeout", "slow"))])
+        await backend.settle_jobs(
+            [
+                Settlement(
+                    claimed.id,
+                    claimed.lease_token,
+                    JobState.RETRYABLE,
+                    run_at=app.clock() - 1,
+                    error=AttemptError(1, app.clock(), "Timeout", "slow"),
+                )
+            ]
+        )
         [again] = await backend.fetch_jobs(strict_claim(["reports"], 10, "w", 30))
         await backend.settle_jobs([Settlement(again.id, again.lease_token, JobState.COMPLETED)])
         return again.id
@@ -73,14 +83,27 @@ def test_job_list_fits_the_state_shown(client: TestClient, app: Conveyor,
 
 
 def test_job_page_says_none_for_no_timeout_and_hides_the_workers_frames(
-        client: TestClient, app: Conveyor) -> None:
+    client: TestClient, app: Conveyor
+) -> None:
     async def die(backend):  # type: ignore[no-untyped-def]
         job = (await app.tasks["reports.build"].enqueue_async(3)).id
         [claimed] = await backend.fetch_jobs(strict_claim(["reports"], 1, "w", 30))
-        await backend.settle_jobs([Settlement(
-            claimed.id, claimed.lease_token, JobState.DEAD,
-            error=AttemptError(1, app.clock(), "ValueError", "could not convert",
-                               traceback=EXECUTOR_TRACEBACK))])
+        await backend.settle_jobs(
+            [
+                Settlement(
+                    claimed.id,
+                    claimed.lease_token,
+                    JobState.DEAD,
+                    error=AttemptError(
+                        1,
+                        app.clock(),
+                        "ValueError",
+                        "could not convert",
+                        traceback=EXECUTOR_TRACEBACK,
+                    ),
+                )
+            ]
+        )
         return job
 
     job_id = run(app, die)
@@ -90,18 +113,29 @@ def test_job_page_says_none_for_no_timeout_and_hides_the_workers_frames(
     assert shown.splitlines() == [
         "Traceback (most recent call last):",
         "  (2 frames of Conveyor&#39;s worker hidden)",
-        '  File &#34;/srv/app/myapp/tasks.py&#34;, line 26, in parse_total',
+        "  File &#34;/srv/app/myapp/tasks.py&#34;, line 26, in parse_total",
         "    return float(text)",
-        "ValueError: could not convert string to float: &#39;xx&#39;"]
+        "ValueError: could not convert string to float: &#39;xx&#39;",
+    ]
     timed = app.tasks["reports.build"].options(timeout=90).enqueue(4)
     assert '<dd id="job-timeout">1 min 30 s</dd>' in client.get(job_url(timed.id)).text
 
 
-def test_a_draining_worker_shows_as_draining(client: TestClient, app: Conveyor,
-                                             seeded: dict[str, list[str]]) -> None:
-    record = {"id": "w1", "host": "h1", "pid": 7, "queues": ["mail"], "concurrency": 4,
-              "in_flight": 1, "started_at": app.clock(), "last_heartbeat": app.clock(),
-              "version": "0.1.0", "stopping": True}
+def test_a_draining_worker_shows_as_draining(
+    client: TestClient, app: Conveyor, seeded: dict[str, list[str]]
+) -> None:
+    record = {
+        "id": "w1",
+        "host": "h1",
+        "pid": 7,
+        "queues": ["mail"],
+        "concurrency": 4,
+        "in_flight": 1,
+        "started_at": app.clock(),
+        "last_heartbeat": app.clock(),
+        "version": "0.1.0",
+        "stopping": True,
+    }
 
     async def announce(backend):  # type: ignore[no-untyped-def]
         await backend.put_record(WORKERS_NAMESPACE, "w1", json.dumps(record), ttl=60)
@@ -113,35 +147,60 @@ def test_a_draining_worker_shows_as_draining(client: TestClient, app: Conveyor,
     assert '<span class="badge h-slow">draining</span>' in page
     overview = client.get("/").text
     assert "0 workers · 1 draining" in overview
-    assert re.search(r'class="badge h-draining" title="jobs wait and the workers that serve '
-                     r'this queue are draining[^"]*">draining</span>', overview)
+    assert re.search(
+        r'class="badge h-draining" title="jobs wait and the workers that serve '
+        r'this queue are draining[^"]*">draining</span>',
+        overview,
+    )
 
 
 def test_actions_are_on_the_audit_page_and_the_jobs_timeline(
-        client: TestClient, app: Conveyor, seeded: dict[str, list[str]]) -> None:
+    client: TestClient, app: Conveyor, seeded: dict[str, list[str]]
+) -> None:
     token = csrf(client)
     job_id = seeded["dead_key"][0]
     client.post(job_url(job_id, "retry"), data={"csrf_token": token})
-    client.post("/jobs/bulk", data={"csrf_token": token, "action": "cancel", "scope": "filter",
-                                    "state": "available", "confirmed": "yes", "expected": "3"})
+    client.post(
+        "/jobs/bulk",
+        data={
+            "csrf_token": token,
+            "action": "cancel",
+            "scope": "filter",
+            "state": "available",
+            "confirmed": "yes",
+            "expected": "3",
+        },
+    )
     client.post("/queues/pause?queue=mail", data={"csrf_token": token})
     audit = client.get("/audit").text
-    rows = re.findall(r"<tr>\s*<td[^>]*>[^<]*</td>\s*<td>([^<]*)<small>[^<]*</small></td>\s*"
-                      r"<td>(\w+)</td>\s*<td>([^<]*)</td>\s*<td class=\"n\">(\d+)</td>", audit)
+    rows = re.findall(
+        r"<tr>\s*<td[^>]*>[^<]*</td>\s*<td>([^<]*)<small>[^<]*</small></td>\s*"
+        r"<td>(\w+)</td>\s*<td>([^<]*)</td>\s*<td class=\"n\">(\d+)</td>",
+        audit,
+    )
     assert [(by.strip(), via, action, n) for by, via, action, n in rows] == [
         ("local:127.0.0.1", "dashboard", "pause", "0"),
         ("local:127.0.0.1", "dashboard", "cancel", "3"),
-        ("local:127.0.0.1", "dashboard", "retry", "1")]
+        ("local:127.0.0.1", "dashboard", "retry", "1"),
+    ]
     assert "every job matching state=available" in audit
     only = client.get("/audit", params={"action": "retry"}).text
     assert '<span class="count" id="audit-count">1 action</span>' in only
     timeline = client.get(job_url(job_id)).text
-    events = [(tone, text.strip().rstrip(":")) for tone, text in re.findall(
-        r'<li class="t-(\w*)"><span class="when">[^<]*</span> ([^<]*)', timeline)]
-    assert events == [("", "enqueued"), ("", "last attempt started"),
-                      ("bad", "attempt 1 failed, dead"),
-                      ("op", "retry by local:127.0.0.1 (dashboard)"),
-                      ("op", "cancel by local:127.0.0.1 (dashboard)"), ("bad", "cancelled")]
+    events = [
+        (tone, text.strip().rstrip(":"))
+        for tone, text in re.findall(
+            r'<li class="t-(\w*)"><span class="when">[^<]*</span> ([^<]*)', timeline
+        )
+    ]
+    assert events == [
+        ("", "enqueued"),
+        ("", "last attempt started"),
+        ("bad", "attempt 1 failed, dead"),
+        ("op", "retry by local:127.0.0.1 (dashboard)"),
+        ("op", "cancel by local:127.0.0.1 (dashboard)"),
+        ("bad", "cancelled"),
+    ]
     assert client.get("/audit", params={"action": "nope"}).status_code == 400
 
 
@@ -158,11 +217,14 @@ def wait_for(check, what: str, timeout: float = 15.0):  # type: ignore[no-untype
 
 def play_worker(app: Conveyor, queue: str) -> int:
     """Complete every available job of `queue`, as a worker would."""
+
     async def go(backend):  # type: ignore[no-untyped-def]
         jobs = await backend.fetch_jobs(strict_claim([queue], 100, "w", 30))
-        await backend.settle_jobs([Settlement(j.id, j.lease_token, JobState.COMPLETED)
-                                   for j in jobs])
+        await backend.settle_jobs(
+            [Settlement(j.id, j.lease_token, JobState.COMPLETED) for j in jobs]
+        )
         return len(jobs)
+
     return int(run(app, go))
 
 
@@ -174,43 +236,72 @@ def test_paced_redrive_from_the_dashboard_on_every_backend(any_app: Conveyor) ->
         token = csrf(client)
         page = client.get("/redrive", params={"queue": "mail"}).text
         assert 'id="paced-form"' in page and "Or all 3, paced:" in page
-        started = client.post("/redrive/runs", data={
-            "csrf_token": token, "state": "dead", "queue": "mail", "rate": "100/s",
-            "stop_if_failing": "50%", "min_sample": "2"})
+        started = client.post(
+            "/redrive/runs",
+            data={
+                "csrf_token": token,
+                "state": "dead",
+                "queue": "mail",
+                "rate": "100/s",
+                "stop_if_failing": "50%",
+                "min_sample": "2",
+            },
+        )
         assert started.status_code == 200 and "Redrive run r" in started.text
         [run_id] = re.findall(r'<tr id="run-(\w+)">', started.text)
         wait_for(lambda: app.jobs.count(make_filter(states=["dead"])) == 0, "the run's batch")
         assert play_worker(app, "mail") == 4  # the three redriven and the waiting email
-        done = wait_for(lambda: (r := app.portal.call(runs.get(run_id))) and
-                        r.status is RunStatus.DONE and r, "the run to finish")
+        done = wait_for(
+            lambda: (r := app.portal.call(runs.get(run_id))) and r.status is RunStatus.DONE and r,
+            "the run to finish",
+        )
         assert (done.redriven, done.succeeded, done.failed, done.by, done.via) == (
-            3, 3, 0, "local:127.0.0.1", "dashboard")
+            3,
+            3,
+            0,
+            "local:127.0.0.1",
+            "dashboard",
+        )
         # The run's record says done first, its audit entry follows (redrive_driver._save).
-        entries = wait_for(lambda: (found := [(e.action, e.count) for e in app.jobs.audit(limit=2)])
-                           and found[0][0] != "redrive run started" and found, "the run's end")
+        entries = wait_for(
+            lambda: (
+                (found := [(e.action, e.count) for e in app.jobs.audit(limit=2)])
+                and found[0][0] != "redrive run started"
+                and found
+            ),
+            "the run's end",
+        )
         assert entries == [("redrive run done", 3), ("redrive run started", 0)]
         assert [e.action for e in app.jobs.actions_on(ids["dead_key"][0])] == [
-            "redrive run started"]
+            "redrive run started"
+        ]
 
         # A slow run, paused, resumed and cancelled from its buttons.
         asyncio.run(kill_again(app))
-        client.post("/redrive/runs", data={"csrf_token": token, "state": "dead",
-                                           "queue": "mail", "rate": "1/h"})
+        client.post(
+            "/redrive/runs",
+            data={"csrf_token": token, "state": "dead", "queue": "mail", "rate": "1/h"},
+        )
         slow = next(r for r in app.portal.call(runs.all()) if r.status is RunStatus.RUNNING)
         dead = make_filter(states=["dead"])
         wait_for(lambda: app.jobs.count(dead) == 2, "the first job (a full bucket holds one)")
         paused = client.post(f"/redrive/runs/pause?id={slow.id}", data={"csrf_token": token})
         assert f"Redrive run {slow.id}: paused." in paused.text
         assert f'id="run-resume-{slow.id}"' in paused.text
-        assert f"Redrive run {slow.id}: running." in client.post(
-            f"/redrive/runs/resume?id={slow.id}", data={"csrf_token": token}).text
+        assert (
+            f"Redrive run {slow.id}: running."
+            in client.post(f"/redrive/runs/resume?id={slow.id}", data={"csrf_token": token}).text
+        )
         cancelled = client.post(f"/redrive/runs/cancel?id={slow.id}", data={"csrf_token": token})
         assert f"Redrive run {slow.id}: cancelled." in cancelled.text
         assert f'id="run-cancel-{slow.id}"' not in cancelled.text
         # 1/h: one job at the start; resumed, it goes on at its pace (no new burst).
         assert app.jobs.count(dead) == 2
         stopped = app.portal.call(runs.get(slow.id))
-        assert stopped is not None and (stopped.status, stopped.redriven) == (RunStatus.CANCELLED, 1)
+        assert stopped is not None and (stopped.status, stopped.redriven) == (
+            RunStatus.CANCELLED,
+            1,
+        )
 
 
 async def kill_again(app: Conveyor) -> None:
@@ -224,7 +315,8 @@ async def kill_again(app: Conveyor) -> None:
 
 
 def test_a_run_left_by_a_stopped_process_is_adopted_by_the_next_dashboard(
-        app: Conveyor, seeded: dict[str, list[str]]) -> None:
+    app: Conveyor, seeded: dict[str, list[str]]
+) -> None:
     runs = Runs(app)
     orphan = app.portal.call(runs.start(make_filter(states=["dead"]), 50.0, by="ops"))
     assert orphan.driver is None  # as if its process died before driving it
@@ -240,7 +332,8 @@ def test_a_run_left_by_a_stopped_process_is_adopted_by_the_next_dashboard(
 
 
 def test_job_page_draws_its_workflow_by_level_with_each_members_state(
-        client: TestClient, app: Conveyor) -> None:
+    client: TestClient, app: Conveyor
+) -> None:
     from conveyor import chord, group
 
     build = app.tasks["reports.build"]
@@ -249,32 +342,49 @@ def test_job_page_draws_its_workflow_by_level_with_each_members_state(
     for shown_from in (first, callback):  # the same graph from any member
         page = client.get(job_url(shown_from)).text
         [drawn] = re.findall(r'<ol class="workflow" id="job-workflow">(.*?)</ol>', page, re.S)
-        levels = [re.findall(r'href="/job\?id=([^"]+)"[^>]*>([^<]+)</a>', level)
-                  for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)]
-        assert levels == [[(first, "reports.build · available"),
-                           (second, "reports.build · available")],
-                          [(callback, "reports.build · blocked")]]
+        levels = [
+            re.findall(r'href="/job\?id=([^"]+)"[^>]*>([^<]+)</a>', level)
+            for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)
+        ]
+        assert levels == [
+            [(first, "reports.build · available"), (second, "reports.build · available")],
+            [(callback, "reports.build · blocked")],
+        ]
     plain = build.enqueue(4)  # outside any workflow: no section
     assert 'id="job-workflow"' not in client.get(job_url(plain.id)).text
     # Parents given by hand, on a job whose meta says nothing of them: drawn the same.
     [by_hand] = app.enqueue_many([replace(build.message(5), depends_on=(plain.id,))])
     page = client.get(job_url(by_hand.id)).text
     [drawn] = re.findall(r'<ol class="workflow" id="job-workflow">(.*?)</ol>', page, re.S)
-    assert [re.findall(r'href="/job\?id=([^"]+)"', level)
-            for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)] == [[plain.id], [by_hand.id]]
+    assert [
+        re.findall(r'href="/job\?id=([^"]+)"', level)
+        for level in re.findall(r"<li>(.*?)</li>", drawn, re.S)
+    ] == [[plain.id], [by_hand.id]]
 
 
 def test_job_page_says_how_long_a_result_is_kept_and_when_it_expired(
-        client: TestClient, app: Conveyor) -> None:
+    client: TestClient, app: Conveyor
+) -> None:
     build = app.tasks["reports.build"]
 
     async def complete_both(backend):  # type: ignore[no-untyped-def]
-        ids = [(await build.options(result_ttl=ttl).enqueue_async(n)).id
-               for n, ttl in ((1, 3600), (2, 1))]
+        ids = [
+            (await build.options(result_ttl=ttl).enqueue_async(n)).id
+            for n, ttl in ((1, 3600), (2, 1))
+        ]
         claimed = await backend.fetch_jobs(strict_claim(["reports"], 2, "w", 30))
-        await backend.settle_jobs([Settlement(j.id, j.lease_token, JobState.COMPLETED,
-                                              result="7", result_ttl=3600.0 if j.id == ids[0]
-                                              else 1.0) for j in claimed])
+        await backend.settle_jobs(
+            [
+                Settlement(
+                    j.id,
+                    j.lease_token,
+                    JobState.COMPLETED,
+                    result="7",
+                    result_ttl=3600.0 if j.id == ids[0] else 1.0,
+                )
+                for j in claimed
+            ]
+        )
         assert await backend.expire_results(app.clock() + 60, 10) == [ids[1]]
         return ids
 

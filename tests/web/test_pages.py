@@ -26,14 +26,18 @@ def test_overview_shows_each_queue_with_counts_health_and_charts(
     page = client.get("/")
     assert page.status_code == 200
     html = page.text
-    mail = html[html.index('href="/jobs?queue=mail"'):]
+    mail = html[html.index('href="/jobs?queue=mail"') :]
     mail = mail[: mail.index("</tr>")]
     cells = re.findall(r'<td class="n[^"]*">(?:<a [^>]+>)?([^<]+)', mail)
     # waiting, oldest wait, scheduled, running, retry, dead, completed
-    assert cells[0] == "1" and re.fullmatch(r"[\d.]+ m?s", cells[1]) and cells[2:7] == ["0", "0", "0", "3", "0"]
+    assert (
+        cells[0] == "1"
+        and re.fullmatch(r"[\d.]+ m?s", cells[1])
+        and cells[2:7] == ["0", "0", "0", "3", "0"]
+    )
     assert ">no workers</span>" in mail
     assert 'hx-get="/?partial=1"' in html and 'hx-trigger="every 5.0s"' in html
-    assert html.count("<svg class=\"chart\"") == 3
+    assert html.count('<svg class="chart"') == 3
     partial = client.get("/?partial=1").text
     assert "<html" not in partial and 'href="/jobs?queue=reports"' in partial
 
@@ -112,10 +116,15 @@ def test_html_in_job_data_is_escaped(app: Conveyor, client: TestClient) -> None:
 def test_workers_page_lists_live_workers(app: Conveyor, client: TestClient) -> None:
     async def announce() -> None:
         backend = await app.backend()
-        await backend.put_record("workers", "w-1", '{"id": "w-1", "host": "box", "pid": 4242, '
-                               '"queues": ["mail"], "concurrency": 8, "in_flight": 3, '
-                               '"started_at": 0, "last_heartbeat": 0, "version": "9.9", '
-                               '"stopping": false}', ttl=60)
+        await backend.put_record(
+            "workers",
+            "w-1",
+            '{"id": "w-1", "host": "box", "pid": 4242, '
+            '"queues": ["mail"], "concurrency": 8, "in_flight": 3, '
+            '"started_at": 0, "last_heartbeat": 0, "version": "9.9", '
+            '"stopping": false}',
+            ttl=60,
+        )
         await app.aclose()
 
     asyncio.run(announce())
@@ -132,8 +141,9 @@ def test_metrics_endpoint_has_queue_state(client: TestClient, seeded: dict[str, 
     assert 'conveyor_queue_jobs{queue="reports",state="available"} 1.0' in lines
 
 
-def test_mounted_under_a_prefix_every_link_keeps_it(app: Conveyor,
-                                                    seeded: dict[str, list[str]]) -> None:
+def test_mounted_under_a_prefix_every_link_keeps_it(
+    app: Conveyor, seeded: dict[str, list[str]]
+) -> None:
     parent = Starlette(routes=[Mount("/ops/jobs", create_dashboard(app))])
     with TestClient(parent, client=LOCAL, base_url=LOCAL_BASE_URL) as client:
         html = client.get("/ops/jobs/").text
@@ -147,15 +157,19 @@ def test_mounted_under_a_prefix_every_link_keeps_it(app: Conveyor,
         token = re.search(r'name="csrf_token" value="([^"]+)"', detail)
         assert token is not None
         assert [c.path for c in client.cookies.jar if c.name == "conveyor_session"] == ["/ops/jobs"]
-        done = client.post(job_url(job_id, "retry", root="/ops/jobs"),
-                           data={"csrf_token": token.group(1)}, follow_redirects=False)
+        done = client.post(
+            job_url(job_id, "retry", root="/ops/jobs"),
+            data={"csrf_token": token.group(1)},
+            follow_redirects=False,
+        )
         assert done.status_code == 303
         assert done.headers["location"] == job_url(job_id, root="/ops/jobs")
         assert app.jobs.get(job_id).state.value == "available"  # type: ignore[union-attr]
 
 
-def test_count_is_the_same_as_the_admin_api(app: Conveyor, client: TestClient,
-                                            seeded: dict[str, list[str]]) -> None:
+def test_count_is_the_same_as_the_admin_api(
+    app: Conveyor, client: TestClient, seeded: dict[str, list[str]]
+) -> None:
     html = client.get("/jobs", params={"state": "dead", "queue": "mail"}).text
     expected = app.jobs.count(make_filter(states=["dead"], queues=["mail"]))
     assert f"{expected} matching" in html

@@ -40,6 +40,7 @@ def declare(app: Conveyor) -> Conveyor:
 def fill(app: Conveyor) -> None:
     """Keys <script>... x2 and plain x3 (one slot each), three pings (one token), one
     claim that declares the app's buckets, and a live worker that weighs the queue 6."""
+
     async def go() -> None:
         sync, ping = app.tasks["sync"], app.tasks["ping"]
         for name in ("<script>alert(1)</script>",) * 2 + ("plain",) * 3:
@@ -47,22 +48,39 @@ def fill(app: Conveyor) -> None:
         for n in range(3):
             await ping.enqueue_async(n)
         backend = await app.backend()
-        claimed = await backend.fetch_jobs(QueuePlan([HOSTILE]).request(
-            10, "w1", 30.0, rate_limits=app.rate_limits.declared))
+        claimed = await backend.fetch_jobs(
+            QueuePlan([HOSTILE]).request(10, "w1", 30.0, rate_limits=app.rate_limits.declared)
+        )
         assert sorted(job.task for job in claimed) == ["ping", "sync", "sync"]
-        await backend.put_record(WORKERS_NAMESPACE, "w1", json.dumps({
-            "id": "w1", "host": "h", "pid": 1, "queues": [HOSTILE, "mail"],
-            "queue_weights": [6, 1], "concurrency": 4, "stopping": False}), ttl=600)
+        await backend.put_record(
+            WORKERS_NAMESPACE,
+            "w1",
+            json.dumps(
+                {
+                    "id": "w1",
+                    "host": "h",
+                    "pid": 1,
+                    "queues": [HOSTILE, "mail"],
+                    "queue_weights": [6, 1],
+                    "concurrency": 4,
+                    "stopping": False,
+                }
+            ),
+            ttl=600,
+        )
         await app.aclose()
 
     asyncio.run(go())
 
 
 def rows(page: str, table: str) -> list[list[str]]:
-    body = page[page.index(f'<table id="{table}">'):]
-    body = body[:body.index("</table>")]
-    return [[html.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-            for row in re.findall(r"<tr>(.*?)</tr>", body, flags=re.S) if "<td" in row]
+    body = page[page.index(f'<table id="{table}">') :]
+    body = body[: body.index("</table>")]
+    return [
+        [html.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body, flags=re.S)
+        if "<td" in row
+    ]
 
 
 @pytest.fixture
@@ -76,8 +94,9 @@ def test_the_queue_page_shows_weights_limits_counts_keys_and_buckets(app: Convey
     with local_client(create_dashboard(app, close_backend_on_shutdown=False)) as client:
         overview = client.get("/").text
         # The overview lists the queues with jobs: a link to each one's page.
-        [link] = [html.unescape(m) for m in re.findall(r'class="queue-link" href="([^"]+)"',
-                                                        overview)]
+        [link] = [
+            html.unescape(m) for m in re.findall(r'class="queue-link" href="([^"]+)"', overview)
+        ]
         page = client.get(link)
         assert page.status_code == 200
         text = page.text
@@ -88,9 +107,8 @@ def test_the_queue_page_shows_weights_limits_counts_keys_and_buckets(app: Convey
         assert re.search(r'id="queue-held">(\d+)<', text).group(1) == "3"  # type: ignore[union-attr]
         assert re.search(r'id="queue-running">(\d+)<', text).group(1) == "3"  # type: ignore[union-attr]
         assert "<li>weight 6 (1 worker)</li>" in text
-        limits = text[text.index('<ul id="queue-limits">'):]
-        assert ("<li>rate limit 10/m, burst 10</li><li>max_waiting 100 (shed_oldest)</li>"
-                in limits)
+        limits = text[text.index('<ul id="queue-limits">') :]
+        assert "<li>rate limit 10/m, burst 10</li><li>max_waiting 100 (shed_oldest)</li>" in limits
         assert rows(text, "keys-by-running") == [[KEY, "1", "1"], ["k:plain", "1", "2"]]
         assert rows(text, "keys-by-held") == [["k:plain", "2", "1"], [KEY, "1", "1"]]
         assert rows(text, "buckets") == [["task:ping", "2", "1/h, burst 1"]]
@@ -100,10 +118,13 @@ def test_an_unknown_queue_is_a_404_and_a_malformed_request_a_400(app: Conveyor) 
     with local_client(create_dashboard(app, close_backend_on_shutdown=False)) as client:
         unknown = client.get("/queue", params={"queue": "<nope>"})
         assert unknown.status_code == 404 and "&lt;nope&gt;" in unknown.text
-        for query, status, says in (("", 400, "which queue"), ("queue=", 400, "which queue"),
-                                    ("queue=mail%00", 400, "NUL"),
-                                    ("queue=%ff", 400, "UTF-8"),
-                                    ("queue=a&queue=b", 400, "given 2 times")):
+        for query, status, says in (
+            ("", 400, "which queue"),
+            ("queue=", 400, "which queue"),
+            ("queue=mail%00", 400, "NUL"),
+            ("queue=%ff", 400, "UTF-8"),
+            ("queue=a&queue=b", 400, "given 2 times"),
+        ):
             response = client.get(f"/queue?{query}")
             assert (response.status_code, says in response.text) == (status, True), query
         mail = client.get("/queue", params={"queue": "mail"})
@@ -113,11 +134,16 @@ def test_an_unknown_queue_is_a_404_and_a_malformed_request_a_400(app: Conveyor) 
 
 
 def test_a_throttled_jobs_page_says_which_bucket_holds_it(app: Conveyor) -> None:
-    waiting = [job for job in app.jobs.list(limit=50) if job.task == "ping"
-               and job.state.value == "available"]
+    waiting = [
+        job
+        for job in app.jobs.list(limit=50)
+        if job.task == "ping" and job.state.value == "available"
+    ]
     assert len(waiting) == 2
     with local_client(create_dashboard(app, close_backend_on_shutdown=False)) as client:
         page = client.get("/job", params={"id": waiting[0].id}).text
-        assert ("<strong>Held back:</strong> waiting for a token of rate limit bucket "
-                "task:ping. Waiting uses no attempt.") in page
+        assert (
+            "<strong>Held back:</strong> waiting for a token of rate limit bucket "
+            "task:ping. Waiting uses no attempt."
+        ) in page
         assert '<dd id="job-rate-limit">task:ping: 1/h, burst 1</dd>' in page

@@ -25,15 +25,25 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "mysite.urls"
-TEMPLATES = [{
-    "BACKEND": "django.template.backends.django.DjangoTemplates",
-    "APP_DIRS": True,
-    "OPTIONS": {"context_processors": ["django.template.context_processors.request",
-                                       "django.contrib.auth.context_processors.auth",
-                                       "django.contrib.messages.context_processors.messages"]},
-}]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
-                         "NAME": os.environ.get("DJANGO_DB", str(BASE_DIR / "db.sqlite3"))}}
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DJANGO_DB", str(BASE_DIR / "db.sqlite3")),
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 LOGIN_URL = "/admin/login/"

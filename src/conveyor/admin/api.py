@@ -90,8 +90,9 @@ class Admin:
         return AuditTrail(await self.app.backend(), self.app.clock)
 
     @contextlib.asynccontextmanager
-    async def recording(self, action: str, *, by: By = None, target: str = "",
-                        where: JobFilter | None = None) -> AsyncIterator[PendingAction]:
+    async def recording(
+        self, action: str, *, by: By = None, target: str = "", where: JobFilter | None = None
+    ) -> AsyncIterator[PendingAction]:
         """One audit entry for a composite action: the verbs called inside add the jobs
         they touch to it. The dashboard's bulk actions use it.
 
@@ -102,8 +103,13 @@ class Admin:
         async with recording(await self.trail(), action, as_actor(by), target, where) as act:
             yield act
 
-    async def audit(self, since: float | None = None, until: float | None = None,
-                    limit: int = 100, actions: Sequence[str] = ()) -> builtins.list[AuditEntry]:
+    async def audit(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+        actions: Sequence[str] = (),
+    ) -> builtins.list[AuditEntry]:
         """Operator actions from `since` to `until` (epoch seconds; default the last
         seven days), newest first, optionally only these `actions`."""
         return await (await self.trail()).entries(since, until, limit, actions)
@@ -135,19 +141,24 @@ class Admin:
             parents = await backend.parents_of(job.id)
             if not parents:
                 return "waiting for its workflow parents to finish"
-            done = await backend.count_jobs(JobFilter(ids=tuple(parents),
-                                                      states=tuple(TERMINAL_STATES)))
+            done = await backend.count_jobs(
+                JobFilter(ids=tuple(parents), states=tuple(TERMINAL_STATES))
+            )
             return f"waiting for its workflow parents: {done} of {len(parents)} finished"
         if job.state is not JobState.AVAILABLE:
             return None
-        reasons = [f"its queue {job.queue} is paused"] if await backend.queue_paused(
-            job.queue) else []
+        reasons = (
+            [f"its queue {job.queue} is paused"] if await backend.queue_paused(job.queue) else []
+        )
         by_key = None
         if job.concurrency_key is not None:
             running = await backend.count_running_of_key(job.concurrency_key)
             # An adaptive key's limit is the one its controller set (conveyor.rules.adaptive).
-            limit = (await backend.key_limit(job.concurrency_key)
-                     if isinstance(backend, KeyLimits) else None)
+            limit = (
+                await backend.key_limit(job.concurrency_key)
+                if isinstance(backend, KeyLimits)
+                else None
+            )
             by_key = held_back(job, running, limit)
         if by_key is not None:
             reasons.append(by_key)
@@ -156,7 +167,10 @@ class Admin:
         return "; ".join(reasons) or None
 
     async def list(  # noqa: A003 - mirrors list_jobs; the builtin is builtins.list here
-        self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
+        self,
+        where: JobFilter = JobFilter(),
+        limit: int = 50,
+        offset: int = 0,
         after: str | None = None,
     ) -> builtins.list[Job]:
         """Newest enqueued first. Page with `after=<id of the last job shown>`:
@@ -181,8 +195,12 @@ class Admin:
         async with self.recording("cancel", by=by, target=f"job {job_id}") as act:
             before = await backend.get_job(job_id)
             job = await backend.cancel_job(job_id)
-            if before is not None and job is not None and not before.is_finished and (
-                    job.state is JobState.CANCELLED or job.cancel_requested):
+            if (
+                before is not None
+                and job is not None
+                and not before.is_finished
+                and (job.state is JobState.CANCELLED or job.cancel_requested)
+            ):
                 act.add([job_id])
         return job
 
@@ -195,12 +213,17 @@ class Admin:
             return []
         target = f"job {ids[0]}" if len(ids) == 1 else f"{len(ids)} jobs"
         async with self.recording("retry", by=by, target=target):
-            return await self.redrive(JobFilter(ids=tuple(ids), states=RETRYABLE_BY_OPERATOR),
-                                      limit=len(ids), by=by)
+            return await self.redrive(
+                JobFilter(ids=tuple(ids), states=RETRYABLE_BY_OPERATOR), limit=len(ids), by=by
+            )
 
     async def redrive(
-        self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
-        dry_run: bool = False, *, by: By = None,
+        self,
+        where: JobFilter = JobFilter(states=(JobState.DEAD,)),
+        limit: int = 100,
+        dry_run: bool = False,
+        *,
+        by: By = None,
     ) -> builtins.list[Job]:
         """Send up to `limit` dead jobs matching `where` back to work, oldest failure
         first, with fresh attempts. With dry_run, only show which would move.
@@ -214,8 +237,9 @@ class Admin:
             act.add([j.id for j in jobs])
         return jobs
 
-    async def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *,
-                     by: By = None) -> builtins.list[str]:
+    async def delete(
+        self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *, by: By = None
+    ) -> builtins.list[str]:
         """Delete finished jobs matching `where` (active jobs are never deleted)."""
         backend = await self.app.backend()
         where = await self.resolve(where)
@@ -233,11 +257,15 @@ class Admin:
         try:
             await self.app.claim_check.delete_with_jobs(job_ids)
         except Exception as exc:  # noqa: BLE001 - the jobs are deleted; see above
-            log.warning("the blobs of %d deleted jobs were not deleted (%s); the prune "
-                        "loop will", len(job_ids), exc)
+            log.warning(
+                "the blobs of %d deleted jobs were not deleted (%s); the prune loop will",
+                len(job_ids),
+                exc,
+            )
 
-    async def purge(self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False,
-                    *, by: By = None) -> int:
+    async def purge(
+        self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False, *, by: By = None
+    ) -> int:
         """Cancel every waiting job (scheduled, available, retryable) of `queue` that
         matches `where`; running jobs finish. Returns how many were cancelled (with
         dry_run: how many would be). Cancelled, not deleted: they stay listed until
@@ -245,8 +273,9 @@ class Admin:
         brings them back."""
         backend = await self.app.backend()
         where = await self.resolve(replace(where, queues=(queue,)))
-        scoped = replace(where, states=tuple(s for s in (where.states or WAITING_STATES)
-                                             if s in WAITING_STATES))
+        scoped = replace(
+            where, states=tuple(s for s in (where.states or WAITING_STATES) if s in WAITING_STATES)
+        )
         if not scoped.states:
             return 0
         if dry_run:
@@ -333,7 +362,10 @@ class Jobs:
         return self.app.portal.call(self.app.admin.get(job_id))
 
     def list(
-        self, where: JobFilter = JobFilter(), limit: int = 50, offset: int = 0,
+        self,
+        where: JobFilter = JobFilter(),
+        limit: int = 50,
+        offset: int = 0,
         after: str | None = None,
     ) -> builtins.list[Job]:
         return self.app.portal.call(self.app.admin.list(where, limit, offset, after))
@@ -348,21 +380,32 @@ class Jobs:
         return self.app.portal.call(self.app.admin.retry(job_ids, by=by))
 
     def redrive(
-        self, where: JobFilter = JobFilter(states=(JobState.DEAD,)), limit: int = 100,
-        dry_run: bool = False, *, by: By = None,
+        self,
+        where: JobFilter = JobFilter(states=(JobState.DEAD,)),
+        limit: int = 100,
+        dry_run: bool = False,
+        *,
+        by: By = None,
     ) -> builtins.list[Job]:
         return self.app.portal.call(self.app.admin.redrive(where, limit, dry_run, by=by))
 
-    def delete(self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *,
-               by: By = None) -> builtins.list[str]:
+    def delete(
+        self, where: JobFilter, limit: int = 1000, dry_run: bool = False, *, by: By = None
+    ) -> builtins.list[str]:
         return self.app.portal.call(self.app.admin.delete(where, limit, dry_run, by=by))
 
-    def purge(self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False, *,
-              by: By = None) -> int:
+    def purge(
+        self, queue: str, where: JobFilter = JobFilter(), dry_run: bool = False, *, by: By = None
+    ) -> int:
         return self.app.portal.call(self.app.admin.purge(queue, where, dry_run, by=by))
 
-    def audit(self, since: float | None = None, until: float | None = None, limit: int = 100,
-              actions: Sequence[str] = ()) -> builtins.list[AuditEntry]:
+    def audit(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+        actions: Sequence[str] = (),
+    ) -> builtins.list[AuditEntry]:
         return self.app.portal.call(self.app.admin.audit(since, until, limit, actions))
 
     def actions_on(self, job_id: str) -> builtins.list[AuditEntry]:

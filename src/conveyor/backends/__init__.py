@@ -22,9 +22,11 @@ _SCHEMES: dict[str, tuple[str, str, str | None]] = {
 # Schemes whose store lives inside the process that made it (tests): no worker or
 # command in another process can reach it.
 IN_PROCESS_SCHEMES = frozenset({"memory"})
-IN_PROCESS_ONLY = ("a memory:// backend lives inside one process: workers, the scheduler and "
-                   "the command line in another process cannot see its jobs; use "
-                   "sqlite:///jobs.db, postgresql:// or redis:// to share jobs between processes")
+IN_PROCESS_ONLY = (
+    "a memory:// backend lives inside one process: workers, the scheduler and "
+    "the command line in another process cannot see its jobs; use "
+    "sqlite:///jobs.db, postgresql:// or redis:// to share jobs between processes"
+)
 
 
 def in_process_only(url: str) -> bool:

@@ -61,8 +61,12 @@ class QueuePlan:
     (QueueQuota(name='critical', quota=1, ceiling=1), QueueQuota(name='bulk', quota=1, ceiling=9))
     """
 
-    def __init__(self, queues: Sequence[str], weights: Sequence[float] | None = None,
-                 slots: int | None = None) -> None:
+    def __init__(
+        self,
+        queues: Sequence[str],
+        weights: Sequence[float] | None = None,
+        slots: int | None = None,
+    ) -> None:
         if not queues:
             raise ValueError("a worker needs at least one queue")
         if len(set(queues)) != len(queues):
@@ -90,14 +94,25 @@ class QueuePlan:
             return ",".join(self.queues)
         return ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights))
 
-    def request(self, limit: int, worker_id: str, lease_seconds: float,
-                running: Mapping[str, int] | None = None,
-                rate_limits: tuple[RateLimit, ...] = ()) -> ClaimRequest:
-        return ClaimRequest(queues=self.quotas(limit, running), limit=limit, worker_id=worker_id,
-                            lease_seconds=lease_seconds, rate_limits=rate_limits)
+    def request(
+        self,
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        running: Mapping[str, int] | None = None,
+        rate_limits: tuple[RateLimit, ...] = (),
+    ) -> ClaimRequest:
+        return ClaimRequest(
+            queues=self.quotas(limit, running),
+            limit=limit,
+            worker_id=worker_id,
+            lease_seconds=lease_seconds,
+            rate_limits=rate_limits,
+        )
 
-    def quotas(self, limit: int, running: Mapping[str, int] | None = None
-               ) -> tuple[QueueQuota, ...]:
+    def quotas(
+        self, limit: int, running: Mapping[str, int] | None = None
+    ) -> tuple[QueueQuota, ...]:
         """The quotas of a claim of up to `limit` jobs. `running`: the worker's running
         jobs by queue; with weights and `slots`, the claim shares slots, not claims."""
         if self.weights is None:
@@ -117,13 +132,16 @@ class QueuePlan:
         owed = [o + limit * w / total for o, w in zip(self._owed, self.weights)]
         granted = [math.floor(o) for o in owed]
         # Whole jobs left over go to the queues owed the largest fractions.
-        for i in sorted(range(len(owed)), key=lambda i: granted[i] - owed[i])[: limit - sum(granted)]:
+        for i in sorted(range(len(owed)), key=lambda i: granted[i] - owed[i])[
+            : limit - sum(granted)
+        ]:
             granted[i] += 1
         self._owed = [o - g for o, g in zip(owed, granted)]
         return granted
 
-    def _slot_shares(self, limit: int, running: Mapping[str, int], slots: int
-                     ) -> tuple[list[int], list[int | None]]:
+    def _slot_shares(
+        self, limit: int, running: Mapping[str, int], slots: int
+    ) -> tuple[list[int], list[int | None]]:
         """Each of `limit` free slots to the queue furthest below its share of the
         worker's slots; ceilings keep one slot per other queue out of a borrower's reach."""
         assert self.weights is not None
@@ -134,8 +152,9 @@ class QueuePlan:
         # A heap of (-room below its share, -weight, index): its top is the queue the
         # slot goes to, as max() over all queues for each slot chose (a weighted
         # worker's every claim built its quotas that way: 0.1-0.2 ms for 50 slots).
-        heap = [(-(share - h), -w, i) for i, (share, h, w)
-                in enumerate(zip(shares, held, self.weights))]
+        heap = [
+            (-(share - h), -w, i) for i, (share, h, w) in enumerate(zip(shares, held, self.weights))
+        ]
         heapq.heapify(heap)
         for _ in range(limit):
             _, minus_weight, i = heap[0]
@@ -218,8 +237,9 @@ def claim_in_passes(request: ClaimRequest, take: Callable[[str, int], Sequence[T
         return claimed
 
 
-def strict_claim(queues: Sequence[str], limit: int, worker_id: str,
-                 lease_seconds: float) -> ClaimRequest:
+def strict_claim(
+    queues: Sequence[str], limit: int, worker_id: str, lease_seconds: float
+) -> ClaimRequest:
     """A request that serves `queues` in strict order (earlier queues first).
 
     >>> jobs = await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))
@@ -234,17 +254,24 @@ class ClaimBuckets:
     and SQLite backends claim through it; PostgreSQL's claim_jobs and Redis's
     claim.lua do the same arithmetic."""
 
-    def __init__(self, limits: Sequence[RateLimit], stored: Mapping[str, tuple[float, float]],
-                 now: float) -> None:
+    def __init__(
+        self, limits: Sequence[RateLimit], stored: Mapping[str, tuple[float, float]], now: float
+    ) -> None:
         self.now = now
         self.limits = {limit.key: limit for limit in limits}
         # A bucket's time never goes back: a claimer that read the clock before another
         # but spends after it must not count that stretch of time twice.
-        self.as_of = {key: max(now, stored[key][1]) if key in stored else now
-                      for key in self.limits}
-        self.tokens = {limit.key: (refill(*stored[limit.key], now, limit)
-                                   if limit.key in stored else float(limit.burst))
-                       for limit in limits}
+        self.as_of = {
+            key: max(now, stored[key][1]) if key in stored else now for key in self.limits
+        }
+        self.tokens = {
+            limit.key: (
+                refill(*stored[limit.key], now, limit)
+                if limit.key in stored
+                else float(limit.burst)
+            )
+            for limit in limits
+        }
         self.spent: set[str] = set()
 
     def allowed(self, key: str) -> int:
@@ -273,8 +300,11 @@ class ClaimBuckets:
 
     def next_token_at(self, held_back: Iterable[str]) -> float | None:
         """The earliest time one of `held_back` (buckets with waiting jobs) has a token."""
-        due = [next_token_at(self.tokens[key], self.as_of[key], self.limits[key])
-               for key in held_back if self.allowed(key) < 1]
+        due = [
+            next_token_at(self.tokens[key], self.as_of[key], self.limits[key])
+            for key in held_back
+            if self.allowed(key) < 1
+        ]
         return min(due, default=None)
 
     def stored(self) -> dict[str, tuple[float, float]]:

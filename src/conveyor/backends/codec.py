@@ -32,11 +32,36 @@ from conveyor.model.job import AttemptError, Job, JobState
 
 # The stored fields of a job, in the order of a positional row.
 COLUMNS: tuple[str, ...] = (
-    "id", "queue", "task", "payload", "state", "priority", "attempt", "max_attempts",
-    "run_at", "created_at", "started_at", "finished_at", "lease_token", "lease_expires_at",
-    "worker_id", "unique_key", "unique_for", "result", "errors", "checkpoint", "progress",
-    "cancel_requested", "timeout", "meta", "aging", "concurrency_key", "concurrency_limit",
-    "rate_key", "result_expires_at")
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "lease_token",
+    "lease_expires_at",
+    "worker_id",
+    "unique_key",
+    "unique_for",
+    "result",
+    "errors",
+    "checkpoint",
+    "progress",
+    "cancel_requested",
+    "timeout",
+    "meta",
+    "aging",
+    "concurrency_key",
+    "concurrency_limit",
+    "rate_key",
+    "result_expires_at",
+)
 _STATES = {state.value: state for state in JobState}
 # Whole numbers fit in 64 bits (a bound parameter of every driver), so any Job read
 # can be written back.
@@ -210,8 +235,15 @@ def _errors(raw: Any) -> tuple[AttemptError, ...]:
         except (TypeError, ValueError, OverflowError):
             bad.append(f"item {i} is not an error record ({excerpt(item)})")
             continue
-        texts = (error.type, error.message, error.traceback, error.worker_id, error.host,
-                 error.version, error.app_version)
+        texts = (
+            error.type,
+            error.message,
+            error.traceback,
+            error.worker_id,
+            error.host,
+            error.version,
+            error.app_version,
+        )
         if not all(is_clean(t) for t in texts):  # lone surrogates from JSON escapes
             error = AttemptError(error.attempt, error.at, *map(readable_text, texts))
         errors.append(error)
@@ -234,19 +266,36 @@ def _meta(raw: Any) -> dict[str, Any]:
 
 # Field -> (rule, value when absent from a mapping).
 RULES: dict[str, tuple[Callable[[Any], Any], Any]] = {
-    "id": (_text, None), "queue": (_text, None), "task": (_text, None),
-    "payload": (_text, None), "state": (_state, None), "priority": (_whole, None),
-    "attempt": (_whole, 0), "max_attempts": (_whole, None), "run_at": (_number, None),
-    "created_at": (_number, None), "started_at": (_optional_number, None),
-    "finished_at": (_optional_number, None), "lease_token": (_whole, 0),
-    "lease_expires_at": (_optional_number, None), "worker_id": (_optional_text, None),
-    "unique_key": (_optional_text, None), "unique_for": (_optional_number, None),
-    "result": (_json_text, None), "errors": (_errors, None), "checkpoint": (_json_text, None),
-    "progress": (_json_text, None), "cancel_requested": (_flag, None),
-    "timeout": (_optional_number, None), "meta": (_meta, None),
+    "id": (_text, None),
+    "queue": (_text, None),
+    "task": (_text, None),
+    "payload": (_text, None),
+    "state": (_state, None),
+    "priority": (_whole, None),
+    "attempt": (_whole, 0),
+    "max_attempts": (_whole, None),
+    "run_at": (_number, None),
+    "created_at": (_number, None),
+    "started_at": (_optional_number, None),
+    "finished_at": (_optional_number, None),
+    "lease_token": (_whole, 0),
+    "lease_expires_at": (_optional_number, None),
+    "worker_id": (_optional_text, None),
+    "unique_key": (_optional_text, None),
+    "unique_for": (_optional_number, None),
+    "result": (_json_text, None),
+    "errors": (_errors, None),
+    "checkpoint": (_json_text, None),
+    "progress": (_json_text, None),
+    "cancel_requested": (_flag, None),
+    "timeout": (_optional_number, None),
+    "meta": (_meta, None),
     "aging": (_optional_positive, None),
-    "concurrency_key": (_optional_text, None), "concurrency_limit": (_optional_limit, None),
-    "rate_key": (_optional_text, None), "result_expires_at": (_optional_number, None)}
+    "concurrency_key": (_optional_text, None),
+    "concurrency_limit": (_optional_limit, None),
+    "rate_key": (_optional_text, None),
+    "result_expires_at": (_optional_number, None),
+}
 assert tuple(RULES) == COLUMNS
 
 
@@ -302,42 +351,114 @@ def _float_or_none(value: Any) -> bool:
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """A Job from typed values in `COLUMNS` order (the SQL backends)."""
-    (id_, queue, task, payload, state, priority, attempt, max_attempts, run_at, created_at,
-     started_at, finished_at, lease_token, lease_expires_at, worker_id, unique_key, unique_for,
-     result, errors, checkpoint, progress, cancel_requested, timeout, meta, aging,
-     concurrency_key, concurrency_limit, rate_key, result_expires_at) = row
+    (
+        id_,
+        queue,
+        task,
+        payload,
+        state,
+        priority,
+        attempt,
+        max_attempts,
+        run_at,
+        created_at,
+        started_at,
+        finished_at,
+        lease_token,
+        lease_expires_at,
+        worker_id,
+        unique_key,
+        unique_for,
+        result,
+        errors,
+        checkpoint,
+        progress,
+        cancel_requested,
+        timeout,
+        meta,
+        aging,
+        concurrency_key,
+        concurrency_limit,
+        rate_key,
+        result_expires_at,
+    ) = row
     try:
-        if not (type(id_) is str and is_clean(id_) and type(queue) is str and is_clean(queue)
-                and type(task) is str and is_clean(task)
-                and type(payload) is str and is_clean(payload)
-                and type(priority) is int and type(attempt) is int
-                and type(max_attempts) is int and type(lease_token) is int
-                and 1 <= max_attempts < _INT_END and _INT_MIN <= priority < _INT_END
-                and _INT_MIN <= attempt < _INT_END and _INT_MIN <= lease_token < _INT_END
-                and type(run_at) is float and type(created_at) is float
-                and _float_or_none(started_at) and _float_or_none(finished_at)
-                and _float_or_none(lease_expires_at) and _float_or_none(unique_for)
-                and _float_or_none(timeout) and _float_or_none(result_expires_at)
-                and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
-                and _clean_or_none(concurrency_key) and _clean_or_none(rate_key)
-                and (concurrency_limit is None
-                     or (type(concurrency_limit) is int and 1 <= concurrency_limit < _INT_END))
-                and _clean_or_none(worker_id) and _clean_or_none(unique_key)
-                and (cancel_requested is False or cancel_requested is True
-                     or cancel_requested == 0 or cancel_requested == 1)
-                and _json_ok(result) and _json_ok(checkpoint) and _json_ok(progress)):
+        if not (
+            type(id_) is str
+            and is_clean(id_)
+            and type(queue) is str
+            and is_clean(queue)
+            and type(task) is str
+            and is_clean(task)
+            and type(payload) is str
+            and is_clean(payload)
+            and type(priority) is int
+            and type(attempt) is int
+            and type(max_attempts) is int
+            and type(lease_token) is int
+            and 1 <= max_attempts < _INT_END
+            and _INT_MIN <= priority < _INT_END
+            and _INT_MIN <= attempt < _INT_END
+            and _INT_MIN <= lease_token < _INT_END
+            and type(run_at) is float
+            and type(created_at) is float
+            and _float_or_none(started_at)
+            and _float_or_none(finished_at)
+            and _float_or_none(lease_expires_at)
+            and _float_or_none(unique_for)
+            and _float_or_none(timeout)
+            and _float_or_none(result_expires_at)
+            and (aging is None or (type(aging) is float and 0 < aging < float("inf")))
+            and _clean_or_none(concurrency_key)
+            and _clean_or_none(rate_key)
+            and (
+                concurrency_limit is None
+                or (type(concurrency_limit) is int and 1 <= concurrency_limit < _INT_END)
+            )
+            and _clean_or_none(worker_id)
+            and _clean_or_none(unique_key)
+            and (
+                cancel_requested is False
+                or cancel_requested is True
+                or cancel_requested == 0
+                or cancel_requested == 1
+            )
+            and _json_ok(result)
+            and _json_ok(checkpoint)
+            and _json_ok(progress)
+        ):
             raise ValueError
         job = Job(
-            id=id_, task=task, queue=queue, payload=payload, state=_STATES[state],
-            priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at,
-            created_at=created_at, started_at=started_at, finished_at=finished_at,
-            lease_token=lease_token, lease_expires_at=lease_expires_at, worker_id=worker_id,
-            unique_key=unique_key, unique_for=unique_for, result=result,
-            errors=() if errors == "[]" else _errors(errors), checkpoint=checkpoint,
-            progress=progress, cancel_requested=bool(cancel_requested), timeout=timeout,
-            meta={} if meta == "{}" else _meta(meta), aging=aging, rate_key=rate_key,
-            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
-            result_expires_at=result_expires_at)
+            id=id_,
+            task=task,
+            queue=queue,
+            payload=payload,
+            state=_STATES[state],
+            priority=priority,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            created_at=created_at,
+            started_at=started_at,
+            finished_at=finished_at,
+            lease_token=lease_token,
+            lease_expires_at=lease_expires_at,
+            worker_id=worker_id,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            result=result,
+            errors=() if errors == "[]" else _errors(errors),
+            checkpoint=checkpoint,
+            progress=progress,
+            cancel_requested=bool(cancel_requested),
+            timeout=timeout,
+            meta={} if meta == "{}" else _meta(meta),
+            aging=aging,
+            rate_key=rate_key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            result_expires_at=result_expires_at,
+        )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(dict(zip(COLUMNS, row, strict=True)))
     return job
@@ -354,47 +475,81 @@ def job_from_fields(fields: Mapping[str, Any], job_id: str | None = None) -> Job
         worker_id, unique_key, rate_key = get("worker_id"), get("unique_key"), get("rate_key")
         result, checkpoint, progress = get("result"), get("checkpoint"), get("progress")
         cancel = get("cancel_requested")
-        if not (is_clean(id_) and is_clean(queue) and is_clean(task) and is_clean(payload)
-                and _clean_or_none(worker_id) and _clean_or_none(unique_key)
-                and _json_ok(result) and _json_ok(checkpoint) and _json_ok(progress)
-                and (cancel is None or cancel == "1" or cancel == "0") and _clean_or_none(rate_key)):
+        if not (
+            is_clean(id_)
+            and is_clean(queue)
+            and is_clean(task)
+            and is_clean(payload)
+            and _clean_or_none(worker_id)
+            and _clean_or_none(unique_key)
+            and _json_ok(result)
+            and _json_ok(checkpoint)
+            and _json_ok(progress)
+            and (cancel is None or cancel == "1" or cancel == "0")
+            and _clean_or_none(rate_key)
+        ):
             raise ValueError
         started_at, finished_at = get("started_at"), get("finished_at")
         lease_expires_at, unique_for, timeout, expires = (
-            get("lease_expires_at"), get("unique_for"), get("timeout"), get("result_expires_at"))
+            get("lease_expires_at"),
+            get("unique_for"),
+            get("timeout"),
+            get("result_expires_at"),
+        )
         errors, meta, aging = get("errors"), get("meta"), get("aging")
         aging = None if aging is None else float(aging)
         if aging is not None and not 0 < aging < float("inf"):
             raise ValueError
         concurrency_key, concurrency_limit = get("concurrency_key"), get("concurrency_limit")
-        if not (_clean_or_none(concurrency_key) and (
+        if not (
+            _clean_or_none(concurrency_key)
+            and (
                 concurrency_limit is None
-                or (concurrency_limit.isdigit() and 1 <= int(concurrency_limit) < _INT_END))):
+                or (concurrency_limit.isdigit() and 1 <= int(concurrency_limit) < _INT_END)
+            )
+        ):
             raise ValueError
         priority, attempt = int(fields["priority"]), int(get("attempt", 0))
         max_attempts, lease_token = int(fields["max_attempts"]), int(get("lease_token", 0))
-        if not (max_attempts >= 1 and _INT_MIN <= priority < _INT_END
-                and _INT_MIN <= attempt < _INT_END and max_attempts < _INT_END
-                and _INT_MIN <= lease_token < _INT_END):
+        if not (
+            max_attempts >= 1
+            and _INT_MIN <= priority < _INT_END
+            and _INT_MIN <= attempt < _INT_END
+            and max_attempts < _INT_END
+            and _INT_MIN <= lease_token < _INT_END
+        ):
             raise ValueError
         job = Job(
-            id=id_, task=task, queue=queue, payload=payload, state=_STATES[fields["state"]],
-            priority=priority, attempt=attempt,
-            max_attempts=max_attempts, run_at=float(fields["run_at"]),
+            id=id_,
+            task=task,
+            queue=queue,
+            payload=payload,
+            state=_STATES[fields["state"]],
+            priority=priority,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            run_at=float(fields["run_at"]),
             created_at=float(fields["created_at"]),
             started_at=None if started_at is None else float(started_at),
             finished_at=None if finished_at is None else float(finished_at),
             lease_token=lease_token,
             lease_expires_at=None if lease_expires_at is None else float(lease_expires_at),
-            worker_id=worker_id, unique_key=unique_key,
+            worker_id=worker_id,
+            unique_key=unique_key,
             unique_for=None if unique_for is None else float(unique_for),
-            result=result, errors=() if errors is None or errors == "[]" else _errors(errors),
-            checkpoint=checkpoint, progress=progress, cancel_requested=cancel == "1",
+            result=result,
+            errors=() if errors is None or errors == "[]" else _errors(errors),
+            checkpoint=checkpoint,
+            progress=progress,
+            cancel_requested=cancel == "1",
             timeout=None if timeout is None else float(timeout),
-            meta={} if meta is None or meta == "{}" else _meta(meta), aging=aging,
-            concurrency_key=concurrency_key, rate_key=rate_key,
+            meta={} if meta is None or meta == "{}" else _meta(meta),
+            aging=aging,
+            concurrency_key=concurrency_key,
+            rate_key=rate_key,
             concurrency_limit=None if concurrency_limit is None else int(concurrency_limit),
-            result_expires_at=None if expires is None else float(expires))
+            result_expires_at=None if expires is None else float(expires),
+        )
     except (AttributeError, KeyError, TypeError, ValueError, Unreadable):
         return _careful(fields if job_id is None else {**fields, "id": job_id})
     return job

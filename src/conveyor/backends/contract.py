@@ -35,21 +35,63 @@ from typing import Any, Protocol, runtime_checkable
 
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.clock import Clock
-from conveyor.backends.params import (WAITING_STATES, ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery,
-                     HeartbeatReply, HeldLease, JobFilter, KeyLoad, Lease, LeaseQuery, QueueQuota,
-                     QueueStats, Settlement, ascii_lower, flow_loads_from_rows,
-                     queue_stats_from_rows, redrive_scope, waiting_scope)
+from conveyor.backends.params import (
+    WAITING_STATES,
+    ClaimedJobs,
+    ClaimRequest,
+    FlowLoads,
+    FlowQuery,
+    HeartbeatReply,
+    HeldLease,
+    JobFilter,
+    KeyLoad,
+    Lease,
+    LeaseQuery,
+    QueueQuota,
+    QueueStats,
+    Settlement,
+    ascii_lower,
+    flow_loads_from_rows,
+    queue_stats_from_rows,
+    redrive_scope,
+    waiting_scope,
+)
 
 __all__ = [
     # the roles, the whole contract, the test hook
-    "JobLifecycle", "Inspector", "SharedRecords", "Backend", "StateForcing",
+    "JobLifecycle",
+    "Inspector",
+    "SharedRecords",
+    "Backend",
+    "StateForcing",
     # optional capabilities
-    "TransactionalEnqueue", "CompleteInTransaction", "RecordsInTransaction", "BlockingEnqueue",
-    "LivenessHold", "WorkerLiveness", "FinishWakeups", "KeyLimits",
+    "TransactionalEnqueue",
+    "CompleteInTransaction",
+    "RecordsInTransaction",
+    "BlockingEnqueue",
+    "LivenessHold",
+    "WorkerLiveness",
+    "FinishWakeups",
+    "KeyLimits",
     # from params.py
-    "QueueQuota", "ClaimRequest", "ClaimedJobs", "Lease", "HeldLease", "LeaseQuery", "Settlement",
-    "HeartbeatReply", "JobFilter", "QueueStats", "WAITING_STATES", "ascii_lower",
-    "waiting_scope", "redrive_scope", "queue_stats_from_rows", "FlowQuery", "FlowLoads", "KeyLoad",
+    "QueueQuota",
+    "ClaimRequest",
+    "ClaimedJobs",
+    "Lease",
+    "HeldLease",
+    "LeaseQuery",
+    "Settlement",
+    "HeartbeatReply",
+    "JobFilter",
+    "QueueStats",
+    "WAITING_STATES",
+    "ascii_lower",
+    "waiting_scope",
+    "redrive_scope",
+    "queue_stats_from_rows",
+    "FlowQuery",
+    "FlowLoads",
+    "KeyLoad",
     "flow_loads_from_rows",
 ]
 
@@ -82,9 +124,13 @@ class JobLifecycle(Protocol):
         outcome once), so backends may write it in one statement."""
         ...
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply: ...
+    async def heartbeat_jobs(
+        self, leases: Sequence[Lease], lease_seconds: float
+    ) -> HeartbeatReply: ...
 
-    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
         """Store JSON progress fenced by the lease; False if the lease was lost."""
         ...
 
@@ -203,24 +249,28 @@ class SharedRecords(Protocol):
         """Every live (key -> value) of a namespace."""
         ...
 
-    async def put_record(self, namespace: str, key: str, value: str,
-                         ttl: float | None = None) -> None:
+    async def put_record(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> None:
         """Store `value`, replacing any previous one (and its TTL)."""
         ...
 
-    async def put_record_if_absent(self, namespace: str, key: str, value: str,
-                                   ttl: float | None = None) -> bool:
+    async def put_record_if_absent(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> bool:
         """Store `value` only if no live record has that key; True if stored."""
         ...
 
-    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
-                                     value: str, ttl: float | None = None) -> bool:
+    async def compare_and_set_record(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
+    ) -> bool:
         """Replace the record with `value` only if it is now `expected` (None:
         absent); True if replaced."""
         ...
 
-    async def incr_record(self, namespace: str, key: str, amount: int = 1,
-                          ttl: float | None = None) -> int:
+    async def incr_record(
+        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
+    ) -> int:
         """Add `amount` to an integer record (absent counts as 0) and return the new
         value. `ttl` applies when the record is created; later increments keep its
         expiry (a fixed window)."""
@@ -275,13 +325,25 @@ class RecordsInTransaction(Protocol):
     the write commits or rolls back with it (PostgreSQL). What `once()` marks done
     with inside `current_job().transaction()`."""
 
-    async def compare_and_set_record_in(self, connection: Any, namespace: str, key: str,
-                                        expected: str | None, value: str,
-                                        ttl: float | None = None) -> bool: ...
+    async def compare_and_set_record_in(
+        self,
+        connection: Any,
+        namespace: str,
+        key: str,
+        expected: str | None,
+        value: str,
+        ttl: float | None = None,
+    ) -> bool: ...
 
-    def compare_and_set_record_in_sync(self, connection: Any, namespace: str, key: str,
-                                       expected: str | None, value: str,
-                                       ttl: float | None = None) -> bool: ...
+    def compare_and_set_record_in_sync(
+        self,
+        connection: Any,
+        namespace: str,
+        key: str,
+        expected: str | None,
+        value: str,
+        ttl: float | None = None,
+    ) -> bool: ...
 
 
 @runtime_checkable

@@ -7,8 +7,16 @@ from __future__ import annotations
 from conveyor.backends.contract import JobFilter, ascii_lower
 
 
-def job_matches(where: JobFilter, *, job_id: str, state: str | None, queue: str | None,
-                task: str | None, last_error_type: str | None, payload: str | None) -> bool:
+def job_matches(
+    where: JobFilter,
+    *,
+    job_id: str,
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    last_error_type: str | None,
+    payload: str | None,
+) -> bool:
     """True if the job with these stored values matches `where`.
 
     `state` None means the job is gone (deleted since its id was read); the caller
@@ -25,7 +33,8 @@ def job_matches(where: JobFilter, *, job_id: str, state: str | None, queue: str 
     if where.ids and job_id not in where.ids:
         return False
     if where.error_type is not None and (
-            last_error_type is None or ascii_lower(last_error_type) != ascii_lower(where.error_type)):
+        last_error_type is None or ascii_lower(last_error_type) != ascii_lower(where.error_type)
+    ):
         return False
     if where.args_contains is not None and where.args_contains not in (payload or ""):
         return False

@@ -61,8 +61,13 @@ class SignalHolder(ABC):
                 token = await self._take()
             self._set(token)
         except Exception as exc:  # noqa: BLE001 - no signal yet: the lease still covers us
-            log.warning("worker %s: could not take its %s (%s); retrying, its jobs are "
-                        "covered by their leases meanwhile", self.worker_id, self.what, exc)
+            log.warning(
+                "worker %s: could not take its %s (%s); retrying, its jobs are "
+                "covered by their leases meanwhile",
+                self.worker_id,
+                self.what,
+                exc,
+            )
             await self._close_quietly()
         self._task = asyncio.create_task(self._keep(), name=f"conveyor-liveness:{self.worker_id}")
 
@@ -108,8 +113,12 @@ class SignalHolder(ABC):
                     if self._stopping:
                         break
                     if failures == 1:
-                        log.warning("worker %s: could not take its %s again (%s); retrying",
-                                    self.worker_id, self.what, exc)
+                        log.warning(
+                            "worker %s: could not take its %s again (%s); retrying",
+                            self.worker_id,
+                            self.what,
+                            exc,
+                        )
                     await asyncio.sleep(min(0.05 * 2**failures, _LONGEST_BACKOFF))
                     continue
                 if self._stopping:
@@ -126,7 +135,8 @@ class SignalHolder(ABC):
             if self._stopping:
                 break
             self._set(None)
-            log.warning("worker %s lost its %s (%s); taking it again", self.worker_id,
-                        self.what, reason)
+            log.warning(
+                "worker %s lost its %s (%s); taking it again", self.worker_id, self.what, reason
+            )
             await self._close_quietly()
         await self._close_quietly()  # a take that finished after the stop closed things

@@ -217,13 +217,14 @@ class FlowLoads:
     by_running: tuple[KeyLoad, ...] = ()
     by_held: tuple[KeyLoad, ...] = ()
     running: int = 0  # running jobs that have a concurrency key
-    held: int = 0     # available jobs parked behind their key
-    keys: int = 0     # keys with a running or a held job
+    held: int = 0  # available jobs parked behind their key
+    keys: int = 0  # keys with a running or a held job
     buckets: tuple[tuple[str, int], ...] = ()
 
 
-def flow_loads_from_rows(top: int, key_rows: Iterable[Sequence[Any]],
-                         bucket_rows: Iterable[Sequence[Any]] = ()) -> FlowLoads:
+def flow_loads_from_rows(
+    top: int, key_rows: Iterable[Sequence[Any]], bucket_rows: Iterable[Sequence[Any]] = ()
+) -> FlowLoads:
     """FlowLoads from rows (key, running, held) and (bucket, throttled jobs); a key or
     a bucket may come in several rows (summed). Every backend ranks through here."""
     loads: dict[str, list[int]] = {}
@@ -234,12 +235,17 @@ def flow_loads_from_rows(top: int, key_rows: Iterable[Sequence[Any]],
     keyed = [KeyLoad(k, r, h) for k, (r, h) in sorted(loads.items()) if r or h]
     buckets = _per_queue(bucket_rows)  # summed by name, as readable text
     return FlowLoads(
-        by_running=tuple(sorted((k for k in keyed if k.running),
-                                key=lambda k: (-k.running, k.key))[:top]),
+        by_running=tuple(
+            sorted((k for k in keyed if k.running), key=lambda k: (-k.running, k.key))[:top]
+        ),
         by_held=tuple(sorted((k for k in keyed if k.held), key=lambda k: (-k.held, k.key))[:top]),
-        running=sum(k.running for k in keyed), held=sum(k.held for k in keyed), keys=len(keyed),
-        buckets=tuple(sorted(((b, n) for b, n in buckets.items() if n),
-                             key=lambda item: (-item[1], item[0]))))
+        running=sum(k.running for k in keyed),
+        held=sum(k.held for k in keyed),
+        keys=len(keyed),
+        buckets=tuple(
+            sorted(((b, n) for b, n in buckets.items() if n), key=lambda item: (-item[1], item[0]))
+        ),
+    )
 
 
 def queue_stats_from_rows(
@@ -266,8 +272,11 @@ def queue_stats_from_rows(
         if known is not None:
             by_state = counts.setdefault(readable_text(queue), {})
             by_state[known] = by_state.get(known, 0) + n
-    oldest = {readable_text(queue): float(run_at) for queue, run_at in oldest_available_by_queue
-              if isinstance(run_at, (int, float))}
+    oldest = {
+        readable_text(queue): float(run_at)
+        for queue, run_at in oldest_available_by_queue
+        if isinstance(run_at, (int, float))
+    }
     paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
     throttled, parked = _per_queue(throttled_by_queue), _per_queue(parked_by_queue)
     shed = _per_queue(shed_by_queue)

@@ -22,5 +22,7 @@ def incremented(namespace: str, key: str, current: str | None, amount: int) -> i
     try:
         return int(current) + amount
     except ValueError:
-        raise ValueError(f"record {namespace}/{key} holds {current[:40]!r}, not an integer; "
-                         "incr_record counts only what it created") from None
+        raise ValueError(
+            f"record {namespace}/{key} holds {current[:40]!r}, not an integer; "
+            "incr_record counts only what it created"
+        ) from None

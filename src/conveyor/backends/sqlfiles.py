@@ -40,8 +40,9 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
     for name in fragments:
         placeholder = "{" + name + "}"
         if not any(placeholder in text for text in texts):
-            raise ValueError(f"{where}: fragment {name!r} is not used by any query "
-                             f"(write it as {placeholder})")
+            raise ValueError(
+                f"{where}: fragment {name!r} is not used by any query (write it as {placeholder})"
+            )
     # A fragment may use other fragments, defined before or after it.
     for _ in range(len(fragments)):
         for name, fragment in fragments.items():

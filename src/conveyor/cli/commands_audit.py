@@ -25,18 +25,37 @@ def span(text: str) -> float:
 
 def register(commands: Commands, target: Parser) -> None:
     audit = commands.add_parser(
-        "audit", parents=[target],
+        "audit",
+        parents=[target],
         help="operator actions (retry, redrive, cancel, delete, purge, pause, resume) with "
-             "who, when, what and how many",
+        "who, when, what and how many",
         description="Every operator action taken through the CLI, the dashboard or the API, "
-                    f"newest first; kept {RETENTION / 86400:.0f} days.")
-    audit.add_argument("--since", type=span, default=7 * 86400.0, metavar="SPAN",
-                       help="how far back, e.g. 90m, 12h, 30d (default 7d)")
-    audit.add_argument("--action", "-a", action="append", default=[], metavar="ACTION",
-                       help="only this action, e.g. purge or 'redrive run started' (repeatable)")
+        f"newest first; kept {RETENTION / 86400:.0f} days.",
+    )
+    audit.add_argument(
+        "--since",
+        type=span,
+        default=7 * 86400.0,
+        metavar="SPAN",
+        help="how far back, e.g. 90m, 12h, 30d (default 7d)",
+    )
+    audit.add_argument(
+        "--action",
+        "-a",
+        action="append",
+        default=[],
+        metavar="ACTION",
+        help="only this action, e.g. purge or 'redrive run started' (repeatable)",
+    )
     audit.add_argument("--job", metavar="JOB_ID", help="only the actions that touched this job")
-    audit.add_argument("--limit", "-n", type=positive_int, default=50, metavar="N",
-                       help="show at most N (default 50)")
+    audit.add_argument(
+        "--limit",
+        "-n",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="show at most N (default 50)",
+    )
     audit.add_argument("--json", action="store_true", help="one JSON object per line")
     audit.set_defaults(handler=audit_command)
 
@@ -44,8 +63,12 @@ def register(commands: Commands, target: Parser) -> None:
 def _what(entry: AuditEntry) -> str:
     parts = [entry.target] if entry.target else []
     if entry.filter:
-        parts.append(" ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
-                              for k, v in entry.filter.items()))
+        parts.append(
+            " ".join(
+                f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in entry.filter.items()
+            )
+        )
     if entry.note:
         parts.append(entry.note)
     return "; ".join(parts)
@@ -53,10 +76,11 @@ def _what(entry: AuditEntry) -> str:
 
 async def audit_command(app: Conveyor, args: argparse.Namespace) -> int:
     if args.job:
-        entries = list(reversed(await app.admin.actions_on(args.job)))[:args.limit]
+        entries = list(reversed(await app.admin.actions_on(args.job)))[: args.limit]
     else:
-        entries = await app.admin.audit(since=app.clock() - args.since, limit=args.limit,
-                                        actions=args.action)
+        entries = await app.admin.audit(
+            since=app.clock() - args.since, limit=args.limit, actions=args.action
+        )
     if args.json:
         for e in entries:
             print(json.dumps({"key": e.key, **json.loads(e.to_json())}, ensure_ascii=False))
@@ -64,8 +88,20 @@ async def audit_command(app: Conveyor, args: argparse.Namespace) -> int:
     if not entries:
         print("no operator actions recorded" + ("" if args.job else " in that time"))
         return OK
-    print(render.table(
-        ["WHEN", "BY", "VIA", "ACTION", "JOBS", "WHAT"],
-        [[render.timestamp(e.at), e.by + (f"@{e.host}" if e.host else ""), e.via, e.action,
-          e.count, _what(e)] for e in entries]))
+    print(
+        render.table(
+            ["WHEN", "BY", "VIA", "ACTION", "JOBS", "WHAT"],
+            [
+                [
+                    render.timestamp(e.at),
+                    e.by + (f"@{e.host}" if e.host else ""),
+                    e.via,
+                    e.action,
+                    e.count,
+                    _what(e),
+                ]
+                for e in entries
+            ],
+        )
+    )
     return OK

@@ -16,86 +16,181 @@ from conveyor.model.names import AmbiguousTaskName, match_task_name
 from conveyor.observe.timeline import timeline
 from conveyor.cli import render
 from conveyor.cli.exits import OK, CliError
-from conveyor.cli.parsing import (ERROR_TYPE_HELP, TASK_HELP, Commands, Parser, non_negative_float,
-                      positive_int, split_csv, verbs_of)
+from conveyor.cli.parsing import (
+    ERROR_TYPE_HELP,
+    TASK_HELP,
+    Commands,
+    Parser,
+    non_negative_float,
+    positive_int,
+    split_csv,
+    verbs_of,
+)
 
 STATES = [s.value for s in JobState]
 
 
 def register(commands: Commands, target: Parser) -> None:
     enqueue = commands.add_parser(
-        "enqueue", parents=[target], help="enqueue one job and print its id",
+        "enqueue",
+        parents=[target],
+        help="enqueue one job and print its id",
         description="Enqueue TASK with ARGs. Each ARG (and each --kw value) is JSON when it "
-                    "parses as JSON, else a string: 42 is a number, '\"42\"' and abc are strings.",
+        "parses as JSON, else a string: 42 is a number, '\"42\"' and abc are strings.",
     )
-    enqueue.add_argument("task", metavar="TASK",
-                         help="task name; a unique suffix such as send_email is enough")
+    enqueue.add_argument(
+        "task", metavar="TASK", help="task name; a unique suffix such as send_email is enough"
+    )
     enqueue.add_argument("args", metavar="ARG", nargs="*", help="positional argument")
-    enqueue.add_argument("--kw", metavar="KEY=JSON", action="append", default=[],
-                         help="keyword argument (repeatable)")
+    enqueue.add_argument(
+        "--kw",
+        metavar="KEY=JSON",
+        action="append",
+        default=[],
+        help="keyword argument (repeatable)",
+    )
     enqueue.add_argument("--queue", "-q", help="queue (default: the task's)")
-    enqueue.add_argument("--delay", type=non_negative_float, metavar="SECONDS",
-                         help="run no earlier than this many seconds from now")
+    enqueue.add_argument(
+        "--delay",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="run no earlier than this many seconds from now",
+    )
     enqueue.add_argument("--priority", type=int, help="higher runs first (default: the task's)")
-    enqueue.add_argument("--job-id", help="your own id; enqueueing an id that is still active "
-                                          "returns the existing job instead of a second one")
+    enqueue.add_argument(
+        "--job-id",
+        help="your own id; enqueueing an id that is still active "
+        "returns the existing job instead of a second one",
+    )
     enqueue.set_defaults(handler=enqueue_command, need_tasks=True)
 
     jobs = commands.add_parser("jobs", help="list, show, cancel, retry or delete jobs")
     verbs = verbs_of(jobs)
     listing = verbs.add_parser("list", parents=[target], help="list jobs, newest first")
-    listing.add_argument("--state", "-s", action="append", default=[], type=split_csv,
-                         metavar="STATE", help=f"one of {', '.join(STATES)} (repeatable, or a,b)")
-    listing.add_argument("--queue", "-q", action="append", default=[], type=split_csv,
-                         metavar="QUEUE", help="only these queues (repeatable, or a,b)")
-    listing.add_argument("--task", "-t", action="append", default=[], type=split_csv,
-                         metavar="TASK", help=TASK_HELP + " (repeatable, or a,b)")
+    listing.add_argument(
+        "--state",
+        "-s",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="STATE",
+        help=f"one of {', '.join(STATES)} (repeatable, or a,b)",
+    )
+    listing.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="QUEUE",
+        help="only these queues (repeatable, or a,b)",
+    )
+    listing.add_argument(
+        "--task",
+        "-t",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="TASK",
+        help=TASK_HELP + " (repeatable, or a,b)",
+    )
     listing.add_argument("--error-type", "-e", metavar="TYPE", help=ERROR_TYPE_HELP)
-    listing.add_argument("--args-contains", "-a", metavar="TEXT",
-                         help="text in the arguments' JSON, e.g. alice@example.org or "
-                              "'\"user_id\":42' (case-sensitive)")
-    listing.add_argument("--after", metavar="JOB_ID",
-                         help="the page after this job (the last one of the previous page)")
-    listing.add_argument("--limit", "-n", type=positive_int, default=50, metavar="N",
-                         help="show at most N (default 50)")
+    listing.add_argument(
+        "--args-contains",
+        "-a",
+        metavar="TEXT",
+        help="text in the arguments' JSON, e.g. alice@example.org or "
+        "'\"user_id\":42' (case-sensitive)",
+    )
+    listing.add_argument(
+        "--after",
+        metavar="JOB_ID",
+        help="the page after this job (the last one of the previous page)",
+    )
+    listing.add_argument(
+        "--limit",
+        "-n",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="show at most N (default 50)",
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     listing.set_defaults(handler=list_command)
 
-    show = verbs.add_parser("show", parents=[target],
-                            help="one job in full: fields, timeline (with operators' actions), "
-                                 "errors with tracebacks, progress")
+    show = verbs.add_parser(
+        "show",
+        parents=[target],
+        help="one job in full: fields, timeline (with operators' actions), "
+        "errors with tracebacks, progress",
+    )
     show.add_argument("job_id", metavar="JOB_ID")
     show.add_argument("--json", action="store_true", help="print the job as JSON")
     show.set_defaults(handler=show_command)
 
-    cancel = verbs.add_parser("cancel", parents=[target],
-                              help="cancel a waiting job, or ask a running one to stop")
+    cancel = verbs.add_parser(
+        "cancel", parents=[target], help="cancel a waiting job, or ask a running one to stop"
+    )
     cancel.add_argument("job_id", metavar="JOB_ID")
     cancel.set_defaults(handler=cancel_command)
 
     retry = verbs.add_parser(
-        "retry", parents=[target],
+        "retry",
+        parents=[target],
         help="send dead or cancelled jobs back to their queue with fresh attempts "
-             "(their errors stay); as the dashboard's Retry")
+        "(their errors stay); as the dashboard's Retry",
+    )
     retry.add_argument("job_ids", metavar="JOB_ID", nargs="+")
     retry.set_defaults(handler=retry_command)
 
     delete = verbs.add_parser(
-        "delete", parents=[target],
-        help="delete finished jobs (completed, cancelled, dead) for good, by id or filter")
+        "delete",
+        parents=[target],
+        help="delete finished jobs (completed, cancelled, dead) for good, by id or filter",
+    )
     delete.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="these jobs")
-    delete.add_argument("--state", "-s", action="append", default=[], type=split_csv,
-                        metavar="STATE", help="completed, cancelled or dead (repeatable, or a,b)")
-    delete.add_argument("--queue", "-q", action="append", default=[], type=split_csv,
-                        metavar="QUEUE", help="only these queues (repeatable, or a,b)")
-    delete.add_argument("--task", "-t", action="append", default=[], type=split_csv,
-                        metavar="TASK", help=TASK_HELP + " (repeatable, or a,b)")
+    delete.add_argument(
+        "--state",
+        "-s",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="STATE",
+        help="completed, cancelled or dead (repeatable, or a,b)",
+    )
+    delete.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="QUEUE",
+        help="only these queues (repeatable, or a,b)",
+    )
+    delete.add_argument(
+        "--task",
+        "-t",
+        action="append",
+        default=[],
+        type=split_csv,
+        metavar="TASK",
+        help=TASK_HELP + " (repeatable, or a,b)",
+    )
     delete.add_argument("--error-type", "-e", metavar="TYPE", help=ERROR_TYPE_HELP)
-    delete.add_argument("--batch", "--limit", "-n", dest="limit", type=positive_int, default=1000,
-                        metavar="N", help="at most this many jobs (default 1000)")
+    delete.add_argument(
+        "--batch",
+        "--limit",
+        "-n",
+        dest="limit",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="at most this many jobs (default 1000)",
+    )
     delete.add_argument("--dry-run", action="store_true", help="show what would be deleted")
-    delete.add_argument("--all", action="store_true",
-                        help="allow a delete with no filter (every finished job)")
+    delete.add_argument(
+        "--all", action="store_true", help="allow a delete with no filter (every finished job)"
+    )
     delete.set_defaults(handler=delete_command)
 
 
@@ -133,13 +228,17 @@ def find_task(app: Conveyor, name: str) -> Task[Any, Any]:
 async def enqueue_command(app: Conveyor, args: argparse.Namespace) -> int:
     task = find_task(app, args.task)
     options: dict[str, Any] = {
-        key: value for key, value in (("queue", args.queue), ("delay", args.delay),
-                                      ("priority", args.priority), ("job_id", args.job_id))
+        key: value
+        for key, value in (
+            ("queue", args.queue),
+            ("delay", args.delay),
+            ("priority", args.priority),
+            ("job_id", args.job_id),
+        )
         if value is not None
     }
     positional = [cli_value(a) for a in args.args]
-    handle = await task.options(**options).enqueue_async(*positional,
-                                                         **keyword_arguments(args.kw))
+    handle = await task.options(**options).enqueue_async(*positional, **keyword_arguments(args.kw))
     print(handle.id)
     return OK
 
@@ -154,10 +253,13 @@ def _states(groups: list[list[str]]) -> list[str]:
 
 
 async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
-    where = make_filter(states=_states(args.state),
-                        queues=[q for g in args.queue for q in g],
-                        tasks=[t for g in args.task for t in g],
-                        error_type=args.error_type, args_contains=args.args_contains)
+    where = make_filter(
+        states=_states(args.state),
+        queues=[q for g in args.queue for q in g],
+        tasks=[t for g in args.task for t in g],
+        error_type=args.error_type,
+        args_contains=args.args_contains,
+    )
     jobs = await app.admin.list(where, limit=args.limit, after=args.after)
     if args.json:
         for job in jobs:
@@ -169,7 +271,9 @@ async def list_command(app: Conveyor, args: argparse.Namespace) -> int:
     print(render.table(*render.job_rows(jobs)))
     total = await app.admin.count(where)
     if total > len(jobs):
-        print(f"({len(jobs)} of {total} shown; raise --limit or narrow with --state/--queue/--task)")
+        print(
+            f"({len(jobs)} of {total} shown; raise --limit or narrow with --state/--queue/--task)"
+        )
     return OK
 
 
@@ -182,12 +286,20 @@ async def show_command(app: Conveyor, args: argparse.Namespace) -> int:
     if args.json:
         data = {**render.job_json(job), "held_back": held_back}
         for title, members in family:
-            data[title] = [{"id": i, "task": j and j.task, "state": j and j.state.value}
-                           for i, j in members]
+            data[title] = [
+                {"id": i, "task": j and j.task, "state": j and j.state.value} for i, j in members
+            ]
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print(render.job_detail(job, timeline(job, await app.admin.actions_on(job.id)), family,
-                                held_back, app.rate_limits))
+        print(
+            render.job_detail(
+                job,
+                timeline(job, await app.admin.actions_on(job.id)),
+                family,
+                held_back,
+                app.rate_limits,
+            )
+        )
     return OK
 
 
@@ -195,8 +307,10 @@ async def _family(app: Conveyor, job: Job) -> list[tuple[str, list[tuple[str, Jo
     """A workflow member's parents and children (the jobs that were blocked on it), as
     the backend stored them, each with the job as it is now (docs/workflows.md)."""
     backend = await app.backend()
-    ids = {"parents": await backend.parents_of(job.id),
-           "children": await backend.dependants_of(job.id)}
+    ids = {
+        "parents": await backend.parents_of(job.id),
+        "children": await backend.dependants_of(job.id),
+    }
     return [(title, [(i, await app.admin.get(i)) for i in found]) for title, found in ids.items()]
 
 
@@ -226,8 +340,14 @@ async def retry_command(app: Conveyor, args: argparse.Namespace) -> int:
             print(f"job {job_id} sent back to its queue")
             continue
         job = await app.admin.get(job_id)
-        print(f"job {job_id}: " + ("not found" if job is None else
-                                   f"{job.state.value}, not dead or cancelled: not retried"))
+        print(
+            f"job {job_id}: "
+            + (
+                "not found"
+                if job is None
+                else f"{job.state.value}, not dead or cancelled: not retried"
+            )
+        )
     return OK if len(moved) == len(set(args.job_ids)) else 1
 
 
@@ -237,16 +357,22 @@ async def delete_command(app: Conveyor, args: argparse.Namespace) -> int:
         raise CliError("only finished jobs can be deleted: --state completed, cancelled or dead")
     queues, tasks = [q for g in args.queue for q in g], [t for g in args.task for t in g]
     if not (args.all or args.job_ids or states or queues or tasks or args.error_type):
-        raise CliError("refusing to delete every finished job: give JOB_IDs or narrow it "
-                       "with --state/--queue/--task/--error-type, or pass --all")
-    where = make_filter(states=states, queues=queues, tasks=tasks, error_type=args.error_type,
-                        ids=args.job_ids)
-    ids = await app.admin.delete(where, limit=args.limit, dry_run=args.dry_run,
-                                 by=Actor.local("cli"))
+        raise CliError(
+            "refusing to delete every finished job: give JOB_IDs or narrow it "
+            "with --state/--queue/--task/--error-type, or pass --all"
+        )
+    where = make_filter(
+        states=states, queues=queues, tasks=tasks, error_type=args.error_type, ids=args.job_ids
+    )
+    ids = await app.admin.delete(
+        where, limit=args.limit, dry_run=args.dry_run, by=Actor.local("cli")
+    )
     if not ids:
         print("no finished jobs match; nothing to delete")
         return OK
-    print(f"{'would delete' if args.dry_run else 'deleted'} {len(ids):,} job(s)"
-          + (" (dry run, nothing deleted):" if args.dry_run else ":"))
+    print(
+        f"{'would delete' if args.dry_run else 'deleted'} {len(ids):,} job(s)"
+        + (" (dry run, nothing deleted):" if args.dry_run else ":")
+    )
     print("\n".join(ids))
     return OK

@@ -19,8 +19,15 @@ from conveyor.app import Conveyor
 from conveyor.observe.audit import Actor
 from conveyor.backends.contract import JobFilter
 from conveyor.ops.redrive_driver import Driver, drive
-from conveyor.ops.redrive_runs import (RedriveRun, Runs, RunStatus, format_rate, new_driver_id, parse_rate,
-                            parse_share)
+from conveyor.ops.redrive_runs import (
+    RedriveRun,
+    Runs,
+    RunStatus,
+    format_rate,
+    new_driver_id,
+    parse_rate,
+    parse_share,
+)
 from conveyor.cli import render
 from conveyor.cli.exits import FAILURE, INTERRUPTED, OK, CliError
 from conveyor.cli.parsing import positive_int
@@ -44,27 +51,42 @@ def _share(text: str) -> float:
 
 def add_arguments(redrive: argparse.ArgumentParser) -> None:
     pace = redrive.add_argument_group("paced redrive")
-    pace.add_argument("--rate", type=_rate, metavar="RATE",
-                      help="redrive at this pace, e.g. 20/s, 300/min, 1000/h, with a progress "
-                           "bar; Ctrl-C pauses")
-    pace.add_argument("--stop-if-failing", type=_share, default=0.2, metavar="SHARE",
-                      help="stop when more than this share of the redriven jobs fail again "
-                           "(a retry or dead), e.g. 20%% (the default) or 0.05")
-    pace.add_argument("--min-sample", type=positive_int, default=20, metavar="N",
-                      help="judge the share only once N redriven jobs have an outcome "
-                           "(default 20)")
+    pace.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="RATE",
+        help="redrive at this pace, e.g. 20/s, 300/min, 1000/h, with a progress bar; Ctrl-C pauses",
+    )
+    pace.add_argument(
+        "--stop-if-failing",
+        type=_share,
+        default=0.2,
+        metavar="SHARE",
+        help="stop when more than this share of the redriven jobs fail again "
+        "(a retry or dead), e.g. 20%% (the default) or 0.05",
+    )
+    pace.add_argument(
+        "--min-sample",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="judge the share only once N redriven jobs have an outcome (default 20)",
+    )
     steer = pace.add_mutually_exclusive_group()
-    steer.add_argument("--status", nargs="?", const="", metavar="RUN",
-                       help="show the paced runs (or one) and exit")
+    steer.add_argument(
+        "--status", nargs="?", const="", metavar="RUN", help="show the paced runs (or one) and exit"
+    )
     steer.add_argument("--pause", metavar="RUN", help="pause a paced run")
-    steer.add_argument("--resume", metavar="RUN",
-                       help="resume a paused run (or one whose process is gone), driven here")
+    steer.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="resume a paused run (or one whose process is gone), driven here",
+    )
     steer.add_argument("--cancel", metavar="RUN", help="cancel a paced run")
 
 
 def steers_a_run(args: argparse.Namespace) -> bool:
-    return any(getattr(args, name) is not None for name in ("status", "pause", "resume",
-                                                            "cancel"))
+    return any(getattr(args, name) is not None for name in ("status", "pause", "resume", "cancel"))
 
 
 async def steer(app: Conveyor, args: argparse.Namespace) -> int:
@@ -92,16 +114,24 @@ async def steer(app: Conveyor, args: argparse.Namespace) -> int:
 
 async def paced(app: Conveyor, args: argparse.Namespace, where: JobFilter) -> int:
     driver_id = new_driver_id()
-    run = await Runs(app).start(where, args.rate, by=Actor.local("cli"),
-                                stop_if_failing=args.stop_if_failing,
-                                min_sample=args.min_sample, limit=args.limit, driver=driver_id)
+    run = await Runs(app).start(
+        where,
+        args.rate,
+        by=Actor.local("cli"),
+        stop_if_failing=args.stop_if_failing,
+        min_sample=args.min_sample,
+        limit=args.limit,
+        driver=driver_id,
+    )
     if run.total == 0:
         await Driver(app, run.id, driver_id).step()  # records it done, nothing moved
         print(f"no {args.state} jobs match; nothing to redrive")
         return OK
-    print(f"run {run.id}: redriving {run.total:,} job(s) at {format_rate(run.rate)}; it stops "
-          f"if more than {run.stop_if_failing:.0%} of them fail again (after "
-          f"{run.min_sample}). Ctrl-C pauses.")
+    print(
+        f"run {run.id}: redriving {run.total:,} job(s) at {format_rate(run.rate)}; it stops "
+        f"if more than {run.stop_if_failing:.0%} of them fail again (after "
+        f"{run.min_sample}). Ctrl-C pauses."
+    )
     return await _drive_here(app, run, driver_id)
 
 
@@ -114,16 +144,24 @@ async def _drive_here(app: Conveyor, run: RedriveRun, driver_id: str) -> int:
     console = Console()
     last_plain = [0.0]
     try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                      MofNCompleteColumn(), TextColumn("{task.fields[outcomes]}"),
-                      TimeElapsedColumn(), console=console,
-                      disable=not console.is_terminal) as progress:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[outcomes]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not console.is_terminal,
+        ) as progress:
             bar = progress.add_task(f"run {run.id}", total=max(run.total, 1), outcomes="")
 
             def on_step(r: RedriveRun) -> None:
-                progress.update(bar, completed=r.redriven, total=max(r.total, 1),
-                                outcomes=f"{r.succeeded:,} ok · {r.failed:,} failing · "
-                                         f"{r.pending:,} waiting")
+                progress.update(
+                    bar,
+                    completed=r.redriven,
+                    total=max(r.total, 1),
+                    outcomes=f"{r.succeeded:,} ok · {r.failed:,} failing · {r.pending:,} waiting",
+                )
                 if not console.is_terminal and time.monotonic() - last_plain[0] >= PLAIN_EVERY:
                     last_plain[0] = time.monotonic()
                     print(f"run {r.id}: {r.describe()}", flush=True)
@@ -144,15 +182,20 @@ async def _drive_here(app: Conveyor, run: RedriveRun, driver_id: str) -> int:
                     run = await runs.cancel(run.id, by=actor)
                     print(f"run {run.id} cancelled: {run.describe()}")
                     return OK
-                print(f"run {run.id} left paused; resume with "
-                      f"`conveyor dead redrive --resume {run.id}`")
+                print(
+                    f"run {run.id} left paused; resume with "
+                    f"`conveyor dead redrive --resume {run.id}`"
+                )
                 return INTERRUPTED
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     print(f"run {run.id} {run.describe()}")
     if run.status is RunStatus.STOPPED:
-        print(f"stopped by itself; look at the failures (`conveyor dead list`), then resume "
-              f"with `conveyor dead redrive --resume {run.id}` or start again", file=sys.stderr)
+        print(
+            f"stopped by itself; look at the failures (`conveyor dead list`), then resume "
+            f"with `conveyor dead redrive --resume {run.id}` or start again",
+            file=sys.stderr,
+        )
         return FAILURE
     if run.status is RunStatus.RUNNING:  # another process took it over
         print(f"now driven by {run.driver}")
@@ -183,10 +226,35 @@ async def _status(runs: Runs, run_id: str) -> int:
         if not found:
             print("no paced redrive runs")
             return OK
-    print(render.table(
-        ["RUN", "STATUS", "REDRIVEN", "OK", "FAILING", "WAITING", "RATE", "BY", "STARTED",
-         "REASON"],
-        [[r.id, r.status.value, f"{r.redriven:,}/{r.total:,}", r.succeeded, r.failed, r.pending,
-          format_rate(r.rate), f"{r.by} ({r.via})", render.relative(r.created_at),
-          r.reason or "-"] for r in found]))
+    print(
+        render.table(
+            [
+                "RUN",
+                "STATUS",
+                "REDRIVEN",
+                "OK",
+                "FAILING",
+                "WAITING",
+                "RATE",
+                "BY",
+                "STARTED",
+                "REASON",
+            ],
+            [
+                [
+                    r.id,
+                    r.status.value,
+                    f"{r.redriven:,}/{r.total:,}",
+                    r.succeeded,
+                    r.failed,
+                    r.pending,
+                    format_rate(r.rate),
+                    f"{r.by} ({r.via})",
+                    render.relative(r.created_at),
+                    r.reason or "-",
+                ]
+                for r in found
+            ],
+        )
+    )
     return OK

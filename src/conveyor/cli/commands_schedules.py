@@ -19,11 +19,12 @@ from conveyor.cli.parsing import Commands, positive_int, verbs_of
 
 def register(commands: Commands) -> None:
     scheduler = commands.add_parser(
-        "scheduler", help="enqueue the app's periodic jobs (workers do this too, by default)",
+        "scheduler",
+        help="enqueue the app's periodic jobs (workers do this too, by default)",
         description="Enqueue the app's periodic jobs until SIGTERM or SIGINT, without running "
-                    "any. Every worker also does this unless started with --no-scheduler; any "
-                    "number of schedulers and workers may run at once, and each tick is still "
-                    "enqueued once.",
+        "any. Every worker also does this unless started with --no-scheduler; any "
+        "number of schedulers and workers may run at once, and each tick is still "
+        "enqueued once.",
     )
     scheduler.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
     scheduler.add_argument("--log-level", choices=LEVELS, default="info")
@@ -32,10 +33,18 @@ def register(commands: Commands) -> None:
     cron = commands.add_parser("cron", help="periodic schedules: list")
     verbs = verbs_of(cron)
     listing = verbs.add_parser(
-        "list", help="each schedule with its next fire times (UTC and its zone) and last run")
+        "list", help="each schedule with its next fire times (UTC and its zone) and last run"
+    )
     listing.add_argument("app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
-    listing.add_argument("--next", "-n", dest="upcoming", type=positive_int, default=3,
-                         metavar="N", help="show the next N fire times (default 3)")
+    listing.add_argument(
+        "--next",
+        "-n",
+        dest="upcoming",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="show the next N fire times (default 3)",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON instead of text")
     listing.set_defaults(runner=cron_list_command)
 

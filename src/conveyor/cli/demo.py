@@ -64,8 +64,13 @@ def build_app(db_path: Path) -> Conveyor:
         new_w, new_h = round(width / scale), round(height / scale)
         step_x, step_y = width / new_w, height / new_h
         source = [[(x + y) % 256 for x in range(width)] for y in range(height)]
-        thumb = [[_box_mean(source, int(x * step_x), int(y * step_y), step_x, step_y)
-                  for x in range(new_w)] for y in range(new_h)]
+        thumb = [
+            [
+                _box_mean(source, int(x * step_x), int(y * step_y), step_x, step_y)
+                for x in range(new_w)
+            ]
+            for y in range(new_h)
+        ]
         return [len(thumb[0]), len(thumb)]
 
     # A flaky network call: transient, so it retries with a short backoff (0.2 s base).
@@ -97,23 +102,28 @@ class Outbox:
     def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
         with self._connect() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS demo_outbox (job_id TEXT PRIMARY KEY, "
-                       "recipient TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
-                       "sent_at REAL NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS demo_outbox (job_id TEXT PRIMARY KEY, "
+                "recipient TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
+                "sent_at REAL NOT NULL)"
+            )
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.db_path, timeout=30.0)
 
     def send(self, recipient: str, subject: str, body: str) -> None:
         with self._connect() as db:
-            db.execute("INSERT OR IGNORE INTO demo_outbox VALUES (?, ?, ?, ?, ?)",
-                       (current_job().id, recipient, subject, body, time.time()))
+            db.execute(
+                "INSERT OR IGNORE INTO demo_outbox VALUES (?, ?, ?, ?, ?)",
+                (current_job().id, recipient, subject, body, time.time()),
+            )
 
     def sent_by(self, job_ids: list[str]) -> int:
         marks = ",".join("?" * len(job_ids))
         with self._connect() as db:
-            row = db.execute(f"SELECT count(*) FROM demo_outbox WHERE job_id IN ({marks})",
-                             job_ids).fetchone()
+            row = db.execute(
+                f"SELECT count(*) FROM demo_outbox WHERE job_id IN ({marks})", job_ids
+            ).fetchone()
         return int(row[0])
 
 
@@ -133,21 +143,66 @@ def _ran_after_delay(job: Job) -> bool:
 
 
 PLAN = [
-    Expected("welcome Ada", "send_welcome_email", (1, "ada@example.com"),
-             JobState.COMPLETED, 1, lambda j: j.result_value == "sent to ada@example.com"),
-    Expected("welcome Grace", "send_welcome_email", (2, "grace@example.com"),
-             JobState.COMPLETED, 1, lambda j: j.result_value == "sent to grace@example.com"),
-    Expected("primes below 100k", "count_primes", (100_000,),
-             JobState.COMPLETED, 1, lambda j: j.result_value == 9592),
-    Expected("thumbnail", "resize_image", (1920, 1080, 320),
-             JobState.COMPLETED, 1, lambda j: j.result_value == [320, 180]),
-    Expected("flaky CRM sync", "sync_crm_contact", (7,), JobState.COMPLETED, 2,
-             lambda j: [e.type for e in j.errors] == ["ConnectionError"]
-             and j.result_value == {"contact": 7, "synced": True}),
-    Expected("poison invoice", "import_invoice", ("twelve",), JobState.DEAD, 1,
-             lambda j: [e.type for e in j.errors] == ["ValueError"]),
-    Expected("reminder in 2s", "send_reminder", ("ada@example.com",), JobState.COMPLETED, 1,
-             _ran_after_delay, delay=REMINDER_DELAY),
+    Expected(
+        "welcome Ada",
+        "send_welcome_email",
+        (1, "ada@example.com"),
+        JobState.COMPLETED,
+        1,
+        lambda j: j.result_value == "sent to ada@example.com",
+    ),
+    Expected(
+        "welcome Grace",
+        "send_welcome_email",
+        (2, "grace@example.com"),
+        JobState.COMPLETED,
+        1,
+        lambda j: j.result_value == "sent to grace@example.com",
+    ),
+    Expected(
+        "primes below 100k",
+        "count_primes",
+        (100_000,),
+        JobState.COMPLETED,
+        1,
+        lambda j: j.result_value == 9592,
+    ),
+    Expected(
+        "thumbnail",
+        "resize_image",
+        (1920, 1080, 320),
+        JobState.COMPLETED,
+        1,
+        lambda j: j.result_value == [320, 180],
+    ),
+    Expected(
+        "flaky CRM sync",
+        "sync_crm_contact",
+        (7,),
+        JobState.COMPLETED,
+        2,
+        lambda j: (
+            [e.type for e in j.errors] == ["ConnectionError"]
+            and j.result_value == {"contact": 7, "synced": True}
+        ),
+    ),
+    Expected(
+        "poison invoice",
+        "import_invoice",
+        ("twelve",),
+        JobState.DEAD,
+        1,
+        lambda j: [e.type for e in j.errors] == ["ValueError"],
+    ),
+    Expected(
+        "reminder in 2s",
+        "send_reminder",
+        ("ada@example.com",),
+        JobState.COMPLETED,
+        1,
+        _ran_after_delay,
+        delay=REMINDER_DELAY,
+    ),
 ]
 EMAILS_EXPECTED = 3
 
@@ -161,8 +216,9 @@ async def _enqueue_and_work(app: Conveyor) -> tuple[list[Job | None], ExitStatus
     print(f"enqueued {len(ids)} jobs; starting a worker\n", flush=True)
 
     queues = tuple(sorted({t.defaults.queue for t in app.tasks.values()}))
-    worker = Worker(app, WorkerConfig(queues=queues, concurrency=4, poll_interval=0.1,
-                                      grace_period=5.0))
+    worker = Worker(
+        app, WorkerConfig(queues=queues, concurrency=4, poll_interval=0.1, grace_period=5.0)
+    )
     running = asyncio.create_task(worker.run())
     unfinished = make_filter(ids=ids, states=list(ACTIVE_STATES))
     deadline = time.monotonic() + DEADLINE
@@ -206,10 +262,21 @@ def run(db: Path | None = None) -> int:
             continue
         ok = job.state is item.state and job.attempt == item.attempts and item.check(job)
         if not ok:
-            problems.append(f"{item.label}: expected {item.state.value} after {item.attempts} "
-                            f"attempt(s), got {job.state.value} after {job.attempt}")
-        rows.append([job.id, item.label, job.task, job.state.value, job.attempt,
-                     "ok" if ok else "UNEXPECTED", _outcome(job)])
+            problems.append(
+                f"{item.label}: expected {item.state.value} after {item.attempts} "
+                f"attempt(s), got {job.state.value} after {job.attempt}"
+            )
+        rows.append(
+            [
+                job.id,
+                item.label,
+                job.task,
+                job.state.value,
+                job.attempt,
+                "ok" if ok else "UNEXPECTED",
+                _outcome(job),
+            ]
+        )
     emails = Outbox(db_path).sent_by([job.id for job in jobs if job is not None])
     if emails != EMAILS_EXPECTED:
         problems.append(f"outbox holds {emails} emails from these jobs, expected {EMAILS_EXPECTED}")

@@ -11,8 +11,13 @@ from conveyor.model.errors import BackendUnavailable, ConveyorError
 from conveyor.ops.loading import load_app as load_app_of
 from conveyor.cli.exits import FAILURE, USAGE, CliError
 
-__all__ = ["APP_PATH_HELP", "add_target_arguments", "app_from_arguments", "load_app",
-           "open_backend"]
+__all__ = [
+    "APP_PATH_HELP",
+    "add_target_arguments",
+    "app_from_arguments",
+    "load_app",
+    "open_backend",
+]
 
 APP_PATH_HELP = "the app to use, as module:attribute (e.g. myapp.tasks:app)"
 
@@ -22,9 +27,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--app", metavar="MODULE:ATTR", help=APP_PATH_HELP)
     group.add_argument(
-        "--url", metavar="URL",
+        "--url",
+        metavar="URL",
         help="backend URL, e.g. sqlite:///jobs.db (default: $CONVEYOR_URL); enough for "
-             "every command that does not need the task functions",
+        "every command that does not need the task functions",
     )
 
 
@@ -48,8 +54,9 @@ def app_from_arguments(args: argparse.Namespace, *, need_tasks: bool = False) ->
         raise CliError("this command needs the task functions: pass --app module:attribute")
     url = args.url or os.environ.get("CONVEYOR_URL")
     if not url:
-        raise CliError("no backend given: pass --app module:attribute, --url URL, "
-                       "or set $CONVEYOR_URL")
+        raise CliError(
+            "no backend given: pass --app module:attribute, --url URL, or set $CONVEYOR_URL"
+        )
     return reachable(Conveyor(url))  # a URL alone: no tasks, which admin commands do not need
 
 
@@ -63,5 +70,7 @@ async def open_backend(app: Conveyor) -> None:
     except ConveyorError:
         raise
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; name them in one line
-        raise CliError(f"cannot open the backend at {redact_url(app.url)}: "
-                       f"{type(exc).__name__}: {exc}", FAILURE) from exc
+        raise CliError(
+            f"cannot open the backend at {redact_url(app.url)}: {type(exc).__name__}: {exc}",
+            FAILURE,
+        ) from exc

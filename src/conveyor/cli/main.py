@@ -25,8 +25,13 @@ from conveyor.cli.loading import add_target_arguments, app_from_arguments, open_
 from conveyor.cli.parsing import Parser
 
 # Bad input the user can fix by changing the command line or the configuration.
-_USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, SerializationError,
-                 InvalidJob)
+_USAGE_ERRORS = (
+    ConfigurationError,
+    UnknownTask,
+    ArgumentValidationError,
+    SerializationError,
+    InvalidJob,
+)
 
 
 # Each command and the module that registers it. The modules are imported only for
@@ -35,13 +40,19 @@ _USAGE_ERRORS = (ConfigurationError, UnknownTask, ArgumentValidationError, Seria
 # registers them all, in this order.
 COMMANDS = {
     "worker": "commands_worker",
-    "scheduler": "commands_schedules", "cron": "commands_schedules",
-    "enqueue": "commands_jobs", "jobs": "commands_jobs",
-    "stats": "commands_admin", "dead": "commands_admin", "queue": "commands_admin",
+    "scheduler": "commands_schedules",
+    "cron": "commands_schedules",
+    "enqueue": "commands_jobs",
+    "jobs": "commands_jobs",
+    "stats": "commands_admin",
+    "dead": "commands_admin",
+    "queue": "commands_admin",
     "migrate": "commands_admin",
     "audit": "commands_audit",
     "demo": "commands_demo",
-    "workers": "commands_ops", "queues": "commands_ops", "throughput": "commands_ops",
+    "workers": "commands_ops",
+    "queues": "commands_ops",
+    "throughput": "commands_ops",
     "breakers": "commands_breakers",
     "dashboard": "commands_dashboard",
 }
@@ -54,7 +65,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="conveyor",
         description="Conveyor background jobs: run workers, enqueue, inspect and repair queues.",
         epilog="Commands other than worker and demo take --app module:attr or --url URL "
-               "(default $CONVEYOR_URL).",
+        "(default $CONVEYOR_URL).",
     )
     parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
     parser.set_defaults(help_parser=parser)  # `conveyor` alone lists the commands
@@ -100,8 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("CONVEYOR_DEBUG"):
             raise
-        return _fail(f"unexpected {type(exc).__name__}: {exc} "
-                     "(set CONVEYOR_DEBUG=1 to see the traceback)", FAILURE)
+        return _fail(
+            f"unexpected {type(exc).__name__}: {exc} (set CONVEYOR_DEBUG=1 to see the traceback)",
+            FAILURE,
+        )
 
 
 async def _session(app: Conveyor, args: argparse.Namespace) -> int:

@@ -48,8 +48,9 @@ def run_with_reload(folders: Sequence[Path], grace: float, command: list[str] | 
     try:
         import watchfiles  # noqa: F401 - checked here, used in _wait_for_change
     except ImportError as exc:
-        raise CliError(f"--reload needs watchfiles: pip install 'conveyor[reload]' ({exc})",
-                       USAGE) from None
+        raise CliError(
+            f"--reload needs watchfiles: pip install 'conveyor[reload]' ({exc})", USAGE
+        ) from None
     command = command or this_command()
     env = {**os.environ, CHILD_ENV: "1"}
     stopping = threading.Event()
@@ -86,17 +87,24 @@ def run_with_reload(folders: Sequence[Path], grace: float, command: list[str] | 
             child.wait()
 
 
-def _wait_for_change(folders: list[str], child: subprocess.Popen[bytes],
-                     stopping: threading.Event) -> str | None:
+def _wait_for_change(
+    folders: list[str], child: subprocess.Popen[bytes], stopping: threading.Event
+) -> str | None:
     """Block until a Python file changes (its path) or we are told to stop (None). A
     child that exits on its own (an import error, say) is reported and waits for the
     fix, as a development server does."""
     import watchfiles as wf
 
     reported = False
-    for changes in wf.watch(*folders, watch_filter=wf.PythonFilter(), stop_event=stopping,
-                            debounce=300, rust_timeout=300, yield_on_timeout=True,
-                            raise_interrupt=False):
+    for changes in wf.watch(
+        *folders,
+        watch_filter=wf.PythonFilter(),
+        stop_event=stopping,
+        debounce=300,
+        rust_timeout=300,
+        yield_on_timeout=True,
+        raise_interrupt=False,
+    ):
         if stopping.is_set():
             return None
         if changes:

@@ -95,8 +95,15 @@ def state_of(job: Job) -> str:
 def job_rows(jobs: Sequence[Job]) -> tuple[list[str], list[list[object]]]:
     headers = ["ID", "TASK", "QUEUE", "STATE", "ATTEMPT", "CREATED", "LAST ERROR"]
     rows: list[list[object]] = [
-        [j.id, j.task, j.queue, state_of(j), f"{j.attempt}/{j.max_attempts}",
-         relative(j.created_at), last_error(j)]
+        [
+            j.id,
+            j.task,
+            j.queue,
+            state_of(j),
+            f"{j.attempt}/{j.max_attempts}",
+            relative(j.created_at),
+            last_error(j),
+        ]
         for j in jobs
     ]
     return headers, rows
@@ -107,13 +114,27 @@ def stats_table(stats: Sequence[QueueStats]) -> str:
     finished = [JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD]
     # THROTTLED and HELD BY KEY are available jobs too (counted in AVAILABLE): those a
     # rate limit holds back, and those waiting for a slot of their concurrency key.
-    headers = ["QUEUE", "PAUSED", *(s.value.upper() for s in waiting), "THROTTLED",
-               "HELD BY KEY", "IN FLIGHT", *(s.value.upper() for s in finished),
-               "OLDEST AVAILABLE"]
+    headers = [
+        "QUEUE",
+        "PAUSED",
+        *(s.value.upper() for s in waiting),
+        "THROTTLED",
+        "HELD BY KEY",
+        "IN FLIGHT",
+        *(s.value.upper() for s in finished),
+        "OLDEST AVAILABLE",
+    ]
     rows: list[list[object]] = [
-        [q.queue, "yes" if q.paused else "no", *(q.counts.get(s, 0) for s in waiting),
-         q.throttled, q.held_by_key, q.in_flight, *(q.counts.get(s, 0) for s in finished),
-         duration(q.oldest_available_age)]
+        [
+            q.queue,
+            "yes" if q.paused else "no",
+            *(q.counts.get(s, 0) for s in waiting),
+            q.throttled,
+            q.held_by_key,
+            q.in_flight,
+            *(q.counts.get(s, 0) for s in finished),
+            duration(q.oldest_available_age),
+        ]
         for q in stats
     ]
     return table(headers, rows)
@@ -125,10 +146,13 @@ def json_text(value: str | None) -> str:
     return NONE if value is None else jsontext.pretty(value, indent=None)
 
 
-def job_detail(job: Job, events: Sequence[Event] = (),
-               family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = (),
-               held_back: str | None = None,
-               limits: RateLimitRegistry | None = None) -> str:
+def job_detail(
+    job: Job,
+    events: Sequence[Event] = (),
+    family: Sequence[tuple[str, Sequence[tuple[str, Job | None]]]] = (),
+    held_back: str | None = None,
+    limits: RateLimitRegistry | None = None,
+) -> str:
     """Every field of one job, its parents and children in a workflow (`family`:
     ("parents", [(id, job or None if gone)]), ("children", ...)), its timeline, then
     its errors with their tracebacks. `held_back`: why it waits although due
@@ -147,8 +171,11 @@ def job_detail(job: Job, events: Sequence[Event] = (),
     if job.state is JobState.RUNNING:
         lease = f"token {job.lease_token}, expires {relative(job.lease_expires_at)}"
     fields: list[tuple[str, object]] = [
-        *([("corrupt", f"the stored record cannot be read in full: {job.corrupt}")]
-          if job.corrupt is not None else []),
+        *(
+            [("corrupt", f"the stored record cannot be read in full: {job.corrupt}")]
+            if job.corrupt is not None
+            else []
+        ),
         ("id", job.id),
         ("task", job.task),
         ("queue", job.queue),
@@ -165,41 +192,76 @@ def job_detail(job: Job, events: Sequence[Event] = (),
         ("worker", job.worker_id or NONE),
         ("lease", lease),
         ("timeout", NONE if job.timeout is None else duration(job.timeout)),
-        ("concurrency", NONE if job.concurrency_key is None else
-            f"key {job.concurrency_key}, at most {job.concurrency_limit} running"),
-        *([("rate limit", bucket_status(job.rate_key, job.state is JobState.AVAILABLE, limits))]
-          if job.rate_key is not None else []),
-        ("unique key", NONE if job.unique_key is None else
-            f"{job.unique_key}" + (f" (for {duration(job.unique_for)} after completion)"
-                                   if job.unique_for else "")),
-        ("result", stored_apart(job.result) or json_text(job.result)
-         if not job.result_expired(None) else "(expired: past its result_ttl)"),
-        *([("result kept to", f"{timestamp(job.result_expires_at)}  "
-                              f"({relative(job.result_expires_at)})")]
-          if job.result_expires_at is not None else []),
+        (
+            "concurrency",
+            NONE
+            if job.concurrency_key is None
+            else f"key {job.concurrency_key}, at most {job.concurrency_limit} running",
+        ),
+        *(
+            [("rate limit", bucket_status(job.rate_key, job.state is JobState.AVAILABLE, limits))]
+            if job.rate_key is not None
+            else []
+        ),
+        (
+            "unique key",
+            NONE
+            if job.unique_key is None
+            else f"{job.unique_key}"
+            + (f" (for {duration(job.unique_for)} after completion)" if job.unique_for else ""),
+        ),
+        (
+            "result",
+            stored_apart(job.result) or json_text(job.result)
+            if not job.result_expired(None)
+            else "(expired: past its result_ttl)",
+        ),
+        *(
+            [
+                (
+                    "result kept to",
+                    f"{timestamp(job.result_expires_at)}  ({relative(job.result_expires_at)})",
+                )
+            ]
+            if job.result_expires_at is not None
+            else []
+        ),
         ("checkpoint", json_text(job.checkpoint)),
         ("progress", _progress(job.progress)),
-        ("meta", jsontext.cut(jsontext.dumps(job.meta) or "(cannot be shown)") if job.meta
-         else NONE),
+        (
+            "meta",
+            jsontext.cut(jsontext.dumps(job.meta) or "(cannot be shown)") if job.meta else NONE,
+        ),
     ]
     width = max(len(name) for name, _ in fields)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fields]
     for title, members in family:
         if members:
             lines += ["", f"{title} ({len(members)})"]
-            lines += [f"  {i}  " + ("(gone: pruned or deleted)" if j is None else
-                                    f"{j.task}  {j.state.value}") for i, j in members]
+            lines += [
+                f"  {i}  "
+                + ("(gone: pruned or deleted)" if j is None else f"{j.task}  {j.state.value}")
+                for i, j in members
+            ]
     if events:
         lines += ["", "timeline"]
-        lines += [f"  {timestamp(e.at)}  {e.text}" + (f": {one_line(e.detail)}" if e.detail else "")
-                  for e in events]
+        lines += [
+            f"  {timestamp(e.at)}  {e.text}" + (f": {one_line(e.detail)}" if e.detail else "")
+            for e in events
+        ]
     lines.append("")
     lines.append(f"errors ({len(job.errors)})" if job.errors else "errors: none")
     for err in job.errors:
-        where = ", ".join(p for p in (err.host and f"on {err.host}",
-                                     err.worker_id and f"worker {err.worker_id}",
-                                     err.app_version and f"app {err.app_version}",
-                                     err.version and f"conveyor {err.version}") if p)
+        where = ", ".join(
+            p
+            for p in (
+                err.host and f"on {err.host}",
+                err.worker_id and f"worker {err.worker_id}",
+                err.app_version and f"app {err.app_version}",
+                err.version and f"conveyor {err.version}",
+            )
+            if p
+        )
         lines.append(f"  attempt {err.attempt} at {timestamp(err.at)} {where}".rstrip())
         lines.append(f"    {err.type}: {err.message}")
         for tb_line in err.traceback.rstrip().splitlines():

@@ -32,7 +32,8 @@ def import_path_of(app: Conveyor) -> str:
                 return f"{name}:{attr}"
     raise ConfigurationError(
         f"{app!r} is not a module attribute, so a worker process cannot import it: "
-        "define it at module level, or pass its import path (import_path='pkg.mod:jobs')")
+        "define it at module level, or pass its import path (import_path='pkg.mod:jobs')"
+    )
 
 
 def command_line(app_path: str, args: Sequence[str]) -> list[str]:

@@ -38,12 +38,20 @@ from conveyor.model.errors import ConveyorError
 from conveyor.model.outcomes import Retry
 from conveyor.model.clock import Duration, to_seconds
 
-__all__ = ["HTTPStatusFailure", "PermanentHTTPError", "TransientHTTPError", "http_outcomes",
-           "raise_for_status", "retry_after"]
+__all__ = [
+    "HTTPStatusFailure",
+    "PermanentHTTPError",
+    "TransientHTTPError",
+    "http_outcomes",
+    "raise_for_status",
+    "retry_after",
+]
 
 R = TypeVar("R")
 RETRY_AFTER_STATUSES = frozenset({HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE})
-DEFAULT_MAX_RETRY_AFTER = 3600.0  # a server asking for more is waited on this long, then asked again
+DEFAULT_MAX_RETRY_AFTER = (
+    3600.0  # a server asking for more is waited on this long, then asked again
+)
 _NO_QUERY = re.compile(r"\?[^\s'\")]*")  # a query string inside a client's message
 
 
@@ -51,8 +59,9 @@ class HTTPStatusFailure(ConveyorError):
     """A response whose status says the call did not succeed. `response` is the
     client's own response object, for handlers that want its body."""
 
-    def __init__(self, status: int, url: str, response: Any = None,
-                 message: str | None = None) -> None:
+    def __init__(
+        self, status: int, url: str, response: Any = None, message: str | None = None
+    ) -> None:
         super().__init__(message or f"HTTP {status} {_phrase(status)} from {url}")
         self.status, self.url, self.response = status, url, response
 
@@ -85,8 +94,12 @@ def raise_for_status(response: R, *, max_retry_after: Duration = DEFAULT_MAX_RET
     raise TransientHTTPError(status, url, response)
 
 
-def retry_after(response: Any, *, max_retry_after: Duration = DEFAULT_MAX_RETRY_AFTER,
-                now: Callable[[], float] = time.time) -> float | None:
+def retry_after(
+    response: Any,
+    *,
+    max_retry_after: Duration = DEFAULT_MAX_RETRY_AFTER,
+    now: Callable[[], float] = time.time,
+) -> float | None:
     """Seconds the response's `Retry-After` asks to wait (a number of seconds or an
     HTTP-date, counted from `now`), at most `max_retry_after`; None when there is
     no such header or it cannot be read."""
@@ -130,8 +143,9 @@ def http_outcomes(*, max_retry_after: Duration = DEFAULT_MAX_RETRY_AFTER) -> Ite
     except errors.transport as exc:
         url = _shown_url(_request_of(exc))
         detail = _NO_QUERY.sub("?...", str(exc))
-        raise TransientHTTPError(0, url, message=f"{type(exc).__name__} calling {url}: "
-                                                 f"{detail}"[:1000]) from None
+        raise TransientHTTPError(
+            0, url, message=f"{type(exc).__name__} calling {url}: {detail}"[:1000]
+        ) from None
 
 
 @functools.cache
@@ -147,14 +161,18 @@ def _client_errors() -> _ClientErrors:
     requests = _optional("requests")
     if requests is not None:
         status.append(requests.exceptions.HTTPError)
-        transport += [requests.exceptions.Timeout, requests.exceptions.ConnectionError,
-                      requests.exceptions.ChunkedEncodingError]
+        transport += [
+            requests.exceptions.Timeout,
+            requests.exceptions.ConnectionError,
+            requests.exceptions.ChunkedEncodingError,
+        ]
     return _ClientErrors(tuple(status), tuple(transport))
 
 
 class _ClientErrors:
-    def __init__(self, status: tuple[type[BaseException], ...],
-                 transport: tuple[type[BaseException], ...]) -> None:
+    def __init__(
+        self, status: tuple[type[BaseException], ...], transport: tuple[type[BaseException], ...]
+    ) -> None:
         self.status, self.transport = status, transport
 
 

@@ -138,8 +138,9 @@ class AdaptiveController:
         """How often a worker syncs: a quarter of the shortest window, 50 ms to 1 s."""
         return min(1.0, max(0.05, min((r.window for r in rules), default=1.0) / 4))
 
-    async def run(self, backend: Backend, clock: Clock, interval: float,
-                  closing: asyncio.Event) -> None:
+    async def run(
+        self, backend: Backend, clock: Clock, interval: float, closing: asyncio.Event
+    ) -> None:
         """The worker's service: `sync` every `interval` seconds, and at once after a
         signal, until `closing` is set."""
         self._sync_timeout = interval
@@ -164,12 +165,16 @@ class AdaptiveController:
         if not isinstance(backend, KeyLimits):
             if not self._unsupported_logged:
                 self._unsupported_logged = True
-                log.warning("this backend cannot set a key's limit: adaptive tasks keep "
-                            "their start limit")
+                log.warning(
+                    "this backend cannot set a key's limit: adaptive tasks keep their start limit"
+                )
             return
         for key, entry in list(self._keys.items()):
-            if (not entry.started and entry.pending == WindowCounts()
-                    and now - entry.last_active > IDLE_WINDOWS * entry.rule.window):
+            if (
+                not entry.started
+                and entry.pending == WindowCounts()
+                and now - entry.last_active > IDLE_WINDOWS * entry.rule.window
+            ):
                 del self._keys[key]
                 continue
             await self._sync_key(backend, key, entry, now)
@@ -190,12 +195,17 @@ class AdaptiveController:
     async def _sync_key(self, backend: Backend, key: str, entry: _Key, now: float) -> None:
         assert isinstance(backend, KeyLimits)
         cached = entry.state
-        if (cached is not None and entry.pending.signals and not _after_cut(cached)
-                and await self._flush(backend, key, entry, cached)):
+        if (
+            cached is not None
+            and entry.pending.signals
+            and not _after_cut(cached)
+            and await self._flush(backend, key, entry, cached)
+        ):
             # The fast way to a cut, in three round trips (the counts, the CAS, the
             # limit), from the state as last read: a stale one fails the CAS.
-            if await self._decide(backend, key, entry, cached, WindowCounts(signals=1),
-                                  saturated=False, now=now):
+            if await self._decide(
+                backend, key, entry, cached, WindowCounts(signals=1), saturated=False, now=now
+            ):
                 return
         state = await self._read(backend, key, entry, now)
         await self._apply(backend, key, entry, state.limit)
@@ -204,10 +214,16 @@ class AdaptiveController:
         # the window's end.
         if now < state.since + entry.rule.window and (_after_cut(state) or not signalled):
             return
-        window = WindowCounts(*[int(await backend.get_record(
-            NAMESPACE, _count_key(key, state.version, count)) or 0) for count in COUNTS])
-        saturated = (window.ok + window.signals >= state.limit
-                     or await backend.count_running_of_key(key) >= state.limit)
+        window = WindowCounts(
+            *[
+                int(await backend.get_record(NAMESPACE, _count_key(key, state.version, count)) or 0)
+                for count in COUNTS
+            ]
+        )
+        saturated = (
+            window.ok + window.signals >= state.limit
+            or await backend.count_running_of_key(key) >= state.limit
+        )
         await self._decide(backend, key, entry, state, window, saturated, now)
 
     async def _flush(self, backend: Backend, key: str, entry: _Key, state: LimitState) -> bool:
@@ -219,30 +235,48 @@ class AdaptiveController:
             for count in COUNTS:
                 amount = getattr(pending, count)
                 if amount:
-                    await backend.incr_record(NAMESPACE, _count_key(key, state.version, count),
-                                              amount, ttl=ttl)
+                    await backend.incr_record(
+                        NAMESPACE, _count_key(key, state.version, count), amount, ttl=ttl
+                    )
                     setattr(pending, count, 0)
                     signalled = signalled or count == "signals"
         finally:  # what was not added is added at the next sync
             for count in COUNTS:
-                setattr(entry.pending, count, getattr(entry.pending, count)
-                        + getattr(pending, count))
+                setattr(
+                    entry.pending, count, getattr(entry.pending, count) + getattr(pending, count)
+                )
         return signalled
 
-    async def _decide(self, backend: Backend, key: str, entry: _Key, state: LimitState,
-                      window: WindowCounts, saturated: bool, now: float) -> bool:
+    async def _decide(
+        self,
+        backend: Backend,
+        key: str,
+        entry: _Key,
+        state: LimitState,
+        window: WindowCounts,
+        saturated: bool,
+        now: float,
+    ) -> bool:
         """Write the next state if `state` is still the fleet's; True if written."""
         assert isinstance(backend, KeyLimits)
         limit = entry.rule.next_limit(state.limit, window, saturated, _after_cut(state))
-        decided = LimitState(limit, state.version + 1, now,
-                             now if limit < state.limit else state.cut_at)
-        if not await backend.compare_and_set_record(NAMESPACE, key, entry.text,
-                                                    decided.encode(), ttl=STATE_TTL):
+        decided = LimitState(
+            limit, state.version + 1, now, now if limit < state.limit else state.cut_at
+        )
+        if not await backend.compare_and_set_record(
+            NAMESPACE, key, entry.text, decided.encode(), ttl=STATE_TTL
+        ):
             return False
         entry.state, entry.text = decided, decided.encode()
         if limit != state.limit:
-            log.info("adaptive limit of %s: %d -> %d (window: %d ok, %d signals)",
-                     key, state.limit, limit, window.ok, window.signals)
+            log.info(
+                "adaptive limit of %s: %d -> %d (window: %d ok, %d signals)",
+                key,
+                state.limit,
+                limit,
+                window.ok,
+                window.signals,
+            )
         await self._apply(backend, key, entry, limit)
         return True
 

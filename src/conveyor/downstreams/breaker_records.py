@@ -14,8 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from conveyor.backends.contract import Backend, SharedRecords
-from conveyor.rules.breakers import (CLOSED, NAMESPACE, OPEN, Breaker, BreakerState, closed_by_hand,
-                       opened_by_hand)
+from conveyor.rules.breakers import (
+    CLOSED,
+    NAMESPACE,
+    OPEN,
+    Breaker,
+    BreakerState,
+    closed_by_hand,
+    opened_by_hand,
+)
 from conveyor.rules.rate_limits import BURST_MAX, TOKEN_SLACK
 
 # A change that loses the race reads the record again; this many losses in a row
@@ -36,16 +43,19 @@ class BreakerContended(Exception):
 
 async def read_breakers(records: SharedRecords) -> dict[str, BreakerState]:
     """Every breaker with a record (one without is closed), by name."""
-    return {name: BreakerState.decode(text)
-            for name, text in (await records.list_records(NAMESPACE)).items()}
+    return {
+        name: BreakerState.decode(text)
+        for name, text in (await records.list_records(NAMESPACE)).items()
+    }
 
 
 async def read_breaker(records: SharedRecords, name: str) -> BreakerState:
     return BreakerState.decode(await records.get_record(NAMESPACE, name))
 
 
-async def fleet_breakers(records: SharedRecords, declared: Iterable[str]
-                         ) -> dict[str, BreakerState]:
+async def fleet_breakers(
+    records: SharedRecords, declared: Iterable[str]
+) -> dict[str, BreakerState]:
     """Every breaker an app declares or a record names, by name in order; one with no
     record yet is closed."""
     stored = await read_breakers(records)
@@ -58,9 +68,12 @@ def hold_seconds(breaker: Breaker | None) -> float:
     return HOLD_SECONDS if breaker is None else breaker.cooldown
 
 
-async def change_breaker(backend: Backend, name: str,
-                         change: Callable[[BreakerState], BreakerState | None],
-                         hold: float = HOLD_SECONDS) -> tuple[BreakerState, bool]:
+async def change_breaker(
+    backend: Backend,
+    name: str,
+    change: Callable[[BreakerState], BreakerState | None],
+    hold: float = HOLD_SECONDS,
+) -> tuple[BreakerState, bool]:
     """Apply `change` (a transition of conveyor.rules.breakers: the new state, or None for
     no change) to the record as it is now; (the state after, whether this call
     changed it). An opening holds the bucket for `hold` seconds; a close from open
@@ -81,11 +94,13 @@ async def change_breaker(backend: Backend, name: str,
     raise BreakerContended(f"breaker {name!r}: its record kept changing; try again")
 
 
-async def open_by_hand(backend: Backend, name: str, now: float,
-                       breaker: Breaker | None = None) -> BreakerState:
+async def open_by_hand(
+    backend: Backend, name: str, now: float, breaker: Breaker | None = None
+) -> BreakerState:
     """Open `name` and hold it open (no cooldown ends it) until `close_by_hand`."""
-    return (await change_breaker(backend, name, lambda s: opened_by_hand(s, now),
-                                 hold_seconds(breaker)))[0]
+    return (
+        await change_breaker(backend, name, lambda s: opened_by_hand(s, now), hold_seconds(breaker))
+    )[0]
 
 
 async def close_by_hand(backend: Backend, name: str, now: float) -> BreakerState:

@@ -21,8 +21,15 @@ import logging
 
 from conveyor.backends.contract import Backend
 from conveyor.downstreams.breaker_records import change_breaker, hold_seconds, read_breakers
-from conveyor.rules.breakers import (CLOSED, Breaker, BreakerRegistry, BreakerState, after_cooldown,
-                        after_failure, after_success)
+from conveyor.rules.breakers import (
+    CLOSED,
+    Breaker,
+    BreakerRegistry,
+    BreakerState,
+    after_cooldown,
+    after_failure,
+    after_success,
+)
 from conveyor.rules.rate_limits import RateLimit
 
 log = logging.getLogger("conveyor.worker")
@@ -50,7 +57,8 @@ class BreakerView:
         """The buckets of this worker's next claim, each breaker's gated by its state."""
         if self._limits is None:
             self._limits = self._breakers.claim_limits(
-                {name: s.state for name, s in self._states.items()})
+                {name: s.state for name, s in self._states.items()}
+            )
         return self._limits
 
     def _learn(self, name: str, state: BreakerState) -> None:
@@ -59,8 +67,12 @@ class BreakerView:
         if state.state != before:
             self._limits = None
             self.changed.set()
-            log.warning("breaker %s is %s%s", name, state.state,
-                        f" ({state.history[-1].reason})" if state.history else "")
+            log.warning(
+                "breaker %s is %s%s",
+                name,
+                state.state,
+                f" ({state.history[-1].reason})" if state.history else "",
+            )
 
     async def refresh(self, backend: Backend, now: float) -> None:
         """Read every breaker's state; move the ones whose cooldown is over to half-open."""
@@ -69,20 +81,22 @@ class BreakerView:
             state = states.get(breaker.name, BreakerState())
             if after_cooldown(breaker, state, now) is not None:
                 state, _ = await change_breaker(
-                    backend, breaker.name, functools.partial(after_cooldown, breaker, now=now))
+                    backend, breaker.name, functools.partial(after_cooldown, breaker, now=now)
+                )
             self._learn(breaker.name, state)
 
-    async def report(self, backend: Backend, breaker: Breaker, failed: bool,
-                     now: float) -> None:
+    async def report(self, backend: Backend, breaker: Breaker, failed: bool, now: float) -> None:
         """An attempt of a job behind `breaker` ended: `failed` if it counts as a
         failure (conveyor.rules.breakers.counts_as_failure)."""
         if not failed and self.state(breaker.name) == CLOSED:
             return  # the common case: nothing to write
         if failed:
-            state, _ = await change_breaker(backend, breaker.name,
-                                            lambda s: after_failure(breaker, s, now),
-                                            hold_seconds(breaker))
+            state, _ = await change_breaker(
+                backend,
+                breaker.name,
+                lambda s: after_failure(breaker, s, now),
+                hold_seconds(breaker),
+            )
         else:
-            state, _ = await change_breaker(backend, breaker.name,
-                                            lambda s: after_success(s, now))
+            state, _ = await change_breaker(backend, breaker.name, lambda s: after_success(s, now))
         self._learn(breaker.name, state)

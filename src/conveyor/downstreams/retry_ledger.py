@@ -48,8 +48,9 @@ class _Window:
 class RetryLedger:
     """Per (task, window): first attempts started, retries scheduled to run in it."""
 
-    def __init__(self, budget_of: Callable[[str], RetryBudget | None],
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, budget_of: Callable[[str], RetryBudget | None], rng: random.Random | None = None
+    ) -> None:
         self._budget_of = budget_of
         self._rng = rng or random.Random()
         self._windows: dict[tuple[str, int], _Window] = {}
@@ -85,8 +86,9 @@ class RetryLedger:
         if budget is None:
             return wanted, False
         current = budget.window_of(now)
-        first = max(self._seen(job.task, current, "first"),
-                    self._seen(job.task, current - 1, "first"))
+        first = max(
+            self._seen(job.task, current, "first"), self._seen(job.task, current - 1, "first")
+        )
         allowed = budget.allowed(first)
         own = budget.window_of(wanted)
         target = own
@@ -97,9 +99,13 @@ class RetryLedger:
             return wanted, False
         if (job.task, current) not in self._spent_logged:
             self._spent_logged.add((job.task, current))
-            log.warning("retry budget of task %s spent (%d retries allowed per %.0f s "
-                        "window): its retries are spread over later windows",
-                        job.task, allowed, budget.window)
+            log.warning(
+                "retry budget of task %s spent (%d retries allowed per %.0f s "
+                "window): its retries are spread over later windows",
+                job.task,
+                allowed,
+                budget.window,
+            )
         start = target * budget.window
         return start + self._rng.uniform(0.0, budget.window), True
 
@@ -119,7 +125,8 @@ class RetryLedger:
                 count.pending = 0
                 try:
                     count.fleet = await records.incr_record(
-                        NAMESPACE, f"{task}:{index}:{kind}", amount, ttl=ttl)
+                        NAMESPACE, f"{task}:{index}:{kind}", amount, ttl=ttl
+                    )
                 except BaseException:
                     count.pending += amount  # counted again at the next sync
                     raise

@@ -37,9 +37,11 @@ class PayloadTooLarge(InvalidJob):
 
     def __init__(self, size: int, limit: int, where: str = "") -> None:
         ConveyorError.__init__(
-            self, f"{where + ': ' if where else ''}payload is {size:,} bytes of JSON, over "
-                  f"max_payload ({limit:,} bytes); store the data elsewhere (a file, a "
-                  "bucket, a table) and pass its id")
+            self,
+            f"{where + ': ' if where else ''}payload is {size:,} bytes of JSON, over "
+            f"max_payload ({limit:,} bytes); store the data elsewhere (a file, a "
+            "bucket, a table) and pass its id",
+        )
         self.field, self.value, self.expected = "payload", size, f"at most {limit} bytes"
         self.size, self.limit = size, limit
 
@@ -50,9 +52,11 @@ class SecretInPayload(InvalidJob):
 
     def __init__(self, where: str, reason: str) -> None:
         ConveyorError.__init__(
-            self, f"{where} looks like a secret ({reason}); pass a reference to it (a "
-                  "secret manager's key, a vault path) instead, or see the task's "
-                  "payload_hygiene= (docs/payloads.md)")
+            self,
+            f"{where} looks like a secret ({reason}); pass a reference to it (a "
+            "secret manager's key, a vault path) instead, or see the task's "
+            "payload_hygiene= (docs/payloads.md)",
+        )
         self.field, self.value, self.expected = where, "(not shown)", "no secret"
 
 
@@ -89,8 +93,9 @@ class ResultExpired(ConveyorError):
     still be listed until retention prunes it."""
 
     def __init__(self, job_id: str, expired_at: float) -> None:
-        super().__init__(f"job {job_id} completed, but its result expired at "
-                         f"{expired_at:.3f} (result_ttl)")
+        super().__init__(
+            f"job {job_id} completed, but its result expired at {expired_at:.3f} (result_ttl)"
+        )
         self.job_id, self.expired_at = job_id, expired_at
 
 
@@ -160,10 +165,13 @@ class QueueFull(ConveyorError):
         self.jobs = list(jobs)
         first = self.refused[0]
         self.queue, self.depth, self.max_waiting = first.queue, first.depth, first.max_waiting
-        more = (f"; {len(self.refused)} of {len(self.jobs)} jobs refused"
-                if len(self.jobs) > 1 else "")
-        super().__init__(f"queue {first.queue!r} is full: {first.depth} jobs waiting "
-                         f"(max_waiting {first.max_waiting}){more}")
+        more = (
+            f"; {len(self.refused)} of {len(self.jobs)} jobs refused" if len(self.jobs) > 1 else ""
+        )
+        super().__init__(
+            f"queue {first.queue!r} is full: {first.depth} jobs waiting "
+            f"(max_waiting {first.max_waiting}){more}"
+        )
 
 
 class StaleLease(ConveyorError):

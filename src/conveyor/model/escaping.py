@@ -19,9 +19,13 @@ def printable(text: object) -> str:
     if value.isprintable() and "\\" not in value:
         return value
     return "".join(
-        "\\\\" if ch == "\\" else ch if ch.isprintable()
+        "\\\\"
+        if ch == "\\"
+        else ch
+        if ch.isprintable()
         else ch.encode("unicode_escape", "backslashreplace").decode("ascii")
-        for ch in value)
+        for ch in value
+    )
 
 
 def readable_text(raw: object) -> str:

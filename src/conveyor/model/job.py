@@ -28,8 +28,7 @@ class JobState(StrEnum):
 
 
 ACTIVE_STATES = frozenset(
-    {JobState.BLOCKED, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING,
-     JobState.RETRYABLE}
+    {JobState.BLOCKED, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE}
 )
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD})
 
@@ -159,7 +158,8 @@ class Job:
         past its expiry. A result with an expiry is never None until then: the worker
         gives one only to a result it stored."""
         return self.result_expires_at is not None and (
-            self.result is None or (now is not None and now >= self.result_expires_at))
+            self.result is None or (now is not None and now >= self.result_expires_at)
+        )
 
     @property
     def checkpoint_value(self) -> Any:
@@ -228,5 +228,9 @@ class NewJob:
         the same id can change how it is stored. Such a job can be written by one
         plain insert that skips on a taken id (the backends' fast path); a skip sends
         it down the full path, which decides the duplicate."""
-        return (self.unique_key is None and self.bound is None and self.fairness_key is None
-                and not self.depends_on)
+        return (
+            self.unique_key is None
+            and self.bound is None
+            and self.fairness_key is None
+            and not self.depends_on
+        )

@@ -44,8 +44,9 @@ def arguments(payload: str) -> tuple[list[Any], dict[str, Any]] | None:
 def dumps(value: Any, indent: int | None = None) -> str | None:
     """`value` as readable JSON text (not ASCII-escaped), or None if it cannot be."""
     try:
-        return readable_text(json.dumps(value, indent=indent, ensure_ascii=False,
-                                        sort_keys=indent is not None))
+        return readable_text(
+            json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=indent is not None)
+        )
     except (ValueError, TypeError, RecursionError):
         return None
 

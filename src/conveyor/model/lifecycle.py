@@ -41,9 +41,7 @@ TRANSITIONS: dict[tuple[JobState, JobState], frozenset[Transition]] = {
     (S.RUNNING, S.RETRYABLE): frozenset({Transition.RETRY}),
     (S.RUNNING, S.DEAD): frozenset({Transition.KILL, Transition.RESCUE}),
     (S.RUNNING, S.SCHEDULED): frozenset({Transition.SNOOZE}),
-    (S.RUNNING, S.AVAILABLE): frozenset(
-        {Transition.SNOOZE, Transition.RELEASE, Transition.RESCUE}
-    ),
+    (S.RUNNING, S.AVAILABLE): frozenset({Transition.SNOOZE, Transition.RELEASE, Transition.RESCUE}),
     (S.RUNNING, S.CANCELLED): frozenset({Transition.CANCEL}),
     (S.SCHEDULED, S.CANCELLED): frozenset({Transition.CANCEL}),
     (S.AVAILABLE, S.CANCELLED): frozenset({Transition.CANCEL}),

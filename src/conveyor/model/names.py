@@ -17,8 +17,9 @@ from conveyor.model.errors import ConfigurationError
 class AmbiguousTaskName(ConfigurationError):
     def __init__(self, name: str, matches: Iterable[str]) -> None:
         self.name, self.matches = name, sorted(matches)
-        super().__init__(f"task name {name!r} is ambiguous: {', '.join(self.matches)}; "
-                         "give the full name")
+        super().__init__(
+            f"task name {name!r} is ambiguous: {', '.join(self.matches)}; give the full name"
+        )
 
 
 def match_task_name(name: str, known: Iterable[str]) -> str | None:

@@ -29,8 +29,11 @@ class Portal:
     interpreter would otherwise destroy those tasks pending and say so on stderr.
     """
 
-    def __init__(self, name: str = "conveyor-portal",
-                 on_exit: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "conveyor-portal",
+        on_exit: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
         self._name = name
         self._on_exit = on_exit
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -63,7 +66,9 @@ class Portal:
         loop = self._start()
         if threading.current_thread() is self._thread:
             coro.close()
-            raise RuntimeError("a sync Conveyor call from inside its own portal loop would deadlock")
+            raise RuntimeError(
+                "a sync Conveyor call from inside its own portal loop would deadlock"
+            )
         call = _Call(coro)
         loop.call_soon_threadsafe(call.start)
         result: T = call.result(timeout)
@@ -80,8 +85,7 @@ class Portal:
             return
         if self._on_exit is not None:
             try:
-                asyncio.run_coroutine_threadsafe(self._on_exit(), loop).result(
-                    EXIT_CLOSE_PATIENCE)
+                asyncio.run_coroutine_threadsafe(self._on_exit(), loop).result(EXIT_CLOSE_PATIENCE)
             except Exception:  # noqa: BLE001 - the process is exiting either way
                 log.debug("closing the backend at exit failed", exc_info=True)
         self._stop()

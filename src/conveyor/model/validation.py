@@ -48,10 +48,11 @@ _META_DEPTH_MAX = 32
 _NOT_NAME_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _NOT_STORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
-_NAME_RANGE = (f"non-empty text of at most {NAME_MAX} characters, without control "
-               "characters")
-_RUN_AT_RANGE = ("an aware datetime (or epoch seconds) from 1970-01-01 to "
-                 f"{datetime.fromtimestamp(RUN_AT_MAX, tz=timezone.utc):%Y-%m-%d} UTC")
+_NAME_RANGE = f"non-empty text of at most {NAME_MAX} characters, without control characters"
+_RUN_AT_RANGE = (
+    "an aware datetime (or epoch seconds) from 1970-01-01 to "
+    f"{datetime.fromtimestamp(RUN_AT_MAX, tz=timezone.utc):%Y-%m-%d} UTC"
+)
 
 
 # --- the rules: is `value`, of exactly its plain type, in range? ----------------------
@@ -60,13 +61,13 @@ def _is_whole(value: object, low: int, high: int) -> bool:
 
 
 def _is_name(value: object) -> bool:
-    return (type(value) is str and 0 < len(value) <= NAME_MAX
-            and not _NOT_NAME_TEXT.search(value))
+    return type(value) is str and 0 < len(value) <= NAME_MAX and not _NOT_NAME_TEXT.search(value)
 
 
 def _is_seconds(value: object, positive: bool) -> bool:
-    return (type(value) is float and value <= DURATION_MAX
-            and (value > 0 if positive else value >= 0))  # NaN fails both
+    return (
+        type(value) is float and value <= DURATION_MAX and (value > 0 if positive else value >= 0)
+    )  # NaN fails both
 
 
 def _is_epoch(value: object) -> bool:
@@ -111,16 +112,25 @@ def seconds(field: str, value: object, *, positive: bool = False, where: str = "
     if _is_seconds(number, positive):
         return number
     low = "more than 0" if positive else "at least 0"
-    raise InvalidJob(field, value, f"a timedelta or a number of seconds, {low} and at most "
-                                   f"{DURATION_MAX:.0f}", where)
+    raise InvalidJob(
+        field,
+        value,
+        f"a timedelta or a number of seconds, {low} and at most {DURATION_MAX:.0f}",
+        where,
+    )
 
 
 def epoch(field: str, value: object, where: str = "") -> float:
     """A point in time (an aware datetime, or epoch seconds) as float epoch seconds."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise InvalidJob(field, value, "an aware datetime, not a naive one (times are "
-                                           "UTC), e.g. datetime.now(timezone.utc)", where)
+            raise InvalidJob(
+                field,
+                value,
+                "an aware datetime, not a naive one (times are "
+                "UTC), e.g. datetime.now(timezone.utc)",
+                where,
+            )
         number = value.timestamp()
     else:
         number = _as_float(value)
@@ -150,8 +160,11 @@ def meta(value: object, where: str = "") -> dict[str, Any]:
 def _json_problem(value: object, depth: int) -> str | None:
     """Why `value` is not JSON every backend stores as given, or None."""
     if isinstance(value, str):
-        return None if not _NOT_STORABLE_TEXT.search(value) else (
-            f"{value!r} holds a NUL character or a lone surrogate")
+        return (
+            None
+            if not _NOT_STORABLE_TEXT.search(value)
+            else (f"{value!r} holds a NUL character or a lone surrogate")
+        )
     if value is None or isinstance(value, int):
         return None
     if isinstance(value, float):
@@ -190,11 +203,11 @@ def _is_weight(value: object) -> bool:
 
 def fairness_weight(value: object, where: str = "") -> float:
     """A fairness key's weight: a number from WEIGHT_MIN to WEIGHT_MAX."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and _is_weight(float(value)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _is_weight(float(value)):
         return float(value)
-    raise InvalidJob("fairness_weight", value, f"a number from {WEIGHT_MIN:g} to {WEIGHT_MAX:g}",
-                     where)
+    raise InvalidJob(
+        "fairness_weight", value, f"a number from {WEIGHT_MIN:g} to {WEIGHT_MAX:g}", where
+    )
 
 
 # --- whole jobs ---------------------------------------------------------------------------
@@ -204,21 +217,26 @@ def check_job(job: NewJob) -> NewJob:
     would store an Enum by its name); InvalidJob naming the first field that is not."""
     # The usual job (plain values) passes on the rules alone, at a third of the cost
     # of the checks below; they decide everything else.
-    if (_is_name(job.id) and _is_name(job.task) and _is_name(job.queue)
-            and _is_payload(job.payload)
-            and _is_whole(job.priority, PRIORITY_MIN, PRIORITY_MAX)
-            and _is_whole(job.max_attempts, 1, MAX_ATTEMPTS_MAX)
-            and (job.run_at is None or _is_epoch(job.run_at))
-            and (job.unique_key is None or _is_name(job.unique_key))
-            and (job.unique_for is None or _is_seconds(job.unique_for, positive=False))
-            and (job.timeout is None or _is_seconds(job.timeout, positive=True))
-            and (job.aging is None or _is_seconds(job.aging, positive=True))
-            and (job.rate_key is None or _is_name(job.rate_key))
-            and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
-            and (job.fairness_key is None or _is_name(job.fairness_key))
-            and (job.fairness_weight is None or _is_weight(job.fairness_weight))
-            and _is_concurrency(job.concurrency_key, job.concurrency_limit)
-            and type(job.meta) is dict and (not job.meta or _json_problem(job.meta, 0) is None)):
+    if (
+        _is_name(job.id)
+        and _is_name(job.task)
+        and _is_name(job.queue)
+        and _is_payload(job.payload)
+        and _is_whole(job.priority, PRIORITY_MIN, PRIORITY_MAX)
+        and _is_whole(job.max_attempts, 1, MAX_ATTEMPTS_MAX)
+        and (job.run_at is None or _is_epoch(job.run_at))
+        and (job.unique_key is None or _is_name(job.unique_key))
+        and (job.unique_for is None or _is_seconds(job.unique_for, positive=False))
+        and (job.timeout is None or _is_seconds(job.timeout, positive=True))
+        and (job.aging is None or _is_seconds(job.aging, positive=True))
+        and (job.rate_key is None or _is_name(job.rate_key))
+        and (job.bound is None or _is_whole(job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX))
+        and (job.fairness_key is None or _is_name(job.fairness_key))
+        and (job.fairness_weight is None or _is_weight(job.fairness_weight))
+        and _is_concurrency(job.concurrency_key, job.concurrency_limit)
+        and type(job.meta) is dict
+        and (not job.meta or _json_problem(job.meta, 0) is None)
+    ):
         return job
     try:
         return replace(
@@ -232,19 +250,25 @@ def check_job(job: NewJob) -> NewJob:
             run_at=None if job.run_at is None else epoch("run_at", job.run_at),
             unique_key=None if job.unique_key is None else name("unique_key", job.unique_key),
             unique_for=None if job.unique_for is None else seconds("unique_for", job.unique_for),
-            timeout=None if job.timeout is None else seconds("timeout", job.timeout,
-                                                             positive=True),
+            timeout=None if job.timeout is None else seconds("timeout", job.timeout, positive=True),
             meta=meta(job.meta),
             aging=None if job.aging is None else seconds("aging", job.aging, positive=True),
-            concurrency_key=None if job.concurrency_key is None
+            concurrency_key=None
+            if job.concurrency_key is None
             else name("concurrency_key", job.concurrency_key),
             concurrency_limit=_concurrency_limit_of(job),
             rate_key=None if job.rate_key is None else name("rate_key", job.rate_key),
-            bound=None if job.bound is None else replace(job.bound, max_waiting=_whole(
-                "max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, "")),
-            fairness_key=None if job.fairness_key is None else name("fairness_key",
-                                                                   job.fairness_key),
-            fairness_weight=None if job.fairness_weight is None
+            bound=None
+            if job.bound is None
+            else replace(
+                job.bound,
+                max_waiting=_whole("max_waiting", job.bound.max_waiting, 1, MAX_ATTEMPTS_MAX, ""),
+            ),
+            fairness_key=None
+            if job.fairness_key is None
+            else name("fairness_key", job.fairness_key),
+            fairness_weight=None
+            if job.fairness_weight is None
             else fairness_weight(job.fairness_weight),
         )
     except InvalidJob as exc:
@@ -254,7 +278,8 @@ def check_job(job: NewJob) -> NewJob:
 def _is_concurrency(key: object, limit: object) -> bool:
     """A key and its limit come together, or neither does."""
     return (key is None and limit is None) or (
-        _is_name(key) and _is_whole(limit, 1, MAX_ATTEMPTS_MAX))
+        _is_name(key) and _is_whole(limit, 1, MAX_ATTEMPTS_MAX)
+    )
 
 
 def _concurrency_limit_of(job: NewJob) -> int | None:
@@ -276,8 +301,9 @@ def payload_size(job: NewJob, limit: int) -> None:
         raise PayloadTooLarge(size, limit, f"job {job.id!r} ({job.task})")
 
 
-def check_jobs(jobs: Iterable[NewJob],
-               max_payload: Callable[[str], int] | None = None) -> list[NewJob]:
+def check_jobs(
+    jobs: Iterable[NewJob], max_payload: Callable[[str], int] | None = None
+) -> list[NewJob]:
     """Every job checked before any is stored: a batch with one bad job stores none.
     `max_payload(task name)` is the largest payload in bytes each job may carry."""
     checked = [check_job(job) for job in jobs]

@@ -34,12 +34,17 @@ class WorkerInfo:
         data: dict[str, Any] = json.loads(text)
         queues, weights = data.get("queues", []), data.get("queue_weights")
         return cls(
-            id=str(data.get("id", key)), host=str(data.get("host", "")),
-            pid=int(data.get("pid", 0)), queues=tuple(str(q) for q in queues),
-            concurrency=int(data.get("concurrency", 0)), in_flight=int(data.get("in_flight", 0)),
+            id=str(data.get("id", key)),
+            host=str(data.get("host", "")),
+            pid=int(data.get("pid", 0)),
+            queues=tuple(str(q) for q in queues),
+            concurrency=int(data.get("concurrency", 0)),
+            in_flight=int(data.get("in_flight", 0)),
             started_at=float(data.get("started_at", 0.0)),
             last_heartbeat=float(data.get("last_heartbeat", 0.0)),
-            version=str(data.get("version", "")), stopping=bool(data.get("stopping", False)),
+            version=str(data.get("version", "")),
+            stopping=bool(data.get("stopping", False)),
             queue_weights=tuple(float(w) for w in weights)
-            if isinstance(weights, list) and len(weights) == len(queues) else None,
+            if isinstance(weights, list) and len(weights) == len(queues)
+            else None,
         )

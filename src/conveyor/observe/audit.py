@@ -114,21 +114,40 @@ class AuditEntry:
     note: str = ""
 
     def to_json(self) -> str:
-        return json.dumps({"at": self.at, "action": self.action, "by": self.by, "via": self.via,
-                           "host": self.host, "target": self.target, "filter": self.filter,
-                           "ids": list(self.ids), "count": self.count, "note": self.note},
-                          ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(
+            {
+                "at": self.at,
+                "action": self.action,
+                "by": self.by,
+                "via": self.via,
+                "host": self.host,
+                "target": self.target,
+                "filter": self.filter,
+                "ids": list(self.ids),
+                "count": self.count,
+                "note": self.note,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, key: str, text: str) -> AuditEntry:
         data: dict[str, Any] = json.loads(text)
         flt = data.get("filter")
-        return cls(key=key, at=float(data["at"]), action=str(data["action"]),
-                   by=str(data.get("by", "")), via=str(data.get("via", "")),
-                   host=str(data.get("host", "")), target=str(data.get("target", "")),
-                   filter=flt if isinstance(flt, dict) else None,
-                   ids=tuple(str(i) for i in data.get("ids", [])),
-                   count=int(data.get("count", 0)), note=str(data.get("note", "")))
+        return cls(
+            key=key,
+            at=float(data["at"]),
+            action=str(data["action"]),
+            by=str(data.get("by", "")),
+            via=str(data.get("via", "")),
+            host=str(data.get("host", "")),
+            target=str(data.get("target", "")),
+            filter=flt if isinstance(flt, dict) else None,
+            ids=tuple(str(i) for i in data.get("ids", [])),
+            count=int(data.get("count", 0)),
+            note=str(data.get("note", "")),
+        )
 
 
 @dataclass
@@ -177,12 +196,17 @@ class AuditTrail:
         entry = AuditEntry(
             key=f"{round(at * 1000):013d}-{next(_sequence) % 10**6:06d}{secrets.token_hex(3)}",
             at=at,
-            action=pending.action, by=pending.actor.name, via=pending.actor.via,
-            host=pending.actor.host, target=pending.target,
+            action=pending.action,
+            by=pending.actor.name,
+            via=pending.actor.via,
+            host=pending.actor.host,
+            target=pending.target,
             filter=None if pending.where is None else describe_filter(pending.where),
-            ids=tuple(pending.ids[:MAX_IDS]), count=pending.count, note=pending.note)
-        await self.records.put_record(slot_namespace(at), entry.key, entry.to_json(),
-                                      ttl=RETENTION)
+            ids=tuple(pending.ids[:MAX_IDS]),
+            count=pending.count,
+            note=pending.note,
+        )
+        await self.records.put_record(slot_namespace(at), entry.key, entry.to_json(), ttl=RETENTION)
         await self.index(pending.ids, entry.key)
         return entry
 
@@ -197,13 +221,19 @@ class AuditTrail:
             current = await self.records.get_record(JOBS_NAMESPACE, job_id)
             refs = _refs(current)
             value = json.dumps((refs + [key])[-JOB_REFS:])
-            if await self.records.compare_and_set_record(JOBS_NAMESPACE, job_id, current, value,
-                                                         ttl=RETENTION):
+            if await self.records.compare_and_set_record(
+                JOBS_NAMESPACE, job_id, current, value, ttl=RETENTION
+            ):
                 return
         log.warning("audit: job %r kept changing; entry %s not on its timeline", job_id, key)
 
-    async def entries(self, since: float | None = None, until: float | None = None,
-                      limit: int = 100, actions: Sequence[str] = ()) -> list[AuditEntry]:
+    async def entries(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+        actions: Sequence[str] = (),
+    ) -> list[AuditEntry]:
         """Entries from `since` to `until` (default: the last 7 days), newest first."""
         now = self.clock()
         until = now if until is None else until
@@ -216,9 +246,12 @@ class AuditTrail:
             for key, text in records.items():
                 entry = _parse(key, text)
                 # A slot may hold an entry from SLOTS days before (a longer TTL): skip it.
-                if (entry is not None and int(entry.at // DAY) == day
-                        and since <= entry.at <= until
-                        and (not actions or entry.action in actions)):
+                if (
+                    entry is not None
+                    and int(entry.at // DAY) == day
+                    and since <= entry.at <= until
+                    and (not actions or entry.action in actions)
+                ):
                     todays.append(entry)
             found += sorted(todays, key=lambda e: e.key, reverse=True)
             day -= 1
@@ -239,8 +272,9 @@ class AuditTrail:
 
 
 @contextlib.asynccontextmanager
-async def recording(trail: AuditTrail, action: str, actor: Actor, target: str = "",
-                    where: JobFilter | None = None) -> AsyncIterator[PendingAction]:
+async def recording(
+    trail: AuditTrail, action: str, actor: Actor, target: str = "", where: JobFilter | None = None
+) -> AsyncIterator[PendingAction]:
     """Record one entry for everything done inside; an admin verb called inside adds
     to it instead of recording its own (a bulk retry is one entry, not one per batch).
     What was done is recorded even if the action fails part-way."""

@@ -17,7 +17,9 @@ class HasMiddleware(Protocol):
     def middleware(self) -> list[Middleware]: ...
 
 
-def instrument(app: HasMiddleware, *, metrics: bool | None = None, tracing: bool | None = None) -> None:
+def instrument(
+    app: HasMiddleware, *, metrics: bool | None = None, tracing: bool | None = None
+) -> None:
     """Add the observing middleware to `app`: correlation ids always; Prometheus
     metrics and OpenTelemetry tracing when their package is installed (None) or
     when asked (True: an ImportError if it is missing). Calling it twice adds

@@ -104,7 +104,8 @@ class CorrelationIds:
         if isinstance(ctx, EnqueueContext):
             current = current_correlation_id()
             ctx.jobs_in = [
-                job if CORRELATION_META_KEY in job.meta
+                job
+                if CORRELATION_META_KEY in job.meta
                 else replace(job, meta={**job.meta, CORRELATION_META_KEY: current or job.id})
                 for job in ctx.jobs_in
             ]
@@ -125,7 +126,10 @@ class JobLogFilter(logging.Filter):
 
 
 def _utc(created: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+        + f".{int(created % 1 * 1000):03d}Z"
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -162,14 +166,18 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         process = "" if self.process_label is None else f"[{self.process_label} {record.process}] "
-        line = (f"{_utc(record.created)} {record.levelname:<7} {process}{record.name}: "
-                f"{_message(record)}")
+        line = (
+            f"{_utc(record.created)} {record.levelname:<7} {process}{record.name}: "
+            f"{_message(record)}"
+        )
         job_id = getattr(record, "job_id", None)
         if job_id is not None:
-            line += (f" [job={printable(job_id)} task={printable(getattr(record, 'task', None))} "
-                     f"queue={printable(getattr(record, 'queue', None))} "
-                     f"attempt={getattr(record, 'attempt', None)} "
-                     f"correlation={printable(getattr(record, 'correlation_id', None))}]")
+            line += (
+                f" [job={printable(job_id)} task={printable(getattr(record, 'task', None))} "
+                f"queue={printable(getattr(record, 'queue', None))} "
+                f"attempt={getattr(record, 'attempt', None)} "
+                f"correlation={printable(getattr(record, 'correlation_id', None))}]"
+            )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -184,8 +192,9 @@ def _message(record: logging.LogRecord) -> str:
     return record.getMessage()
 
 
-def configure_logging(level: str = "info", log_format: str = "text", *,
-                      process_label: str | None = None) -> logging.Handler:
+def configure_logging(
+    level: str = "info", log_format: str = "text", *, process_label: str | None = None
+) -> logging.Handler:
     """Send every logger (Conveyor's and the tasks' own) to stderr in `log_format`
     ("text" or "json"), timestamped in UTC. Lines logged while a job runs carry its id,
     task, queue, attempt and correlation id: as a `[job=...]` suffix in text, as fields
@@ -194,8 +203,7 @@ def configure_logging(level: str = "info", log_format: str = "text", *,
         raise ValueError(f"log format {log_format!r}: expected one of {', '.join(FORMATS)}")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(JobLogFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else TextFormatter(process_label))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(process_label))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

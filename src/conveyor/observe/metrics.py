@@ -28,7 +28,14 @@ import threading
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 
 from conveyor.model.errors import QueueFull
 from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
@@ -38,8 +45,24 @@ if TYPE_CHECKING:
     from conveyor.model.job import Job
 
 # Seconds; wide enough for queue waits of minutes and runs of an hour.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                    300.0, 900.0, 3600.0)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
 
 
 class JobMetrics:
@@ -49,37 +72,73 @@ class JobMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = REGISTRY if registry is None else registry
         labels = ("queue", "task")
-        self.enqueued = Counter("conveyor_jobs_enqueued", "Jobs handed to enqueue (duplicates "
-                                "returned by dedup included, refused ones not).", labels,
-                                registry=reg)
-        self.refused = Counter("conveyor_jobs_refused", "Jobs a full bounded queue refused at "
-                               "enqueue (QueueFull; a blocked producer's, once it gave up).",
-                               labels, registry=reg)
-        self.completed = Counter("conveyor_jobs_completed", "Attempts that completed the job.",
-                                 labels, registry=reg)
-        self.failed = Counter("conveyor_jobs_failed", "Attempts that failed, by error type "
-                              "(retried or dead).", (*labels, "error_type"), registry=reg)
-        self.retried = Counter("conveyor_jobs_retried", "Failed attempts scheduled for a retry.",
-                               labels, registry=reg)
-        self.dead = Counter("conveyor_jobs_dead", "Jobs moved to the dead-letter queue.",
-                            labels, registry=reg)
+        self.enqueued = Counter(
+            "conveyor_jobs_enqueued",
+            "Jobs handed to enqueue (duplicates returned by dedup included, refused ones not).",
+            labels,
+            registry=reg,
+        )
+        self.refused = Counter(
+            "conveyor_jobs_refused",
+            "Jobs a full bounded queue refused at "
+            "enqueue (QueueFull; a blocked producer's, once it gave up).",
+            labels,
+            registry=reg,
+        )
+        self.completed = Counter(
+            "conveyor_jobs_completed", "Attempts that completed the job.", labels, registry=reg
+        )
+        self.failed = Counter(
+            "conveyor_jobs_failed",
+            "Attempts that failed, by error type (retried or dead).",
+            (*labels, "error_type"),
+            registry=reg,
+        )
+        self.retried = Counter(
+            "conveyor_jobs_retried", "Failed attempts scheduled for a retry.", labels, registry=reg
+        )
+        self.dead = Counter(
+            "conveyor_jobs_dead", "Jobs moved to the dead-letter queue.", labels, registry=reg
+        )
         self.retries_deferred = Counter(
-            "conveyor_retries_deferred", "Retries the task's retry budget moved to a later "
-            "window (also counted in conveyor_jobs_retried).", labels, registry=reg)
-        self.in_flight = Gauge("conveyor_jobs_in_flight", "Jobs running in this process.",
-                               labels, multiprocess_mode="livesum", registry=reg)
-        self.run_seconds = Histogram("conveyor_job_run_seconds", "Time a handler ran, per "
-                                     "attempt.", labels, buckets=DURATION_BUCKETS, registry=reg)
-        self.wait_seconds = Histogram("conveyor_job_wait_seconds", "Time from due (run_at) to "
-                                      "claimed, per attempt.", labels,
-                                      buckets=DURATION_BUCKETS, registry=reg)
+            "conveyor_retries_deferred",
+            "Retries the task's retry budget moved to a later "
+            "window (also counted in conveyor_jobs_retried).",
+            labels,
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "conveyor_jobs_in_flight",
+            "Jobs running in this process.",
+            labels,
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.run_seconds = Histogram(
+            "conveyor_job_run_seconds",
+            "Time a handler ran, per attempt.",
+            labels,
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.wait_seconds = Histogram(
+            "conveyor_job_wait_seconds",
+            "Time from due (run_at) to claimed, per attempt.",
+            labels,
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
         # Defined here so every process exports the same name; a scheduler sets it.
-        self.scheduler_lag = Gauge("conveyor_scheduler_lag_seconds", "How late the scheduler "
-                                   "enqueued its last due tick (now - planned time).",
-                                   multiprocess_mode="max", registry=reg)
+        self.scheduler_lag = Gauge(
+            "conveyor_scheduler_lag_seconds",
+            "How late the scheduler enqueued its last due tick (now - planned time).",
+            multiprocess_mode="max",
+            registry=reg,
+        )
 
-    def observe_outcome(self, job: Job, outcome: tuple[str, ...], error_type: str | None,
-                        run_seconds: float) -> None:
+    def observe_outcome(
+        self, job: Job, outcome: tuple[str, ...], error_type: str | None, run_seconds: float
+    ) -> None:
         labels = (job.queue, job.task)
         if "completed" in outcome:
             self.completed.labels(*labels).inc()
@@ -134,8 +193,9 @@ class Metrics:
         settlement = ctx.settlement
         if settlement is not None:
             error_type = None if settlement.error is None else settlement.error.type
-            self.metrics.observe_outcome(ctx.job, outcome_names(settlement), error_type,
-                                         time.perf_counter() - started)
+            self.metrics.observe_outcome(
+                ctx.job, outcome_names(settlement), error_type, time.perf_counter() - started
+            )
             if ctx.retry_deferred:
                 self.metrics.retries_deferred.labels(ctx.job.queue, ctx.job.task).inc()
 
@@ -210,5 +270,11 @@ def mark_process_dead(pid: int | None = None) -> None:
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
 
 
-__all__ = ["JobMetrics", "Metrics", "MetricsServer", "default_metrics", "mark_process_dead",
-           "serve_metrics"]
+__all__ = [
+    "JobMetrics",
+    "Metrics",
+    "MetricsServer",
+    "default_metrics",
+    "mark_process_dead",
+    "serve_metrics",
+]

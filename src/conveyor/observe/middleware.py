@@ -66,7 +66,9 @@ class Middleware(Protocol):
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None: ...
 
 
-async def run_chain(middleware: Sequence[Middleware], ctx: MiddlewareContext, innermost: CallNext) -> None:
+async def run_chain(
+    middleware: Sequence[Middleware], ctx: MiddlewareContext, innermost: CallNext
+) -> None:
     """Run `innermost(ctx)` wrapped by `middleware`, first one outermost (those whose
     `passes_on(ctx)` is true left out)."""
     call: CallNext = innermost

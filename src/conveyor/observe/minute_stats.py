@@ -24,8 +24,23 @@ from conveyor.model.job import Job, JobState
 STATS_NAMESPACE = "stats"
 RECORD_TTL = 3900.0  # an hour of charts, and a little slack
 # Upper bounds (seconds) of the latency histogram buckets; the last bucket is +Inf.
-BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                              30.0, 60.0, 300.0, 1800.0)
+BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+)
 OUTCOMES = ("completed", "failed", "retried", "dead", "cancelled")
 
 
@@ -98,7 +113,9 @@ class QueueMinute:
     def from_json(cls, data: Mapping[str, Any]) -> QueueMinute:
         counts = dict.fromkeys(OUTCOMES, 0)
         counts.update({str(k): int(v) for k, v in data.get("counts", {}).items()})
-        return cls(counts, Latency.from_json(data.get("wait", {})), Latency.from_json(data.get("run", {})))
+        return cls(
+            counts, Latency.from_json(data.get("wait", {})), Latency.from_json(data.get("run", {}))
+        )
 
 
 @dataclass(slots=True)
@@ -171,8 +188,11 @@ class MinuteRecorder:
             minute = self._minutes.get(start)
             if minute is None:  # restored after a failed write, and since forgotten
                 continue
-            record = {"minute": start, "worker": self.worker_id,
-                      "queues": {name: q.to_json() for name, q in minute.queues.items()}}
+            record = {
+                "minute": start,
+                "worker": self.worker_id,
+                "queues": {name: q.to_json() for name, q in minute.queues.items()},
+            }
             out.append((f"{start:012d}:{self.worker_id}", json.dumps(record)))
         self._dirty.clear()
         current = minute_of(now)

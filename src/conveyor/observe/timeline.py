@@ -37,16 +37,27 @@ def timeline(job: Job, actions: Sequence[AuditEntry] = ()) -> list[Event]:
         text = f"attempt {e.attempt} failed" + (", dead" if _died(job, e.attempt, later) else "")
         events.append(Event(e.at, text, f"{e.type}: {e.message}", "bad"))
     if job.started_at is not None:
-        events.append(Event(job.started_at, f"attempt {job.attempt} started"
-                            if job.attempt else "last attempt started"))
+        events.append(
+            Event(
+                job.started_at,
+                f"attempt {job.attempt} started" if job.attempt else "last attempt started",
+            )
+        )
     # A dead job's end is its last error, marked dead above.
     if job.finished_at is not None and not (job.state is JobState.DEAD and errors):
-        events.append(Event(job.finished_at, job.state.value, "",
-                            "ok" if job.state is JobState.COMPLETED else "bad"))
+        events.append(
+            Event(
+                job.finished_at,
+                job.state.value,
+                "",
+                "ok" if job.state is JobState.COMPLETED else "bad",
+            )
+        )
     for entry in actions:
         via = f" ({entry.via})" if entry.via else ""
-        events.append(Event(entry.at, f"{entry.action} by {entry.by}{via}",
-                            entry.note or entry.target, "op"))
+        events.append(
+            Event(entry.at, f"{entry.action} by {entry.by}{via}", entry.note or entry.target, "op")
+        )
     order = {id(e): i for i, e in enumerate(events)}
     return sorted(events, key=lambda e: (e.at, order[id(e)]))
 

@@ -82,8 +82,11 @@ class Tracing:
     def passes_on(self, ctx: MiddlewareContext) -> bool:
         """An execution with nothing recording and no trace context to run in (see
         `_pass_on`): the chain leaves this layer out."""
-        return (isinstance(ctx, ExecuteContext)
-                and not isinstance(ctx.job.meta.get(TRACE_META_KEY), dict) and self._off())
+        return (
+            isinstance(ctx, ExecuteContext)
+            and not isinstance(ctx.job.meta.get(TRACE_META_KEY), dict)
+            and self._off()
+        )
 
     async def __call__(self, call_next: CallNext, ctx: MiddlewareContext) -> None:
         if self._off():
@@ -121,8 +124,10 @@ class Tracing:
         stamped: list[NewJob] = []
         for job in ctx.jobs_in:
             span = self.tracer.start_span(
-                f"send {job.queue}", kind=SpanKind.PRODUCER,
-                attributes=_attributes(job.queue, job.id, job.task, "enqueue", "send"))
+                f"send {job.queue}",
+                kind=SpanKind.PRODUCER,
+                attributes=_attributes(job.queue, job.id, job.task, "enqueue", "send"),
+            )
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(span))
             spans.append(span)
@@ -141,7 +146,7 @@ class Tracing:
             if stored.id != sent.id:
                 span.set_attribute("conveyor.job.deduplicated_to", stored.id)
             span.end()
-        for span in spans[len(ctx.jobs_out):]:
+        for span in spans[len(ctx.jobs_out) :]:
             span.end()
 
     async def _execute(self, call_next: CallNext, ctx: ExecuteContext) -> None:
@@ -158,8 +163,11 @@ class Tracing:
             "conveyor.job.attempt": job.attempt,
         }
         with self.tracer.start_as_current_span(
-            f"process {job.queue}", context=parent, kind=SpanKind.CONSUMER,
-            attributes=attributes, links=links,
+            f"process {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
         ) as span:
             await call_next(ctx)
             settlement = ctx.settlement
@@ -168,8 +176,9 @@ class Tracing:
             span.set_attribute("conveyor.job.outcome", settlement.state.value)
             error = settlement.error
             if error is not None and settlement.state is not JobState.CANCELLED:
-                span.add_event("exception", {"exception.type": error.type,
-                                             "exception.message": error.message})
+                span.add_event(
+                    "exception", {"exception.type": error.type, "exception.message": error.message}
+                )
                 span.set_status(Status(StatusCode.ERROR, f"{error.type}: {error.message}"))
 
 

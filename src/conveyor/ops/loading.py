@@ -13,9 +13,11 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.model.errors import ConfigurationError, ConveyorError
 
-_NOT_THE_USERS_CODE = ("<frozen ", os.path.dirname(__file__) + os.sep,
-                       *{sysconfig.get_paths()[name] + os.sep
-                         for name in ("stdlib", "purelib", "platlib")})
+_NOT_THE_USERS_CODE = (
+    "<frozen ",
+    os.path.dirname(__file__) + os.sep,
+    *{sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "purelib", "platlib")},
+)
 
 
 def load_app(path: str) -> Conveyor:
@@ -27,7 +29,8 @@ def load_app(path: str) -> Conveyor:
     module_name, sep, attr_path = path.partition(":")
     if not sep or not module_name or not attr_path:
         raise ConfigurationError(
-            f"app path {path!r} must be module:attribute, e.g. myapp.tasks:app")
+            f"app path {path!r} must be module:attribute, e.g. myapp.tasks:app"
+        )
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -37,11 +40,13 @@ def load_app(path: str) -> Conveyor:
         try:
             target = getattr(target, attr)
         except AttributeError:
-            raise ConfigurationError(f"module {module_name!r} has no attribute {attr_path!r}"
-                                     f"{_apps_in(module)}") from None
+            raise ConfigurationError(
+                f"module {module_name!r} has no attribute {attr_path!r}{_apps_in(module)}"
+            ) from None
     if not isinstance(target, Conveyor):
-        raise ConfigurationError(f"{path} is a {type(target).__name__}, not a Conveyor app"
-                                 f"{_apps_in(module)}")
+        raise ConfigurationError(
+            f"{path} is a {type(target).__name__}, not a Conveyor app{_apps_in(module)}"
+        )
     return target
 
 
@@ -53,7 +58,8 @@ def _import(module_name: str, path: str) -> Any:
         if module_name == missing or module_name.startswith(missing + "."):
             raise ConfigurationError(
                 f"cannot import app module {module_name!r}: no module named {missing!r} "
-                "(searched the current directory and sys.path)") from None
+                "(searched the current directory and sys.path)"
+            ) from None
         # The app module exists; something it imports does not.
         raise _import_failed(path, exc) from None
     except ConveyorError:
@@ -79,8 +85,9 @@ def _import_failed(path: str, exc: Exception) -> ConfigurationError:
         chosen = own or frames
         where = (chosen[-1].filename, chosen[-1].lineno) if chosen else (None, None)
     located = f" ({where[0]}, line {where[1]})" if where[0] else ""
-    return ConfigurationError(f"error while importing the app {path!r}: "
-                              f"{type(exc).__name__}: {message}{located}")
+    return ConfigurationError(
+        f"error while importing the app {path!r}: {type(exc).__name__}: {message}{located}"
+    )
 
 
 def _apps_in(module: Any) -> str:

@@ -59,20 +59,26 @@ class QueueOverview:
             return []
         out = [] if s.rate_limit is None else [f"rate limit {describe(s.rate_limit)}"]
         if s.max_waiting is not None:
-            out.append(f"max_waiting {s.max_waiting:,} ({s.on_full}"
-                       + (f", up to {s.block_timeout:g}s)" if s.on_full == "block" else ")"))
+            out.append(
+                f"max_waiting {s.max_waiting:,} ({s.on_full}"
+                + (f", up to {s.block_timeout:g}s)" if s.on_full == "block" else ")")
+            )
         if s.aging is not None:
             out.append(f"aging: a priority level per {s.aging:g}s waited")
         return out
 
     def as_json(self) -> dict[str, object]:
         return {
-            "queue": self.name, "paused": self.stats.paused,
+            "queue": self.name,
+            "paused": self.stats.paused,
             "claimed_by": [{"how": c.how, "workers": c.workers} for c in self.claimed_by],
-            "limits": self.limits, "waiting": self.waiting,
+            "limits": self.limits,
+            "waiting": self.waiting,
             "available": self.available,
-            "throttled": self.stats.throttled, "held_by_key": self.stats.held_by_key,
-            "running": self.stats.in_flight, "shed": self.stats.shed,
+            "throttled": self.stats.throttled,
+            "held_by_key": self.stats.held_by_key,
+            "running": self.stats.in_flight,
+            "shed": self.stats.shed,
         }
 
 
@@ -83,32 +89,44 @@ def claims_by_queue(workers: Iterable[WorkerInfo]) -> dict[str, tuple[ClaimedBy,
         if worker.stopping:
             continue
         for place, queue in enumerate(worker.queues):
-            how = (f"strict #{place + 1}" if worker.queue_weights is None
-                   else f"{worker.queue_weights[place]:g}")
+            how = (
+                f"strict #{place + 1}"
+                if worker.queue_weights is None
+                else f"{worker.queue_weights[place]:g}"
+            )
             ways = counted.setdefault(queue, {})
             ways[how] = ways.get(how, 0) + 1
-    return {queue: tuple(ClaimedBy(how, n) for how, n in
-                         sorted(ways.items(), key=lambda item: (-item[1], item[0])))
-            for queue, ways in counted.items()}
+    return {
+        queue: tuple(
+            ClaimedBy(how, n)
+            for how, n in sorted(ways.items(), key=lambda item: (-item[1], item[0]))
+        )
+        for queue, ways in counted.items()
+    }
 
 
-def overviews(stats: Sequence[QueueStats], workers: Sequence[WorkerInfo],
-              declared: Iterable[QueueSettings]) -> list[QueueOverview]:
+def overviews(
+    stats: Sequence[QueueStats], workers: Sequence[WorkerInfo], declared: Iterable[QueueSettings]
+) -> list[QueueOverview]:
     """Every queue that has jobs or a pause flag, is declared, or is worked, by name."""
     by_name = {s.queue: s for s in stats}
     settings = {s.name: s for s in declared}
     claims = claims_by_queue(workers)
-    return [QueueOverview(name, by_name.get(name) or QueueStats(name), claims.get(name, ()),
-                          settings.get(name))
-            for name in sorted(set(by_name) | set(settings) | set(claims))]
+    return [
+        QueueOverview(
+            name, by_name.get(name) or QueueStats(name), claims.get(name, ()), settings.get(name)
+        )
+        for name in sorted(set(by_name) | set(settings) | set(claims))
+    ]
 
 
 async def queue_overviews(app: Conveyor) -> list[QueueOverview]:
     return overviews(await app.admin.stats(), await app.admin.workers(), app.queues)
 
 
-async def queue_overview(app: Conveyor, name: str,
-                         top: int = 10) -> tuple[QueueOverview, FlowLoads] | None:
+async def queue_overview(
+    app: Conveyor, name: str, top: int = 10
+) -> tuple[QueueOverview, FlowLoads] | None:
     """One queue and its flow loads (the top `top` keys), or None if no job, pause,
     declaration or live worker names it."""
     found = [q for q in await queue_overviews(app) if q.name == name]

@@ -63,21 +63,34 @@ class Driver:
         status, reason, moved = run.status, run.reason, 0
         if seen >= run.min_sample and run.failing_share > run.stop_if_failing:
             status = RunStatus.STOPPED
-            reason = (f"{run.failed} of {seen} redriven jobs failed again "
-                      f"({run.failing_share:.0%} > {run.stop_if_failing:.0%})")
+            reason = (
+                f"{run.failed} of {seen} redriven jobs failed again "
+                f"({run.failing_share:.0%} > {run.stop_if_failing:.0%})"
+            )
         else:
             moved = await self._redrive(run)
         # A fresh count once a second; in between, what the batches took from it.
         remaining = await backend.count_jobs(run.where) if polled else max(0, run.remaining - moved)
         if status is RunStatus.RUNNING and self.exhausted and not self.watching:
             status, reason = RunStatus.DONE, "nothing left to redrive"
-        if run.limit is not None and run.redriven + moved >= run.limit and not self.watching \
-                and status is RunStatus.RUNNING:
+        if (
+            run.limit is not None
+            and run.redriven + moved >= run.limit
+            and not self.watching
+            and status is RunStatus.RUNNING
+        ):
             status, reason = RunStatus.DONE, f"redrove the {run.limit:,} asked for"
-        updated = replace(run, status=status, reason=reason, redriven=run.redriven + moved,
-                          pending=len(self.watching), remaining=remaining, updated_at=now,
-                          driver=None if status.finished else self.driver_id,
-                          driver_until=0.0 if status.finished else now + DRIVER_LEASE)
+        updated = replace(
+            run,
+            status=status,
+            reason=reason,
+            redriven=run.redriven + moved,
+            pending=len(self.watching),
+            remaining=remaining,
+            updated_at=now,
+            driver=None if status.finished else self.driver_id,
+            driver_until=0.0 if status.finished else now + DRIVER_LEASE,
+        )
         return await self._save(text, updated)
 
     async def _redrive(self, run: RedriveRun) -> int:
@@ -102,9 +115,11 @@ class Driver:
         succeeded = failed = 0
         ids = list(self.watching)
         for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            found = {j.id: j for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)),
-                                                              limit=len(chunk))}
+            chunk = ids[start : start + 500]
+            found = {
+                j.id: j
+                for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+            }
             for job_id in chunk:
                 job = found.get(job_id)
                 if job is None:
@@ -122,8 +137,9 @@ class Driver:
     async def _save(self, text: str, updated: RedriveRun) -> RedriveRun:
         backend = await self.app.backend()
         for _ in range(20):
-            if await backend.compare_and_set_record(RUNS_NAMESPACE, self.run_id, text,
-                                                    updated.to_json(), ttl=RUN_TTL):
+            if await backend.compare_and_set_record(
+                RUNS_NAMESPACE, self.run_id, text, updated.to_json(), ttl=RUN_TTL
+            ):
                 if updated.status.finished:
                     await self._audit_end(updated)
                 return updated
@@ -132,15 +148,25 @@ class Driver:
             if current is None:
                 raise LookupError(f"redrive run {self.run_id} is gone")
             theirs = RedriveRun.from_json(current)
-            updated = replace(updated, status=theirs.status, reason=theirs.reason,
-                              driver=theirs.driver, driver_until=theirs.driver_until)
+            updated = replace(
+                updated,
+                status=theirs.status,
+                reason=theirs.reason,
+                driver=theirs.driver,
+                driver_until=theirs.driver_until,
+            )
             text = current
         raise RuntimeError(f"redrive run {self.run_id} kept changing")
 
     async def _audit_end(self, run: RedriveRun) -> None:
         trail = AuditTrail(await self.app.backend(), self.app.clock)
-        pending = PendingAction(f"redrive run {run.status.value}", Actor(run.by, run.via),
-                                f"run {run.id}", run.where, note=run.describe())
+        pending = PendingAction(
+            f"redrive run {run.status.value}",
+            Actor(run.by, run.via),
+            f"run {run.id}",
+            run.where,
+            note=run.describe(),
+        )
         pending.count = run.redriven
         await trail.record(pending)
 
@@ -151,8 +177,11 @@ def step_interval(rate: float) -> float:
     return min(POLL_EVERY, max(0.25, 1.0 / rate))
 
 
-async def drive(driver: Driver, on_step: Callable[[RedriveRun], None] | None = None,
-                interrupted: asyncio.Event | None = None) -> RedriveRun:
+async def drive(
+    driver: Driver,
+    on_step: Callable[[RedriveRun], None] | None = None,
+    interrupted: asyncio.Event | None = None,
+) -> RedriveRun:
     """Step the run until it finishes, is paused or cancelled, another driver has it,
     or `interrupted` is set; return it as it was last seen."""
     while True:

@@ -50,8 +50,16 @@ RUNS_NAMESPACE = "redrive-runs"
 RUN_TTL = 30 * 86400.0  # a run's record is kept this long after its last change
 DRIVER_LEASE = 30.0  # seconds a driver's claim lasts without a step
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/\s*(s|sec|second|m|min|minute|h|hour))?\s*$")
-_PER = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
-        "h": 3600.0, "hour": 3600.0}
+_PER = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+}
 
 
 def parse_rate(text: str) -> float:
@@ -107,9 +115,12 @@ def filter_to_dict(where: JobFilter) -> dict[str, Any]:
 def filter_from_dict(data: dict[str, Any]) -> JobFilter:
     return JobFilter(
         states=tuple(JobState(s) for s in data.get("states", [])),
-        queues=tuple(data.get("queues", [])), tasks=tuple(data.get("tasks", [])),
-        error_type=data.get("error_type"), ids=tuple(data.get("ids", [])),
-        args_contains=data.get("args_contains"))
+        queues=tuple(data.get("queues", [])),
+        tasks=tuple(data.get("tasks", [])),
+        error_type=data.get("error_type"),
+        ids=tuple(data.get("ids", [])),
+        args_contains=data.get("args_contains"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +173,11 @@ class RedriveRun:
     def describe(self) -> str:
         """One line: `running  42/100 redriven, 40 ok, 1 failing (2%), 1 waiting`."""
         share = f" ({self.failing_share:.0%})" if self.succeeded + self.failed else ""
-        text = (f"{self.status.value}  {self.redriven:,}/{self.total:,} redriven, "
-                f"{self.succeeded:,} ok, {self.failed:,} failing{share}, "
-                f"{self.pending:,} waiting")
+        text = (
+            f"{self.status.value}  {self.redriven:,}/{self.total:,} redriven, "
+            f"{self.succeeded:,} ok, {self.failed:,} failing{share}, "
+            f"{self.pending:,} waiting"
+        )
         return text + (f"  ({self.reason})" if self.reason else "")
 
 
@@ -194,10 +207,18 @@ class Runs:
                 continue
         return sorted(runs, key=lambda r: r.created_at, reverse=True)
 
-    async def start(self, where: JobFilter, rate: float, *, by: Actor | str | None = None,
-                    stop_if_failing: float = 0.2, min_sample: int = 20,
-                    window: int | None = None, limit: int | None = None,
-                    driver: str | None = None) -> RedriveRun:
+    async def start(
+        self,
+        where: JobFilter,
+        rate: float,
+        *,
+        by: Actor | str | None = None,
+        stop_if_failing: float = 0.2,
+        min_sample: int = 20,
+        window: int | None = None,
+        limit: int | None = None,
+        driver: str | None = None,
+    ) -> RedriveRun:
         """Create a run (its driver: `driver`, who then calls `drive`)."""
         from conveyor.observe.audit import as_actor
 
@@ -207,18 +228,30 @@ class Runs:
         actor = as_actor(by)
         now = self.app.clock()
         run = RedriveRun(
-            id=f"r{int(now):x}{secrets.token_hex(2)}", where=where, rate=rate,
-            stop_if_failing=stop_if_failing, min_sample=max(1, min_sample),
-            window=window or max(100, math.ceil(rate * 60)), limit=limit,
-            by=actor.name, via=actor.via, created_at=now, updated_at=now,
-            remaining=await self.app.admin.count(where), driver=driver,
-            driver_until=now + DRIVER_LEASE if driver else 0.0)
-        entry = await self._audit("redrive run started", actor, run, where=where,
-                                  note=f"rate {format_rate(rate)}, stop if more than "
-                                       f"{stop_if_failing:.0%} fail again")
+            id=f"r{int(now):x}{secrets.token_hex(2)}",
+            where=where,
+            rate=rate,
+            stop_if_failing=stop_if_failing,
+            min_sample=max(1, min_sample),
+            window=window or max(100, math.ceil(rate * 60)),
+            limit=limit,
+            by=actor.name,
+            via=actor.via,
+            created_at=now,
+            updated_at=now,
+            remaining=await self.app.admin.count(where),
+            driver=driver,
+            driver_until=now + DRIVER_LEASE if driver else 0.0,
+        )
+        entry = await self._audit(
+            "redrive run started",
+            actor,
+            run,
+            where=where,
+            note=f"rate {format_rate(rate)}, stop if more than {stop_if_failing:.0%} fail again",
+        )
         run = replace(run, audit_key=entry)
-        await (await self._records()).put_record(RUNS_NAMESPACE, run.id, run.to_json(),
-                                                 ttl=RUN_TTL)
+        await (await self._records()).put_record(RUNS_NAMESPACE, run.id, run.to_json(), ttl=RUN_TTL)
         return run
 
     async def pause(self, run_id: str, *, by: Actor | str | None = None) -> RedriveRun:
@@ -227,8 +260,9 @@ class Runs:
     async def cancel(self, run_id: str, *, by: Actor | str | None = None) -> RedriveRun:
         return await self._set_status(run_id, RunStatus.CANCELLED, by, "cancelled")
 
-    async def resume(self, run_id: str, driver: str, *,
-                     by: Actor | str | None = None) -> RedriveRun:
+    async def resume(
+        self, run_id: str, driver: str, *, by: Actor | str | None = None
+    ) -> RedriveRun:
         """Resume a paused run, or adopt a running one whose driver is gone; `driver`
         drives it from now on."""
         return await self._set_status(run_id, RunStatus.RUNNING, by, "resumed", driver=driver)
@@ -240,43 +274,66 @@ class Runs:
         backend = await self._records()
         for run in await self.all():
             if run.status is RunStatus.RUNNING and run.driver_until < now:
-                claimed = replace(run, driver=driver, driver_until=now + DRIVER_LEASE,
-                                  updated_at=now)
-                if await backend.compare_and_set_record(RUNS_NAMESPACE, run.id, run.to_json(),
-                                                        claimed.to_json(), ttl=RUN_TTL):
+                claimed = replace(
+                    run, driver=driver, driver_until=now + DRIVER_LEASE, updated_at=now
+                )
+                if await backend.compare_and_set_record(
+                    RUNS_NAMESPACE, run.id, run.to_json(), claimed.to_json(), ttl=RUN_TTL
+                ):
                     adopted.append(claimed)
         return adopted
 
-    async def _set_status(self, run_id: str, status: RunStatus, by: Actor | str | None,
-                          verb: str, driver: str | None = None) -> RedriveRun:
+    async def _set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        by: Actor | str | None,
+        verb: str,
+        driver: str | None = None,
+    ) -> RedriveRun:
         from conveyor.observe.audit import as_actor
 
         backend = await self._records()
         for _ in range(20):
             text = await backend.get_record(RUNS_NAMESPACE, run_id)
             if text is None:
-                raise LookupError(f"no redrive run {run_id!r} (finished runs are kept "
-                                  f"{RUN_TTL / 86400:.0f} days)")
+                raise LookupError(
+                    f"no redrive run {run_id!r} (finished runs are kept {RUN_TTL / 86400:.0f} days)"
+                )
             run = RedriveRun.from_json(text)
             if run.status.finished:
-                raise ValueError(f"redrive run {run_id} is {run.status.value}; "
-                                 "start a new one")
+                raise ValueError(f"redrive run {run_id} is {run.status.value}; start a new one")
             now = self.app.clock()
-            if status is RunStatus.RUNNING and run.status is RunStatus.RUNNING and (
-                    run.driver_until >= now and run.driver != driver):
+            if (
+                status is RunStatus.RUNNING
+                and run.status is RunStatus.RUNNING
+                and (run.driver_until >= now and run.driver != driver)
+            ):
                 raise ValueError(f"redrive run {run_id} is running, driven by {run.driver}")
-            changed = replace(run, status=status, updated_at=now, driver=driver,
-                              driver_until=now + DRIVER_LEASE if driver else 0.0,
-                              reason="" if status is RunStatus.RUNNING else
-                              f"{verb} by {as_actor(by).name}")
-            if await backend.compare_and_set_record(RUNS_NAMESPACE, run_id, text,
-                                                    changed.to_json(), ttl=RUN_TTL):
+            changed = replace(
+                run,
+                status=status,
+                updated_at=now,
+                driver=driver,
+                driver_until=now + DRIVER_LEASE if driver else 0.0,
+                reason="" if status is RunStatus.RUNNING else f"{verb} by {as_actor(by).name}",
+            )
+            if await backend.compare_and_set_record(
+                RUNS_NAMESPACE, run_id, text, changed.to_json(), ttl=RUN_TTL
+            ):
                 await self._audit(f"redrive run {verb}", as_actor(by), changed)
                 return changed
         raise RuntimeError(f"redrive run {run_id} kept changing; try again")
 
-    async def _audit(self, action: str, actor: Actor, run: RedriveRun,
-                     where: JobFilter | None = None, note: str = "", count: int = 0) -> str:
+    async def _audit(
+        self,
+        action: str,
+        actor: Actor,
+        run: RedriveRun,
+        where: JobFilter | None = None,
+        note: str = "",
+        count: int = 0,
+    ) -> str:
         trail = AuditTrail(await self._records(), self.app.clock)
         pending = PendingAction(action, actor, f"run {run.id}", where, note=note)
         pending.count = count

@@ -10,7 +10,12 @@ import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from conveyor.scheduling.scheduler import ScheduleReport, Scheduler, describe_reports, schedule_reports
+from conveyor.scheduling.scheduler import (
+    ScheduleReport,
+    Scheduler,
+    describe_reports,
+    schedule_reports,
+)
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -59,9 +64,11 @@ def format_reports(reports: Sequence[ScheduleReport]) -> str:
     blocks: list[str] = []
     for r, data in zip(reports, describe_reports(reports)):
         s = r.schedule
-        lines = [s.name if s.name == s.task else f"{s.name}  (task {s.task})",
-                 f"  {s.timing.describe()}; misfire={s.misfire} overlap={s.overlap}"
-                 + (f" jitter={s.jitter}s" if s.jitter else "")]
+        lines = [
+            s.name if s.name == s.task else f"{s.name}  (task {s.task})",
+            f"  {s.timing.describe()}; misfire={s.misfire} overlap={s.overlap}"
+            + (f" jitter={s.jitter}s" if s.jitter else ""),
+        ]
         for utc, local in zip(r.upcoming, r.upcoming_local):
             zone = "" if s.zone == "UTC" else f"   {local:%Y-%m-%d %H:%M %Z} ({s.zone})"
             lines.append(f"  next  {utc:%Y-%m-%d %H:%M:%S} UTC{zone}")
@@ -69,10 +76,14 @@ def format_reports(reports: Sequence[ScheduleReport]) -> str:
         if last is None:
             lines.append("  last  never fired")
         else:
-            covers = "" if last["covers_from"] == last["covers_to"] else \
-                f", covering {last['covers_from']} .. {last['covers_to']}"
-            lines.append(f"  last  {last['tick']}  job {last['job_id']}  "
-                         f"{last['state'] or 'pruned'}{covers}")
+            covers = (
+                ""
+                if last["covers_from"] == last["covers_to"]
+                else f", covering {last['covers_from']} .. {last['covers_to']}"
+            )
+            lines.append(
+                f"  last  {last['tick']}  job {last['job_id']}  {last['state'] or 'pruned'}{covers}"
+            )
         if data["pending"]:
             lines.append(f"  held  {data['pending']} (queue_one: waits for the running one)")
         if data["skipped"]:

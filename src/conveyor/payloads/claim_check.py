@@ -90,8 +90,10 @@ class BlobReference:
     size: int
 
     def to_text(self) -> str:
-        return json.dumps({REFERENCE_KEY: {"key": self.key, "sha256": self.sha256,
-                                           "size": self.size}}, separators=(",", ":"))
+        return json.dumps(
+            {REFERENCE_KEY: {"key": self.key, "sha256": self.sha256, "size": self.size}},
+            separators=(",", ":"),
+        )
 
     def describe(self) -> str:
         return f"blob {self.key} ({self.size:,} bytes, sha256 {self.sha256[:12]}…)"
@@ -110,16 +112,17 @@ def reference_in(text: str | None) -> BlobReference | None:
     return found
 
 
-def _checked(ref: BlobReference, data: bytes | None, job_id: str, what: str,
-             store: BlobStore) -> str:
+def _checked(
+    ref: BlobReference, data: bytes | None, job_id: str, what: str, store: BlobStore
+) -> str:
     if data is None:
-        raise CorruptPayload(f"job {job_id}: its {what} {ref.describe()} is missing from "
-                             f"{store!r}")
+        raise CorruptPayload(f"job {job_id}: its {what} {ref.describe()} is missing from {store!r}")
     digest = hashlib.sha256(data).hexdigest()
     if digest != ref.sha256 or len(data) != ref.size:
         raise CorruptPayload(
             f"job {job_id}: its {what} {ref.describe()} fails its check: the store holds "
-            f"{len(data):,} bytes with sha256 {digest[:12]}…")
+            f"{len(data):,} bytes with sha256 {digest[:12]}…"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:  # matched the hash, so the producer wrote it: never ours
@@ -129,15 +132,22 @@ def _checked(ref: BlobReference, data: bytes | None, job_id: str, what: str,
 class ClaimCheck:
     """The app's claim-check: its limits, its store, and the moves in and out."""
 
-    def __init__(self, app: ClaimCheckApp, threshold: int, max_payload: int,
-                 store: str | BlobStore | None, orphan_grace: float) -> None:
+    def __init__(
+        self,
+        app: ClaimCheckApp,
+        threshold: int,
+        max_payload: int,
+        store: str | BlobStore | None,
+        orphan_grace: float,
+    ) -> None:
         self.app = app
         self.threshold = byte_count("claim_check_threshold", threshold)
         self.max_payload = byte_count("max_payload", max_payload)
         self.orphan_grace = orphan_grace
         # The app's clock as it is at each call: `Conveyor.rebind` may change it.
-        self._configured = (blob_store_from_url(store, lambda: app.clock())
-                            if isinstance(store, str) else store)
+        self._configured = (
+            blob_store_from_url(store, lambda: app.clock()) if isinstance(store, str) else store
+        )
 
     # --- limits -------------------------------------------------------------------
     def threshold_of(self, task_name: str) -> int:
@@ -156,8 +166,11 @@ class ClaimCheck:
 
     def needs_offload(self, jobs: Sequence[NewJob]) -> bool:
         # Under the threshold in characters, so surely under it in bytes (at most 4 each).
-        return any(len(job.payload) * 4 > self.threshold_of(job.task)
-                   and utf8_size(job.payload) > self.threshold_of(job.task) for job in jobs)
+        return any(
+            len(job.payload) * 4 > self.threshold_of(job.task)
+            and utf8_size(job.payload) > self.threshold_of(job.task)
+            for job in jobs
+        )
 
     # --- the store ------------------------------------------------------------------
     async def store(self, backend: Backend | None = None) -> BlobStore:
@@ -167,7 +180,8 @@ class ClaimCheck:
         if not isinstance(backend, ProvidesBlobStore):
             raise ConfigurationError(
                 f"{type(backend).__name__} keeps no blobs: pass Conveyor(blob_store=...) "
-                "(file:///dir or s3://bucket/prefix) to store big payloads")
+                "(file:///dir or s3://bucket/prefix) to store big payloads"
+            )
         return backend.default_blob_store()
 
     async def _put(self, job_id: str, kind: str, text: str) -> BlobReference:
@@ -213,14 +227,23 @@ class ClaimCheck:
         if size <= self.threshold_of(job.task) and not text.startswith(_REFERENCE_START):
             return text
         if size > self.max_payload_of(job.task):
-            log.warning("job %s (%s) returned %d bytes of JSON, over max_payload %d; "
-                        "result dropped", job.id, job.task, size, self.max_payload_of(job.task))
+            log.warning(
+                "job %s (%s) returned %d bytes of JSON, over max_payload %d; result dropped",
+                job.id,
+                job.task,
+                size,
+                self.max_payload_of(job.task),
+            )
             return None
         try:
             return (await self._put(job.id, "result", text)).to_text()
         except Exception as exc:  # noqa: BLE001 - the job completes; its result is lost
-            log.warning("job %s (%s): its result could not be stored apart (%s); result "
-                        "dropped", job.id, job.task, exc)
+            log.warning(
+                "job %s (%s): its result could not be stored apart (%s); result dropped",
+                job.id,
+                job.task,
+                exc,
+            )
             return None
 
     async def result_text(self, job: Job) -> str | None:
@@ -268,9 +291,9 @@ class ClaimCheck:
         job_ids = list(dict.fromkeys(b.job_id for b in blobs))
         gone: list[str] = []
         for start in range(0, len(job_ids), _SWEEP_BATCH):
-            chunk = job_ids[start:start + _SWEEP_BATCH]
-            alive = {j.id for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)),
-                                                           limit=len(chunk))}
+            chunk = job_ids[start : start + _SWEEP_BATCH]
+            alive = {
+                j.id for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+            }
             gone += [i for i in chunk if i not in alive]
         return await store.delete_job_blobs(gone) if gone else 0
-

@@ -38,8 +38,19 @@ def _payload_encoder() -> Callable[[Any], str]:
         return _JSON.encode
 
     def encode(value: Any) -> str:
-        return "".join(make({}, _JSON.default, json.encoder.encode_basestring_ascii, None,
-                            ":", ",", False, False, False)(value, 0))
+        return "".join(
+            make(
+                {},
+                _JSON.default,
+                json.encoder.encode_basestring_ascii,
+                None,
+                ":",
+                ",",
+                False,
+                False,
+                False,
+            )(value, 0)
+        )
 
     sample = {"args": [1, 2.5, "é", None, [True]], "kwargs": {"k": {"x": -0.0}}}
     try:
@@ -63,18 +74,24 @@ def encode_payload(task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
         ) from None
 
 
-def payload_defaults(task_name: str, *, claim_check_threshold: int | None = None,
-                     max_payload: int | None = None, redact: Sequence[str] = (),
-                     payload_hygiene: str | None = None,
-                     result_ttl: Duration | None = None) -> dict[str, Any]:
+def payload_defaults(
+    task_name: str,
+    *,
+    claim_check_threshold: int | None = None,
+    max_payload: int | None = None,
+    redact: Sequence[str] = (),
+    payload_hygiene: str | None = None,
+    result_ttl: Duration | None = None,
+) -> dict[str, Any]:
     """The payload fields of a task's `TaskDefaults`, checked (docs/payloads.md)."""
     try:
         return {
-            "claim_check_threshold": None if claim_check_threshold is None
+            "claim_check_threshold": None
+            if claim_check_threshold is None
             else byte_count("claim_check_threshold", claim_check_threshold),
-            "max_payload": None if max_payload is None else byte_count("max_payload",
-                                                                       max_payload),
-            "payload_hygiene": None if payload_hygiene is None
+            "max_payload": None if max_payload is None else byte_count("max_payload", max_payload),
+            "payload_hygiene": None
+            if payload_hygiene is None
             else check_mode(payload_hygiene, "this task"),
             "redact": frozenset(_argument_names(redact)),
             "result_ttl": None if result_ttl is None else result_ttl_seconds(result_ttl),
@@ -84,8 +101,10 @@ def payload_defaults(task_name: str, *, claim_check_threshold: int | None = None
 
 
 def _argument_names(redact: object) -> Sequence[str]:
-    if (isinstance(redact, str) or not isinstance(redact, (tuple, list, set, frozenset))
-            or not all(isinstance(k, str) and k for k in redact)):
+    if (
+        isinstance(redact, str)
+        or not isinstance(redact, (tuple, list, set, frozenset))
+        or not all(isinstance(k, str) and k for k in redact)
+    ):
         raise ConfigurationError(f"redact= takes a tuple of argument names, not {redact!r}")
     return list(redact)
-

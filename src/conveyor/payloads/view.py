@@ -14,7 +14,7 @@ from conveyor.model.job import Job
 
 
 def stored_apart(text: str | None) -> str | None:
-    """"stored apart: blob <key> (N bytes, sha256 …)" for a reference, else None."""
+    """ "stored apart: blob <key> (N bytes, sha256 …)" for a reference, else None."""
     ref = reference_in(text)
     return None if ref is None else f"stored apart: {ref.describe()}"
 

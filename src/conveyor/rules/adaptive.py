@@ -62,32 +62,51 @@ class Adaptive:
     latency_target: float | None
     window: float
 
-    def __init__(self, min: int = 1, max: int = 100, *, start: int | None = None,
-                 increase: int = 1, decrease: float = 0.9,
-                 signals: tuple[type[BaseException], ...] = DEFAULT_SIGNALS,
-                 latency_target: Duration | None = None, window: Duration = 1.0) -> None:
+    def __init__(
+        self,
+        min: int = 1,
+        max: int = 100,
+        *,
+        start: int | None = None,
+        increase: int = 1,
+        decrease: float = 0.9,
+        signals: tuple[type[BaseException], ...] = DEFAULT_SIGNALS,
+        latency_target: Duration | None = None,
+        window: Duration = 1.0,
+    ) -> None:
         for name, value in (("min", min), ("max", max), ("increase", increase)):
             if type(value) is not int or not 1 <= value <= MAX_LIMIT:
-                raise ConfigurationError(f"adaptive {name}={value!r}: a whole number from 1 "
-                                         f"to {MAX_LIMIT}")
+                raise ConfigurationError(
+                    f"adaptive {name}={value!r}: a whole number from 1 to {MAX_LIMIT}"
+                )
         if max < min:
             raise ConfigurationError(f"adaptive max={max} is under min={min}")
         first = min if start is None else start
         if type(first) is not int or not min <= first <= max:
             raise ConfigurationError(f"adaptive start={start!r}: a whole number from min to max")
-        if isinstance(decrease, bool) or not isinstance(decrease, (int, float)) or not (
-                0 < decrease < 1):
+        if (
+            isinstance(decrease, bool)
+            or not isinstance(decrease, (int, float))
+            or not (0 < decrease < 1)
+        ):
             raise ConfigurationError(f"adaptive decrease={decrease!r}: a factor between 0 and 1")
         if not isinstance(signals, tuple) or not all(
-                isinstance(s, type) and issubclass(s, BaseException) for s in signals):
+            isinstance(s, type) and issubclass(s, BaseException) for s in signals
+        ):
             raise ConfigurationError(f"adaptive signals={signals!r}: a tuple of exception types")
         window_s = _positive_seconds("window", window)
         assert window_s is not None
         target = _positive_seconds("latency_target", latency_target)
         fields: tuple[tuple[str, object], ...] = (
-            ("min", min), ("max", max), ("start", first), ("increase", increase),
-            ("decrease", float(decrease)), ("signals", signals), ("latency_target", target),
-            ("window", window_s))
+            ("min", min),
+            ("max", max),
+            ("start", first),
+            ("increase", increase),
+            ("decrease", float(decrease)),
+            ("signals", signals),
+            ("latency_target", target),
+            ("window", window_s),
+        )
         for name, setting in fields:
             object.__setattr__(self, name, setting)
 
@@ -98,8 +117,9 @@ class Adaptive:
         requests' HTTP errors, aiohttp's ClientResponseError, most SDKs' own)."""
         return isinstance(error, self.signals) or http_status(error) in SIGNAL_STATUSES
 
-    def next_limit(self, limit: int, window: WindowCounts, saturated: bool,
-                   after_cut: bool = False) -> int:
+    def next_limit(
+        self, limit: int, window: WindowCounts, saturated: bool, after_cut: bool = False
+    ) -> int:
         """The limit after a window (the rule, exactly). A signal, or successes slower
         than `latency_target` on average, multiply it by `decrease` (rounded down, by
         at least 1, never under `min`), unless the window came right after a cut
@@ -107,8 +127,11 @@ class Adaptive:
         running through it. Else successes in a window that used the limit
         (`saturated`) add `increase` (never over `max`); else it stays."""
         limit = self.min if limit < self.min else self.max if limit > self.max else limit
-        slow = (self.latency_target is not None and window.ok > 0
-                and window.latency_ms / window.ok > self.latency_target * 1000.0)
+        slow = (
+            self.latency_target is not None
+            and window.ok > 0
+            and window.latency_ms / window.ok > self.latency_target * 1000.0
+        )
         if window.signals > 0 or slow:
             if after_cut:
                 return limit
@@ -160,16 +183,27 @@ class LimitState:
     cut_at: float
 
     def encode(self) -> str:
-        return json.dumps({"limit": self.limit, "version": self.version, "since": self.since,
-                           "cut_at": self.cut_at}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "limit": self.limit,
+                "version": self.version,
+                "since": self.since,
+                "cut_at": self.cut_at,
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def decode(cls, text: str) -> LimitState | None:
         """None for a record that is not one (written by something else, or damaged)."""
         try:
             data = json.loads(text)
-            state = cls(int(data["limit"]), int(data["version"]), float(data["since"]),
-                        float(data["cut_at"]))
+            state = cls(
+                int(data["limit"]),
+                int(data["version"]),
+                float(data["since"]),
+                float(data["cut_at"]),
+            )
         except (ValueError, TypeError, KeyError):
             return None
         return state if state.limit >= 1 else None

@@ -33,12 +33,20 @@ _LONGEST_PAUSE = 0.25  # between offers of a blocked job: the most a producer ov
 
 def shed_error(queue: str, max_waiting: int, now: float) -> str:
     """The error record (AttemptError's JSON) a shed job keeps: why it was cancelled."""
-    return json.dumps({
-        "attempt": 0, "at": now, "type": SHED_ERROR_TYPE,
-        "message": f"shed: queue {queue!r} held {max_waiting} waiting jobs (max_waiting) "
-                   "when a newer job came, and its policy is shed_oldest",
-        "traceback": "", "worker_id": "", "host": "", "version": __version__,
-        "app_version": ""})
+    return json.dumps(
+        {
+            "attempt": 0,
+            "at": now,
+            "type": SHED_ERROR_TYPE,
+            "message": f"shed: queue {queue!r} held {max_waiting} waiting jobs (max_waiting) "
+            "when a newer job came, and its policy is shed_oldest",
+            "traceback": "",
+            "worker_id": "",
+            "host": "",
+            "version": __version__,
+            "app_version": "",
+        }
+    )
 
 
 def bounds_of(jobs: Sequence[NewJob]) -> dict[str, QueueBound]:
@@ -50,9 +58,11 @@ def bounds_of(jobs: Sequence[NewJob]) -> dict[str, QueueBound]:
     return bounds
 
 
-def over_bound(new_positions: Mapping[str, Sequence[int]], depths: Mapping[str, int],
-               bounds: Mapping[str, QueueBound]) -> tuple[dict[int, RefusedJob], dict[str, int],
-                                                          dict[str, int]]:
+def over_bound(
+    new_positions: Mapping[str, Sequence[int]],
+    depths: Mapping[str, int],
+    bounds: Mapping[str, QueueBound],
+) -> tuple[dict[int, RefusedJob], dict[str, int], dict[str, int]]:
     """For a stored batch: the new jobs (position -> RefusedJob) to take back, the
     number of oldest waiting jobs to shed per queue, and each bounded queue's waiting
     jobs once that is done. `new_positions`: the batch positions of each queue's new
@@ -71,24 +81,32 @@ def over_bound(new_positions: Mapping[str, Sequence[int]], depths: Mapping[str, 
             newest = list(new_positions.get(queue, ()))[-excess:]
             refuse_at += [(queue, pos) for pos in newest]
             after[queue] = depths[queue] - len(newest)
-    refused = {pos: RefusedJob("", queue, after[queue], bounds[queue].max_waiting)
-               for queue, pos in refuse_at}
+    refused = {
+        pos: RefusedJob("", queue, after[queue], bounds[queue].max_waiting)
+        for queue, pos in refuse_at
+    }
     return refused, shed, after
 
 
-def raise_if_refused(jobs: Sequence[NewJob], stored: Sequence[Job | None],
-                     refused: Mapping[int, RefusedJob]) -> list[Job]:
+def raise_if_refused(
+    jobs: Sequence[NewJob], stored: Sequence[Job | None], refused: Mapping[int, RefusedJob]
+) -> list[Job]:
     """The stored jobs, or QueueFull naming the refused ones (ids filled in here)."""
     if not refused:
         return [job for job in stored if job is not None]
-    named = [RefusedJob(jobs[pos].id, r.queue, r.depth, r.max_waiting)
-             for pos, r in sorted(refused.items())]
+    named = [
+        RefusedJob(jobs[pos].id, r.queue, r.depth, r.max_waiting)
+        for pos, r in sorted(refused.items())
+    ]
     raise QueueFull(named, stored)
 
 
-async def enqueue_offering(enqueue: Callable[[Sequence[NewJob]], Awaitable[list[Job]]],
-                           batch: Sequence[NewJob], queues: QueueSettingsRegistry,
-                           clock: Callable[[], float] = time.monotonic) -> list[Job]:
+async def enqueue_offering(
+    enqueue: Callable[[Sequence[NewJob]], Awaitable[list[Job]]],
+    batch: Sequence[NewJob],
+    queues: QueueSettingsRegistry,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Job]:
     """`enqueue(batch)`; the jobs a full queue refused whose queue's policy is `block`
     are offered again, with growing pauses, until they fit or the queue's
     `block_timeout` passed. Then QueueFull for what is still refused (`jobs` in batch
@@ -99,8 +117,11 @@ async def enqueue_offering(enqueue: Callable[[Sequence[NewJob]], Awaitable[list[
         results: list[Any] = list(full.jobs)
         latest = {r.id: r for r in full.refused}  # each refused job's latest refusal
     started, pause = clock(), 0.01
-    waiting = [i for i, job in enumerate(results)
-               if job is None and queues.get(batch[i].queue).on_full == "block"]
+    waiting = [
+        i
+        for i, job in enumerate(results)
+        if job is None and queues.get(batch[i].queue).on_full == "block"
+    ]
     while waiting:
         elapsed = clock() - started
         waiting = [i for i in waiting if elapsed < queues.get(batch[i].queue).block_timeout]

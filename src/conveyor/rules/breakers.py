@@ -101,11 +101,17 @@ class BreakerState:
     transitions: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> str:
-        return json.dumps({
-            "state": self.state, "failures": list(self.failures), "opened_at": self.opened_at,
-            "held": self.held, "transitions": self.transitions,
-            "history": [[t.at, t.source, t.target, t.reason] for t in self.history]},
-            separators=(",", ":"))
+        return json.dumps(
+            {
+                "state": self.state,
+                "failures": list(self.failures),
+                "opened_at": self.opened_at,
+                "held": self.held,
+                "transitions": self.transitions,
+                "history": [[t.at, t.source, t.target, t.reason] for t in self.history],
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def decode(cls, text: str | None) -> BreakerState:
@@ -122,9 +128,12 @@ class BreakerState:
                 failures=tuple(float(t) for t in data.get("failures", ())),
                 opened_at=None if opened_at is None else float(opened_at),
                 held=bool(data.get("held", False)),
-                history=tuple(Transition(float(at), str(s), str(t), str(r))
-                              for at, s, t, r in data.get("history", ())),
-                transitions={str(k): int(v) for k, v in data.get("transitions", {}).items()})
+                history=tuple(
+                    Transition(float(at), str(s), str(t), str(r))
+                    for at, s, t, r in data.get("history", ())
+                ),
+                transitions={str(k): int(v) for k, v in data.get("transitions", {}).items()},
+            )
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
 
@@ -132,8 +141,7 @@ class BreakerState:
         """This state moved to `target` (a transition, recorded in the history)."""
         history = (*self.history, Transition(now, self.state, target, reason))[-HISTORY_KEPT:]
         counts = {**self.transitions, target: self.transitions.get(target, 0) + 1}
-        return replace(self, state=target, history=history, transitions=counts,
-                       **changes)  # type: ignore[arg-type]
+        return replace(self, state=target, history=history, transitions=counts, **changes)  # type: ignore[arg-type]
 
     def counted(self, breaker: Breaker | None, now: float) -> int:
         """The failures counting towards opening it: those still within its window
@@ -157,9 +165,10 @@ def after_failure(breaker: Breaker, state: BreakerState, now: float) -> BreakerS
         return None  # already open: a late failure of a job claimed before
     recent = (*(t for t in state.failures if t > now - breaker.window), now)
     if len(recent) >= breaker.failures:
-        return state.moved(OPEN, now, f"{len(recent)} failures in {breaker.window:g}s",
-                           opened_at=now, failures=())
-    return replace(state, failures=recent[-breaker.failures:])
+        return state.moved(
+            OPEN, now, f"{len(recent)} failures in {breaker.window:g}s", opened_at=now, failures=()
+        )
+    return replace(state, failures=recent[-breaker.failures :])
 
 
 def after_success(state: BreakerState, now: float) -> BreakerState | None:
@@ -194,8 +203,9 @@ def _seconds(name: str, label: str, value: Duration) -> float:
     except TypeError:
         seconds = math.nan
     if not (math.isfinite(seconds) and 0 < seconds <= 86_400 * 7):
-        raise ConfigurationError(f"breaker {name!r}: {label}={value!r} is a duration from "
-                                 "more than 0 up to 7 days")
+        raise ConfigurationError(
+            f"breaker {name!r}: {label}={value!r} is a duration from more than 0 up to 7 days"
+        )
     return seconds
 
 
@@ -206,40 +216,49 @@ class BreakerRegistry:
         self._limits = limits
         self._breakers: dict[str, Breaker] = {}
 
-    def declare(self, name: str, failures: int, window: Duration,
-                cooldown: Duration) -> Breaker:
+    def declare(self, name: str, failures: int, window: Duration, cooldown: Duration) -> Breaker:
         try:
             name = valid.name("breaker", name)
         except InvalidJob as exc:
             raise ConfigurationError(f"breaker: {exc}") from None
         if type(failures) is not int or not 1 <= failures <= 10_000:
             raise ConfigurationError(
-                f"breaker {name!r}: failures={failures!r} is a whole number from 1 to 10000")
-        breaker = Breaker(name, failures, _seconds(name, "window", window),
-                          _seconds(name, "cooldown", cooldown))
+                f"breaker {name!r}: failures={failures!r} is a whole number from 1 to 10000"
+            )
+        breaker = Breaker(
+            name, failures, _seconds(name, "window", window), _seconds(name, "cooldown", cooldown)
+        )
         self._breakers[name] = breaker
         return breaker
 
-    def for_task(self, task_name: str, rate_limit: str | Limit | None, rate_key: str | None,
-                 options: dict[str, Any]) -> str | None:
+    def for_task(
+        self,
+        task_name: str,
+        rate_limit: str | Limit | None,
+        rate_key: str | None,
+        options: dict[str, Any],
+    ) -> str | None:
         """The bucket a task's jobs carry (RateLimitRegistry.for_task), which for a
         task behind a breaker (`breaker=`, popped from the task's `options`) is the
         breaker's own: one gate per downstream."""
         breaker = options.pop("breaker", None)
         if breaker is not None and not isinstance(breaker, str):
-            raise ConfigurationError(f"task {task_name}: breaker= takes the name of an "
-                                     f"app.breaker(...), not {breaker!r}")
+            raise ConfigurationError(
+                f"task {task_name}: breaker= takes the name of an app.breaker(...), not {breaker!r}"
+            )
         if breaker is None:
             return self._limits.for_task(task_name, rate_limit, rate_key)
         if breaker not in self._breakers:
             raise ConfigurationError(
                 f"task {task_name}: breaker {breaker!r} is not declared; call "
-                f"app.breaker({breaker!r}, failures=5, window=..., cooldown=...) before the task")
+                f"app.breaker({breaker!r}, failures=5, window=..., cooldown=...) before the task"
+            )
         if rate_key is not None and rate_key != breaker:
             raise ConfigurationError(
                 f"task {task_name}: breaker={breaker!r} and rate_key={rate_key!r} would be two "
                 f"gates; a breaker gates the bucket of its name, so declare the limit as "
-                f"app.rate_limit({breaker!r}, ...)")
+                f"app.rate_limit({breaker!r}, ...)"
+            )
         if rate_limit is not None:
             self._limits.declare(breaker, rate_limit)
         return breaker

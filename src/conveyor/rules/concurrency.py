@@ -54,9 +54,14 @@ class ConcurrencyRule:
         return self.fixed_key
 
 
-def task_rule(task_name: str, signature: inspect.Signature, concurrency_key: str | None,
-              concurrency_limit: int | None, max_running: int | None,
-              adaptive: bool | Adaptive | None = None) -> ConcurrencyRule | None:
+def task_rule(
+    task_name: str,
+    signature: inspect.Signature,
+    concurrency_key: str | None,
+    concurrency_limit: int | None,
+    max_running: int | None,
+    adaptive: bool | Adaptive | None = None,
+) -> ConcurrencyRule | None:
     """The rule of a task's options, checked at registration (ConfigurationError)."""
     try:
         rule = adaptive_rule(adaptive)
@@ -64,48 +69,71 @@ def task_rule(task_name: str, signature: inspect.Signature, concurrency_key: str
             if max_running is not None or concurrency_limit is not None:
                 raise ConfigurationError(
                     "adaptive= finds the limit itself: give its bounds as Adaptive(min=, "
-                    "max=) instead of max_running= or concurrency_limit=")
+                    "max=) instead of max_running= or concurrency_limit="
+                )
             if concurrency_key is None:
-                return ConcurrencyRule(rule.start, adaptive=rule, fixed_key=valid.name(
-                    "task", MAX_RUNNING_PREFIX + task_name))
-            return ConcurrencyRule(rule.start, adaptive=rule, template=KeyTemplate(
-                concurrency_key, signature, field="concurrency_key"))
+                return ConcurrencyRule(
+                    rule.start,
+                    adaptive=rule,
+                    fixed_key=valid.name("task", MAX_RUNNING_PREFIX + task_name),
+                )
+            return ConcurrencyRule(
+                rule.start,
+                adaptive=rule,
+                template=KeyTemplate(concurrency_key, signature, field="concurrency_key"),
+            )
         if max_running is not None:
             if concurrency_key is not None or concurrency_limit is not None:
                 raise ConfigurationError(
                     "max_running= and concurrency_key= cannot be combined: a job holds one "
-                    "slot of one key (docs/flow-control.md)")
-            return ConcurrencyRule(valid.concurrency_limit(max_running),
-                                   fixed_key=valid.name("task", MAX_RUNNING_PREFIX + task_name))
+                    "slot of one key (docs/flow-control.md)"
+                )
+            return ConcurrencyRule(
+                valid.concurrency_limit(max_running),
+                fixed_key=valid.name("task", MAX_RUNNING_PREFIX + task_name),
+            )
         if concurrency_key is None and concurrency_limit is None:
             return None
         if concurrency_key is None:
             raise ConfigurationError("concurrency_limit= needs a concurrency_key=")
         limit = 1 if concurrency_limit is None else valid.concurrency_limit(concurrency_limit)
-        return ConcurrencyRule(limit, template=KeyTemplate(concurrency_key, signature,
-                                                           field="concurrency_key"))
+        return ConcurrencyRule(
+            limit, template=KeyTemplate(concurrency_key, signature, field="concurrency_key")
+        )
     except (ConfigurationError, InvalidJob, ValueError) as exc:
         raise ConfigurationError(f"task {task_name}: {exc}") from None
 
 
-def concurrency_rule(task_name: str, fn: Callable[..., Any],
-                     options: dict[str, Any]) -> ConcurrencyRule | None:
+def concurrency_rule(
+    task_name: str, fn: Callable[..., Any], options: dict[str, Any]
+) -> ConcurrencyRule | None:
     """A task's rule, from its options (`concurrency_key`, `concurrency_limit`,
     `max_running`, `adaptive`), which are taken out of `options`; checked
     (ConfigurationError)."""
-    return task_rule(task_name, inspect.signature(fn), *(
-        options.pop(o, None) for o in ("concurrency_key", "concurrency_limit", "max_running",
-                                       "adaptive")))
+    return task_rule(
+        task_name,
+        inspect.signature(fn),
+        *(
+            options.pop(o, None)
+            for o in ("concurrency_key", "concurrency_limit", "max_running", "adaptive")
+        ),
+    )
 
 
-def job_concurrency(rule: ConcurrencyRule | None, key: str | None, limit: int | None,
-                    args: tuple[Any, ...], kwargs: Mapping[str, Any]
-                    ) -> tuple[str | None, int | None]:
+def job_concurrency(
+    rule: ConcurrencyRule | None,
+    key: str | None,
+    limit: int | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> tuple[str | None, int | None]:
     """The key and limit one job is enqueued with: the enqueue's own (`.options`), else
     the task's rule over the call's arguments; a key given without a limit gets 1."""
     if rule is not None:
-        return (rule.key(args, kwargs) if key is None else key,
-                rule.limit if limit is None else limit)
+        return (
+            rule.key(args, kwargs) if key is None else key,
+            rule.limit if limit is None else limit,
+        )
     return key, (1 if key is not None and limit is None else limit)
 
 
@@ -114,7 +142,11 @@ def held_back(job: Job, running: int, key_limit: int | None = None) -> str | Non
     limit (`key_limit`, the key's set limit, else the job's own), when `running` jobs
     of its key (the backend's count) reach it."""
     limit = job.concurrency_limit if key_limit is None else key_limit
-    if (job.state is not JobState.AVAILABLE or job.concurrency_key is None
-            or limit is None or running < limit):
+    if (
+        job.state is not JobState.AVAILABLE
+        or job.concurrency_key is None
+        or limit is None
+        or running < limit
+    ):
         return None
     return f"waiting for a slot of key {job.concurrency_key}: {running} of {limit} running"

@@ -32,12 +32,19 @@ _FAILED = (S.DEAD, S.CANCELLED)
 
 def dependency_error(parent_id: str, parent_state: str, now: float) -> str:
     """The error record (AttemptError's JSON) a dependant cancelled by its parent keeps."""
-    return json.dumps({
-        "attempt": 0, "at": now, "type": DEPENDENCY_FAILED,
-        "message": f"parent job {parent_id} ended {parent_state}",
-        "traceback": "", "worker_id": "", "host": "", "version": __version__,
-        "app_version": "",
-    })
+    return json.dumps(
+        {
+            "attempt": 0,
+            "at": now,
+            "type": DEPENDENCY_FAILED,
+            "message": f"parent job {parent_id} ended {parent_state}",
+            "traceback": "",
+            "worker_id": "",
+            "host": "",
+            "version": __version__,
+            "app_version": "",
+        }
+    )
 
 
 def parents_of(depends_on: Sequence[str]) -> tuple[str, ...]:
@@ -68,8 +75,13 @@ class Start:
     failed_parent: tuple[str, str] | None = None  # (id, state)
 
 
-def start_of(new_id: str, depends_on: Sequence[str], states: Mapping[str, JobState | None],
-             allow_failure: bool, ready: JobState) -> Start:
+def start_of(
+    new_id: str,
+    depends_on: Sequence[str],
+    states: Mapping[str, JobState | None],
+    allow_failure: bool,
+    ready: JobState,
+) -> Start:
     """Where a dependant starts, given its parents' states as stored now (None: no
     such job, which refuses the batch). `ready` is where it goes with nothing to
     wait for (available, or scheduled for a later run_at)."""
@@ -90,8 +102,9 @@ def start_of(new_id: str, depends_on: Sequence[str], states: Mapping[str, JobSta
     return Start(S.BLOCKED if pending else ready, tuple(pending))
 
 
-def release(parent_state: JobState, allow_failure: bool, pending_parents: int
-            ) -> tuple[JobState, int]:
+def release(
+    parent_state: JobState, allow_failure: bool, pending_parents: int
+) -> tuple[JobState, int]:
     """What ending one parent in `parent_state` does to a blocked dependant: its new
     state and count of parents not ended. A failed parent cancels it (unless
     `allow_failure`); the last parent to end makes it available."""
@@ -125,8 +138,9 @@ class DependantRows(Protocol):
     def reblock(self, job_id: str, pending_parents: int) -> None: ...
 
 
-def release_dependants(rows: DependantRows, parent_id: str, parent_state: JobState,
-                       now: float) -> int:
+def release_dependants(
+    rows: DependantRows, parent_id: str, parent_state: JobState, now: float
+) -> int:
     """A parent ended in `parent_state`: apply `release` to each of its blocked
     dependants, and onwards to the dependants of those it cancels. Returns how many
     became available (the caller wakes idle workers)."""
@@ -165,8 +179,9 @@ def resume_dependants(rows: DependantRows, parent_id: str) -> int:
             states = [rows.state(p) for p in parents_of(parents)]
             if not allow_failure and any(s in _FAILED for s in states):
                 continue
-            rows.reblock(child, sum(1 for s in states
-                                    if s is not None and s not in (S.COMPLETED, *_FAILED)))
+            rows.reblock(
+                child, sum(1 for s in states if s is not None and s not in (S.COMPLETED, *_FAILED))
+            )
             resumed += 1
             walk.append(child)
     return resumed

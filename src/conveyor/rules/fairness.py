@@ -29,8 +29,18 @@ from dataclasses import dataclass
 from conveyor.model.job import NewJob
 from conveyor.model.validation import WEIGHT_MAX, WEIGHT_MIN
 
-__all__ = ["FAIRNESS_META_KEY", "VTIME_UNIT", "WEIGHT_MAX", "WEIGHT_MIN", "VtimeAssigner",
-           "as_vtime", "claimed_vtime", "next_vtime", "spread", "vtime_step"]
+__all__ = [
+    "FAIRNESS_META_KEY",
+    "VTIME_UNIT",
+    "WEIGHT_MAX",
+    "WEIGHT_MIN",
+    "VtimeAssigner",
+    "as_vtime",
+    "claimed_vtime",
+    "next_vtime",
+    "spread",
+    "vtime_step",
+]
 
 FAIRNESS_META_KEY = "fairness_key"  # the rendered key, shown with the job
 VTIME_UNIT = 1000  # one turn of a weight-1 key
@@ -78,8 +88,11 @@ def spread(jobs: Sequence[NewJob], last: Mapping[tuple[str, str], int]) -> list[
     """Each job's vtime (0 without a key) when the store reserved a batch's turns at
     once: `last` is each (queue, key)'s last vtime after the reservation, which took
     the sum of its jobs' steps; they are handed out in batch order (PostgreSQL)."""
-    keyed = [((j.queue, j.fairness_key), vtime_step(j.fairness_weight)) for j in jobs
-             if j.fairness_key is not None]
+    keyed = [
+        ((j.queue, j.fairness_key), vtime_step(j.fairness_weight))
+        for j in jobs
+        if j.fairness_key is not None
+    ]
     reached = dict(last)
     for at, step in keyed:
         reached[at] -= step

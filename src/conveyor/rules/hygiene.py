@@ -36,23 +36,75 @@ MASK = "***"
 REDACT_META_KEY = "redact"  # {"keys": [...], "args": [positions]} in a job's meta
 _MAX_DEPTH = 32
 
-_SECRET_WORDS = frozenset({
-    "password", "passwd", "pwd", "passphrase", "secret", "secrets", "token", "tokens",
-    "authorization", "credential", "credentials", "apikey", "bearer", "privatekey",
-    "cookie", "ssn",
-})
+_SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "authorization",
+        "credential",
+        "credentials",
+        "apikey",
+        "bearer",
+        "privatekey",
+        "cookie",
+        "ssn",
+    }
+)
 # Two parts that together name a secret: api_key, private_key, access_key, ...
-_SECRET_PAIRS = frozenset({
-    ("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
-    ("signing", "key"), ("encryption", "key"), ("client", "secret"), ("session", "key"),
-    ("card", "number"), ("card", "cvc"), ("card", "cvv"),
-})
+_SECRET_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("access", "key"),
+        ("secret", "key"),
+        ("signing", "key"),
+        ("encryption", "key"),
+        ("client", "secret"),
+        ("session", "key"),
+        ("card", "number"),
+        ("card", "cvc"),
+        ("card", "cvv"),
+    }
+)
 # A last part that makes the key about a secret, not the secret itself.
-_DESCRIPTIVE = frozenset({
-    "count", "counts", "type", "types", "kind", "len", "length", "size", "limit", "ttl",
-    "id", "ids", "name", "names", "expiry", "expires", "expired", "at", "url", "field",
-    "hint", "policy", "strength", "version", "required", "set", "enabled", "rotated",
-})
+_DESCRIPTIVE = frozenset(
+    {
+        "count",
+        "counts",
+        "type",
+        "types",
+        "kind",
+        "len",
+        "length",
+        "size",
+        "limit",
+        "ttl",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "expiry",
+        "expires",
+        "expired",
+        "at",
+        "url",
+        "field",
+        "hint",
+        "policy",
+        "strength",
+        "version",
+        "required",
+        "set",
+        "enabled",
+        "rotated",
+    }
+)
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
@@ -102,8 +154,9 @@ def credential_kind(value: str) -> str | None:
     return None
 
 
-def findings(names: Sequence[str], args: Sequence[Any],
-             kwargs: dict[str, Any]) -> Iterator[tuple[str, str]]:
+def findings(
+    names: Sequence[str], args: Sequence[Any], kwargs: dict[str, Any]
+) -> Iterator[tuple[str, str]]:
     """(where, why) for every argument that looks like a secret; `names` are the
     task's positional parameter names, to name positional arguments."""
     for i, value in enumerate(args):
@@ -146,8 +199,15 @@ class PayloadHygiene:
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def check(self, task_name: str, mode: str | None, names: Sequence[str],
-              args: Sequence[Any], kwargs: dict[str, Any], redact: Collection[str]) -> None:
+    def check(
+        self,
+        task_name: str,
+        mode: str | None,
+        names: Sequence[str],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        redact: Collection[str],
+    ) -> None:
         mode = mode or self.mode
         if mode == "off":
             return
@@ -160,10 +220,15 @@ class PayloadHygiene:
                 if (task_name, where) in self._warned:
                     continue
                 self._warned.add((task_name, where))
-            log.warning("task %s: argument %r looks like a secret (%s); jobs keep their "
-                        "arguments in storage, dashboards and logs: pass a reference "
-                        "instead, or list it in redact=(...) (warned once per task and "
-                        "argument)", task_name, where, why)
+            log.warning(
+                "task %s: argument %r looks like a secret (%s); jobs keep their "
+                "arguments in storage, dashboards and logs: pass a reference "
+                "instead, or list it in redact=(...) (warned once per task and "
+                "argument)",
+                task_name,
+                where,
+                why,
+            )
 
 
 def redact_meta(redact: Collection[str], names: Sequence[str], nargs: int) -> dict[str, Any]:
@@ -173,8 +238,9 @@ def redact_meta(redact: Collection[str], names: Sequence[str], nargs: int) -> di
     return {"keys": sorted(redact), "args": positions}
 
 
-def masked(args: list[Any], kwargs: dict[str, Any],
-           meta: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def masked(
+    args: list[Any], kwargs: dict[str, Any], meta: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
     """Copies of `args`/`kwargs` with the job's redacted keys and every argument the
     rules flag shown as MASK."""
     spec = meta.get(REDACT_META_KEY)
@@ -184,8 +250,10 @@ def masked(args: list[Any], kwargs: dict[str, Any],
         keys = {k for k in spec.get("keys", ()) if isinstance(k, str)}
         positions = {i for i in spec.get("args", ()) if isinstance(i, int)}
     shown_args = [MASK if i in positions else _masked(v, keys, 0) for i, v in enumerate(args)]
-    shown_kwargs = {k: MASK if (k in keys or secret_key(k)) and v not in (None, "")
-                    else _masked(v, keys, 0) for k, v in kwargs.items()}
+    shown_kwargs = {
+        k: MASK if (k in keys or secret_key(k)) and v not in (None, "") else _masked(v, keys, 0)
+        for k, v in kwargs.items()
+    }
     return shown_args, shown_kwargs
 
 
@@ -195,9 +263,12 @@ def _masked(value: Any, keys: set[str], depth: int) -> Any:
     if depth >= _MAX_DEPTH:
         return value
     if isinstance(value, dict):
-        return {k: MASK if isinstance(k, str) and (k in keys or secret_key(k))
-                and v not in (None, "") else _masked(v, keys, depth + 1)
-                for k, v in value.items()}
+        return {
+            k: MASK
+            if isinstance(k, str) and (k in keys or secret_key(k)) and v not in (None, "")
+            else _masked(v, keys, depth + 1)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_masked(v, keys, depth + 1) for v in value]
     return value

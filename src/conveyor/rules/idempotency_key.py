@@ -42,8 +42,9 @@ class KeyTemplate:
     a failed enqueue later.
     """
 
-    def __init__(self, template: str, signature: inspect.Signature,
-                 field: str = "idempotency_key") -> None:
+    def __init__(
+        self, template: str, signature: inspect.Signature, field: str = "idempotency_key"
+    ) -> None:
         # `field`: the option the template is given as (a fairness_key is one too).
         self.field = field
         if not isinstance(template, str) or not template:
@@ -53,21 +54,28 @@ class KeyTemplate:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
         except ValueError as exc:
-            raise ValueError(f"{self.field} {template!r} is not a format template ({exc})") \
-                from None
+            raise ValueError(
+                f"{self.field} {template!r} is not a format template ({exc})"
+            ) from None
         if not fields:
-            raise ValueError(f"{self.field} {template!r} names no argument: every job of "
-                             "the task would share one key; use e.g. \"charge:{order_id}\"")
+            raise ValueError(
+                f"{self.field} {template!r} names no argument: every job of "
+                'the task would share one key; use e.g. "charge:{order_id}"'
+            )
         parameters = signature.parameters
         for field in fields:
             root = field.split("[", 1)[0]
             if "." in root:
-                raise ValueError(f"{self.field} {template!r}: {{{field}}} reads an attribute; "
-                                 "arguments are JSON data, index them instead ({order[id]})")
+                raise ValueError(
+                    f"{self.field} {template!r}: {{{field}}} reads an attribute; "
+                    "arguments are JSON data, index them instead ({order[id]})"
+                )
             if root not in parameters:
                 known = ", ".join(parameters) or "(none)"
-                raise ValueError(f"{self.field} {template!r}: {{{field}}} names no parameter "
-                                 f"of the task; its parameters: {known}")
+                raise ValueError(
+                    f"{self.field} {template!r}: {{{field}}} names no parameter "
+                    f"of the task; its parameters: {known}"
+                )
 
     def __repr__(self) -> str:
         return f"KeyTemplate({self.template!r})"
@@ -80,7 +88,9 @@ class KeyTemplate:
         try:
             key = self.template.format_map(bound.arguments)
         except (LookupError, TypeError, ValueError) as exc:
-            raise InvalidJob(self.field, self.template,
-                             f"a template these arguments fill ({type(exc).__name__}: {exc})") \
-                from None
+            raise InvalidJob(
+                self.field,
+                self.template,
+                f"a template these arguments fill ({type(exc).__name__}: {exc})",
+            ) from None
         return valid.name(self.field, key)

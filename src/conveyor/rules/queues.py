@@ -64,31 +64,44 @@ class QueueSettingsRegistry:
         # What jobs carry (aging, bound, rate key), by queue: looked up per enqueued job.
         self._carried: dict[str, tuple[float | None, QueueBound | None, str | None]] = {}
 
-    def declare(self, name: str, *, aging: Duration | None = None,
-                max_waiting: int | None = None, on_full: OnFull = "reject",
-                block_timeout: Duration = 30.0,
-                rate_limit: str | Limit | None = None) -> QueueSettings:
+    def declare(
+        self,
+        name: str,
+        *,
+        aging: Duration | None = None,
+        max_waiting: int | None = None,
+        on_full: OnFull = "reject",
+        block_timeout: Duration = 30.0,
+        rate_limit: str | Limit | None = None,
+    ) -> QueueSettings:
         try:
             if max_waiting is not None and not (
-                    type(max_waiting) is int and 1 <= max_waiting <= valid.MAX_ATTEMPTS_MAX):
-                raise InvalidJob("max_waiting", max_waiting,
-                                 f"a whole number from 1 to {valid.MAX_ATTEMPTS_MAX}")
+                type(max_waiting) is int and 1 <= max_waiting <= valid.MAX_ATTEMPTS_MAX
+            ):
+                raise InvalidJob(
+                    "max_waiting", max_waiting, f"a whole number from 1 to {valid.MAX_ATTEMPTS_MAX}"
+                )
             if on_full not in get_args(OnFull):
                 raise InvalidJob("on_full", on_full, " or ".join(map(repr, get_args(OnFull))))
             settings = QueueSettings(
                 name=valid.name("queue", name),
                 aging=None if aging is None else valid.seconds("aging", aging, positive=True),
-                max_waiting=max_waiting, on_full=on_full,
+                max_waiting=max_waiting,
+                on_full=on_full,
                 block_timeout=valid.seconds("block_timeout", block_timeout),
             )
         except InvalidJob as exc:
             raise ConfigurationError(f"queue {name!r}: {exc}") from None
         if rate_limit is not None:
-            settings = replace(settings, rate_limit=self._rate_limits.declare(
-                queue_key(settings.name), rate_limit))
+            settings = replace(
+                settings, rate_limit=self._rate_limits.declare(queue_key(settings.name), rate_limit)
+            )
         self._settings[settings.name] = settings
-        carried = (settings.aging, settings.bound,
-                   None if settings.rate_limit is None else settings.rate_limit.key)
+        carried = (
+            settings.aging,
+            settings.bound,
+            None if settings.rate_limit is None else settings.rate_limit.key,
+        )
         if carried == (None, None, None):
             self._carried.pop(settings.name, None)
         else:
@@ -111,16 +124,20 @@ class QueueSettingsRegistry:
             carried = self._carried.get(job.queue)
             if carried is not None:
                 aging, bound, rate_key = carried
-                job = replace(job, aging=job.aging if job.aging is not None else aging,
-                              bound=job.bound if job.bound is not None else bound,
-                              rate_key=job.rate_key if job.rate_key is not None else rate_key)
+                job = replace(
+                    job,
+                    aging=job.aging if job.aging is not None else aging,
+                    bound=job.bound if job.bound is not None else bound,
+                    rate_key=job.rate_key if job.rate_key is not None else rate_key,
+                )
             out.append(job)
         return out
 
     def blocks(self, jobs: Iterable[NewJob]) -> bool:
         """Does any job go to a queue whose producers wait for room?"""
-        return any(self.get(job.queue).on_full == "block" for job in jobs
-                   if job.queue in self._settings)
+        return any(
+            self.get(job.queue).on_full == "block" for job in jobs if job.queue in self._settings
+        )
 
 
 class FlowDeclarations:
@@ -129,12 +146,25 @@ class FlowDeclarations:
     queues: QueueSettingsRegistry
     rate_limits: RateLimitRegistry
 
-    def queue(self, name: str, *, aging: Duration | None = None, max_waiting: int | None = None,
-              on_full: OnFull = "reject", block_timeout: Duration = 30.0,
-              rate_limit: str | Limit | None = None) -> QueueSettings:
+    def queue(
+        self,
+        name: str,
+        *,
+        aging: Duration | None = None,
+        max_waiting: int | None = None,
+        on_full: OnFull = "reject",
+        block_timeout: Duration = 30.0,
+        rate_limit: str | Limit | None = None,
+    ) -> QueueSettings:
         """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
-        return self.queues.declare(name, aging=aging, max_waiting=max_waiting, on_full=on_full,
-                                   block_timeout=block_timeout, rate_limit=rate_limit)
+        return self.queues.declare(
+            name,
+            aging=aging,
+            max_waiting=max_waiting,
+            on_full=on_full,
+            block_timeout=block_timeout,
+            rate_limit=rate_limit,
+        )
 
     def rate_limit(self, key: str, limit: str | Limit, *, burst: int | None = None) -> RateLimit:
         """Declare a bucket tasks share by `rate_key=`: `"100/s"`, `"10/m"` or `Limit(...)`
@@ -146,8 +176,9 @@ class FlowDeclarations:
         """The app's circuit breakers (conveyor.rules.breakers), gates on its buckets."""
         return BreakerRegistry(self.rate_limits)
 
-    def breaker(self, name: str, *, failures: int = 5, window: Duration = 60.0,
-                cooldown: Duration = 30.0) -> Breaker:
+    def breaker(
+        self, name: str, *, failures: int = 5, window: Duration = 60.0, cooldown: Duration = 30.0
+    ) -> Breaker:
         """Declare a circuit breaker tasks sit behind by `breaker=name`: open after
         `failures` transient failures within `window`, one probe after `cooldown`
         (docs/downstreams.md).

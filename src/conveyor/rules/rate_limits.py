@@ -25,8 +25,18 @@ from datetime import timedelta
 from conveyor.model import validation as valid
 from conveyor.model.errors import ConfigurationError, InvalidJob
 
-_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
-          "h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+}
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*$")
 # A bucket's rate and burst are kept within what every backend stores exactly.
 RATE_MAX = 1_000_000.0  # tokens a second
@@ -86,7 +96,8 @@ def parse_limit(spec: str | Limit, burst: int | None = None) -> Limit:
         limit = Limit(int(count), _UNITS[unit] * (int(times) if times else 1), burst)
     else:
         raise ConfigurationError(
-            f"rate limit {spec!r}: write it as count/unit, e.g. '100/s', '10/m', '1000/h'")
+            f"rate limit {spec!r}: write it as count/unit, e.g. '100/s', '10/m', '1000/h'"
+        )
     return _checked(str(spec), limit)
 
 
@@ -98,8 +109,10 @@ def _checked(spec: str, limit: Limit) -> Limit:
     if not 0 < limit.rate <= RATE_MAX:
         raise ConfigurationError(f"rate limit {spec!r}: at most {RATE_MAX:.0f} a second")
     if limit.burst is not None and not (type(limit.burst) is int and 1 <= limit.burst <= BURST_MAX):
-        raise ConfigurationError(f"rate limit {spec!r}: burst is a whole number from 1 "
-                                 f"to {BURST_MAX}, got {limit.burst!r}")
+        raise ConfigurationError(
+            f"rate limit {spec!r}: burst is a whole number from 1 "
+            f"to {BURST_MAX}, got {limit.burst!r}"
+        )
     if limit.burst is None and limit.count > BURST_MAX:
         raise ConfigurationError(f"rate limit {spec!r}: give a burst of at most {BURST_MAX}")
     return limit
@@ -135,8 +148,9 @@ class RateLimitRegistry:
         self._declared = tuple(self._limits.values())
         return declared
 
-    def for_task(self, task_name: str, rate_limit: str | Limit | None,
-                 rate_key: str | None) -> str | None:
+    def for_task(
+        self, task_name: str, rate_limit: str | Limit | None, rate_key: str | None
+    ) -> str | None:
         """The bucket a task's jobs spend from: `rate_key` (declared here before, or
         declared now with `rate_limit`), else the task's own (`task:<name>`) when it
         has a `rate_limit`, else none."""
@@ -147,7 +161,8 @@ class RateLimitRegistry:
         if rate_key not in self._limits:
             raise ConfigurationError(
                 f"task {task_name}: rate_key {rate_key!r} is not declared; call "
-                f"app.rate_limit({rate_key!r}, '100/s') before the task, or give rate_limit=")
+                f"app.rate_limit({rate_key!r}, '100/s') before the task, or give rate_limit="
+            )
         return rate_key
 
     def get(self, key: str) -> RateLimit | None:
@@ -183,11 +198,15 @@ def bucket_status(rate_key: str, available: bool, limits: RateLimitRegistry | No
     available why it waits."""
     limit = None if limits is None else limits.get(rate_key)
     if limit is None:
-        shown = (f"{rate_key} (not declared by this app, so its rate is not known here: "
-                 "`--app module:app` shows it; only workers whose app declares it claim the job)")
+        shown = (
+            f"{rate_key} (not declared by this app, so its rate is not known here: "
+            "`--app module:app` shows it; only workers whose app declares it claim the job)"
+        )
     else:
         shown = f"{rate_key}: {describe(limit)}"
     if available:
-        shown += "; held back until the bucket has a token (jobs ahead of it in claim " \
-                 "order take them first)"
+        shown += (
+            "; held back until the bucket has a token (jobs ahead of it in claim "
+            "order take them first)"
+        )
     return shown

@@ -38,4 +38,3 @@ def result_ttl_of(job: Job) -> float | None:
     if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl > 0:
         return float(ttl)
     return None
-

@@ -47,10 +47,11 @@ class RetryPolicy:
         >>> RetryPolicy(base=1.0, cap=600.0).worst_case_window(5)  # 2 + 4 + 8 + 16
         30.0
         """
-        ceilings = [min(self.cap, self.base * 2 ** attempt)
-                    for attempt in range(1, min(max_attempts, 63))]
+        ceilings = [
+            min(self.cap, self.base * 2**attempt) for attempt in range(1, min(max_attempts, 63))
+        ]
         # From attempt 62 on the ceiling no longer grows (see backoff).
-        beyond = max(0, max_attempts - 63) * min(self.cap, self.base * 2 ** 62)
+        beyond = max(0, max_attempts - 63) * min(self.cap, self.base * 2**62)
         return float(sum(ceilings) + beyond)
 
     def is_transient(self, error: BaseException) -> bool:
@@ -67,10 +68,15 @@ class RetryPolicy:
 RETRY_OPTIONS = ("retry_on", "dead_on", "backoff_base", "backoff_cap", "retry_budget")
 
 
-def task_retry_policy(task_name: str, *, retry_on: tuple[type[BaseException], ...] | None = None,
-                      dead_on: tuple[type[BaseException], ...] = (), backoff_base: Duration = 1.0,
-                      backoff_cap: Duration = 600.0,
-                      retry_budget: RetryBudget | None = None) -> RetryPolicy:
+def task_retry_policy(
+    task_name: str,
+    *,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    dead_on: tuple[type[BaseException], ...] = (),
+    backoff_base: Duration = 1.0,
+    backoff_cap: Duration = 600.0,
+    retry_budget: RetryBudget | None = None,
+) -> RetryPolicy:
     """The retry policy `@app.task(...)`'s options (`RETRY_OPTIONS`) describe, checked."""
     return RetryPolicy(
         base=to_seconds(backoff_base),

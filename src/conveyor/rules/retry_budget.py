@@ -35,8 +35,11 @@ class RetryBudget:
     window: float
 
     def __init__(self, share: float = 0.2, minimum: int = 10, window: Duration = 60.0) -> None:
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (
-                0 <= share <= 100 and math.isfinite(share)):
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, (int, float))
+            or not (0 <= share <= 100 and math.isfinite(share))
+        ):
             raise ConfigurationError(f"retry budget share={share!r}: a number from 0 to 100")
         if type(minimum) is not int or not 0 <= minimum <= 1_000_000_000:
             raise ConfigurationError(f"retry budget minimum={minimum!r}: a whole number >= 0")
@@ -45,11 +48,12 @@ class RetryBudget:
         except TypeError:
             seconds = math.nan
         if not (math.isfinite(seconds) and 1.0 <= seconds <= 86_400.0):
-            raise ConfigurationError(
-                f"retry budget window={window!r}: from 1 second to 1 day")
+            raise ConfigurationError(f"retry budget window={window!r}: from 1 second to 1 day")
         if share == 0 and minimum == 0:
-            raise ConfigurationError("a retry budget of share=0 and minimum=0 allows no "
-                                     "retry at all: set max_attempts=1 instead")
+            raise ConfigurationError(
+                "a retry budget of share=0 and minimum=0 allows no "
+                "retry at all: set max_attempts=1 instead"
+            )
         object.__setattr__(self, "share", float(share))
         object.__setattr__(self, "minimum", minimum)
         object.__setattr__(self, "window", seconds)

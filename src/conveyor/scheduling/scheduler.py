@@ -52,8 +52,9 @@ class SchedulerApp(Protocol):
     def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
     def get_task(self, name: str) -> Task[Any, Any]: ...
     async def backend(self) -> Backend: ...
-    async def enqueue_many_async(self, jobs: Iterable[NewJob], *,
-                                 connection: Any = None) -> list[JobHandle[Any]]: ...
+    async def enqueue_many_async(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]: ...
 
 
 class Scheduler:
@@ -63,10 +64,17 @@ class Scheduler:
     >>> await Scheduler(app).run(stop)        # or: await scheduler.tick() in tests
     """
 
-    def __init__(self, app: SchedulerApp, schedules: Iterable[Schedule] | None = None,
-                 *, poll_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        app: SchedulerApp,
+        schedules: Iterable[Schedule] | None = None,
+        *,
+        poll_interval: float = 1.0,
+    ) -> None:
         self.app = app
-        self.schedules: list[Schedule] = list(app.schedules.values() if schedules is None else schedules)
+        self.schedules: list[Schedule] = list(
+            app.schedules.values() if schedules is None else schedules
+        )
         self.poll_interval = poll_interval
         self._known: dict[str, ScheduleState] = {}  # our own high-water marks
         check_schedules(app, self.schedules)
@@ -90,8 +98,9 @@ class Scheduler:
             raise failed  # the loop backs off; the state of the others is already saved
         return jobs
 
-    async def _pass(self, backend: Backend, schedule: Schedule, now: float,
-                    stored_text: str | None) -> list[Job]:
+    async def _pass(
+        self, backend: Backend, schedule: Schedule, now: float, stored_text: str | None
+    ) -> list[Job]:
         stored = None if stored_text is None else ScheduleState.from_json(stored_text)
         known = self._known.get(schedule.name)
         if stored is not None:
@@ -117,8 +126,11 @@ class Scheduler:
                 state = state.fired(run, job.id, now)
             jobs.extend(enqueued)
         for planned in plan.runs if schedule.overlap != "allow" else ():
-            run = schedule.widen(planned, state.uncovered_from) if schedule.misfire == "catch_up" \
+            run = (
+                schedule.widen(planned, state.uncovered_from)
+                if schedule.misfire == "catch_up"
                 else planned
+            )
             if await self._busy(backend, state):
                 if schedule.overlap == "queue_one" and state.pending is None:
                     state = state.buffered(run)
@@ -126,16 +138,23 @@ class Scheduler:
                     state = state.skipped_tick(run.tick)
                     if schedule.misfire == "catch_up":
                         state = state.left_uncovered(planned)
-                    log.info("schedule %s: tick %s skipped, its previous run is still active",
-                             schedule.name, iso(run.tick))
+                    log.info(
+                        "schedule %s: tick %s skipped, its previous run is still active",
+                        schedule.name,
+                        iso(run.tick),
+                    )
                 continue
             [job] = await self._enqueue(backend, schedule, [run], now)
             state = state.fired(run, job.id, now)
             jobs.append(job)
         if plan.watermark is not None:
             if plan.skipped:
-                log.warning("schedule %s: %s missed ticks dropped (misfire=%s)", schedule.name,
-                            plan.skipped, schedule.misfire)
+                log.warning(
+                    "schedule %s: %s missed ticks dropped (misfire=%s)",
+                    schedule.name,
+                    plan.skipped,
+                    schedule.misfire,
+                )
             state = state.advanced(plan.watermark, plan.skipped or 0)
 
         if state != before or stored is None:
@@ -156,17 +175,21 @@ class Scheduler:
         if not state.recent_job_ids:
             return False
         active = await backend.list_jobs(
-            JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1)
+            JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1
+        )
         return bool(active)
 
-    async def _enqueue(self, backend: Backend, schedule: Schedule, runs: Sequence[Run],
-                       now: float) -> list[Job]:
+    async def _enqueue(
+        self, backend: Backend, schedule: Schedule, runs: Sequence[Run], now: float
+    ) -> list[Job]:
         task = self.app.get_task(schedule.task)
         batch: list[NewJob] = []
         for run in runs:
             options = make_options(
-                queue=schedule.queue, priority=schedule.priority,
-                job_id=schedule.job_id(run.tick), unique_for=TICK_DEDUP_WINDOW,
+                queue=schedule.queue,
+                priority=schedule.priority,
+                job_id=schedule.job_id(run.tick),
+                unique_for=TICK_DEDUP_WINDOW,
                 meta={SCHEDULE_META_KEY: ScheduledRun.of(schedule.name, run).to_meta()},
             )
             batch.append(BoundTask(task, options).message(*schedule.args, **schedule.kwargs))
@@ -217,12 +240,15 @@ def check_schedules(app: SchedulerApp, schedules: Sequence[Schedule]) -> None:
     names: set[str] = set()
     for schedule in schedules:
         if schedule.name in names:
-            raise ConfigurationError(f"two schedules are named {schedule.name!r}; pass name= to one")
+            raise ConfigurationError(
+                f"two schedules are named {schedule.name!r}; pass name= to one"
+            )
         names.add(schedule.name)
         task = app.tasks.get(schedule.task)
         if task is None:
             raise ConfigurationError(
-                f"schedule {schedule.name!r} runs task {schedule.task!r}, which is not registered")
+                f"schedule {schedule.name!r} runs task {schedule.task!r}, which is not registered"
+            )
         try:
             task.validate(schedule.args, schedule.kwargs)
         except Exception as exc:  # noqa: BLE001 - reported as a configuration error
@@ -257,8 +283,9 @@ async def schedule_reports(app: SchedulerApp, upcoming: int = 3) -> list[Schedul
         zone = ZoneInfo(schedule.zone)
         last = state.last_run if state is not None else None
         job = None if last is None else await backend.get_job(last.job_id)
-        reports.append(ScheduleReport(schedule, utc, [u.astimezone(zone) for u in utc],
-                                      state, last, job))
+        reports.append(
+            ScheduleReport(schedule, utc, [u.astimezone(zone) for u in utc], state, last, job)
+        )
     return reports
 
 
@@ -267,17 +294,30 @@ def describe_reports(reports: Sequence[ScheduleReport]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for r in reports:
         s = r.schedule
-        out.append({
-            "name": s.name, "task": s.task, "timing": s.timing.describe(), "zone": s.zone,
-            "misfire": s.misfire, "overlap": s.overlap, "jitter": s.jitter,
-            "next_utc": [u.isoformat() for u in r.upcoming],
-            "next_local": [u.isoformat() for u in r.upcoming_local],
-            "last_run": None if r.last_run is None else {
-                "tick": iso(r.last_run.tick), "job_id": r.last_run.job_id,
-                "state": None if r.last_job is None else r.last_job.state.value,
-                "covers_from": iso(r.last_run.covers_from), "covers_to": iso(r.last_run.covers_to),
-            },
-            "pending": None if r.state is None or r.state.pending is None else iso(r.state.pending.tick),
-            "skipped": 0 if r.state is None else r.state.skipped,
-        })
+        out.append(
+            {
+                "name": s.name,
+                "task": s.task,
+                "timing": s.timing.describe(),
+                "zone": s.zone,
+                "misfire": s.misfire,
+                "overlap": s.overlap,
+                "jitter": s.jitter,
+                "next_utc": [u.isoformat() for u in r.upcoming],
+                "next_local": [u.isoformat() for u in r.upcoming_local],
+                "last_run": None
+                if r.last_run is None
+                else {
+                    "tick": iso(r.last_run.tick),
+                    "job_id": r.last_run.job_id,
+                    "state": None if r.last_job is None else r.last_job.state.value,
+                    "covers_from": iso(r.last_run.covers_from),
+                    "covers_to": iso(r.last_run.covers_to),
+                },
+                "pending": None
+                if r.state is None or r.state.pending is None
+                else iso(r.state.pending.tick),
+                "skipped": 0 if r.state is None else r.state.skipped,
+            }
+        )
     return out

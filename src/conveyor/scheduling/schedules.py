@@ -71,9 +71,13 @@ class ScheduledRun:
     ticks: int | None
 
     def to_meta(self) -> dict[str, Any]:
-        return {"name": self.schedule, "tick": iso(int(self.tick.timestamp())),
-                "covers_from": iso(int(self.covers_from.timestamp())),
-                "covers_to": iso(int(self.covers_to.timestamp())), "ticks": self.ticks}
+        return {
+            "name": self.schedule,
+            "tick": iso(int(self.tick.timestamp())),
+            "covers_from": iso(int(self.covers_from.timestamp())),
+            "covers_to": iso(int(self.covers_to.timestamp())),
+            "ticks": self.ticks,
+        }
 
     @classmethod
     def from_meta(cls, data: dict[str, Any]) -> ScheduledRun:
@@ -81,9 +85,13 @@ class ScheduledRun:
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
         ticks = data.get("ticks")
-        return cls(schedule=str(data["name"]), tick=parse(data["tick"]),
-                   covers_from=parse(data["covers_from"]), covers_to=parse(data["covers_to"]),
-                   ticks=None if ticks is None else int(ticks))
+        return cls(
+            schedule=str(data["name"]),
+            tick=parse(data["tick"]),
+            covers_from=parse(data["covers_from"]),
+            covers_to=parse(data["covers_to"]),
+            ticks=None if ticks is None else int(ticks),
+        )
 
     @classmethod
     def of(cls, schedule: str, run: Run) -> ScheduledRun:
@@ -179,8 +187,9 @@ class Schedule:
         tick = uncovered_from - 1
         while count <= ENUMERATION_CAP and (tick := self.next_tick(tick)) <= run.covers_to:
             count += 1
-        return Run(run.tick, uncovered_from, run.covers_to,
-                   count if count <= ENUMERATION_CAP else None)
+        return Run(
+            run.tick, uncovered_from, run.covers_to, count if count <= ENUMERATION_CAP else None
+        )
 
     def _walk(self, after: int, now: float, cap: int) -> tuple[list[int], bool]:
         ticks: list[int] = []
@@ -209,8 +218,11 @@ class Schedule:
             return Plan(runs, None if count is None else count - len(runs), watermark)
         if self.misfire == "catch_up":
             return Plan((Run(watermark, first, watermark, count),), 0, watermark)
-        return Plan((Run(watermark, watermark, watermark, 1),),
-                    None if count is None else count - 1, watermark)
+        return Plan(
+            (Run(watermark, watermark, watermark, 1),),
+            None if count is None else count - 1,
+            watermark,
+        )
 
 
 def make_schedule(
@@ -242,7 +254,8 @@ def make_schedule(
         except (ZoneInfoNotFoundError, ValueError) as exc:
             raise ConfigurationError(
                 f"{where}: unknown time zone {zone_name!r} ({exc}); use an IANA name such "
-                "as 'Europe/Madrid' or 'UTC'") from None
+                "as 'Europe/Madrid' or 'UTC'"
+            ) from None
         try:
             timing = ZonedCron(CronCalendar(cron), zone)
         except ConfigurationError as exc:
@@ -251,11 +264,13 @@ def make_schedule(
         if tz is not None:
             raise ConfigurationError(
                 f"{where}: every= is elapsed time in UTC and takes no tz=; use cron= for "
-                "wall-clock times in a zone")
+                "wall-clock times in a zone"
+            )
         seconds = _seconds(every, f"{where}: every=")
         if seconds < 1 or seconds != int(seconds):
-            raise ConfigurationError(f"{where}: every= must be a whole number of seconds >= 1, "
-                                     f"got {seconds}")
+            raise ConfigurationError(
+                f"{where}: every= must be a whole number of seconds >= 1, got {seconds}"
+            )
         timing = Every(int(seconds))
         zone_name = "UTC"
     if misfire not in MISFIRE_POLICIES:
@@ -264,11 +279,13 @@ def make_schedule(
         raise ConfigurationError(f"{where}: overlap={overlap!r}; choose one of {OVERLAP_POLICIES}")
     if not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT:
         raise ConfigurationError(
-            f"{where}: max_catch_up must be between 1 and {MAX_CATCH_UP_LIMIT}, got {max_catch_up}")
+            f"{where}: max_catch_up must be between 1 and {MAX_CATCH_UP_LIMIT}, got {max_catch_up}"
+        )
     if misfire == "all" and overlap != "allow":
         raise ConfigurationError(
             f"{where}: misfire='all' enqueues several runs at once, which overlap={overlap!r} "
-            "would drop or hold back; pass overlap='allow' (or use misfire='catch_up')")
+            "would drop or hold back; pass overlap='allow' (or use misfire='catch_up')"
+        )
     jitter_seconds = 0 if jitter is None else _seconds(jitter, f"{where}: jitter=")
     if jitter_seconds < 0:
         raise ConfigurationError(f"{where}: jitter must not be negative")
@@ -279,10 +296,18 @@ def make_schedule(
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"{where}: args/kwargs must be JSON data ({exc})") from None
     return Schedule(
-        name=name, task=task, timing=timing, args=tuple(args), kwargs=dict(kwargs),
-        queue=queue, priority=priority, misfire=cast(Misfire, misfire),
-        max_catch_up=max_catch_up, overlap=cast(Overlap, overlap),
-        jitter=int(jitter_seconds), zone=zone_name,
+        name=name,
+        task=task,
+        timing=timing,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        queue=queue,
+        priority=priority,
+        misfire=cast(Misfire, misfire),
+        max_catch_up=max_catch_up,
+        overlap=cast(Overlap, overlap),
+        jitter=int(jitter_seconds),
+        zone=zone_name,
     )
 
 

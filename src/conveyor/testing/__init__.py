@@ -16,5 +16,16 @@ from conveyor.testing.clock import TestClock
 from conveyor.testing.drain import DrainDidNotEnd, Drained, drain, drain_async, inline
 from conveyor.testing.harness import Attempt, use_memory
 
-__all__ = ["Attempt", "DrainDidNotEnd", "Drained", "TestClock", "assert_enqueued", "drain",
-           "drain_async", "enqueued", "inline", "refute_enqueued", "use_memory"]
+__all__ = [
+    "Attempt",
+    "DrainDidNotEnd",
+    "Drained",
+    "TestClock",
+    "assert_enqueued",
+    "drain",
+    "drain_async",
+    "enqueued",
+    "inline",
+    "refute_enqueued",
+    "use_memory",
+]

@@ -31,8 +31,9 @@ def assert_enqueued(task: Task[Any, Any], *args: Any, **kwargs: Any) -> Job:
     oldest such job."""
     found = enqueued(task, *args, **kwargs)
     if not found:
-        raise AssertionError(f"no {_call(task.name, args, kwargs)} job is enqueued; "
-                             f"{_waiting_summary(task)}")
+        raise AssertionError(
+            f"no {_call(task.name, args, kwargs)} job is enqueued; {_waiting_summary(task)}"
+        )
     return found[0]
 
 
@@ -41,16 +42,19 @@ def refute_enqueued(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
     found = enqueued(task, *args, **kwargs)
     if found:
         listed = ", ".join(f"{_job_call(job)} [{job.state.value}]" for job in found[:5])
-        raise AssertionError(f"expected no {_call(task.name, args, kwargs)} job enqueued, "
-                             f"found {len(found)}: {listed}")
+        raise AssertionError(
+            f"expected no {_call(task.name, args, kwargs)} job enqueued, "
+            f"found {len(found)}: {listed}"
+        )
 
 
 def _waiting(task: Task[Any, Any]) -> list[Job]:
     app = task.app
     if not isinstance(app, Conveyor):
         raise TypeError(f"{task.name} belongs to {app!r}, not to a Conveyor app")
-    jobs = app.portal.call(app.admin.list(JobFilter(states=WAITING_STATES, tasks=(task.name,)),
-                                          limit=1_000_000))
+    jobs = app.portal.call(
+        app.admin.list(JobFilter(states=WAITING_STATES, tasks=(task.name,)), limit=1_000_000)
+    )
     return list(reversed(jobs))  # oldest first
 
 
@@ -76,8 +80,9 @@ def _matches(task: Task[Any, Any], job: Job, wanted: dict[str, Any]) -> bool:
     for name, value in wanted.items():
         have = stored.get(name, _MISSING)
         if task.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-            if not isinstance(have, dict) or any(have.get(k, _MISSING) != v
-                                                  for k, v in value.items()):
+            if not isinstance(have, dict) or any(
+                have.get(k, _MISSING) != v for k, v in value.items()
+            ):
                 return False
         elif have != value:
             return False

@@ -52,15 +52,26 @@ class Drained:
         return [a.result for a in self.of(task) if a.outcome is JobState.COMPLETED]
 
 
-def drain(app: Conveyor, *, advance: Duration | None = None,
-          queues: Sequence[str] | None = None, concurrency: int = 1) -> Drained:
+def drain(
+    app: Conveyor,
+    *,
+    advance: Duration | None = None,
+    queues: Sequence[str] | None = None,
+    concurrency: int = 1,
+) -> Drained:
     """Sync form of `drain_async`, for sync tests (a framework's test client)."""
-    return app.portal.call(drain_async(app, advance=advance, queues=queues,
-                                       concurrency=concurrency))
+    return app.portal.call(
+        drain_async(app, advance=advance, queues=queues, concurrency=concurrency)
+    )
 
 
-async def drain_async(app: Conveyor, *, advance: Duration | None = None,
-                      queues: Sequence[str] | None = None, concurrency: int = 1) -> Drained:
+async def drain_async(
+    app: Conveyor,
+    *,
+    advance: Duration | None = None,
+    queues: Sequence[str] | None = None,
+    concurrency: int = 1,
+) -> Drained:
     """Run every job due now through a real worker (`burst`), and what those jobs
     enqueue; then move the test clock to the next job waiting for its time (a
     retry's backoff, a delay, a snooze) and run again, until no job waits. The
@@ -97,8 +108,10 @@ async def drain_async(app: Conveyor, *, advance: Duration | None = None,
                 target = min([*later, end])
             clock.now = max(clock.now, target)
         else:
-            raise DrainDidNotEnd(f"drain moved the clock {MAX_STEPS} times and jobs still "
-                                 f"wait (now {clock.datetime.isoformat()}): a job that never ends?")
+            raise DrainDidNotEnd(
+                f"drain moved the clock {MAX_STEPS} times and jobs still "
+                f"wait (now {clock.datetime.isoformat()}): a job that never ends?"
+            )
     finally:
         harness.draining -= 1
         harness.recording = outer
@@ -108,8 +121,14 @@ async def drain_async(app: Conveyor, *, advance: Duration | None = None,
 
 
 async def _burst(app: Conveyor, queues: Sequence[str] | None, concurrency: int) -> None:
-    config = WorkerConfig(queues=tuple(queues or await _all_queues(app)), concurrency=concurrency,
-                          burst=True, scheduler=False, liveness=False, grace_period=0.0)
+    config = WorkerConfig(
+        queues=tuple(queues or await _all_queues(app)),
+        concurrency=concurrency,
+        burst=True,
+        scheduler=False,
+        liveness=False,
+        grace_period=0.0,
+    )
     await Worker(app, config).run()
 
 

@@ -57,7 +57,8 @@ def harness_of(app: Conveyor) -> Harness:
     if harness is None:
         raise RuntimeError(
             f"{app!r} is not under test: use the conveyor_app fixture, or "
-            "`with use_memory(app):` to run it on a memory backend with a test clock")
+            "`with use_memory(app):` to run it on a memory backend with a test clock"
+        )
     return harness
 
 
@@ -73,20 +74,35 @@ class RecordingMiddleware:
         harness = self.harness
         if isinstance(ctx, ExecuteContext):
             if harness.recording is not None and ctx.settlement is not None:
-                harness.recording.append(_attempt(ctx.job, ctx.settlement.state,
-                                                  ctx.settlement.error, ctx.settlement.result))
-        elif (isinstance(ctx, EnqueueContext) and harness.inline_drain is not None
-              and not harness.draining):
+                harness.recording.append(
+                    _attempt(
+                        ctx.job, ctx.settlement.state, ctx.settlement.error, ctx.settlement.result
+                    )
+                )
+        elif (
+            isinstance(ctx, EnqueueContext)
+            and harness.inline_drain is not None
+            and not harness.draining
+        ):
             ended = await harness.inline_drain()
             # The handles the enqueue returns show how the jobs ended.
             ctx.jobs_out = [ended.get(job.id, job) for job in ctx.jobs_out]
 
 
-def _attempt(job: Job, outcome: JobState, error: AttemptError | None,
-             result: str | None) -> Attempt:
+def _attempt(
+    job: Job, outcome: JobState, error: AttemptError | None, result: str | None
+) -> Attempt:
     args, kwargs = decode_payload(job)
-    return Attempt(job.id, job.task, job.attempt, args, kwargs, outcome, error,
-                   None if result is None else json.loads(result))
+    return Attempt(
+        job.id,
+        job.task,
+        job.attempt,
+        args,
+        kwargs,
+        outcome,
+        error,
+        None if result is None else json.loads(result),
+    )
 
 
 @contextmanager
@@ -113,5 +129,3 @@ def use_memory(app: Conveyor, clock: TestClock | None = None) -> Iterator[TestCl
         del _harnesses[app]
         app.rebind(*saved)
         drop_store(url)
-
-

@@ -20,8 +20,12 @@ from conveyor.testing.harness import use_memory
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("conveyor_app", "your Conveyor app as module:attribute, for the "
-                  "conveyor_app fixture (default: a new app with no tasks)", default="")
+    parser.addini(
+        "conveyor_app",
+        "your Conveyor app as module:attribute, for the "
+        "conveyor_app fixture (default: a new app with no tasks)",
+        default="",
+    )
 
 
 @pytest.fixture

@@ -43,8 +43,7 @@ class Actions:
 
     @staticmethod
     def actor(request: Request) -> Actor:
-        return Actor(request.state.user, "dashboard",
-                     request.client.host if request.client else "")
+        return Actor(request.state.user, "dashboard", request.client.host if request.client else "")
 
     async def job_action(self, request: Request) -> Response:
         d = self.d
@@ -58,13 +57,20 @@ class Actions:
         deleted = False
         if action == "retry":
             moved = await admin.retry([target], by=by)
-            result = "sent back to its queue" if moved else "not dead or cancelled: nothing to retry"
+            result = (
+                "sent back to its queue" if moved else "not dead or cancelled: nothing to retry"
+            )
         elif action == "cancel":
             job = await admin.cancel(target, by=by)
-            result = ("not found" if job is None else
-                      "cancelled" if job.state is JobState.CANCELLED else
-                      "asked to stop (it is running)" if job.cancel_requested else
-                      f"already {job.state.value}")
+            result = (
+                "not found"
+                if job is None
+                else "cancelled"
+                if job.state is JobState.CANCELLED
+                else "asked to stop (it is running)"
+                if job.cancel_requested
+                else f"already {job.state.value}"
+            )
         else:
             deleted = bool(await admin.delete(JobFilter(ids=(target,)), limit=1, by=by))
             result = "deleted" if deleted else "not deleted (only finished jobs can be)"
@@ -87,19 +93,32 @@ class Actions:
             return d.redirect(request, back, "Nothing selected.")
         where = self._bulk_filter(action, query, ids if scope == "selected" else None)
         count = 0 if where is None else await d.app.admin.count(where)
-        what = (f"{len(ids)} selected" if scope == "selected"
-                else f"every job matching {query.describe()}")
+        what = (
+            f"{len(ids)} selected"
+            if scope == "selected"
+            else f"every job matching {query.describe()}"
+        )
         if single(form, "confirmed") != "yes":
-            return d.render(request, "confirm.html", {
-                "action": action, "count": count, "what": what, "query": query, "ids": ids,
-                "scope": scope, "next": back,
-            })
+            return d.render(
+                request,
+                "confirm.html",
+                {
+                    "action": action,
+                    "count": count,
+                    "what": what,
+                    "query": query,
+                    "ids": ids,
+                    "scope": scope,
+                    "next": back,
+                },
+            )
         # Never more than the operator confirmed (the count may have grown since).
         expected = bounded_int(form, "expected", 0, 10**12, count)
         done = 0
         if where is not None:
-            async with d.app.admin.recording(action, by=self.actor(request), where=where,
-                                             target=what):
+            async with d.app.admin.recording(
+                action, by=self.actor(request), where=where, target=what
+            ):
                 done = await self._apply(action, where, cap=min(expected, count))
         verb = {"retry": "Retried", "cancel": "Cancelled", "delete": "Deleted"}[action]
         result = f"{verb} {done:,} of {count:,} job(s)"
@@ -111,8 +130,11 @@ class Actions:
         """The jobs an action applies to: the selection or the filter, narrowed to the
         states the action can change (so the count in the confirmation is honest)."""
         base = make_filter(ids=ids) if ids is not None else query.to_filter()
-        allowed = {"retry": RETRYABLE_BY_OPERATOR, "cancel": tuple(ACTIVE_STATES),
-                   "delete": tuple(TERMINAL_STATES)}[action]
+        allowed = {
+            "retry": RETRYABLE_BY_OPERATOR,
+            "cancel": tuple(ACTIVE_STATES),
+            "delete": tuple(TERMINAL_STATES),
+        }[action]
         states = tuple(s for s in (base.states or allowed) if s in allowed)
         return replace(base, states=states) if states else None
 
@@ -148,12 +170,15 @@ class Actions:
         moved = await d.app.admin.redrive(query.to_filter(), limit=batch, by=self.actor(request))
         result = f"Redrove {len(moved):,} job(s) (batch of {batch:,})"
         self.audit(request, "redrive", query.describe(), result)
-        return d.redirect(request, d.url(request, "redrive_page",
-                                         {**query.params(), "batch": str(batch)}),
-                          result + ".")
+        return d.redirect(
+            request,
+            d.url(request, "redrive_page", {**query.params(), "batch": str(batch)}),
+            result + ".",
+        )
 
-    async def _on_one(self, request: Request, actions: tuple[str, ...], kind: str
-                      ) -> tuple[str, FormData, str] | Response:
+    async def _on_one(
+        self, request: Request, actions: tuple[str, ...], kind: str
+    ) -> tuple[str, FormData, str] | Response:
         """An action on one named thing (a queue, a breaker): (the action, its form,
         allowed by action_form, and the name from `?<kind>=`), or a 404 for an action
         that does not exist."""
@@ -177,8 +202,11 @@ class Actions:
         else:
             await d.app.admin.resume(name, by=self.actor(request))
         self.audit(request, action, f"queue {name}", "done")
-        return d.redirect(request, d.back(request, form, d.url(request, "overview")),
-                          f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.")
+        return d.redirect(
+            request,
+            d.back(request, form, d.url(request, "overview")),
+            f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.",
+        )
 
     async def breaker_action(self, request: Request) -> Response:
         """Open a circuit breaker by hand (held open until closed) or close it."""
@@ -191,8 +219,11 @@ class Actions:
             raise BadRequest(f"breaker {name[:40]!r} is not one of those listed on /breakers")
         state = await d.app.admin.set_breaker(name, open=action == "open", by=self.actor(request))
         self.audit(request, action, f"breaker {name}", state.state)
-        return d.redirect(request, d.back(request, form, d.url(request, "breakers")),
-                          f"Breaker {name} is {state.state}.")
+        return d.redirect(
+            request,
+            d.back(request, form, d.url(request, "breakers")),
+            f"Breaker {name} is {state.state}.",
+        )
 
     async def start_run(self, request: Request) -> Response:
         """Start a paced redrive run, driven by this dashboard process."""
@@ -205,13 +236,21 @@ class Actions:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         sample = bounded_int(form, "min_sample", 1, MAX_BATCH, 20)
-        run = await Runs(d.app).start(query.to_filter(), rate, by=self.actor(request),
-                                      stop_if_failing=share, min_sample=sample,
-                                      driver=d.driver_id)
+        run = await Runs(d.app).start(
+            query.to_filter(),
+            rate,
+            by=self.actor(request),
+            stop_if_failing=share,
+            min_sample=sample,
+            driver=d.driver_id,
+        )
         d.drive(run.id)
         self.audit(request, "redrive run", query.describe(), f"run {run.id} started")
-        return d.redirect(request, d.url(request, "redrive_page", query.params()),
-                          f"Redrive run {run.id} started: {run.total:,} job(s) at {rate:g}/s.")
+        return d.redirect(
+            request,
+            d.url(request, "redrive_page", query.params()),
+            f"Redrive run {run.id} started: {run.total:,} job(s) at {rate:g}/s.",
+        )
 
     async def run_action(self, request: Request) -> Response:
         d = self.d
@@ -234,5 +273,8 @@ class Actions:
         except (LookupError, ValueError) as exc:
             return d.redirect(request, d.url(request, "redrive_page"), str(exc).strip("'\""))
         self.audit(request, f"{action} redrive run", f"run {run_id}", run.status.value)
-        return d.redirect(request, d.back(request, form, d.url(request, "redrive_page")),
-                          f"Redrive run {run_id}: {run.status.value}.")
+        return d.redirect(
+            request,
+            d.back(request, form, d.url(request, "redrive_page")),
+            f"Redrive run {run_id}: {run.status.value}.",
+        )

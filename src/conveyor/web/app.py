@@ -56,8 +56,12 @@ def create_dashboard(
     `["https://ops.example.org"]` behind a proxy that ends TLS. `metrics_top_keys`:
     how many concurrency keys get a series of their own in `/metrics`.
     """
-    settings = DashboardSettings(read_only=read_only, poll_seconds=poll_seconds, title=title,
-                                 metrics_top_keys=metrics_top_keys)
+    settings = DashboardSettings(
+        read_only=read_only,
+        poll_seconds=poll_seconds,
+        title=title,
+        metrics_top_keys=metrics_top_keys,
+    )
     csrf = CsrfGuard(load_secret(secret), load_origins(trusted_origins))
     auth_settings = AuthSettings.from_strings(basic_auth, token, auth)
     d = Dashboard(app, csrf, settings)
@@ -90,14 +94,18 @@ def create_dashboard(
         Route("/queue", d.queue, name="queue"),
         Route("/workers", d.workers, name="workers"),
         Route("/breakers", d.breakers, name="breakers"),
-        Route("/breakers/{action:str}", act.breaker_action, methods=["POST"],
-              name="breaker_action"),
+        Route(
+            "/breakers/{action:str}", act.breaker_action, methods=["POST"], name="breaker_action"
+        ),
         Route("/metrics", d.metrics, name="metrics"),
         Mount("/static", StaticFiles(directory=package_dir("static")), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={BadRequest: refuse, Forbidden: refuse},
-                     middleware=[Middleware(Gate, auth=auth_settings, csrf=csrf)])
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={BadRequest: refuse, Forbidden: refuse},
+        middleware=[Middleware(Gate, auth=auth_settings, csrf=csrf)],
+    )
 
 
 __all__ = ["AuthHook", "Dashboard", "DashboardSettings", "create_dashboard"]

@@ -17,9 +17,14 @@ log = logging.getLogger("conveyor.dashboard")
 
 def record_action(user: str, action: str, target: str, result: str) -> None:
     """One line per operator action: `alice bulk retry every job matching state=dead: Retried 12 of 12 job(s)`."""
-    audit_log.info("%s %s %s: %s", printable(user), printable(action), printable(target),
-                   printable(result),
-                   extra={"dashboard_user": printable(user), "action": printable(action)})
+    audit_log.info(
+        "%s %s %s: %s",
+        printable(user),
+        printable(action),
+        printable(target),
+        printable(result),
+        extra={"dashboard_user": printable(user), "action": printable(action)},
+    )
 
 
 def warn(message: str, *fields: object) -> None:

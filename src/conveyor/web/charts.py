@@ -23,9 +23,37 @@ class Series:
 
 
 # Steps a duration axis may take: round in their own unit (ms, s, min, h, days).
-DURATION_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-                  1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
-                  3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
+DURATION_STEPS = (
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)
 MAX_DIVISIONS = 5
 
 
@@ -45,8 +73,10 @@ def duration_ticks(seconds: float) -> list[float]:
     """Ticks for a duration axis from 0 to at least `seconds`, a round step apart in
     one unit (0, 2m, 4m, 6m), at most five divisions."""
     top = seconds if seconds > 0 else 1.0
-    step = next((s for s in DURATION_STEPS if math.ceil(top / s - 1e-9) <= MAX_DIVISIONS),
-                DURATION_STEPS[-1] * math.ceil(top / DURATION_STEPS[-1] / MAX_DIVISIONS))
+    step = next(
+        (s for s in DURATION_STEPS if math.ceil(top / s - 1e-9) <= MAX_DIVISIONS),
+        DURATION_STEPS[-1] * math.ceil(top / DURATION_STEPS[-1] / MAX_DIVISIONS),
+    )
     return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
@@ -68,8 +98,14 @@ def format_seconds(seconds: float, step: float | None = None) -> str:
     return f"{seconds / 86400:g}d"
 
 
-def _frame(title: str, ticks: Sequence[float], y_format: Callable[[float], str], count: int,
-           legend: Sequence[Series], width: int) -> list[str]:
+def _frame(
+    title: str,
+    ticks: Sequence[float],
+    y_format: Callable[[float], str],
+    count: int,
+    legend: Sequence[Series],
+    width: int,
+) -> list[str]:
     plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     out = [
         f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
@@ -80,14 +116,20 @@ def _frame(title: str, ticks: Sequence[float], y_format: Callable[[float], str],
     for value in ticks:
         y = TOP + plot_h - plot_h * value / y_max
         text = y_format(value)
-        out.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{width - RIGHT}" y2="{y:.1f}"/>')
-        out.append(f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                   f"{escape(text)}</text>")
+        out.append(
+            f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{width - RIGHT}" y2="{y:.1f}"/>'
+        )
+        out.append(
+            f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{escape(text)}</text>"
+        )
     x_ticks = [(0, f"-{count}m"), (count // 2, f"-{count - count // 2}m"), (count - 1, "now")]
     for index, label in x_ticks:
         x = LEFT + plot_w * (index + 0.5) / count
-        out.append(f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
-                   f"{escape(label)}</text>")
+        out.append(
+            f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
+            f"{escape(label)}</text>"
+        )
     x = LEFT + 4
     for series in legend:
         out.append(f'<rect class="{series.css_class}" x="{x}" y="2" width="10" height="8"/>')
@@ -115,9 +157,11 @@ def stacked_bars(title: str, series: Sequence[Series], width: int = WIDTH) -> st
                 continue
             h = plot_h * value / y_max
             y = TOP + plot_h - plot_h * (base + value) / y_max
-            out.append(f'<rect class="{s.css_class}" x="{LEFT + i * slot + 1:.1f}" y="{y:.1f}" '
-                       f'width="{max(slot - 2, 1):.1f}" height="{h:.1f}">'
-                       f"<title>{escape(s.name)}: {value:g}</title></rect>")
+            out.append(
+                f'<rect class="{s.css_class}" x="{LEFT + i * slot + 1:.1f}" y="{y:.1f}" '
+                f'width="{max(slot - 2, 1):.1f}" height="{h:.1f}">'
+                f"<title>{escape(s.name)}: {value:g}</title></rect>"
+            )
             base += value
     out.append("</svg>")
     return "\n".join(out)

@@ -50,8 +50,14 @@ def normal_origin(origin: str) -> str | None:
         port = parts.port
     except ValueError:
         return None
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/") \
-            or parts.query or parts.fragment or parts.username is not None:
+    if (
+        parts.scheme not in _DEFAULT_PORTS
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
         return None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host.lower()}:{port or _DEFAULT_PORTS[parts.scheme]}"
@@ -75,8 +81,10 @@ def load_origins(origins: Iterable[str] | None) -> frozenset[str]:
     for origin in origins:
         value = normal_origin(origin)
         if value is None:
-            raise ValueError(f"trusted origin {origin!r} is not an origin: write it as "
-                             "scheme://host[:port], e.g. https://ops.example.org")
+            raise ValueError(
+                f"trusted origin {origin!r} is not an origin: write it as "
+                "scheme://host[:port], e.g. https://ops.example.org"
+            )
         normal.add(value)
     return frozenset(normal)
 
@@ -117,8 +125,9 @@ class CsrfGuard:
 
     def unseal(self, value: str | None) -> str | None:
         quoted, _, mac = (value or "").rpartition(".")
-        if not quoted or not hmac.compare_digest(mac.encode(),
-                                                 self._mac(b"conveyor-flash", quoted).encode()):
+        if not quoted or not hmac.compare_digest(
+            mac.encode(), self._mac(b"conveyor-flash", quoted).encode()
+        ):
             return None
         return unquote(quoted)
 
@@ -141,7 +150,8 @@ class CsrfGuard:
         if origin is None:
             return None
         normal = normal_origin(origin)
-        if normal is not None and (normal == self.own_origin(request)
-                                   or normal in self.trusted_origins):
+        if normal is not None and (
+            normal == self.own_origin(request) or normal in self.trusted_origins
+        ):
             return None
         return f"Origin {origin!r} is not this dashboard's ({self.own_origin(request)})"

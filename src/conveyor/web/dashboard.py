@@ -51,10 +51,23 @@ from conveyor.web.params import (
 )
 
 FLASH_COOKIE = "conveyor_flash"
-AUDIT_ACTIONS = ("retry", "redrive", "cancel", "delete", "purge", "pause", "resume",
-                 "open", "close",
-                 "redrive run started", "redrive run paused", "redrive run resumed",
-                 "redrive run cancelled", "redrive run stopped", "redrive run done")
+AUDIT_ACTIONS = (
+    "retry",
+    "redrive",
+    "cancel",
+    "delete",
+    "purge",
+    "pause",
+    "resume",
+    "open",
+    "close",
+    "redrive run started",
+    "redrive run paused",
+    "redrive run resumed",
+    "redrive run cancelled",
+    "redrive run stopped",
+    "redrive run done",
+)
 log = logging.getLogger("conveyor.dashboard")
 
 
@@ -81,16 +94,26 @@ class Dashboard:
         self.app = app
         self.csrf = csrf
         self.settings = settings
-        self.env = Environment(loader=FileSystemLoader(package_dir("templates")),
-                               autoescape=select_autoescape(default=True), trim_blocks=True,
-                               lstrip_blocks=True)
+        self.env = Environment(
+            loader=FileSystemLoader(package_dir("templates")),
+            autoescape=select_autoescape(default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
         self.env.filters.update(
-            duration=views.format_duration, time=views.format_time, ago=views.format_ago,
-            pretty_json=views.pretty_json, pretty_value=views.pretty_value,
+            duration=views.format_duration,
+            time=views.format_time,
+            ago=views.format_ago,
+            pretty_json=views.pretty_json,
+            pretty_value=views.pretty_value,
             number=lambda n: f"{n:,}",
-            args_preview=views.args_preview, payload_json=views.payload_json,
-            result_json=views.result_json, last_error=views.last_error,
-            form_id=id_for_form, user_traceback=views.user_traceback, rate=format_rate,
+            args_preview=views.args_preview,
+            payload_json=views.payload_json,
+            result_json=views.result_json,
+            last_error=views.last_error,
+            form_id=id_for_form,
+            user_traceback=views.user_traceback,
+            rate=format_rate,
         )
         # Paced redrive runs this process drives (started or resumed here, or adopted).
         self.driver_id = new_driver_id()
@@ -107,8 +130,9 @@ class Dashboard:
                 run = await drive(Driver(self.app, run_id, self.driver_id))
                 log.info("redrive run %s: %s", run_id, run.describe())
             except Exception:
-                log.exception("redrive run %s: driving failed; the next dashboard to start "
-                              "adopts it", run_id)
+                log.exception(
+                    "redrive run %s: driving failed; the next dashboard to start adopts it", run_id
+                )
 
         self.drivers[run_id] = asyncio.create_task(go(), name=f"redrive-run-{run_id}")
 
@@ -127,8 +151,9 @@ class Dashboard:
         await asyncio.gather(*self.drivers.values(), return_exceptions=True)
 
     # --- rendering ------------------------------------------------------------------------
-    def render(self, request: Request, name: str, context: dict[str, Any],
-               status_code: int = 200) -> HTMLResponse:
+    def render(
+        self, request: Request, name: str, context: dict[str, Any], status_code: int = 200
+    ) -> HTMLResponse:
         user: str = request.state.user
         session = self.csrf.session_of(request)
         new_session = session is None
@@ -136,11 +161,16 @@ class Dashboard:
         token = self.csrf.token_for(session, user)
         flash = request.cookies.get(FLASH_COOKIE)
         ctx = {
-            "request": request, "settings": self.settings, "version": __version__,
-            "csrf_field": CSRF_FIELD, "csrf_token": token, "user": user,
+            "request": request,
+            "settings": self.settings,
+            "version": __version__,
+            "csrf_field": CSRF_FIELD,
+            "csrf_token": token,
+            "user": user,
             "flash": self.csrf.unseal(flash),
             "url": lambda route, query=None, **params: self.url(request, route, query, **params),
-            "states": views.STATE_ORDER, "page": name.removesuffix(".html"),
+            "states": views.STATE_ORDER,
+            "page": name.removesuffix(".html"),
             **context,
         }
         html = self.env.get_template(name).render(ctx)
@@ -148,14 +178,21 @@ class Dashboard:
         response = HTMLResponse(html, status_code=status_code, headers={"X-CSRF-Token": token})
         path = request.scope.get("root_path") or "/"
         if new_session:
-            response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict",
-                                path=path, secure=request.url.scheme == "https")
+            response.set_cookie(
+                SESSION_COOKIE,
+                session,
+                httponly=True,
+                samesite="strict",
+                path=path,
+                secure=request.url.scheme == "https",
+            )
         if flash is not None:
             response.delete_cookie(FLASH_COOKIE, path=path)
         return response
 
-    def url(self, request: Request, route: str, query: dict[str, str] | None = None,
-            **params: str) -> str:
+    def url(
+        self, request: Request, route: str, query: dict[str, str] | None = None, **params: str
+    ) -> str:
         """The path of `route` with its parameters percent-encoded, and `query` (empty
         values left out) as its query string."""
         if route == "static":
@@ -167,8 +204,13 @@ class Dashboard:
 
     def redirect(self, request: Request, to: str, notice: str) -> RedirectResponse:
         response = RedirectResponse(to, status_code=303)
-        response.set_cookie(FLASH_COOKIE, self.csrf.seal(notice[:300]), httponly=True,
-                            samesite="strict", path=request.scope.get("root_path") or "/")
+        response.set_cookie(
+            FLASH_COOKIE,
+            self.csrf.seal(notice[:300]),
+            httponly=True,
+            samesite="strict",
+            path=request.scope.get("root_path") or "/",
+        )
         return response
 
     def back(self, request: Request, form: FormData | None, fallback: str) -> str:
@@ -177,9 +219,14 @@ class Dashboard:
         root = request.scope.get("root_path", "")
         # Only a path on this dashboard, as url() writes them (printable ASCII):
         # "//host" and "/\\host" would leave the site.
-        if (isinstance(target, str) and target.isascii() and target.isprintable()
-                and target.startswith(root + "/") and not target.startswith(("//", "/\\"))
-                and "\\" not in target):
+        if (
+            isinstance(target, str)
+            and target.isascii()
+            and target.isprintable()
+            and target.startswith(root + "/")
+            and not target.startswith(("//", "/\\"))
+            and "\\" not in target
+        ):
             return target
         return fallback
 
@@ -190,16 +237,21 @@ class Dashboard:
             raise Forbidden("the dashboard is read-only")
         form = await read_form(request)
         if not self.csrf.token_ok(request, form, request.state.user):
-            warn("refused %s %s from %s: missing or wrong CSRF token", request.method,
-                 request.url.path, request.state.user)
+            warn(
+                "refused %s %s from %s: missing or wrong CSRF token",
+                request.method,
+                request.url.path,
+                request.state.user,
+            )
             raise Forbidden("CSRF token missing or wrong: reload the page and try again")
         return form
 
     # --- pages ------------------------------------------------------------------------------
     async def overview(self, request: Request) -> Response:
         admin = self.app.admin
-        data = views.build_overview(await admin.stats(), await admin.workers(),
-                                    await admin.throughput(60))
+        data = views.build_overview(
+            await admin.stats(), await admin.workers(), await admin.throughput(60)
+        )
         partial = single(request.query_params, "partial")
         template = "_overview_live.html" if partial else "overview.html"
         return self.render(request, template, {"o": data})
@@ -228,16 +280,27 @@ class Dashboard:
         if more and page:
             next_url = self.url(request, "jobs", {**here, "after": page[-1].id})
         # Suggestions for the queue field, from what is known without scanning jobs.
-        queue_names = sorted({t.defaults.queue for t in self.app.tasks.values()}
-                             | {q for w in await self.app.admin.workers() for q in w.queues})
-        return self.render(request, "jobs.html", {
-            "query": query, "jobs": page, "total": total, "next_url": next_url,
-            "first_url": self.url(request, "jobs", here) if after else None,
-            "limit": limit, "page_sizes": PAGE_SIZES, "notice": notice,
-            "queue_names": queue_names,
-            "task_names": sorted(self.app.tasks),
-            "here": self.url(request, "jobs", {**here, "after": after or ""}),
-        })
+        queue_names = sorted(
+            {t.defaults.queue for t in self.app.tasks.values()}
+            | {q for w in await self.app.admin.workers() for q in w.queues}
+        )
+        return self.render(
+            request,
+            "jobs.html",
+            {
+                "query": query,
+                "jobs": page,
+                "total": total,
+                "next_url": next_url,
+                "first_url": self.url(request, "jobs", here) if after else None,
+                "limit": limit,
+                "page_sizes": PAGE_SIZES,
+                "notice": notice,
+                "queue_names": queue_names,
+                "task_names": sorted(self.app.tasks),
+                "here": self.url(request, "jobs", {**here, "after": after or ""}),
+            },
+        )
 
     async def job(self, request: Request) -> Response:
         wanted = job_id(request.query_params)
@@ -246,17 +309,27 @@ class Dashboard:
             return self.render(request, "not_found.html", {"job_id": wanted}, status_code=404)
         events = timeline(job, await self.app.admin.actions_on(job.id))
         workflow, cut = await workflow_levels(await self.app.backend(), job)
-        return self.render(request, "job.html", {
-            "job": job, "progress": views.progress_of(job), "events": events,
-            "workflow": workflow if sum(map(len, workflow)) > 1 else None, "workflow_cut": cut,
-            "held_back": await self.app.admin.held_back(job),
-            "rate_limit": None if job.rate_key is None else bucket_status(
-                job.rate_key, False, self.app.rate_limits),  # why it waits: in held_back
-            "here": self.url(request, "job", {"id": job.id}),
-            "can_retry": job.state in RETRYABLE_BY_OPERATOR,
-            "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,
-            "can_delete": job.state in TERMINAL_STATES,
-        })
+        return self.render(
+            request,
+            "job.html",
+            {
+                "job": job,
+                "progress": views.progress_of(job),
+                "events": events,
+                "workflow": workflow if sum(map(len, workflow)) > 1 else None,
+                "workflow_cut": cut,
+                "held_back": await self.app.admin.held_back(job),
+                "rate_limit": None
+                if job.rate_key is None
+                else bucket_status(
+                    job.rate_key, False, self.app.rate_limits
+                ),  # why it waits: in held_back
+                "here": self.url(request, "job", {"id": job.id}),
+                "can_retry": job.state in RETRYABLE_BY_OPERATOR,
+                "can_cancel": job.state in ACTIVE_STATES and not job.cancel_requested,
+                "can_delete": job.state in TERMINAL_STATES,
+            },
+        )
 
     async def old_job_link(self, request: Request) -> Response:
         """`/jobs/<id>`, as links before ids moved to the query string: the same page."""
@@ -274,52 +347,80 @@ class Dashboard:
             return self.render(request, "not_found.html", {"queue": name}, status_code=404)
         overview, loads = found
         limits = {bucket: self.app.rate_limits.get(bucket) for bucket, _ in loads.buckets}
-        return self.render(request, "queue.html", {
-            "q": overview, "loads": loads,
-            "bucket_limits": {b: describe(lim) for b, lim in limits.items() if lim is not None},
-            "here": self.url(request, "queue", {"queue": name})})
+        return self.render(
+            request,
+            "queue.html",
+            {
+                "q": overview,
+                "loads": loads,
+                "bucket_limits": {b: describe(lim) for b, lim in limits.items() if lim is not None},
+                "here": self.url(request, "queue", {"queue": name}),
+            },
+        )
 
     async def workers(self, request: Request) -> Response:
-        return self.render(request, "workers.html", {
-            "workers": await self.app.admin.workers(), "now": self.app.clock()})
+        return self.render(
+            request,
+            "workers.html",
+            {"workers": await self.app.admin.workers(), "now": self.app.clock()},
+        )
 
     async def breakers(self, request: Request) -> Response:
         """The circuit breakers (docs/downstreams.md): state, failures counted, when the
         probe is due, recent transitions; open or close one."""
         now = self.app.clock()
-        rows = [{"name": name, "state": state, "breaker": self.app.breakers.get(name),
-                 "counted": state.counted(self.app.breakers.get(name), now),
-                 "probe_due_at": (None if (b := self.app.breakers.get(name)) is None
-                                  else state.probe_due_at(b)),
-                 "history": list(reversed(state.history[-10:]))}
-                for name, state in (await self.app.admin.breakers()).items()]
+        rows = [
+            {
+                "name": name,
+                "state": state,
+                "breaker": self.app.breakers.get(name),
+                "counted": state.counted(self.app.breakers.get(name), now),
+                "probe_due_at": (
+                    None if (b := self.app.breakers.get(name)) is None else state.probe_due_at(b)
+                ),
+                "history": list(reversed(state.history[-10:])),
+            }
+            for name, state in (await self.app.admin.breakers()).items()
+        ]
         return self.render(request, "breakers.html", {"breakers": rows, "now": now})
 
     async def redrive_page(self, request: Request) -> Response:
         query = ListQuery.from_mapping(request.query_params).for_redrive()
-        batch = bounded_int(request.query_params, "batch", 1, MAX_BATCH,
-                            self.settings.redrive_batch)
+        batch = bounded_int(
+            request.query_params, "batch", 1, MAX_BATCH, self.settings.redrive_batch
+        )
         try:
             where = await self.app.admin.resolve(query.to_filter())
         except AmbiguousTaskName as exc:
             raise BadRequest(str(exc)) from None
         preview = await self.app.admin.redrive(where, limit=batch, dry_run=True)
         await self.adopt_runs()
-        return self.render(request, "redrive.html", {
-            "query": query, "batch": batch, "preview": preview,
-            "matching": await self.app.admin.count(where),
-            "runs": await Runs(self.app).all(), "now": self.app.clock(),
-        })
+        return self.render(
+            request,
+            "redrive.html",
+            {
+                "query": query,
+                "batch": batch,
+                "preview": preview,
+                "matching": await self.app.admin.count(where),
+                "runs": await Runs(self.app).all(),
+                "now": self.app.clock(),
+            },
+        )
 
     async def audit_page(self, request: Request) -> Response:
         days = bounded_int(request.query_params, "days", 1, int(RETENTION // 86400), 7)
         action = single(request.query_params, "action") or ""
         if action and action not in AUDIT_ACTIONS:
             raise BadRequest(f"action {action[:40]!r} is not one of: {', '.join(AUDIT_ACTIONS)}")
-        entries = await self.app.admin.audit(since=self.app.clock() - days * 86400, limit=500,
-                                             actions=[action] if action else ())
-        return self.render(request, "audit.html", {
-            "entries": entries, "days": days, "action": action, "actions": AUDIT_ACTIONS})
+        entries = await self.app.admin.audit(
+            since=self.app.clock() - days * 86400, limit=500, actions=[action] if action else ()
+        )
+        return self.render(
+            request,
+            "audit.html",
+            {"entries": entries, "days": days, "action": action, "actions": AUDIT_ACTIONS},
+        )
 
     async def metrics(self, request: Request) -> Response:
         try:
@@ -328,9 +429,12 @@ class Dashboard:
             from conveyor.observe.metrics import exposition_registry
             from conveyor.ops.queue_state import queue_state_text
         except ImportError:
-            return PlainTextResponse("metrics need prometheus-client: "
-                                     "pip install 'conveyor[metrics]'", status_code=404)
-        body = await queue_state_text(self.app, self.settings.metrics_top_keys) + generate_latest(exposition_registry())
+            return PlainTextResponse(
+                "metrics need prometheus-client: pip install 'conveyor[metrics]'", status_code=404
+            )
+        body = await queue_state_text(self.app, self.settings.metrics_top_keys) + generate_latest(
+            exposition_registry()
+        )
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

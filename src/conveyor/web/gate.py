@@ -22,9 +22,8 @@ from conveyor.web.params import BadRequest, check_target
 from conveyor.web.security import AuthSettings, authenticate, is_loopback
 
 SECURITY_HEADERS = {
-    "Content-Security-Policy":
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
@@ -56,7 +55,9 @@ class Gate(BaseHTTPMiddleware):
                 warn("refused %s %s from %s: %s", request.method, request.url.path, user, reason)
                 return PlainTextResponse(
                     f"cross-origin request refused: {reason}. Actions are taken only from "
-                    "the dashboard's own pages.", status_code=403)
+                    "the dashboard's own pages.",
+                    status_code=403,
+                )
         try:
             check_target(request.scope)
         except BadRequest as exc:
@@ -72,10 +73,17 @@ class Gate(BaseHTTPMiddleware):
                     f"loopback clients asking for a loopback name, and "
                     f"{request.url.hostname!r} is not one: open it as http://127.0.0.1:"
                     f"{request.url.port or 80}/ or configure basic auth, a token or an "
-                    f"auth hook", status_code=403)
+                    f"auth hook",
+                    status_code=403,
+                )
             return PlainTextResponse(
                 "this dashboard has no authentication configured, so it only serves "
-                "localhost; configure basic auth, a token or an auth hook", status_code=403)
-        headers = {"WWW-Authenticate": 'Basic realm="Conveyor", charset="UTF-8"'} \
-            if self.auth.basic is not None else {}
+                "localhost; configure basic auth, a token or an auth hook",
+                status_code=403,
+            )
+        headers = (
+            {"WWW-Authenticate": 'Basic realm="Conveyor", charset="UTF-8"'}
+            if self.auth.basic is not None
+            else {}
+        )
         return PlainTextResponse("authentication required", status_code=401, headers=headers)

@@ -81,8 +81,11 @@ async def read_form(request: Request) -> FormData:
 def single(data: Params, name: str) -> str | None:
     """One value of `name` (None if absent); a parameter given twice is ambiguous."""
     getlist = getattr(data, "getlist", None)
-    values = list(getlist(name)) if getlist is not None else (
-        [data.get(name)] if data.get(name) is not None else [])
+    values = (
+        list(getlist(name))
+        if getlist is not None
+        else ([data.get(name)] if data.get(name) is not None else [])
+    )
     if len(values) > 1:
         raise BadRequest(f"{name} given {len(values)} times: give it once")
     if not values:
@@ -110,8 +113,9 @@ def bounded_int(data: Params, name: str, low: int, high: int, default: int) -> i
     # ASCII digits only ("²" is a digit to isdigit), and short: int() of a 5,000-digit
     # string raises, and no batch is that large.
     if not (text.isascii() and text.isdigit() and len(text) <= 12 and low <= int(text) <= high):
-        raise BadRequest(f"{name} must be a whole number from {low:,} to {high:,}, "
-                         f"not {text[:40]!r}")
+        raise BadRequest(
+            f"{name} must be a whole number from {low:,} to {high:,}, not {text[:40]!r}"
+        )
     return int(text)
 
 
@@ -167,8 +171,13 @@ class ListQuery:
         state = get("state")
         if state and state not in STATES:
             raise BadRequest(f"state {state[:40]!r} is not one of: {', '.join(STATES)}")
-        return cls(state=state, queue=get("queue"), task=get("task"),
-                   error_type=get("error_type"), q=get("q"))
+        return cls(
+            state=state,
+            queue=get("queue"),
+            task=get("task"),
+            error_type=get("error_type"),
+            q=get("q"),
+        )
 
     def for_redrive(self) -> ListQuery:
         """Redrive takes dead jobs (the default) or cancelled ones."""
@@ -176,8 +185,9 @@ class ListQuery:
             return self
         if self.state:
             raise BadRequest(f"redrive takes dead or cancelled jobs, not {self.state}")
-        return ListQuery(state="dead", queue=self.queue, task=self.task,
-                         error_type=self.error_type, q=self.q)
+        return ListQuery(
+            state="dead", queue=self.queue, task=self.task, error_type=self.error_type, q=self.q
+        )
 
     def to_filter(self) -> JobFilter:
         return make_filter(

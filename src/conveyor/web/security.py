@@ -49,8 +49,9 @@ class AuthSettings:
         return self.basic is not None or self.token is not None or self.hook is not None
 
     @classmethod
-    def from_strings(cls, basic: str | None = None, token: str | None = None,
-                     hook: AuthHook | None = None) -> AuthSettings:
+    def from_strings(
+        cls, basic: str | None = None, token: str | None = None, hook: AuthHook | None = None
+    ) -> AuthSettings:
         pair = None
         if basic:
             user, sep, password = basic.partition(":")

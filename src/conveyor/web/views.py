@@ -16,8 +16,15 @@ from conveyor.observe.minute_stats import Minute, QueueMinute
 from conveyor.payloads.view import shown_arguments, shown_payload, shown_result, stored_apart
 from conveyor.web.charts import Series, lines, stacked_bars
 
-STATE_ORDER = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYABLE,
-               JobState.DEAD, JobState.CANCELLED, JobState.COMPLETED)
+STATE_ORDER = (
+    JobState.AVAILABLE,
+    JobState.SCHEDULED,
+    JobState.RUNNING,
+    JobState.RETRYABLE,
+    JobState.DEAD,
+    JobState.CANCELLED,
+    JobState.COMPLETED,
+)
 SLOW_AFTER = 30.0  # seconds the oldest job may wait before a queue shows "slow"
 BEHIND_AFTER = 300.0
 
@@ -67,8 +74,10 @@ def queue_health(stats: QueueStats, serving: int, draining: int = 0) -> tuple[st
     waiting = stats.counts.get(JobState.AVAILABLE, 0)
     oldest = stats.oldest_available_age or 0.0
     if waiting and serving == 0 and draining:
-        return "draining", ("jobs wait and the workers that serve this queue are draining: "
-                            "they finish their jobs and take no more")
+        return "draining", (
+            "jobs wait and the workers that serve this queue are draining: "
+            "they finish their jobs and take no more"
+        )
     if waiting and serving == 0:
         return "no workers", "jobs wait and no live worker serves this queue"
     if oldest > BEHIND_AFTER:
@@ -78,8 +87,9 @@ def queue_health(stats: QueueStats, serving: int, draining: int = 0) -> tuple[st
     return "ok", "keeping up"
 
 
-def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
-                   minutes: list[Minute]) -> Overview:
+def build_overview(
+    stats: list[QueueStats], workers: list[WorkerInfo], minutes: list[Minute]
+) -> Overview:
     live = [w for w in workers if not w.stopping]
     names = sorted({s.queue for s in stats} | {q for m in minutes for q in m.queues})
     by_name = {s.queue: s for s in stats}
@@ -98,34 +108,59 @@ def build_overview(stats: list[QueueStats], workers: list[WorkerInfo],
         for key, n in counts.items():
             totals[key] += n
         health, note = queue_health(s, serving, draining)
-        rows.append(QueueRow(
-            name=name, counts=counts, oldest_waiting=s.oldest_available_age, paused=s.paused,
-            done_this_minute=now_q.counts["completed"], failed_this_minute=now_q.counts["failed"],
-            done_per_minute=done5 / max(len(recent), 1), failed_per_minute=failed5 / max(len(recent), 1),
-            workers=serving, health=health, health_note=note,
-            throttled=s.throttled, held_by_key=s.held_by_key,
-        ))
+        rows.append(
+            QueueRow(
+                name=name,
+                counts=counts,
+                oldest_waiting=s.oldest_available_age,
+                paused=s.paused,
+                done_this_minute=now_q.counts["completed"],
+                failed_this_minute=now_q.counts["failed"],
+                done_per_minute=done5 / max(len(recent), 1),
+                failed_per_minute=failed5 / max(len(recent), 1),
+                workers=serving,
+                health=health,
+                health_note=note,
+                throttled=s.throttled,
+                held_by_key=s.held_by_key,
+            )
+        )
     whole = [m.total() for m in minutes]
-    throughput = stacked_bars("Jobs finished per minute, last hour", [
-        Series("completed", [t.counts["completed"] for t in whole], "s-ok"),
-        Series("failed", [t.counts["failed"] for t in whole], "s-bad"),
-    ], width=1240)
-    wait = lines("Wait latency (due to started), last hour", [
-        Series("p50", [t.wait.quantile(0.5) for t in whole], "s-p50"),
-        Series("p95", [t.wait.quantile(0.95) for t in whole], "s-p95"),
-    ])
-    run = lines("Run latency (started to finished), last hour", [
-        Series("p50", [t.run.quantile(0.5) for t in whole], "s-p50"),
-        Series("p95", [t.run.quantile(0.95) for t in whole], "s-p95"),
-    ])
+    throughput = stacked_bars(
+        "Jobs finished per minute, last hour",
+        [
+            Series("completed", [t.counts["completed"] for t in whole], "s-ok"),
+            Series("failed", [t.counts["failed"] for t in whole], "s-bad"),
+        ],
+        width=1240,
+    )
+    wait = lines(
+        "Wait latency (due to started), last hour",
+        [
+            Series("p50", [t.wait.quantile(0.5) for t in whole], "s-p50"),
+            Series("p95", [t.wait.quantile(0.95) for t in whole], "s-p95"),
+        ],
+    )
+    run = lines(
+        "Run latency (started to finished), last hour",
+        [
+            Series("p50", [t.run.quantile(0.5) for t in whole], "s-p50"),
+            Series("p95", [t.run.quantile(0.95) for t in whole], "s-p95"),
+        ],
+    )
     now_total = current.total()
     return Overview(
-        queues=rows, totals=totals, workers_up=len(live),
-        workers_draining=len(workers) - len(live), slots=sum(w.concurrency for w in live),
+        queues=rows,
+        totals=totals,
+        workers_up=len(live),
+        workers_draining=len(workers) - len(live),
+        slots=sum(w.concurrency for w in live),
         in_flight=sum(w.in_flight for w in workers),
         done_this_minute=now_total.counts["completed"],
         failed_this_minute=now_total.counts["failed"],
-        throughput_chart=throughput, wait_chart=wait, run_chart=run,
+        throughput_chart=throughput,
+        wait_chart=wait,
+        run_chart=run,
     )
 
 
@@ -236,11 +271,18 @@ def user_traceback(text: str) -> str:
                     frames.append([])
                 frames[-1].append(lines[i])
                 i += 1
-            first = next((n for n, f in enumerate(frames)
-                          if not (_OWN_FRAME.match(f[0]) or _STDLIB_FRAME.match(f[0]))), 0)
+            first = next(
+                (
+                    n
+                    for n, f in enumerate(frames)
+                    if not (_OWN_FRAME.match(f[0]) or _STDLIB_FRAME.match(f[0]))
+                ),
+                0,
+            )
             if first:
-                out.append(f"  ({first} frame{'s' if first > 1 else ''} of Conveyor's worker "
-                           "hidden)")
+                out.append(
+                    f"  ({first} frame{'s' if first > 1 else ''} of Conveyor's worker hidden)"
+                )
             out += [line for frame in frames[first:] for line in frame]
             continue
         i += 1

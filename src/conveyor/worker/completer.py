@@ -14,8 +14,12 @@ log = logging.getLogger("conveyor.worker")
 
 
 class Completer:
-    def __init__(self, backend: Backend, on_settled: Callable[[list[Settlement], list[str]], None],
-                 max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        on_settled: Callable[[list[Settlement], list[str]], None],
+        max_batch: int = 500,
+    ) -> None:
         self.backend = backend
         self.on_settled = on_settled
         self.max_batch = max_batch
@@ -50,8 +54,12 @@ class Completer:
                 except Exception as exc:  # noqa: BLE001 - keep the outcomes and try again
                     failures += 1
                     delay = min(0.05 * 2**failures, 5.0)
-                    log.warning("writing %d job outcomes failed (%s); retrying in %.2fs",
-                                len(batch), exc, delay)
+                    log.warning(
+                        "writing %d job outcomes failed (%s); retrying in %.2fs",
+                        len(batch),
+                        exc,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
                     continue
                 failures = 0

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.contract import Settlement
 from conveyor.rules.breakers import BreakerError, counts_as_failure
-from conveyor.model.errors import ArgumentValidationError, CorruptPayload, HardTimeLimitExceeded, UnknownTask
+from conveyor.model.errors import (
+    ArgumentValidationError,
+    CorruptPayload,
+    HardTimeLimitExceeded,
+    UnknownTask,
+)
 from conveyor.rules.adaptive import Adaptive
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.context import _CURRENT, JobContext
@@ -58,8 +63,9 @@ def decode_payload(job: Job, text: str | None = None) -> tuple[list[Any], dict[s
     except (ValueError, AttributeError) as exc:
         raise CorruptPayload(f"payload of job {job.id} cannot be decoded: {exc}") from None
     except RecursionError:  # not a passing failure: it is nested too deeply every time
-        raise CorruptPayload(f"payload of job {job.id} cannot be decoded: JSON nested too "
-                             "deeply") from None
+        raise CorruptPayload(
+            f"payload of job {job.id} cannot be decoded: JSON nested too deeply"
+        ) from None
 
 
 class JobExecutor:
@@ -108,11 +114,13 @@ class JobExecutor:
         if failed is None or breaker is None:
             return
         try:
-            await self.breaker_view.report(await self.app.backend(), breaker, failed,
-                                           self.app.clock())
+            await self.breaker_view.report(
+                await self.app.backend(), breaker, failed, self.app.clock()
+            )
         except Exception as exc:  # noqa: BLE001 - the job's outcome is still written
-            log.warning("breaker %s: could not count the outcome of job %s (%s)",
-                        breaker.name, job.id, exc)
+            log.warning(
+                "breaker %s: could not count the outcome of job %s (%s)", breaker.name, job.id, exc
+            )
 
     async def _observed(self, job: Job, ctx: JobContext) -> Settlement:
         """`_run` inside the app's middleware."""
@@ -139,8 +147,9 @@ class JobExecutor:
             return self._failed(job, error, _DEFAULT_POLICY, tb="", force_retry=True)
         return call.settlement
 
-    def _middleware_failed(self, job: Job, call: ExecuteContext,
-                           error: BaseException) -> Settlement:
+    def _middleware_failed(
+        self, job: Job, call: ExecuteContext, error: BaseException
+    ) -> Settlement:
         log.error("middleware failed around job %s (%s)", job.id, job.task, exc_info=error)
         try:
             if call.settlement is not None:
@@ -162,8 +171,10 @@ class JobExecutor:
             # blob is a CorruptPayload, a store that is down a retry.
             args, kwargs = decode_payload(job, await self.app.claim_check.arguments_text(job))
             if WORKFLOW_META_KEY in job.meta:  # a workflow member: its parents' results first
-                args = [*await parent_inputs(await self.app.backend(), self.app.claim_check,
-                                             job), *args]
+                args = [
+                    *await parent_inputs(await self.app.backend(), self.app.claim_check, job),
+                    *args,
+                ]
             task.validate(tuple(args), kwargs)  # the enqueue's check: in C when it can be
         except (CorruptPayload, ArgumentValidationError) as exc:
             return self._failed(job, exc, policy, tb=traceback.format_exc())
@@ -173,13 +184,16 @@ class JobExecutor:
         try:
             outcome: HandlerOutcome[Any]
             if task.is_async:
-                outcome = await run_async_limited(task.fn(*args, **kwargs), soft, hard,
-                                                  on_runaway=lambda: self.on_runaway(job))
+                outcome = await run_async_limited(
+                    task.fn(*args, **kwargs), soft, hard, on_runaway=lambda: self.on_runaway(job)
+                )
             else:
-                in_context = functools.partial(contextvars.copy_context().run, task.fn,
-                                               *args, **kwargs)
-                outcome = await run_sync_limited(self.threads, in_context, soft, hard,
-                                                 on_runaway=lambda: self.on_runaway(job))
+                in_context = functools.partial(
+                    contextvars.copy_context().run, task.fn, *args, **kwargs
+                )
+                outcome = await run_sync_limited(
+                    self.threads, in_context, soft, hard, on_runaway=lambda: self.on_runaway(job)
+                )
         finally:
             _CURRENT.reset(token)
         behind_breaker = self.breaker_view.breaker_of(job.rate_key) is not None
@@ -190,8 +204,13 @@ class JobExecutor:
             if result is not None:
                 result = await self.app.claim_check.stored_result(job, result)
             # A TTL only for a result stored: a dropped one has no expiry to keep.
-            return Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result,
-                              result_ttl=None if result is None else result_ttl_of(job))
+            return Settlement(
+                job.id,
+                job.lease_token,
+                JobState.COMPLETED,
+                result=result,
+                result_ttl=None if result is None else result_ttl_of(job),
+            )
         error = outcome.error
         if behind_breaker:
             self._breaker_failed[job.id] = counts_as_failure(error, policy)
@@ -200,8 +219,9 @@ class JobExecutor:
         finally:
             release_frames(error)  # the handler's locals go with its attempt
 
-    def _raised(self, job: Job, ctx: JobContext, error: BaseException,
-                policy: RetryPolicy) -> Settlement:
+    def _raised(
+        self, job: Job, ctx: JobContext, error: BaseException, policy: RetryPolicy
+    ) -> Settlement:
         """The settlement of an attempt whose handler raised `error` (of any type)."""
         if isinstance(error, Snooze):
             run_at = self.app.clock() + error.delay
@@ -241,8 +261,12 @@ class JobExecutor:
             return json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:
             # The side effects happened; failing the job now would repeat them.
-            log.warning("job %s (%s) returned a value JSON cannot store (%s); result dropped",
-                        job.id, job.task, exc)
+            log.warning(
+                "job %s (%s) returned a value JSON cannot store (%s); result dropped",
+                job.id,
+                job.task,
+                exc,
+            )
             return None
 
     def _error(self, job: Job, exc: BaseException, tb: str) -> AttemptError:
@@ -259,8 +283,13 @@ class JobExecutor:
         )
 
     def _failed(
-        self, job: Job, exc: BaseException, policy: RetryPolicy, tb: str,
-        after: float | None = None, force_retry: bool = False,
+        self,
+        job: Job,
+        exc: BaseException,
+        policy: RetryPolicy,
+        tb: str,
+        after: float | None = None,
+        force_retry: bool = False,
     ) -> Settlement:
         err = self._error(job, exc, tb)
         self.adaptive.failed(job, exc)
@@ -271,6 +300,5 @@ class JobExecutor:
             run_at, deferred = self.retry_ledger.retry_at(job, now + delay, now)
             if deferred:
                 self._deferred.add(job.id)
-            return Settlement(job.id, job.lease_token, JobState.RETRYABLE, error=err,
-                              run_at=run_at)
+            return Settlement(job.id, job.lease_token, JobState.RETRYABLE, error=err, run_at=run_at)
         return Settlement(job.id, job.lease_token, JobState.DEAD, error=err)

@@ -36,10 +36,15 @@ RECANCEL_AFTER = 1.0  # seconds a cold-stopped job has to end before it is cance
 def corrupt_outcome(job: Job, now: float, worker_id: str, app_version: str = "") -> Settlement:
     """Dead at once, with a CorruptJob error naming the fields that could not be read."""
     error = AttemptError(
-        attempt=job.attempt, at=now, type=CorruptJob.__name__,
+        attempt=job.attempt,
+        at=now,
+        type=CorruptJob.__name__,
         message=f"the stored job cannot be read: {job.corrupt}"[:4000],
-        worker_id=worker_id, host=socket.gethostname(), version=__version__,
-        app_version=app_version)
+        worker_id=worker_id,
+        host=socket.gethostname(),
+        version=__version__,
+        app_version=app_version,
+    )
     return Settlement(job.id, job.lease_token, JobState.DEAD, error=error)
 
 
@@ -51,6 +56,7 @@ class RunningJob:
     # Set before the worker cancels the task to return the job (a cold stop): the
     # one cancel that gives the attempt back. See _interrupted.
     returning: bool = False
+
 
 class HeldJobs:
     """The worker's held jobs and what it does to them (see the module docstring)."""
@@ -83,13 +89,19 @@ class HeldJobs:
                 r.returning = True
                 r.task.cancel()
             await asyncio.wait([r.task for r in running], timeout=RECANCEL_AFTER)
+
     def _start(self, job: Job) -> None:
         assert self._backend is not None
         if job.corrupt is not None:
             self._settle_corrupt(job)
             return
-        ctx = JobContext(job, self._backend, asyncio.get_running_loop(), self.id,
-                         retention=self.config.dead_retention)
+        ctx = JobContext(
+            job,
+            self._backend,
+            asyncio.get_running_loop(),
+            self.id,
+            retention=self.config.dead_retention,
+        )
         self._unsettled[job.id] = ctx.lease
         task = asyncio.create_task(self._run_one(job, ctx), name=f"job:{job.id}")
         self._running[job.id] = RunningJob(job, ctx, task)
@@ -113,9 +125,16 @@ class HeldJobs:
             self._unsettled.pop(job.id, None)
             return
         if settlement.error is not None:
-            log.warning("job %s %s attempt %d/%d failed: %s: %s -> %s", job.id, job.task,
-                        job.attempt, job.max_attempts, settlement.error.type,
-                        settlement.error.message, settlement.state.value)
+            log.warning(
+                "job %s %s attempt %d/%d failed: %s: %s -> %s",
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                settlement.error.type,
+                settlement.error.message,
+                settlement.state.value,
+            )
         assert self._completer is not None
         if job.concurrency_key is not None:
             self._keyed_settling.add(job.id)
@@ -139,11 +158,14 @@ class HeldJobs:
         """A job the backend could not read in full is never run: it ends dead at once,
         fenced by its lease like any outcome, while the rest of its batch runs."""
         assert self._completer is not None
-        log.error("job %s (%s) cannot be read, so it is not run and ends dead: %s",
-                  job.id, job.task, job.corrupt)
+        log.error(
+            "job %s (%s) cannot be read, so it is not run and ends dead: %s",
+            job.id,
+            job.task,
+            job.corrupt,
+        )
         self._unsettled[job.id] = Lease(job.id, job.lease_token)
-        self._completer.add(corrupt_outcome(job, self.app.clock(), self.id,
-                                             self.app.version))
+        self._completer.add(corrupt_outcome(job, self.app.clock(), self.id, self.app.version))
 
     def _on_settled(self, batch: list[Settlement], stale: list[str]) -> None:
         stale_ids = set(stale)
@@ -157,14 +179,22 @@ class HeldJobs:
                 self._key_slot_freed.set()
             if s.job_id in stale_ids:
                 self.counts["stale"] += 1
-                log.warning("job %s: outcome %s rejected, lease token %d is stale "
-                            "(a newer attempt owns the job)", s.job_id, s.state.value, s.token)
+                log.warning(
+                    "job %s: outcome %s rejected, lease token %d is stale "
+                    "(a newer attempt owns the job)",
+                    s.job_id,
+                    s.state.value,
+                    s.token,
+                )
             else:
                 self.counts[s.state.value] += 1
+
     async def _heartbeat(self) -> None:
         if not self.config.heartbeats or not self._unsettled or self._backend is None:
             return
-        reply = await self._backend.heartbeat_jobs(list(self._unsettled.values()), self.config.lease)
+        reply = await self._backend.heartbeat_jobs(
+            list(self._unsettled.values()), self.config.lease
+        )
         for job_id in reply.lost:
             running = self._running.get(job_id)
             self._unsettled.pop(job_id, None)

@@ -86,9 +86,12 @@ def _hard_message(limit: float) -> str:
     return f"still running at its hard time limit of {limit:g}s; stopped"
 
 
-async def run_async_limited(coro: Coroutine[Any, Any, T], soft: float | None,
-                            hard: float | None, on_runaway: Callable[[], None]
-                            ) -> HandlerOutcome[T]:
+async def run_async_limited(
+    coro: Coroutine[Any, Any, T],
+    soft: float | None,
+    hard: float | None,
+    on_runaway: Callable[[], None],
+) -> HandlerOutcome[T]:
     """Await `coro` under the limits (seconds from now; None: no limit)."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None  # the hard limit comes first
@@ -135,9 +138,13 @@ async def _stop_coroutine(inner: asyncio.Task[Any], on_runaway: Callable[[], Non
         on_runaway()
 
 
-async def run_sync_limited(threads: ThreadBridge, fn: Callable[[], T], soft: float | None,
-                           hard: float | None, on_runaway: Callable[[], None]
-                           ) -> HandlerOutcome[T]:
+async def run_sync_limited(
+    threads: ThreadBridge,
+    fn: Callable[[], T],
+    soft: float | None,
+    hard: float | None,
+    on_runaway: Callable[[], None],
+) -> HandlerOutcome[T]:
     """Run `fn` on a pool thread under the limits; see the module docstring."""
     if soft is not None and hard is not None and soft >= hard:
         soft = None

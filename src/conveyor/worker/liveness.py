@@ -78,8 +78,11 @@ class DeathWatch:
                 self._suspects[worker_id] = suspect = _Suspect(record, now)
             if now - suspect.since >= self.grace:
                 confirmed.append((worker_id, record))
-        self._suspects = {worker_id: s for worker_id, s in self._suspects.items()
-                          if worker_id in gone and (worker_id, s.record) not in confirmed}
+        self._suspects = {
+            worker_id: s
+            for worker_id, s in self._suspects.items()
+            if worker_id in gone and (worker_id, s.record) not in confirmed
+        }
         return confirmed
 
     def next_look(self) -> float | None:
@@ -87,24 +90,33 @@ class DeathWatch:
         return min((s.since + self.grace for s in self._suspects.values()), default=None)
 
 
-async def rescue_dead_workers(backend: Backend, liveness: WorkerLiveness, own_id: str,
-                              watch: DeathWatch, now: float) -> dict[str, list[str]]:
+async def rescue_dead_workers(
+    backend: Backend, liveness: WorkerLiveness, own_id: str, watch: DeathWatch, now: float
+) -> dict[str, list[str]]:
     """One look: release the jobs of every worker confirmed dead (`now` dates their
     errors). Returns the jobs released, by worker id (only workers this rescuer won)."""
     records = await backend.list_records(WORKERS_NAMESPACE)
-    candidates = {worker_id: token for worker_id, record in records.items()
-                  if worker_id != own_id and (token := announced_token(record)) is not None}
+    candidates = {
+        worker_id: token
+        for worker_id, record in records.items()
+        if worker_id != own_id and (token := announced_token(record)) is not None
+    }
     dead = await liveness.dead_workers(candidates) if candidates else set()
     for worker_id, record in watch.observe({w: records[w] for w in dead}):
         # The record changes first: from then on nobody judges that token again.
-        if await backend.compare_and_set_record(WORKERS_NAMESPACE, worker_id, record,
-                                                without_token(record), ttl=_TOMBSTONE_TTL):
+        if await backend.compare_and_set_record(
+            WORKERS_NAMESPACE, worker_id, record, without_token(record), ttl=_TOMBSTONE_TTL
+        ):
             watch.unreleased.add(worker_id)
         # else another rescuer won, or the worker announced meanwhile: alive after all
     released: dict[str, list[str]] = {}
     for worker_id in sorted(watch.unreleased):
         released[worker_id] = await release_worker_jobs(
-            backend, worker_id, now, charge=True,
-            message=f"worker {worker_id} died (its {liveness.liveness_signal} is gone)")
+            backend,
+            worker_id,
+            now,
+            charge=True,
+            message=f"worker {worker_id} died (its {liveness.liveness_signal} is gone)",
+        )
         watch.unreleased.discard(worker_id)
     return released

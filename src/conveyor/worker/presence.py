@@ -25,8 +25,14 @@ log = logging.getLogger("conveyor.worker")
 class Presence:
     """One worker's presence. `record()` gives the record's other fields."""
 
-    def __init__(self, worker_id: str, config: WorkerConfig, clock: Clock,
-                 closing: asyncio.Event, record: Callable[[], dict[str, object]]) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        config: WorkerConfig,
+        clock: Clock,
+        closing: asyncio.Event,
+        record: Callable[[], dict[str, object]],
+    ) -> None:
         self.worker_id = worker_id
         self.config = config
         self.clock = clock
@@ -86,8 +92,12 @@ class Presence:
         if self.announced_token is not None and token != self.announced_token:
             self.claims_allowed.clear()  # until the record stops naming the old one
         fields = {**self.record(), LIVENESS_FIELD: token}
-        await self._backend.put_record(WORKERS_NAMESPACE, self.worker_id, json.dumps(fields),
-                                       ttl=self.config.heartbeat_every * 3)
+        await self._backend.put_record(
+            WORKERS_NAMESPACE,
+            self.worker_id,
+            json.dumps(fields),
+            ttl=self.config.heartbeat_every * 3,
+        )
         self.announced_token = token
         if self.hold is None or self.hold.token == token:
             self.claims_allowed.set()
@@ -101,25 +111,34 @@ class Presence:
         failures = 0
         while True:
             due = deaths.next_look()
-            delay = self.config.liveness_interval if due is None else max(
-                0.0, min(self.config.liveness_interval, due - deaths.clock()))
+            delay = (
+                self.config.liveness_interval
+                if due is None
+                else max(0.0, min(self.config.liveness_interval, due - deaths.clock()))
+            )
             if await self._closed_within(delay):
                 return
             try:
-                released = await rescue_dead_workers(self._backend, self.liveness,
-                                                     self.worker_id, deaths, self.clock())
+                released = await rescue_dead_workers(
+                    self._backend, self.liveness, self.worker_id, deaths, self.clock()
+                )
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - looked at again in a moment
                 failures += 1
                 if failures == 1 or failures % 1000 == 0:  # four times a second: do not flood
-                    log.warning("looking at other workers' liveness failed (%d times): %s",
-                                failures, exc)
+                    log.warning(
+                        "looking at other workers' liveness failed (%d times): %s", failures, exc
+                    )
                 continue
             for worker_id, job_ids in released.items():
                 if job_ids:
-                    log.warning("worker %s died (its %s is gone): returned its %d jobs: %s",
-                                worker_id, self.liveness.liveness_signal, len(job_ids),
-                                job_ids[:10])
+                    log.warning(
+                        "worker %s died (its %s is gone): returned its %d jobs: %s",
+                        worker_id,
+                        self.liveness.liveness_signal,
+                        len(job_ids),
+                        job_ids[:10],
+                    )
 
     async def _closed_within(self, seconds: float) -> bool:
         try:

@@ -31,15 +31,23 @@ def host_of(worker_id: str | None) -> str:
     return host if sep else ""
 
 
-def lost_attempt(held: HeldLease, now: float, error_type: str, message: str,
-                 app_version: str = "") -> Settlement:
+def lost_attempt(
+    held: HeldLease, now: float, error_type: str, message: str, app_version: str = ""
+) -> Settlement:
     """The outcome of an attempt whose worker is gone: back to work, or dead when it
     was the job's last attempt. `app_version` only from a rescuer that knows the lost
     worker ran its own code (a pool supervisor for its child); a lease-expiry rescuer
     cannot tell which deploy the lost worker ran, and records none."""
-    error = AttemptError(attempt=held.attempt, at=now, type=error_type, message=message,
-                         worker_id=held.worker_id or "", host=host_of(held.worker_id),
-                         version=__version__, app_version=app_version)
+    error = AttemptError(
+        attempt=held.attempt,
+        at=now,
+        type=error_type,
+        message=message,
+        worker_id=held.worker_id or "",
+        host=host_of(held.worker_id),
+        version=__version__,
+        app_version=app_version,
+    )
     state = JobState.DEAD if held.attempt >= held.max_attempts else JobState.AVAILABLE
     return Settlement(held.job_id, held.token, state, error=error)
 
@@ -53,14 +61,25 @@ async def rescue_expired(backend: JobLifecycle, now: float) -> list[str]:
     """Settle every job whose lease expired before `now`; return their ids."""
 
     def expired(held: HeldLease) -> Settlement:
-        return lost_attempt(held, now, LeaseExpired.__name__,
-                            f"lease expired: worker {held.worker_id or '?'} stopped heartbeating")
+        return lost_attempt(
+            held,
+            now,
+            LeaseExpired.__name__,
+            f"lease expired: worker {held.worker_id or '?'} stopped heartbeating",
+        )
 
     return await _settle_all(backend, LeaseQuery(expired_before=now, limit=PAGE), expired)
 
 
-async def release_worker_jobs(backend: JobLifecycle, worker_id: str, now: float, *,
-                              charge: bool, message: str, app_version: str = "") -> list[str]:
+async def release_worker_jobs(
+    backend: JobLifecycle,
+    worker_id: str,
+    now: float,
+    *,
+    charge: bool,
+    message: str,
+    app_version: str = "",
+) -> list[str]:
     """Settle every job `worker_id` still holds: it is known to be dead. With
     `charge`, a `WorkerLost` attempt (a crash); without, returned unused."""
 
@@ -72,8 +91,9 @@ async def release_worker_jobs(backend: JobLifecycle, worker_id: str, now: float,
     return await _settle_all(backend, LeaseQuery(worker_ids=(worker_id,), limit=PAGE), lost)
 
 
-async def _settle_all(backend: JobLifecycle, query: LeaseQuery,
-                      outcome: Callable[[HeldLease], Settlement]) -> list[str]:
+async def _settle_all(
+    backend: JobLifecycle, query: LeaseQuery, outcome: Callable[[HeldLease], Settlement]
+) -> list[str]:
     # Page by state, not by offset: a settled job leaves `running`, so the next query
     # starts from what is still held, however many other workers settle meanwhile.
     done: list[str] = []

@@ -63,8 +63,9 @@ class ThreadBridge:
                 self._idle -= 1  # a waiting thread will take it
                 return future
         if len(self._threads) < self.max_threads:
-            thread = threading.Thread(target=self._work,
-                                      name=f"{THREAD_NAME_PREFIX}_{next(self._names)}")
+            thread = threading.Thread(
+                target=self._work, name=f"{THREAD_NAME_PREFIX}_{next(self._names)}"
+            )
             self._threads.append(thread)
             thread.start()
         return future  # every thread is busy: the first to finish takes it

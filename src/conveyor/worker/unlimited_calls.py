@@ -31,13 +31,15 @@ def calls_out(retry_on: tuple[type[BaseException], ...] | None) -> str | None:
     """The first error of `retry_on` that says the task calls over the network."""
     for error in retry_on or ():
         if issubclass(error, NETWORK_ERRORS) or (
-                error.__module__.partition(".")[0] in HTTP_CLIENT_MODULES):
+            error.__module__.partition(".")[0] in HTTP_CLIENT_MODULES
+        ):
             return f"{error.__module__}.{error.__qualname__}".removeprefix("builtins.")
     return None
 
 
-def unlimited_callers(tasks: Iterable[Task[..., object]], rate_limits: RateLimitRegistry,
-                      concurrency: int) -> list[str]:
+def unlimited_callers(
+    tasks: Iterable[Task[..., object]], rate_limits: RateLimitRegistry, concurrency: int
+) -> list[str]:
     """One warning per task that calls out with no limit, when `concurrency` is over
     THRESHOLD; [] otherwise."""
     if concurrency <= THRESHOLD:
@@ -46,12 +48,17 @@ def unlimited_callers(tasks: Iterable[Task[..., object]], rate_limits: RateLimit
     for task in tasks:
         d = task.defaults
         network = calls_out(d.retry.retry_on)
-        if (network is None or d.rate_key is not None or d.concurrency is not None
-                or rate_limits.get(queue_key(d.queue)) is not None):
+        if (
+            network is None
+            or d.rate_key is not None
+            or d.concurrency is not None
+            or rate_limits.get(queue_key(d.queue)) is not None
+        ):
             continue
         warnings.append(
             f"task {task.name} retries on {network}, so it calls out, and it has no limit: "
             f"with concurrency {concurrency} this worker alone may make {concurrency} calls "
             "at once, and every failure's retry adds to them. Give it adaptive=True, "
-            "max_running=, or rate_limit= (docs/downstreams.md)")
+            "max_running=, or rate_limit= (docs/downstreams.md)"
+        )
     return warnings

@@ -51,15 +51,20 @@ class ExitStatus(IntEnum):
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
+
 class Worker(HeldJobs):
     """Run jobs from `config.queues` until stopped.
 
     >>> status = await Worker(app, WorkerConfig(queues=("default",), concurrency=20)).run()
     """
 
-    def __init__(self, app: WorkerApp, config: WorkerConfig = WorkerConfig(),
-                 worker_id: str | None = None,
-                 retire_when: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        app: WorkerApp,
+        config: WorkerConfig = WorkerConfig(),
+        worker_id: str | None = None,
+        retire_when: Callable[[], str | None] | None = None,
+    ) -> None:
         self.app = app
         self.config = config
         # A pool supervisor names its children, so that it can find a dead child's jobs.
@@ -97,8 +102,11 @@ class Worker(HeldJobs):
                 log.warning("second stop request: returning %d running jobs", len(self._running))
             self._cold.set()
         else:
-            log.info("stop requested: draining %d running jobs (grace %.0fs)",
-                     len(self._running), self.config.grace_period)
+            log.info(
+                "stop requested: draining %d running jobs (grace %.0fs)",
+                len(self._running),
+                self.config.grace_period,
+            )
             self._stop_claiming.set()
 
     @property
@@ -113,22 +121,27 @@ class Worker(HeldJobs):
     def _on_runaway(self, job: Job) -> None:
         self.counts["runaway"] += 1
         if self.config.stop_on_runaway:
-            log.error("job %s (%s): handler ignored its hard time limit; returning the "
-                      "other jobs and stopping so that this process can be replaced",
-                      job.id, job.task)
+            log.error(
+                "job %s (%s): handler ignored its hard time limit; returning the "
+                "other jobs and stopping so that this process can be replaced",
+                job.id,
+                job.task,
+            )
             self.stop()
             self.stop()
         else:
-            log.error("job %s (%s): handler ignored its hard time limit; it keeps running "
-                      "until it returns (run with -p to have it stopped)",
-                      job.id, job.task)
+            log.error(
+                "job %s (%s): handler ignored its hard time limit; it keeps running "
+                "until it returns (run with -p to have it stopped)",
+                job.id,
+                job.task,
+            )
 
     # --- main --------------------------------------------------------------------------
     async def run(self) -> ExitStatus:
         # Built before anything starts: a bad schedule stops the worker at start-up.
         # A burst run ends when nothing is due: the schedules need a process that stays.
-        scheduler = (Scheduler(self.app) if self.config.scheduler and not self.config.burst
-                     else None)
+        scheduler = Scheduler(self.app) if self.config.scheduler and not self.config.burst else None
         self._backend = backend = await self.app.backend()
         self._completer = Completer(backend, self._on_settled)
         await self._presence.start(backend)  # the liveness signal, before the first claim
@@ -137,37 +150,63 @@ class Worker(HeldJobs):
                 await self._refresh_breakers()
             except Exception as exc:  # noqa: BLE001 - an opening's bucket hold still applies
                 log.warning("reading the circuit breakers failed (%s); retrying in 1s", exc)
-        log.info("worker %s started: queues=%s concurrency=%d", self.id,
-                 self._queue_plan.spec, self.config.concurrency)
-        for warning in unlimited_callers(self.app.tasks.values(), self.app.rate_limits,
-                                         self.config.concurrency):
+        log.info(
+            "worker %s started: queues=%s concurrency=%d",
+            self.id,
+            self._queue_plan.spec,
+            self.config.concurrency,
+        )
+        for warning in unlimited_callers(
+            self.app.tasks.values(), self.app.rate_limits, self.config.concurrency
+        ):
             log.warning(warning)
         services = [
             asyncio.create_task(self._completer.run(), name="completer"),
-            asyncio.create_task(self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"),
+            asyncio.create_task(
+                self._every(self.config.heartbeat_every, self._heartbeat), name="heartbeat"
+            ),
             asyncio.create_task(self._presence.keep_announced(), name="announce"),
-            asyncio.create_task(self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"),
+            asyncio.create_task(
+                self._every(self.config.rescue_interval, self._rescue, first=0.0), name="rescue"
+            ),
             asyncio.create_task(self._every(self.config.prune_interval, self._prune), name="prune"),
-            asyncio.create_task(self._every(self.config.stats_interval, self._write_stats),
-                                name="stats"),
+            asyncio.create_task(
+                self._every(self.config.stats_interval, self._write_stats), name="stats"
+            ),
         ]
         if self._presence.liveness is not None:
             services.append(asyncio.create_task(self._presence.watch(), name="liveness"))
         if any(task.defaults.retry.budget is not None for task in self.app.tasks.values()):
-            services.append(asyncio.create_task(
-                self._every(SYNC_INTERVAL, self._sync_retry_budgets), name="retry-budgets"))
+            services.append(
+                asyncio.create_task(
+                    self._every(SYNC_INTERVAL, self._sync_retry_budgets), name="retry-budgets"
+                )
+            )
         if len(self.app.breakers):
-            services.append(asyncio.create_task(
-                self._every(REFRESH_INTERVAL, self._refresh_breakers), name="breakers"))
-        adaptive = [t.defaults.concurrency.adaptive for t in self.app.tasks.values()
-                    if t.defaults.concurrency is not None and t.defaults.concurrency.adaptive]
+            services.append(
+                asyncio.create_task(
+                    self._every(REFRESH_INTERVAL, self._refresh_breakers), name="breakers"
+                )
+            )
+        adaptive = [
+            t.defaults.concurrency.adaptive
+            for t in self.app.tasks.values()
+            if t.defaults.concurrency is not None and t.defaults.concurrency.adaptive
+        ]
         if adaptive:
             controller = self._executor.adaptive
-            services.append(asyncio.create_task(controller.run(
-                backend, self.app.clock, controller.sync_interval(adaptive), self._closing),
-                name="adaptive-limits"))
+            services.append(
+                asyncio.create_task(
+                    controller.run(
+                        backend, self.app.clock, controller.sync_interval(adaptive), self._closing
+                    ),
+                    name="adaptive-limits",
+                )
+            )
         if scheduler is not None and scheduler.schedules:
-            services.append(asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler"))
+            services.append(
+                asyncio.create_task(scheduler.run(self._stop_claiming), name="scheduler")
+            )
         producer = asyncio.create_task(self._produce(), name="producer")
         try:
             await self._stop_claiming.wait()
@@ -194,10 +233,14 @@ class Worker(HeldJobs):
         status = ExitStatus.DRAINED
         if self._running:
             finished: asyncio.Future[object] = asyncio.ensure_future(
-                asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True))
+                asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+            )
             cold: asyncio.Future[object] = asyncio.ensure_future(self._cold.wait())
-            await asyncio.wait([finished, cold], timeout=self.config.grace_period,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [finished, cold],
+                timeout=self.config.grace_period,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             cold.cancel()
             if self._running:
                 status = ExitStatus.COLD
@@ -206,6 +249,7 @@ class Worker(HeldJobs):
         assert self._completer is not None
         await self._completer.flushed()
         return status
+
     # --- producer ------------------------------------------------------------------
     async def _produce(self) -> None:
         assert self._backend is not None
@@ -226,8 +270,9 @@ class Worker(HeldJobs):
                     continue
                 # Never before the first job: a limit below a fresh process's own size
                 # would otherwise replace children that never ran anything, forever.
-                reason = (self.retire_when() if self.retire_when is not None and self.claimed
-                          else None)
+                reason = (
+                    self.retire_when() if self.retire_when is not None and self.claimed else None
+                )
                 if reason is not None:
                     log.info("%s: draining", reason)
                     self.retired_because = reason
@@ -240,9 +285,15 @@ class Worker(HeldJobs):
                 breakers.changed.clear()  # a change from now on makes the idle wait short
                 self._key_slot_freed.clear()  # a keyed settle during the claim is kept
                 try:
-                    jobs = await self._backend.fetch_jobs(self._queue_plan.request(
-                        want, self.id, self.config.lease, self._running_by_queue(),
-                        breakers.claim_limits()))
+                    jobs = await self._backend.fetch_jobs(
+                        self._queue_plan.request(
+                            want,
+                            self.id,
+                            self.config.lease,
+                            self._running_by_queue(),
+                            breakers.claim_limits(),
+                        )
+                    )
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the backend may come back
                     failures += 1
@@ -279,14 +330,16 @@ class Worker(HeldJobs):
                     idle_checked = True
                     continue
                 if len(jobs) < want:
-                    waiter = asyncio.create_task(self._backend.wait_for_jobs(
-                        self.config.queues, self._idle_wait(jobs)))
+                    waiter = asyncio.create_task(
+                        self._backend.wait_for_jobs(self.config.queues, self._idle_wait(jobs))
+                    )
                     # A breaker turning half-open or closed has work for this claim,
                     # and so has a key's slot passed on by a settle.
                     changed = asyncio.create_task(breakers.changed.wait())
                     freed = asyncio.create_task(self._key_slot_freed.wait())
-                    await asyncio.wait([stop, waiter, changed, freed],
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        [stop, waiter, changed, freed], return_when=asyncio.FIRST_COMPLETED
+                    )
                     for pending in (waiter, changed, freed):
                         if not pending.done():
                             pending.cancel()
@@ -313,9 +366,11 @@ class Worker(HeldJobs):
         waiter = asyncio.ensure_future(waiting)
         await asyncio.wait([stop, waiter], return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
+
     # --- maintenance services ---------------------------------------------------------
-    async def _every(self, interval: float, action: Callable[[], Awaitable[None]],
-                     first: float | None = None) -> None:
+    async def _every(
+        self, interval: float, action: Callable[[], Awaitable[None]], first: float | None = None
+    ) -> None:
         """Run `action` every `interval` seconds until the worker closes.
 
         The loop ends when `_closing` is set, not only when cancelled, because a cancel
@@ -342,17 +397,24 @@ class Worker(HeldJobs):
         except TimeoutError:
             pass
         return self._closing.is_set()
+
     def _record(self) -> dict[str, object]:
         """This worker as `conveyor workers` and the dashboard show it (the presence
         adds its liveness token)."""
         return {
-            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-            "queues": list(self.config.queues), "concurrency": self.config.concurrency,
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(self.config.queues),
+            "concurrency": self.config.concurrency,
             # None: strict order. What `conveyor queues` shows each queue claimed with.
-            "queue_weights": None if self.config.queue_weights is None
+            "queue_weights": None
+            if self.config.queue_weights is None
             else list(self.config.queue_weights),
-            "in_flight": len(self._running), "started_at": self._started_at,
-            "last_heartbeat": self.app.clock(), "version": __version__,
+            "in_flight": len(self._running),
+            "started_at": self._started_at,
+            "last_heartbeat": self.app.clock(),
+            "version": __version__,
             "stopping": self._stop_claiming.is_set(),
         }
 
@@ -383,8 +445,9 @@ class Worker(HeldJobs):
     async def _prune(self) -> None:
         assert self._backend is not None
         now = self.app.clock()
-        pruned = await self._backend.prune_jobs(now - self.config.completed_retention,
-                                                now - self.config.dead_retention)
+        pruned = await self._backend.prune_jobs(
+            now - self.config.completed_retention, now - self.config.dead_retention
+        )
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)
         expired = await self.app.claim_check.expire_results(self._backend, now)

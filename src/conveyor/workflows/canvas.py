@@ -20,13 +20,13 @@ from conveyor.model.errors import InvalidJob
 from conveyor.model.job import NewJob
 from conveyor.workflows.signature import Signature
 from conveyor.payloads.task_payload import new_job_id
+
 # The input of a step after a single job: that job's result (ONE_RESULT); after a
 # group: the list of its members' results, in order (ALL_RESULTS).
 from conveyor.workflows.inputs import ALL_RESULTS, ONE_RESULT, WORKFLOW_META_KEY
 
 if TYPE_CHECKING:
     from conveyor.handle import JobHandle
-
 
 
 @dataclass(frozen=True)
@@ -99,11 +99,18 @@ class Workflow:
         exits = self._compile(self.root, (), None, workflow_id or new_job_id(), out)
         return out, exits
 
-    def _compile(self, node: Node, parents: tuple[str, ...], given: str | None,
-                 workflow_id: str, out: list[NewJob]) -> list[str]:
+    def _compile(
+        self,
+        node: Node,
+        parents: tuple[str, ...],
+        given: str | None,
+        workflow_id: str,
+        out: list[NewJob],
+    ) -> list[str]:
         if isinstance(node, Group):
-            return [e for m in node.members for e in self._compile(m, parents, given,
-                                                                    workflow_id, out)]
+            return [
+                e for m in node.members for e in self._compile(m, parents, given, workflow_id, out)
+            ]
         if isinstance(node, Chain):
             exits, step_input = list(parents), given
             for step in node.steps:
@@ -117,9 +124,15 @@ class Workflow:
         if allow is None:
             allow = new.allow_failure or self.allow_failure
         depends_on = (*new.depends_on, *parents)
-        meta = {**new.meta, WORKFLOW_META_KEY: {
-            "id": workflow_id, "parents": list(depends_on), "inputs": list(parents),
-            "input": given if takes else None}}
+        meta = {
+            **new.meta,
+            WORKFLOW_META_KEY: {
+                "id": workflow_id,
+                "parents": list(depends_on),
+                "inputs": list(parents),
+                "input": given if takes else None,
+            },
+        }
         out.append(replace(new, depends_on=depends_on, allow_failure=allow, meta=meta))
         return [new.id]
 
@@ -135,16 +148,18 @@ class Workflow:
 
     async def enqueue_async(self) -> WorkflowHandle:
         jobs, exits = self.jobs()
-        return WorkflowHandle(await self._app().enqueue_many_async(jobs), exits,
-                              _ends_in_group(self.root))
+        return WorkflowHandle(
+            await self._app().enqueue_many_async(jobs), exits, _ends_in_group(self.root)
+        )
 
 
 class WorkflowHandle:
     """An enqueued workflow: `jobs` (handles, parents first) and its result: the last
     member's, or the list of the last group's results."""
 
-    def __init__(self, jobs: Sequence[JobHandle[Any]], exits: Iterable[str],
-                 many: bool = False) -> None:
+    def __init__(
+        self, jobs: Sequence[JobHandle[Any]], exits: Iterable[str], many: bool = False
+    ) -> None:
         self.many = many  # ends in a group: the result is a list
         self.jobs = list(jobs)
         self.exits = [next(h for h in self.jobs if h.id == e) for e in exits]

@@ -30,8 +30,9 @@ class Member:
     parents: tuple[str, ...]
 
 
-async def workflow_levels(reads: GraphReads, job: Job, limit: int = 200
-                          ) -> tuple[list[list[Member]], bool]:
+async def workflow_levels(
+    reads: GraphReads, job: Job, limit: int = 200
+) -> tuple[list[list[Member]], bool]:
     """The members connected to `job`, by level (0: those with no parent among them;
     a member sits one level below its deepest parent), and whether the walk stopped
     at `limit`. A job outside any workflow gives ([[its member]], False)."""

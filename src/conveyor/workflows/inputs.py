@@ -57,26 +57,34 @@ async def parent_inputs(backend: Backend, claim_check: ClaimCheck, job: Job) -> 
     if mode is None:
         return []
     # One read for every parent (a chord's callback may have thousands).
-    found = {p.id: p for p in await backend.list_jobs(JobFilter(ids=parents_of(parents)),
-                                                      limit=len(parents))}
+    found = {
+        p.id: p
+        for p in await backend.list_jobs(JobFilter(ids=parents_of(parents)), limit=len(parents))
+    }
     values = [await _value_of(claim_check, job, parent, found.get(parent)) for parent in parents]
     return [values[0] if mode == ONE_RESULT and values else values]
 
 
 async def _value_of(claim_check: ClaimCheck, job: Job, parent_id: str, parent: Job | None) -> Any:
     if parent is None:
-        raise CorruptPayload(f"job {job.id}: its parent {parent_id} no longer exists "
-                             "(pruned or deleted) and its result with it")
+        raise CorruptPayload(
+            f"job {job.id}: its parent {parent_id} no longer exists "
+            "(pruned or deleted) and its result with it"
+        )
     if parent.state is JobState.COMPLETED:
         try:
             return await claim_check.result_value(parent)
         except ValueError:
-            raise CorruptPayload(f"job {job.id}: the result of its parent {parent_id} "
-                                 "cannot be read") from None
+            raise CorruptPayload(
+                f"job {job.id}: the result of its parent {parent_id} cannot be read"
+            ) from None
         except ResultExpired as gone:  # kept for less than the workflow took: dead at once
-            raise CorruptPayload(f"job {job.id}: the result of its parent {parent_id} "
-                                 f"expired at {gone.expired_at:.3f} (result_ttl) before "
-                                 "it ran") from None
+            raise CorruptPayload(
+                f"job {job.id}: the result of its parent {parent_id} "
+                f"expired at {gone.expired_at:.3f} (result_ttl) before "
+                "it ran"
+            ) from None
     last = parent.errors[-1] if parent.errors else None
-    return Failure(parent.id, parent.state.value, last.type if last else "",
-                   last.message if last else "")
+    return Failure(
+        parent.id, parent.state.value, last.type if last else "", last.message if last else ""
+    )

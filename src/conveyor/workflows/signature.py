@@ -14,8 +14,9 @@ class StepTask(Protocol):
     @property
     def task(self) -> Any: ...
 
-    def job_of(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-               takes_input: bool = False) -> NewJob: ...
+    def job_of(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], takes_input: bool = False
+    ) -> NewJob: ...
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,15 @@ class Signature:
     takes_input: bool = True
     allow_failure: bool | None = None
 
-    def set(self, *, takes_input: bool | None = None,
-            allow_failure: bool | None = None) -> Signature:
+    def set(
+        self, *, takes_input: bool | None = None, allow_failure: bool | None = None
+    ) -> Signature:
         """A copy with the step's own input or failure policy."""
         return replace(
-            self, takes_input=self.takes_input if takes_input is None else takes_input,
-            allow_failure=self.allow_failure if allow_failure is None else allow_failure)
+            self,
+            takes_input=self.takes_input if takes_input is None else takes_input,
+            allow_failure=self.allow_failure if allow_failure is None else allow_failure,
+        )
 
     def __repr__(self) -> str:
         return f"<Signature {self.bound.task.name}{self.args!r}>"

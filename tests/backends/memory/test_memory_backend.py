@@ -29,6 +29,7 @@ def test_apps_of_one_url_share_one_store_and_a_dropped_store_starts_empty() -> N
     url = fresh_url()
     producer, consumer = Conveyor(url), Conveyor(url)
     try:
+
         @producer.task(name="greet")
         def greet(name: str) -> str:
             return f"hi {name}"
@@ -64,7 +65,9 @@ def test_a_store_used_again_after_a_fork_says_it_lives_in_one_process() -> None:
     message = replies.get(timeout=30)
     child.join(timeout=30)
     assert child.exitcode == 0
-    assert message.startswith(f"memory://{store.name} was made in process {store.pid} and is "
-                              f"used in process {child.pid} (a fork): a memory:// backend lives "
-                              "inside one process")
+    assert message.startswith(
+        f"memory://{store.name} was made in process {store.pid} and is "
+        f"used in process {child.pid} (a fork): a memory:// backend lives "
+        "inside one process"
+    )
     drop_store(url)

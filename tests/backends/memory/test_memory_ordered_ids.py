@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 from conveyor.backends.memory.ordered import OrderedIds
 
 ids = st.sampled_from([f"j{n}" for n in range(12)])
-steps = st.lists(st.one_of(
-    st.tuples(st.just("set"), ids, st.integers(0, 5)),
-    st.tuples(st.just("pop"), ids, st.just(0)),
-    st.tuples(st.just("first"), ids, st.integers(0, 14)),
-    st.tuples(st.just("up_to"), ids, st.integers(-1, 6)),
-), max_size=200)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), ids, st.integers(0, 5)),
+        st.tuples(st.just("pop"), ids, st.just(0)),
+        st.tuples(st.just("first"), ids, st.integers(0, 14)),
+        st.tuples(st.just("up_to"), ids, st.integers(-1, 6)),
+    ),
+    max_size=200,
+)
 
 
 @settings(max_examples=300, deadline=None)

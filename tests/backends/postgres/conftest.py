@@ -78,4 +78,3 @@ def private_server() -> Iterator[PrivateServer]:
     finally:
         server.stop(missing_ok=True)
         server.remove()
-

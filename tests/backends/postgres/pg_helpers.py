@@ -15,8 +15,12 @@ from conveyor.model.job import Job
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0,
-                     interval: float = 0.02, what: str = "condition") -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]],
+    timeout: float = 20.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while not await check():
         if time.monotonic() > deadline:
@@ -68,5 +72,7 @@ def terminate(admin_conn: psycopg.Connection[tuple[object, ...]], application_na
     """Kill every server connection of the app under test; return how many."""
     rows = admin_conn.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE application_name = %s AND pid <> pg_backend_pid()", (application_name,)).fetchall()
+        "WHERE application_name = %s AND pid <> pg_backend_pid()",
+        (application_name,),
+    ).fetchall()
     return sum(1 for (killed,) in rows if killed)

@@ -58,15 +58,34 @@ class PrivateServer:
     def init(self) -> None:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
-        self._run("initdb", "-D", str(self.datadir), "-A", "trust", "-U", self.user,
-                  "--no-sync", "-E", "UTF8")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.datadir),
+            "-A",
+            "trust",
+            "-U",
+            self.user,
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
 
     def start(self) -> None:
         # fsync off: a test server, never a durability claim.
-        self._run("pg_ctl", "-D", str(self.datadir), "-w", "-t", "30", "-l",
-                  str(self.root / "log"), "-o",
-                  f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off",
-                  "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
 
     def stop(self, mode: str = "fast", missing_ok: bool = False) -> None:
         try:

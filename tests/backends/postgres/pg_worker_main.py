@@ -32,7 +32,9 @@ def build(url: str, runs_table: str | None) -> Conveyor:
         if "c" not in conn:
             conn["c"] = await psycopg.AsyncConnection.connect(url.split("?")[0], autocommit=True)
         await conn["c"].execute(
-            f"INSERT INTO {runs_table} (job_id, pid) VALUES (%s, %s)", (current_job().id, os.getpid()))
+            f"INSERT INTO {runs_table} (job_id, pid) VALUES (%s, %s)",
+            (current_job().id, os.getpid()),
+        )
         if sleep:
             await asyncio.sleep(sleep)
         return n
@@ -54,9 +56,16 @@ async def main() -> int:
     parser.add_argument("--runs-table")
     args = parser.parse_args()
     app = build(args.url, args.runs_table)
-    worker = Worker(app, WorkerConfig(concurrency=args.concurrency, lease=args.lease,
-                                      rescue_interval=args.rescue, poll_interval=args.poll,
-                                      grace_period=10))
+    worker = Worker(
+        app,
+        WorkerConfig(
+            concurrency=args.concurrency,
+            lease=args.lease,
+            rescue_interval=args.rescue,
+            poll_interval=args.poll,
+            grace_period=10,
+        ),
+    )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
     loop.add_signal_handler(signal.SIGINT, worker.stop)

@@ -52,11 +52,16 @@ async def _open(url: str) -> float:
     return elapsed
 
 
-@pytest.mark.parametrize(("change", "said"), [
-    (lambda url: _with_user(url, "nouser"), 'role "nouser" does not exist'),
-    (lambda url: _with_database(url, "no_such_db_conveyor"),
-     'database "no_such_db_conveyor" does not exist'),
-])
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda url: _with_user(url, "nouser"), 'role "nouser" does not exist'),
+        (
+            lambda url: _with_database(url, "no_such_db_conveyor"),
+            'database "no_such_db_conveyor" does not exist',
+        ),
+    ],
+)
 async def test_unknown_role_or_database_fails_at_once_with_the_servers_words(
     schema: str, change: object, said: str
 ) -> None:
@@ -70,8 +75,12 @@ async def test_unknown_role_or_database_fails_at_once_with_the_servers_words(
         await _open(url)
     assert time.monotonic() - started < 5  # not after the 20 s wait for a connection
 
-    cli = subprocess.run([sys.executable, "-m", "conveyor", "stats", "--url", url],
-                         capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "conveyor", "stats", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 2 and cli.stdout == ""  # bad configuration, as a bad URL
     [line] = cli.stderr.splitlines()
     assert said in line, line
@@ -96,15 +105,14 @@ app.close()
 
 
 def _run_logging(url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", LOGGING_SCRIPT, url], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", LOGGING_SCRIPT, url], capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("written", ["raw", "percent-encoded"])
-def test_password_with_at_and_colon_connects_and_is_never_logged(
-    schema: str, written: str
-) -> None:
+def test_password_with_at_and_colon_connects_and_is_never_logged(schema: str, written: str) -> None:
     # The shared server trusts local connections: any password is accepted, so this
     # shows the URL is split where it should be (before, libpq took 'Xw9' for a host).
     secret = PASSWORD if written == "raw" else quote(PASSWORD, safe="")

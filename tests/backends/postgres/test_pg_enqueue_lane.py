@@ -22,13 +22,16 @@ def app_with_task(url: str) -> tuple[Conveyor, object]:
 
 
 async def test_a_terminated_lane_connection_is_replaced_and_nothing_is_lost(
-        pg_url: str, schema: str, admin_conn: psycopg.Connection) -> None:
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
     app, noop = app_with_task(pg_url)
     try:
         first = await noop.enqueue_async(0)  # type: ignore[attr-defined]
         killed = admin_conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = %s AND pid <> pg_backend_pid()", (schema,)).fetchall()
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (schema,),
+        ).fetchall()
         assert len(killed) >= 2  # the lane's connection and the pool's
         handles = [await noop.enqueue_async(n) for n in range(1, 21)]  # type: ignore[attr-defined]
         backend = await app.backend()

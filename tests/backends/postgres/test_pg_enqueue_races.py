@@ -25,13 +25,22 @@ async def test_concurrent_enqueues_of_one_unique_key_make_one_job(
     backends = await _backends(pg_url, 8)
     try:
         for round_ in range(10):
-            jobs = [NewJob(id=f"r{round_}-{i}", task="t", queue="q", payload=PAYLOAD,
-                           unique_key=f"key-{round_}") for i in range(8)]
+            jobs = [
+                NewJob(
+                    id=f"r{round_}-{i}",
+                    task="t",
+                    queue="q",
+                    payload=PAYLOAD,
+                    unique_key=f"key-{round_}",
+                )
+                for i in range(8)
+            ]
             results = await asyncio.gather(*(b.enqueue_jobs([j]) for b, j in zip(backends, jobs)))
             winners = {r[0].id for r in results}
             assert len(winners) == 1, winners
-            assert admin_conn.execute(f'SELECT count(*) FROM "{schema}".jobs WHERE unique_key = %s',
-                                      (f"key-{round_}",)).fetchone() == (1,)
+            assert admin_conn.execute(
+                f'SELECT count(*) FROM "{schema}".jobs WHERE unique_key = %s', (f"key-{round_}",)
+            ).fetchone() == (1,)
     finally:
         await asyncio.gather(*(b.close() for b in backends))
 

@@ -21,8 +21,6 @@ from pg_server import PrivateServer
 CONFIG = WorkerConfig(concurrency=10, poll_interval=0.1, rescue_interval=0.5, lease=10)
 
 
-
-
 async def test_worker_survives_pg_terminate_backend(
     pg_app: Conveyor, schema: str, admin_conn: psycopg.Connection
 ) -> None:
@@ -84,8 +82,9 @@ async def test_restart_outage_enqueue_fails_clearly_and_worker_recovers(
 
             async def enqueue_again() -> bool:
                 try:
-                    second.extend(await app.enqueue_many_async(
-                        [work.message(n) for n in range(100, 200)]))
+                    second.extend(
+                        await app.enqueue_many_async([work.message(n) for n in range(100, 200)])
+                    )
                     return True
                 except BackendUnavailable:
                     return False

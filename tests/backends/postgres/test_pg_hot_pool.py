@@ -20,8 +20,9 @@ from backends_under_test import POSTGRES_URL
 
 @pytest.fixture
 def pool(admin_conn: psycopg.Connection) -> Iterator[HotConnectionPool]:  # skips without a server
-    pool = HotConnectionPool(POSTGRES_URL, kwargs={"autocommit": True}, min_size=2, max_size=3,
-                             timeout=5, open=True)
+    pool = HotConnectionPool(
+        POSTGRES_URL, kwargs={"autocommit": True}, min_size=2, max_size=3, timeout=5, open=True
+    )
     pool.wait()
     yield pool
     pool.close()
@@ -52,7 +53,8 @@ def test_concurrent_callers_get_different_connections(pool: HotConnectionPool) -
 
 
 def test_a_connection_in_a_transaction_or_broken_goes_back_to_the_pool(
-        pool: HotConnectionPool, admin_conn: psycopg.Connection) -> None:
+    pool: HotConnectionPool, admin_conn: psycopg.Connection
+) -> None:
     conn = pool.getconn()
     conn.execute("BEGIN")
     pool.putconn(conn)  # the pool rolls it back
@@ -70,7 +72,8 @@ def test_a_connection_in_a_transaction_or_broken_goes_back_to_the_pool(
 
 
 def test_the_connection_aside_rejoins_the_pool_every_rotate_seconds(
-        pool: HotConnectionPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool: HotConnectionPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = [1000.0]
     monkeypatch.setattr(hot_pool.time, "monotonic", lambda: now[0])
     pool._aside._rotate_at = now[0] + hot_pool.ROTATE_SECONDS
@@ -124,9 +127,11 @@ def test_threads_enqueueing_at_once_each_store_every_job_once(pg_url: str, admin
 
 
 async def test_the_async_pool_hands_out_its_last_connection_and_drops_a_broken_one(
-        admin_conn: psycopg.Connection) -> None:
-    pool = AsyncHotConnectionPool(POSTGRES_URL, kwargs={"autocommit": True}, min_size=2,
-                                  max_size=3, timeout=5, open=False)
+    admin_conn: psycopg.Connection,
+) -> None:
+    pool = AsyncHotConnectionPool(
+        POSTGRES_URL, kwargs={"autocommit": True}, min_size=2, max_size=3, timeout=5, open=False
+    )
     await pool.open(wait=True)
     try:
         pids = []

@@ -24,9 +24,11 @@ RESCUER = WorkerConfig(queues=("other",), poll_interval=0.05, lease=30)
 def lock_pid(admin: psycopg.Connection[tuple[object, ...]], token: str) -> int | None:
     parsed = LockToken.parse(token)
     assert parsed is not None
-    row = admin.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
-                        "AND classid = %s::oid AND objid = %s::oid AND granted",
-                        (parsed.key1, parsed.key2)).fetchone()
+    row = admin.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+        "AND classid = %s::oid AND objid = %s::oid AND granted",
+        (parsed.key1, parsed.key2),
+    ).fetchone()
     return None if row is None else int(row[0])  # type: ignore[call-overload]
 
 
@@ -48,6 +50,7 @@ async def test_a_live_worker_whose_liveness_session_is_killed_keeps_its_job(
     handle = await hold.enqueue_async()
     backend = await pg_app.backend()
     async with RunningWorker(pg_app, HOLDER) as holder, RunningWorker(pg_app, RESCUER) as rescuer:
+
         async def running() -> bool:
             job = await backend.get_job(handle.id)
             return job is not None and job.state is JobState.RUNNING
@@ -58,7 +61,9 @@ async def test_a_live_worker_whose_liveness_session_is_killed_keeps_its_job(
         assert before is not None
         pid = lock_pid(admin_conn, before)
         assert pid is not None
-        admin_conn.execute("SELECT pg_terminate_backend(%s)", (pid,))  # a blip, as the server sees it
+        admin_conn.execute(
+            "SELECT pg_terminate_backend(%s)", (pid,)
+        )  # a blip, as the server sees it
 
         async def announced_again() -> bool:
             token = await token_of(pg_app, holder)
@@ -134,5 +139,3 @@ async def _running(app: Conveyor, job_id: str) -> bool:
 async def _completed(app: Conveyor, job_id: str) -> bool:
     job = await (await app.backend()).get_job(job_id)
     return job is not None and job.state is JobState.COMPLETED
-
-

@@ -17,21 +17,30 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
     backends = [PostgresBackend(pg_url) for _ in range(6)]
     try:
         await backends[0].migrate()
-        await backends[0].enqueue_jobs([NewJob(id=f"j{i:04d}", task="t", queue="q",
-                                               payload="{}") for i in range(600)])
+        await backends[0].enqueue_jobs(
+            [NewJob(id=f"j{i:04d}", task="t", queue="q", payload="{}") for i in range(600)]
+        )
         jobs = await backends[0].fetch_jobs(strict_claim(["q"], 600, "w", 60))
         assert len(jobs) == 600
         leases = [Lease(j.id, j.lease_token) for j in jobs]
         rng = random.Random(7)
         for _ in range(5):
             orders = [rng.sample(leases, len(leases)) for _ in backends]
-            replies = await asyncio.gather(*(b.heartbeat_jobs(o, 60) for b, o in zip(backends, orders)))
+            replies = await asyncio.gather(
+                *(b.heartbeat_jobs(o, 60) for b, o in zip(backends, orders))
+            )
             assert all(not r.lost for r in replies)
         # Outcome writes racing heartbeats, each in its own order.
         halves = [leases[:300], leases[300:]]
-        settles = [b.settle_jobs([Settlement(l.job_id, l.token, JobState.COMPLETED, result="1")
-                                  for l in rng.sample(h, len(h))])
-                   for b, h in zip(backends[:2], halves)]
+        settles = [
+            b.settle_jobs(
+                [
+                    Settlement(l.job_id, l.token, JobState.COMPLETED, result="1")
+                    for l in rng.sample(h, len(h))
+                ]
+            )
+            for b, h in zip(backends[:2], halves)
+        ]
         beats = [b.heartbeat_jobs(rng.sample(leases, len(leases)), 60) for b in backends[2:]]
         results = await asyncio.gather(*settles, *beats)
         assert results[0] == [] and results[1] == []  # nothing stale

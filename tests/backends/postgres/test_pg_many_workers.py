@@ -26,16 +26,25 @@ CRASH_ERRORS = ("WorkerLost", "LeaseExpired")  # a killed worker's attempt, by e
 class Workers:
     def __init__(self, url: str, n: int, *extra: str) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.procs = [subprocess.Popen([sys.executable, str(RUNNER), url, *extra],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, env=env) for _ in range(n)]
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, str(RUNNER), url, *extra],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for _ in range(n)
+        ]
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         for proc in self.procs:
             assert proc.stdout is not None
             line = proc.stdout.readline()  # blocks until "ready" (or the process died)
-            assert line.strip() == "ready", f"worker did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
+            assert line.strip() == "ready", (
+                f"worker did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
+            )
             assert time.monotonic() < deadline
 
     def stop(self) -> list[int | None]:
@@ -117,16 +126,29 @@ async def test_sigkill_of_a_worker_loses_nothing(
     app = app_with_record_task(pg_url)
     await app.backend()
     table = runs_table(admin_conn, schema)
-    workers = Workers(pg_url, 4, "--concurrency", "10", "--lease", "2", "--rescue", "0.5",
-                      "--poll", "0.2", "--runs-table", table)
+    workers = Workers(
+        pg_url,
+        4,
+        "--concurrency",
+        "10",
+        "--lease",
+        "2",
+        "--rescue",
+        "0.5",
+        "--poll",
+        "0.2",
+        "--runs-table",
+        table,
+    )
     try:
         workers.wait_ready()
         ids = await enqueue(app, 2000, sleep=0.01)
         victim = workers.procs[0]
 
         async def victim_busy() -> bool:
-            row = admin_conn.execute(f"SELECT count(*) FROM {table} WHERE pid = %s",
-                                     (victim.pid,)).fetchone()
+            row = admin_conn.execute(
+                f"SELECT count(*) FROM {table} WHERE pid = %s", (victim.pid,)
+            ).fetchone()
             return row is not None and row[0] >= 50
 
         await eventually(victim_busy, timeout=60, what="victim ran 50 jobs")
@@ -142,15 +164,16 @@ async def test_sigkill_of_a_worker_loses_nothing(
         final = await counts(app)
         # By the victim's liveness signal (WorkerLost) or, had the others been slower
         # to look than its lease, by the lease (LeaseExpired): either uses the attempt.
-        rescued_jobs = sum([await (await app.backend()).count_jobs(JobFilter(error_type=t))
-                            for t in CRASH_ERRORS])
+        rescued_jobs = sum(
+            [await (await app.backend()).count_jobs(JobFilter(error_type=t)) for t in CRASH_ERRORS]
+        )
         await app.aclose()
     assert codes[1:] == [0, 0, 0]
     assert rescued_jobs >= 1, "the victim held no lease when killed: the test proved nothing"
     assert final == {**{s: 0 for s in JobState}, JobState.COMPLETED: 2000}
     rows = admin_conn.execute(
-        f"SELECT job_id, count(*), bool_or(pid = %s) FROM {table} GROUP BY job_id",
-        (victim.pid,)).fetchall()
+        f"SELECT job_id, count(*), bool_or(pid = %s) FROM {table} GROUP BY job_id", (victim.pid,)
+    ).fetchall()
     assert {job_id for job_id, _, _ in rows} == set(ids), "a job never ran"
     twice = [(job_id, n, by_victim) for job_id, n, by_victim in rows if n > 1]
     # Only jobs the victim had started run again, and at most its in-flight ones.

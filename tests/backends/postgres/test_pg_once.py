@@ -59,6 +59,7 @@ async def test_done_mark_commits_with_the_transaction(
     seen_inside: list[str | None] = []
 
     async with ctx.transaction(result="paid") as conn:
+
         async def book() -> str:
             await conn.execute(f"INSERT INTO {ledger} VALUES (1, 500)")
             return "booked"
@@ -137,6 +138,7 @@ async def test_claim_taken_by_another_during_the_transaction_rolls_back_with_ret
 
     with pytest.raises(Retry, match="claim expired"):
         async with slow.transaction() as conn:
+
             async def slow_book() -> None:
                 await book(conn)
                 clock.advance(3)  # longer than the claim's lease: another job takes the key
@@ -157,6 +159,7 @@ async def test_sync_form_joins_transaction_sync(
 
     def handler(context: JobContext) -> str:  # in a thread, as sync handlers run
         with context.transaction_sync() as conn:
+
             def book() -> str:
                 conn.execute(f"INSERT INTO {ledger} VALUES (1, 500)")
                 return "booked"

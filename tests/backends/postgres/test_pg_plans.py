@@ -45,22 +45,38 @@ async def test_hot_statements_never_scan_the_jobs_table(
         running = [f"j{i}" for i in range(201, 251)]
         statements = {
             "stage_due_jobs": {"now": 1e9},
-            "claim_jobs": {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [100, 100],
-                           "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9},
+            "claim_jobs": {
+                "queues": ["q", "other"],
+                "quotas": [60, 40],
+                "ceilings": [100, 100],
+                "limit": 100,
+                "now": 1e9,
+                "worker_id": "w",
+                "lease_expires_at": 2e9,
+            },
             "find_leases": {"expired_before": 1.5, "worker_ids": ["w"], "limit": 1000},
             "heartbeat_jobs": {"ids": running, "tokens": [0] * 50, "lease_expires_at": 2e9},
-            "settle_jobs": {"now": 1e9, "ids": running, "tokens": [0] * 50,
-                            "states": ["completed"] * 50, "results": [None] * 50,
-                            "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "result_ttls": [None] * 50, "version": "test",
-                            "done_channel": "d"},
+            "settle_jobs": {
+                "now": 1e9,
+                "ids": running,
+                "tokens": [0] * 50,
+                "states": ["completed"] * 50,
+                "results": [None] * 50,
+                "errors": [None] * 50,
+                "run_ats": [None] * 50,
+                "refunds": [False] * 50,
+                "result_ttls": [None] * 50,
+                "version": "test",
+                "done_channel": "d",
+            },
             "prune_jobs": {"completed_before": 0.5, "dead_before": 0.5, "now": 1e9, "limit": 1000},
             "expire_results": {"now": 1e9, "limit": 1000},
         }
         for name, params in statements.items():
             with admin_conn.transaction(force_rollback=True):
-                row = admin_conn.execute("EXPLAIN (FORMAT JSON) " + backend.q[name],
-                                         params).fetchone()
+                row = admin_conn.execute(
+                    "EXPLAIN (FORMAT JSON) " + backend.q[name], params
+                ).fetchone()
             assert row is not None
             plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
             nodes = scans(plan[0]["Plan"])
@@ -118,22 +134,33 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
             f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
                 created_at, lease_expires_at, attempt)
                 SELECT 'j' || g, 'q', 't', '{{}}', 'running', 20, 0, 0, 1e9, 1
-                FROM generate_series(1, 20000) AS g""")
+                FROM generate_series(1, 20000) AS g"""
+        )
         admin_conn.execute(f'ANALYZE "{schema}".jobs')
         ids = [f"j{i}" for i in range(100, 150)]
         statements = {
             "heartbeat_jobs": {"ids": ids, "tokens": [0] * 50, "lease_expires_at": 2e9},
-            "settle_jobs": {"now": 1e9, "ids": ids, "tokens": [0] * 50,
-                            "states": ["completed"] * 50, "results": [None] * 50,
-                            "errors": [None] * 50, "run_ats": [None] * 50,
-                            "refunds": [False] * 50, "result_ttls": [None] * 50, "version": "test",
-                            "done_channel": "d"},
+            "settle_jobs": {
+                "now": 1e9,
+                "ids": ids,
+                "tokens": [0] * 50,
+                "states": ["completed"] * 50,
+                "results": [None] * 50,
+                "errors": [None] * 50,
+                "run_ats": [None] * 50,
+                "refunds": [False] * 50,
+                "result_ttls": [None] * 50,
+                "version": "test",
+                "done_channel": "d",
+            },
         }
         for name, params in statements.items():
             plan = plan_of(admin_conn, backend.q[name], params)
             assert "Seq Scan jobs" not in scans(plan), name
             assert "jobs_lease" not in indexes(plan) and "jobs_id_key" in indexes(plan), (
-                name, indexes(plan))
+                name,
+                indexes(plan),
+            )
     finally:
         await backend.close()
 
@@ -152,19 +179,31 @@ async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
             f"""INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
                 created_at, fair_vtime)
                 SELECT 'j' || g, 'q', 't', '{{}}', 'available', 20, 0, 0, 1000 * (g / 1000 + 1)
-                FROM generate_series(1, 20000) AS g""")
+                FROM generate_series(1, 20000) AS g"""
+        )
         admin_conn.execute(
             f"""INSERT INTO "{schema}".fair_keys (queue, key, last_vtime)
-                SELECT 'q', 'tenant:' || g, 20000 FROM generate_series(1, 1000) AS g""")
+                SELECT 'q', 'tenant:' || g, 20000 FROM generate_series(1, 1000) AS g"""
+        )
         admin_conn.execute(f"""INSERT INTO "{schema}".fair_queues VALUES ('q', 1000)""")
         for table in ("jobs", "fair_keys", "fair_queues"):
             admin_conn.execute(f'ANALYZE "{schema}".{table}')
         statements = {
-            "claim_jobs": {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [100, 100],
-                           "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9},
-            "assign_fair_vtimes": {"schema": schema, "fair_queues": ["q", "q"],
-                                   "fair_keys": ["tenant:7", "tenant:8"],
-                                   "fair_steps": [1000, 1000]},
+            "claim_jobs": {
+                "queues": ["q", "other"],
+                "quotas": [60, 40],
+                "ceilings": [100, 100],
+                "limit": 100,
+                "now": 1e9,
+                "worker_id": "w",
+                "lease_expires_at": 2e9,
+            },
+            "assign_fair_vtimes": {
+                "schema": schema,
+                "fair_queues": ["q", "q"],
+                "fair_keys": ["tenant:7", "tenant:8"],
+                "fair_steps": [1000, 1000],
+            },
         }
         for name, params in statements.items():
             plan = plan_of(admin_conn, backend.q[name], params)
@@ -193,14 +232,25 @@ async def test_the_rated_claim_reads_each_lane_from_its_index(
                 run_at, created_at, rate_key)
                 SELECT 'j' || g, 'q', 't', '{{}}', 'available', 20, g, 0,
                        CASE WHEN g <= 20000 THEN 'slow' END
-                FROM generate_series(1, 20300) AS g""")
+                FROM generate_series(1, 20300) AS g"""
+        )
         admin_conn.execute(
             f"""INSERT INTO "{schema}".rate_buckets VALUES ('slow', 0, 1e9, 0.001, 1),
-                ('fast', 100, 1e9, 1000, 100)""")
+                ('fast', 100, 1e9, 1000, 100)"""
+        )
         admin_conn.execute(f'ANALYZE "{schema}".jobs')
-        params = {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [100, 100],
-                  "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9,
-                  "rate_keys": ["slow", "fast"], "rates": [0.001, 1000.0], "bursts": [1, 100]}
+        params = {
+            "queues": ["q", "other"],
+            "quotas": [60, 40],
+            "ceilings": [100, 100],
+            "limit": 100,
+            "now": 1e9,
+            "worker_id": "w",
+            "lease_expires_at": 2e9,
+            "rate_keys": ["slow", "fast"],
+            "rates": [0.001, 1000.0],
+            "bursts": [1, 100],
+        }
         plan = plan_of(admin_conn, backend.q["claim_rated_jobs"], params)
         assert "Seq Scan jobs" not in scans(plan), scans(plan)
         assert {"jobs_claim", "jobs_rate_claim"} <= indexes(plan), indexes(plan)
@@ -209,8 +259,9 @@ async def test_the_rated_claim_reads_each_lane_from_its_index(
         await backend.close()
 
 
-def generic_plan_of(conn: psycopg.Connection, session: str, statement: str,
-                    params: dict[str, Any]) -> dict[str, Any]:
+def generic_plan_of(
+    conn: psycopg.Connection, session: str, statement: str, params: dict[str, Any]
+) -> dict[str, Any]:
     """The plan a claim runs on: the statement prepared on a connection set up as the
     claim lane's (`session`), then its plan for the same values, with the generic plan
     forced (the parameters unknown to the planner). In a transaction rolled back, which
@@ -218,8 +269,10 @@ def generic_plan_of(conn: psycopg.Connection, session: str, statement: str,
     with conn.transaction(force_rollback=True):
         conn.execute(session.encode(), prepare=False)
         conn.execute(statement, params, prepare=True)
-        row = conn.execute("SELECT name, parameter_types::text[] FROM pg_prepared_statements "
-                           "WHERE NOT from_sql ORDER BY prepare_time DESC LIMIT 1").fetchone()
+        row = conn.execute(
+            "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
+            "WHERE NOT from_sql ORDER BY prepare_time DESC LIMIT 1"
+        ).fetchone()
         assert row is not None
         name, types = row
         order: list[str] = []
@@ -253,17 +306,33 @@ async def test_the_claims_generic_plans_read_each_lane_from_its_index(
                 SELECT 'j' || g, CASE WHEN g %% 3 = 0 THEN 'q' ELSE 'other' END, 't', '{{}}',
                        'available', 20, g, 0, CASE WHEN g <= %(total)s / 2 THEN 'slow' END,
                        CASE WHEN g %% 2 = 0 THEN 1000 * (g %% 100 + 1) ELSE 0 END
-                FROM generate_series(1, %(total)s) AS g""", {"total": total})
+                FROM generate_series(1, %(total)s) AS g""",
+            {"total": total},
+        )
         admin_conn.execute(
             f"""INSERT INTO "{schema}".rate_buckets VALUES ('slow', 0, 1e9, 0.001, 1),
-                ('fast', 100, 1e9, 1000, 100)""")
+                ('fast', 100, 1e9, 1000, 100)"""
+        )
         admin_conn.execute(f'ANALYZE "{schema}".jobs')
-        claim = {"queues": ["q", "other"], "quotas": [60, 40], "ceilings": [99, 99],
-                 "limit": 100, "now": 1e9, "worker_id": "w", "lease_expires_at": 2e9}
-        rated = {**claim, "rate_keys": ["slow", "fast"], "rates": [0.001, 1000.0],
-                 "bursts": [1, 100]}
-        for name, params, lanes in (("claim_jobs", claim, {"jobs_claim"}),
-                                    ("claim_rated_jobs", rated, {"jobs_claim", "jobs_rate_claim"})):
+        claim = {
+            "queues": ["q", "other"],
+            "quotas": [60, 40],
+            "ceilings": [99, 99],
+            "limit": 100,
+            "now": 1e9,
+            "worker_id": "w",
+            "lease_expires_at": 2e9,
+        }
+        rated = {
+            **claim,
+            "rate_keys": ["slow", "fast"],
+            "rates": [0.001, 1000.0],
+            "bursts": [1, 100],
+        }
+        for name, params, lanes in (
+            ("claim_jobs", claim, {"jobs_claim"}),
+            ("claim_rated_jobs", rated, {"jobs_claim", "jobs_rate_claim"}),
+        ):
             plan = generic_plan_of(admin_conn, backend.q["claim_session"], backend.q[name], params)
             assert "Seq Scan jobs" not in scans(plan), (name, scans(plan))
             assert lanes <= indexes(plan), (name, indexes(plan))
@@ -280,15 +349,17 @@ async def test_claims_run_on_the_claim_lane_and_other_verbs_keep_custom_plans(
     backend = PostgresBackend(pg_url)
     try:
         await backend.migrate()
-        await backend.enqueue_jobs([NewJob(id=f"j{n}", task="t", payload="{}", queue="q")
-                                    for n in range(3)])
+        await backend.enqueue_jobs(
+            [NewJob(id=f"j{n}", task="t", payload="{}", queue="q") for n in range(3)]
+        )
         for n in range(3):
             claimed = await backend.fetch_jobs(strict_claim(["q"], 1, "w", 30.0))
             assert [job.id for job in claimed] == [f"j{n}"]
 
         async def settings(conn: Any) -> list[tuple[Any, ...]]:
-            cur = await conn.execute("SELECT current_setting('plan_cache_mode'), "
-                                     "current_setting('jit')")
+            cur = await conn.execute(
+                "SELECT current_setting('plan_cache_mode'), current_setting('jit')"
+            )
             return list(await cur.fetchall())
 
         assert await backend._claim_lane.run(settings) == [("force_generic_plan", "off")]

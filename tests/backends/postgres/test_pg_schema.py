@@ -20,8 +20,11 @@ from conveyor.model.lifecycle import ALLOWED
 EXPECTED = Path(__file__).with_name("schema.expected")
 MIGRATIONS = Path(__file__).resolve().parents[3] / "src/conveyor/backends/postgres/migrations"
 # The guard in force is the one the newest migration that (re)defines it wrote.
-MIGRATION = [path for path in sorted(MIGRATIONS.glob("*.sql"))
-             if "FUNCTION check_job_transition()" in path.read_text()][-1]
+MIGRATION = [
+    path
+    for path in sorted(MIGRATIONS.glob("*.sql"))
+    if "FUNCTION check_job_transition()" in path.read_text()
+][-1]
 
 # The catalog, as text that does not depend on the schema name or on OIDs.
 CATALOG_QUERIES = {
@@ -57,7 +60,9 @@ def dump_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> st
     return "\n".join(lines) + "\n"
 
 
-async def test_migrations_produce_the_committed_schema(pg_url: str, schema: str, admin_conn) -> None:
+async def test_migrations_produce_the_committed_schema(
+    pg_url: str, schema: str, admin_conn
+) -> None:
     backend = PostgresBackend(pg_url)
     try:
         assert await backend.migrate() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
@@ -69,25 +74,48 @@ async def test_migrations_produce_the_committed_schema(pg_url: str, schema: str,
         EXPECTED.write_text(dumped)
     assert dumped == EXPECTED.read_text(), (
         "the migrations no longer produce tests/backends/postgres/schema.expected; if the change "
-        "is intended, add a migration and rerun with CONVEYOR_UPDATE_SCHEMA_DUMP=1")
+        "is intended, add a migration and rerun with CONVEYOR_UPDATE_SCHEMA_DUMP=1"
+    )
     versions = admin_conn.execute(f'SELECT version, name FROM "{schema}".migrations').fetchall()
-    assert versions == [(1, "0001_initial.sql"), (2, "0002_meta.sql"), (3, "0003_blobs.sql"),
-                        (4, "0004_priority_aging.sql"), (5, "0005_tenant_fairness.sql"),
-                        (6, "0006_workflows.sql"), (7, "0007_concurrency_keys.sql"),
-                        (8, "0008_rate_limits.sql"), (9, "0009_cascade_wakeups.sql"),
-                        (10, "0010_result_ttl.sql"), (11, "0011_shed_counts.sql"),
-                        (12, "0012_key_limits.sql")]
+    assert versions == [
+        (1, "0001_initial.sql"),
+        (2, "0002_meta.sql"),
+        (3, "0003_blobs.sql"),
+        (4, "0004_priority_aging.sql"),
+        (5, "0005_tenant_fairness.sql"),
+        (6, "0006_workflows.sql"),
+        (7, "0007_concurrency_keys.sql"),
+        (8, "0008_rate_limits.sql"),
+        (9, "0009_cascade_wakeups.sql"),
+        (10, "0010_result_ttl.sql"),
+        (11, "0011_shed_counts.sql"),
+        (12, "0012_key_limits.sql"),
+    ]
 
 
-async def test_concurrent_migrators_apply_each_migration_once(pg_url: str, schema: str,
-                                                              admin_conn) -> None:
+async def test_concurrent_migrators_apply_each_migration_once(
+    pg_url: str, schema: str, admin_conn
+) -> None:
     backends = [PostgresBackend(pg_url) for _ in range(6)]
     try:
         results = await asyncio.gather(*(b.migrate() for b in backends))
     finally:
         await asyncio.gather(*(b.close() for b in backends))
     # Each migration applied by exactly one of them (not necessarily the same one).
-    assert sorted(v for applied in results for v in applied) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert sorted(v for applied in results for v in applied) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+        12,
+    ]
     assert admin_conn.execute(f'SELECT count(*) FROM "{schema}".migrations').fetchone() == (12,)
 
 
@@ -96,8 +124,9 @@ def test_trigger_lists_exactly_the_lifecycle_table() -> None:
     assert pairs == {(a.value, b.value) for a, b in ALLOWED}
 
 
-async def test_trigger_accepts_exactly_the_lifecycle_table(pg_url: str, schema: str,
-                                                           admin_conn) -> None:
+async def test_trigger_accepts_exactly_the_lifecycle_table(
+    pg_url: str, schema: str, admin_conn
+) -> None:
     """Every (old, new) pair written raw: the database's answer is the table's."""
     backend = PostgresBackend(pg_url)
     await backend.migrate()
@@ -113,10 +142,13 @@ async def test_trigger_accepts_exactly_the_lifecycle_table(pg_url: str, schema: 
                     admin_conn.execute(
                         f'INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts,'
                         " run_at, created_at, lease_expires_at)"
-                        " VALUES ('x', 'q', 't', '{}', %s, 1, 0, 0, %s)", (old.value, lease(old)))
+                        " VALUES ('x', 'q', 't', '{}', %s, 1, 0, 0, %s)",
+                        (old.value, lease(old)),
+                    )
                     admin_conn.execute(
                         f'UPDATE "{schema}".jobs SET state = %s, lease_expires_at = %s',
-                        (new.value, lease(new)))
+                        (new.value, lease(new)),
+                    )
                     accepted.add((old, new))
                     raise _Undo
             except _Undo:
@@ -131,7 +163,9 @@ class _Undo(Exception):
 
 
 def test_url_options() -> None:
-    config = parse_postgres_url("postgresql://u:secret@h:5433/db?schema=jobs&pool_size=4&sslmode=disable")
+    config = parse_postgres_url(
+        "postgresql://u:secret@h:5433/db?schema=jobs&pool_size=4&sslmode=disable"
+    )
     assert (config.schema, config.pool_size, config.timeout) == ("jobs", 4, 5.0)
     assert "schema" not in config.conninfo and "sslmode=disable" in config.conninfo
     assert "secret" not in config.redacted and "***" in config.redacted

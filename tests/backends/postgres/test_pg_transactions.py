@@ -19,7 +19,6 @@ from conveyor.backends.claiming import strict_claim
 from conveyor.worker.rescue import rescue_expired
 
 
-
 def business_table(admin_conn: psycopg.Connection, schema: str) -> str:
     table = f'"{schema}".orders'
     admin_conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, note text)")
@@ -27,8 +26,9 @@ def business_table(admin_conn: psycopg.Connection, schema: str) -> str:
 
 
 # --- transactional enqueue -----------------------------------------------------------
-async def test_enqueue_joins_async_transaction(pg_app: Conveyor, pg_url: str, schema: str,
-                                               admin_conn: psycopg.Connection) -> None:
+async def test_enqueue_joins_async_transaction(
+    pg_app: Conveyor, pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
     orders = business_table(admin_conn, schema)
 
     @pg_app.task(name="ship")
@@ -63,13 +63,16 @@ async def test_enqueue_is_invisible_until_commit(pg_app: Conveyor, pg_url: str) 
         assert await backend.get_job(handle.id) is None
         assert await backend.fetch_jobs(strict_claim(["default"], 10, "w", 30)) == []
         await conn.commit()
-        assert [j.id for j in await backend.fetch_jobs(strict_claim(["default"], 10, "w", 30))] == [handle.id]
+        assert [j.id for j in await backend.fetch_jobs(strict_claim(["default"], 10, "w", 30))] == [
+            handle.id
+        ]
     finally:
         await conn.close()
 
 
-def test_enqueue_joins_sync_transaction(pg_url: str, schema: str,
-                                        admin_conn: psycopg.Connection) -> None:
+def test_enqueue_joins_sync_transaction(
+    pg_url: str, schema: str, admin_conn: psycopg.Connection
+) -> None:
     app = Conveyor(pg_url)
     app.portal.call(app.backend())  # migrated: the schema exists
     orders = business_table(admin_conn, schema)
@@ -105,7 +108,8 @@ def test_enqueue_on_a_connection_with_client_side_cursors(pg_url: str) -> None:
 
     async def on_async_connection() -> str:
         async with await psycopg.AsyncConnection.connect(
-                pg_url.split("?")[0], cursor_factory=psycopg.AsyncClientCursor) as conn:
+            pg_url.split("?")[0], cursor_factory=psycopg.AsyncClientCursor
+        ) as conn:
             async with conn.transaction():
                 return (await ship.options(connection=conn).enqueue_async(2)).id
 
@@ -131,6 +135,7 @@ async def test_enqueue_refuses_foreign_connections(pg_app: Conveyor) -> None:
 async def _claimed_pay_job(app: Conveyor) -> tuple[str, JobContext]:
     """One job of a no-op task `pay`, claimed by worker w1 on a 10 s lease: its id, and
     the context its handler would run in."""
+
     @app.task(name="pay")
     def pay() -> None: ...
 
@@ -158,7 +163,11 @@ async def test_lease_lost_inside_transaction_rolls_back_business_write(
     assert ctx.lease_lost and not ctx.completed_in_transaction
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (0,)
     job = await backend.get_job(job_id)
-    assert job is not None and (job.state, job.worker_id, job.attempt) == (JobState.RUNNING, "w2", 2)
+    assert job is not None and (job.state, job.worker_id, job.attempt) == (
+        JobState.RUNNING,
+        "w2",
+        2,
+    )
 
 
 async def test_the_job_counts_as_completed_while_its_transaction_commits(
@@ -245,14 +254,16 @@ async def test_worker_completes_jobs_in_handler_transactions(
 
     handles = [await pay_async.enqueue_async(i) for i in range(10)]
     handles += [await pay_sync.enqueue_async(100 + i) for i in range(10)]
-    config = WorkerConfig(concurrency=8, poll_interval=0.05, rescue_interval=0.1, lease=0.6,
-                          heartbeat_interval=0.1)
+    config = WorkerConfig(
+        concurrency=8, poll_interval=0.05, rescue_interval=0.1, lease=0.6, heartbeat_interval=0.1
+    )
     async with RunningWorker(pg_app, config) as worker:
         jobs = await wait_finished(pg_app, [h.id for h in handles])
     assert runs == {"async": 10, "sync": 10}
     assert all(j.state is JobState.COMPLETED and j.attempt == 1 for j in jobs.values())
     assert [jobs[h.id].result_value for h in handles] == (
-        [{"order": i} for i in range(10)] + [100 + i for i in range(10)])
+        [{"order": i} for i in range(10)] + [100 + i for i in range(10)]
+    )
     assert admin_conn.execute(f"SELECT count(*) FROM {orders}").fetchone() == (20,)
     assert worker.counts == {"completed": 20}
 
@@ -269,7 +280,9 @@ async def test_sync_transaction_rolls_back_on_lease_loss(
     def lose_lease() -> None:  # what another host does while this one stalls
         clock.advance(11)
         asyncio.run_coroutine_threadsafe(rescue_expired(backend, backend.clock()), loop).result()
-        asyncio.run_coroutine_threadsafe(backend.fetch_jobs(strict_claim(["default"], 1, "w2", 10.0)), loop).result()
+        asyncio.run_coroutine_threadsafe(
+            backend.fetch_jobs(strict_claim(["default"], 1, "w2", 10.0)), loop
+        ).result()
 
     def handler() -> None:  # runs in a thread, as sync handlers do
         with ctx.transaction_sync(result="paid") as conn:

@@ -23,8 +23,11 @@ async def test_enqueue_wakes_a_waiting_worker_before_and_after_listener_loss(
 
         async def listening(connects: int) -> bool:
             listener = worker._listener
-            return listener is not None and listener.connects == connects \
+            return (
+                listener is not None
+                and listener.connects == connects
                 and listener.connected.is_set()
+            )
 
         async def woken_by_enqueue(job_id: str) -> float:
             await worker.wait_for_jobs(["q"], 0)  # consume any pending hint (e.g. reconnect)
@@ -45,7 +48,9 @@ async def test_enqueue_wakes_a_waiting_worker_before_and_after_listener_loss(
         await producer.close()
 
 
-async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(pg_url: str, schema: str) -> None:
+async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
+    pg_url: str, schema: str
+) -> None:
     """Cancelled inside release_dependants, not by the settle's own rows: its waiter
     gets a NOTIFY too, instead of waiting out its poll (migration 9)."""
     import asyncio
@@ -58,16 +63,22 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(pg_url: str,
     backend = PostgresBackend(pg_url)
     try:
         await backend.migrate()
-        await backend.enqueue_jobs([
-            NewJob(id="a", task="t", queue="q", payload="{}", max_attempts=1),
-            NewJob(id="b", task="t", queue="q", payload="{}", depends_on=("a",))])
+        await backend.enqueue_jobs(
+            [
+                NewJob(id="a", task="t", queue="q", payload="{}", max_attempts=1),
+                NewJob(id="b", task="t", queue="q", payload="{}", depends_on=("a",)),
+            ]
+        )
         [a] = await backend.fetch_jobs(strict_claim(["q"], 5, "w", 30.0))
         waiter = asyncio.create_task(backend.wait_for_finish("b", POLL))
 
         async def counted_in() -> bool:
             listener = backend._done_listener
-            return (listener is not None and listener.connected.is_set()
-                    and await backend.get_record("finish_waiters", "b") is not None)
+            return (
+                listener is not None
+                and listener.connected.is_set()
+                and await backend.get_record("finish_waiters", "b") is not None
+            )
 
         await eventually(counted_in, what="the waiter listening and counted in")
         started = time.monotonic()

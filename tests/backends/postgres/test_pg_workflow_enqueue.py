@@ -18,18 +18,30 @@ PAYLOAD = '{"args":[],"kwargs":{}}'
 
 def chord_jobs(tag: str, width: int) -> list[NewJob]:
     """`width` members, a callback on all of them, then a chain of three after it."""
-    members = [NewJob(id=f"{tag}-m{i}", task="t", queue="q", payload=PAYLOAD)
-               for i in range(width)]
-    callback = NewJob(id=f"{tag}-cb", task="t", queue="q", payload=PAYLOAD,
-                      depends_on=tuple(m.id for m in members))
-    chain = [NewJob(id=f"{tag}-c{i}", task="t", queue="q", payload=PAYLOAD,
-                    depends_on=(f"{tag}-cb" if i == 0 else f"{tag}-c{i - 1}",))
-             for i in range(3)]
+    members = [NewJob(id=f"{tag}-m{i}", task="t", queue="q", payload=PAYLOAD) for i in range(width)]
+    callback = NewJob(
+        id=f"{tag}-cb",
+        task="t",
+        queue="q",
+        payload=PAYLOAD,
+        depends_on=tuple(m.id for m in members),
+    )
+    chain = [
+        NewJob(
+            id=f"{tag}-c{i}",
+            task="t",
+            queue="q",
+            payload=PAYLOAD,
+            depends_on=(f"{tag}-cb" if i == 0 else f"{tag}-c{i - 1}",),
+        )
+        for i in range(3)
+    ]
     return [*members, callback, *chain]
 
 
 async def test_statements_per_workflow_enqueue_do_not_grow_with_its_size(
-        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend = PostgresBackend(pg_url)
     sent: list[str] = []
     real = psycopg.AsyncCursor.execute

@@ -45,8 +45,9 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-async def flushable_backend(private_redis: RedisServer, clock: ManualClock
-                            ) -> AsyncIterator[RedisBackend]:
+async def flushable_backend(
+    private_redis: RedisServer, clock: ManualClock
+) -> AsyncIterator[RedisBackend]:
     """A backend on a private server, for tests that SCRIPT FLUSH: on the shared
     server a flush made the other tests' scripts vanish between a load and a call."""
     b = RedisBackend(private_redis.url + "?prefix=flush", clock=clock)

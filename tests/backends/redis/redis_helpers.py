@@ -46,15 +46,34 @@ class RedisServer:
         binary = redis_server_binary()
         assert binary is not None
         self.process = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder),
-             "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
-             "--daemonize", "no", "--logfile", str(self.folder / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.folder),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.appendfsync,
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.folder / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
         while not self.ready():
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited: {(self.folder / 'redis.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"redis-server exited: {(self.folder / 'redis.log').read_text()[-2000:]}"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {self.port} not ready in {timeout}s")
             time.sleep(0.02)
@@ -87,11 +106,18 @@ class WorkerProcess:
     """`worker_runner.py` in a subprocess, logging to a file."""
 
     def __init__(self, url: str, log_path: Path, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        }
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
-        self.process = subprocess.Popen([sys.executable, str(RUNNER), url, *args],
-                                        stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.process = subprocess.Popen(
+            [sys.executable, str(RUNNER), url, *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def terminate(self) -> None:
         if self.process.poll() is None:
@@ -115,8 +141,12 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")[-4000:]
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float,
-                     interval: float = 0.05, what: str = "condition") -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]],
+    timeout: float,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> None:
     """Poll `check` until true; fail after `timeout` seconds of real time."""
     deadline = time.monotonic() + timeout
     while not await check():

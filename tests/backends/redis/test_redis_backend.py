@@ -25,8 +25,7 @@ from sockets import tcp_ports_of
 
 
 def job(n: int, queue: str = "default", **fields: object) -> NewJob:
-    return NewJob(id=f"job-{n}", task="t", queue=queue, payload='{"args":[],"kwargs":{}}',
-                  **fields)  # type: ignore[arg-type]
+    return NewJob(id=f"job-{n}", task="t", queue=queue, payload='{"args":[],"kwargs":{}}', **fields)  # type: ignore[arg-type]
 
 
 def with_options(url: str, **options: object) -> str:
@@ -35,12 +34,15 @@ def with_options(url: str, **options: object) -> str:
 
 # --- URL ----------------------------------------------------------------------------
 def test_unknown_url_option_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match=r"unknown Redis URL option\(s\) \['sockettimeout'\]"):
+    with pytest.raises(
+        ConfigurationError, match=r"unknown Redis URL option\(s\) \['sockettimeout'\]"
+    ):
         backend_from_url("redis://localhost:6379/0?sockettimeout=3")
 
 
-@pytest.mark.parametrize("bad", ["prefix=", "prefix=a{b}", "prefix=a*", "max_completed=-1",
-                                 "max_dead=many"])
+@pytest.mark.parametrize(
+    "bad", ["prefix=", "prefix=a{b}", "prefix=a*", "max_completed=-1", "max_dead=many"]
+)
 def test_bad_option_values_are_refused(bad: str) -> None:
     with pytest.raises(ConfigurationError):
         RedisBackend(f"redis://localhost:6379/0?{bad}")
@@ -89,22 +91,35 @@ async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock
 async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(1, "a"), job(2, "b", run_at=backend.clock() + 60)])
     claimed = await backend.fetch_jobs(strict_claim(["a"], 1, "w", 30))
-    await backend.settle_jobs([Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED)])
+    await backend.settle_jobs(
+        [Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED)]
+    )
     keys = [k async for k in backend.client.scan_iter(match=backend.keys.pattern())]
     assert keys and all(k.startswith("{" + backend.keys.prefix + "}:") for k in keys)
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one Redis Cluster slot
 
 
-async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock: ManualClock) -> None:
+async def test_a_job_is_in_exactly_one_state_index(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job(i) for i in range(6)] + [job(9, run_at=clock() + 5)])
     claimed = await backend.fetch_jobs(strict_claim(["default"], 4, "w", 30))
-    await backend.settle_jobs([
-        Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
-        Settlement(claimed[1].id, claimed[1].lease_token, JobState.RETRYABLE, run_at=clock() + 1),
-        Settlement(claimed[2].id, claimed[2].lease_token, JobState.DEAD),
-        Settlement(claimed[3].id, claimed[3].lease_token, JobState.SCHEDULED, run_at=clock() + 9,
-                   refund_attempt=True),
-    ])
+    await backend.settle_jobs(
+        [
+            Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
+            Settlement(
+                claimed[1].id, claimed[1].lease_token, JobState.RETRYABLE, run_at=clock() + 1
+            ),
+            Settlement(claimed[2].id, claimed[2].lease_token, JobState.DEAD),
+            Settlement(
+                claimed[3].id,
+                claimed[3].lease_token,
+                JobState.SCHEDULED,
+                run_at=clock() + 9,
+                refund_attempt=True,
+            ),
+        ]
+    )
     await backend.cancel_job("job-4")
     for n in list(range(6)) + [9]:
         stored = await backend.get_job(f"job-{n}")
@@ -120,8 +135,9 @@ async def test_a_job_is_in_exactly_one_state_index(backend: RedisBackend, clock:
         assert found == [stored.state], (stored.id, found)
     due = set(await backend.client.zrange(backend.keys.due, 0, -1))
     assert due == {"job-9", claimed[1].id, claimed[3].id}
-    assert set(await backend.client.zrange(backend.keys.jobs, 0, -1)) == \
-        {f"job-{n}" for n in list(range(6)) + [9]}
+    assert set(await backend.client.zrange(backend.keys.jobs, 0, -1)) == {
+        f"job-{n}" for n in list(range(6)) + [9]
+    }
 
 
 # --- fencing -------------------------------------------------------------------------
@@ -129,10 +145,12 @@ async def test_stale_token_changes_nothing_and_is_reported(backend: RedisBackend
     await backend.enqueue_jobs([job(1)])
     first = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     before = await backend.client.hgetall(backend.keys.job("job-1"))
-    stale = await backend.settle_jobs([
-        Settlement("job-1", first.lease_token + 1, JobState.COMPLETED, result="1"),
-        Settlement("job-1", first.lease_token - 1, JobState.DEAD),
-    ])
+    stale = await backend.settle_jobs(
+        [
+            Settlement("job-1", first.lease_token + 1, JobState.COMPLETED, result="1"),
+            Settlement("job-1", first.lease_token - 1, JobState.DEAD),
+        ]
+    )
     assert stale == ["job-1", "job-1"]
     assert await backend.client.hgetall(backend.keys.job("job-1")) == before
     reply = await backend.heartbeat_jobs([Lease("job-1", first.lease_token + 5)], 30)
@@ -159,8 +177,13 @@ async def test_completed_and_dead_are_bounded_by_count(redis_url: str, clock: Ma
         assert await b.get_job("job-0") is None
         # The dropped jobs' unique keys are gone too: nothing points at a missing job.
         assert sorted(await b.client.hkeys(b.keys.unique)) == ["u3", "u4", "u5", "u8", "u9"]
-        assert sorted(await b.client.zrange(b.keys.jobs, 0, -1)) == \
-            ["job-3", "job-4", "job-5", "job-8", "job-9"]
+        assert sorted(await b.client.zrange(b.keys.jobs, 0, -1)) == [
+            "job-3",
+            "job-4",
+            "job-5",
+            "job-8",
+            "job-9",
+        ]
     finally:
         await b.delete_all_keys()
         await b.close()
@@ -221,6 +244,7 @@ async def test_wait_for_jobs_with_redis_down_behaves_like_a_poll() -> None:
 async def test_app_level_round_trip(redis_url: str) -> None:
     app = Conveyor(redis_url)
     try:
+
         @app.task(name="add")
         def add(a: int, b: int) -> int:
             return a + b
@@ -231,23 +255,44 @@ async def test_app_level_round_trip(redis_url: str) -> None:
         await app.aclose()
 
 
-async def test_text_survives_the_trip_through_lua_exactly(backend: RedisBackend, clock: ManualClock) -> None:
+async def test_text_survives_the_trip_through_lua_exactly(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     payload = '{"args":["é 😀 \\u0000 \\n \\"q\\" \\\\"],"kwargs":{}}'
-    odd = NewJob(id="ïd 😀\x01", task="täsk", queue="qüeue", payload=payload, priority=-7,
-                 run_at=clock() + 0.123456789, unique_key="ü\x00k", unique_for=1.5e-7,
-                 timeout=3.25, meta={"emoji": "😀", "n": 1})
+    odd = NewJob(
+        id="ïd 😀\x01",
+        task="täsk",
+        queue="qüeue",
+        payload=payload,
+        priority=-7,
+        run_at=clock() + 0.123456789,
+        unique_key="ü\x00k",
+        unique_for=1.5e-7,
+        timeout=3.25,
+        meta={"emoji": "😀", "n": 1},
+    )
     [made] = await backend.enqueue_jobs([odd])
     stored = await backend.get_job(odd.id)
     assert stored == made
-    assert (stored.payload, stored.task, stored.queue, stored.unique_key) == \
-        (payload, "täsk", "qüeue", "ü\x00k")
-    assert (stored.run_at, stored.unique_for, stored.timeout) == (clock() + 0.123456789, 1.5e-7, 3.25)
+    assert (stored.payload, stored.task, stored.queue, stored.unique_key) == (
+        payload,
+        "täsk",
+        "qüeue",
+        "ü\x00k",
+    )
+    assert (stored.run_at, stored.unique_for, stored.timeout) == (
+        clock() + 0.123456789,
+        1.5e-7,
+        3.25,
+    )
     assert stored.meta == {"emoji": "😀", "n": 1} and stored.priority == -7
     [again] = await backend.enqueue_jobs([odd])  # dedup by the same odd id
     assert again == made
 
 
-async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, clock: ManualClock) -> None:
+async def test_a_redriven_job_holds_its_unique_key_again(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job(1, unique_key="k", max_attempts=1)])
     first = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     await backend.settle_jobs([Settlement(first.id, first.lease_token, JobState.DEAD)])
@@ -260,7 +305,9 @@ async def test_a_redriven_job_holds_its_unique_key_again(backend: RedisBackend, 
     assert dup.id == "job-1" and dup.state is JobState.AVAILABLE
 
 
-async def test_oldest_available_age_looks_at_every_priority(backend: RedisBackend, clock: ManualClock) -> None:
+async def test_oldest_available_age_looks_at_every_priority(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job(1, priority=5)])
     clock.advance(10)
     await backend.enqueue_jobs([job(2, priority=-3, run_at=clock() - 30), job(3, priority=9)])
@@ -283,10 +330,15 @@ async def test_scripts_come_back_after_the_server_forgets_them(private_redis: Re
         await b.client.script_flush()
         claimed = await b.fetch_jobs(strict_claim(["default"], 2, "w", 30))
         await b.client.script_flush()
-        assert await b.settle_jobs([  # complete + fail: two scripts in one pipeline
-            Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
-            Settlement(claimed[1].id, claimed[1].lease_token, JobState.DEAD),
-        ]) == []
+        assert (
+            await b.settle_jobs(
+                [  # complete + fail: two scripts in one pipeline
+                    Settlement(claimed[0].id, claimed[0].lease_token, JobState.COMPLETED),
+                    Settlement(claimed[1].id, claimed[1].lease_token, JobState.DEAD),
+                ]
+            )
+            == []
+        )
         assert await b.count_jobs(JobFilter(states=(JobState.COMPLETED, JobState.DEAD))) == 2
     finally:
         await b.close()
@@ -295,9 +347,15 @@ async def test_scripts_come_back_after_the_server_forgets_them(private_redis: Re
 async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3000)])
     claimed = await backend.fetch_jobs(strict_claim(["a"], 700, "w", 30))
-    await backend.settle_jobs([Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed])
-    for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(tasks=("t",)),
-                  JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b"))):
+    await backend.settle_jobs(
+        [Settlement(c.id, c.lease_token, JobState.COMPLETED) for c in claimed]
+    )
+    for where in (
+        JobFilter(),
+        JobFilter(queues=("a",)),
+        JobFilter(tasks=("t",)),
+        JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b")),
+    ):
         everything = await backend.queries.select(where, oldest_finished_first=False)
         assert await backend.queries.newest(where, 1234) == everything[:1234]
         page = await backend.list_jobs(where, limit=25, offset=2000)
@@ -341,6 +399,7 @@ async def test_a_task_cancelled_inside_a_command_is_cancelled(backend: RedisBack
     await backend.enqueue_jobs([job(1)])
     finished = 0
     for n in range(60):
+
         async def commands() -> None:
             for _ in range(1000):
                 await backend.get_job("job-1")
@@ -360,7 +419,8 @@ async def test_a_task_cancelled_inside_a_command_is_cancelled(backend: RedisBack
 
 # --- the enqueue lane (one held connection beside the pool) ---------------------------
 async def test_enqueue_survives_the_server_closing_the_lane_connection(
-        backend: RedisBackend) -> None:
+    backend: RedisBackend,
+) -> None:
     await backend.enqueue_jobs([job(1)])
     # Only this process's connections: the server is shared with other test workers.
     ports, own = tcp_ports_of([os.getpid()]), await backend.client.client_id()
@@ -374,7 +434,8 @@ async def test_enqueue_survives_the_server_closing_the_lane_connection(
 
 
 async def test_cancelled_enqueues_never_leave_a_reply_for_the_next_caller(
-        backend: RedisBackend) -> None:
+    backend: RedisBackend,
+) -> None:
     # A caller cancelled between sending and reading must not leave its reply in the
     # lane's socket: the next caller would read it as its own. The cancelled ones
     # enqueue duplicates, so a stray reply (the existing job) differs from a fresh 0.
@@ -398,7 +459,8 @@ async def test_concurrent_enqueues_each_get_their_own_reply(backend: RedisBacken
 
 
 async def test_the_lane_packs_commands_without_hiredis_too(
-        backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conveyor.backends.redis import lane
 
     monkeypatch.setattr(lane, "_hiredis_pack", None)  # hiredis is an optional extra
@@ -410,19 +472,22 @@ async def test_the_lane_packs_commands_without_hiredis_too(
 async def test_blocking_enqueue_from_threads_stores_each_job_once(backend: RedisBackend) -> None:
     # The sync facade's path: each thread its own connection, no event loop involved.
     def produce(t: int) -> list[str]:
-        return [made.id for n in range(25)
-                for made in backend.enqueue_jobs_blocking([job(t * 100 + n)])]
+        return [
+            made.id for n in range(25) for made in backend.enqueue_jobs_blocking([job(t * 100 + n)])
+        ]
 
     ids = await asyncio.gather(*(asyncio.to_thread(produce, t) for t in range(4)))
     assert sorted(i for chunk in ids for i in chunk) == sorted(
-        f"job-{t * 100 + n}" for t in range(4) for n in range(25))
+        f"job-{t * 100 + n}" for t in range(4) for n in range(25)
+    )
     [again] = backend.enqueue_jobs_blocking([job(3)])  # a duplicate: the stored job back
     assert again.id == "job-3" and again.created_at == (await backend.get_job("job-3")).created_at  # type: ignore[union-attr]
     assert await backend.count_jobs(JobFilter()) == 100
 
 
 async def test_blocking_and_lane_enqueues_reload_scripts_after_a_flush(
-        flushable_backend: RedisBackend) -> None:
+    flushable_backend: RedisBackend,
+) -> None:
     await flushable_backend.enqueue_jobs([job(1)])
     flushable_backend.enqueue_jobs_blocking([job(2)])
     await flushable_backend.client.script_flush()  # as after a server restart
@@ -454,20 +519,23 @@ async def test_a_batch_larger_than_one_script_call_is_one_write(backend: RedisBa
 
 
 async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply(
-        flushable_backend: RedisBackend) -> None:
+    flushable_backend: RedisBackend,
+) -> None:
     # Every caller meets NOSCRIPT, loads the script and sends again: the resend must
     # not take the lane while another caller holds it (replies would cross).
     await flushable_backend.enqueue_jobs([job(n, unique_key=f"k{n}") for n in range(50)])
     for round_ in range(5):
         await flushable_backend.client.script_flush()
-        made = await asyncio.gather(*(flushable_backend.enqueue_jobs([job(1000 * (round_ + 1) + n)])
-                                      for n in range(50)))
+        made = await asyncio.gather(
+            *(flushable_backend.enqueue_jobs([job(1000 * (round_ + 1) + n)]) for n in range(50))
+        )
         assert [m[0].id for m in made] == [f"job-{1000 * (round_ + 1) + n}" for n in range(50)]
     assert await flushable_backend.count_jobs(JobFilter()) == 50 + 250
 
 
 async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
-        backend: RedisBackend) -> None:
+    backend: RedisBackend,
+) -> None:
     lane = backend._lane
     assert lane is not None
     lane.busy = True  # as while another caller's round trip is in flight

@@ -25,8 +25,7 @@ from conveyor.worker.rescue import rescue_expired
 
 
 def job(name: str, **fields: object) -> NewJob:
-    return NewJob(id=name, task="t", queue="default", payload='{"args":[],"kwargs":{}}',
-                  **fields)  # type: ignore[arg-type]
+    return NewJob(id=name, task="t", queue="default", payload='{"args":[],"kwargs":{}}', **fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -51,8 +50,11 @@ async def indexes_of(backend: RedisBackend, job_id: str) -> list[str]:
 
 
 async def test_staging_a_due_job_with_a_corrupt_seq_and_priority(
-        backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock) -> None:
-    await backend.enqueue_jobs([job("later", run_at=clock.now + 5), job("fine", run_at=clock.now + 5)])
+    backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock
+) -> None:
+    await backend.enqueue_jobs(
+        [job("later", run_at=clock.now + 5), job("fine", run_at=clock.now + 5)]
+    )
     await raw.hset(backend.keys.job("later"), mapping={"seq": "x", "priority": b"\xff"})
     clock.advance(10)
     await backend.fetch_jobs(strict_claim(["elsewhere"], 1, "w", 30))  # stages every queue
@@ -65,7 +67,8 @@ async def test_staging_a_due_job_with_a_corrupt_seq_and_priority(
 
 
 async def test_a_far_future_run_at_cannot_shift_the_id_out_of_its_rank(
-        backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock) -> None:
+    backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job("soon", run_at=clock.now + 5)])
     await raw.hset(backend.keys.job("soon"), "run_at", "1e300")
     await raw.zadd(backend.keys.due, {"soon": clock.now + 5})  # due by its index
@@ -76,7 +79,8 @@ async def test_a_far_future_run_at_cannot_shift_the_id_out_of_its_rank(
 
 @pytest.mark.parametrize("field", ["state", "queue"])
 async def test_a_claim_takes_what_its_index_holds_whatever_the_state_or_queue_field_says(
-        backend: RedisBackend, raw: aioredis.Redis, field: str) -> None:
+    backend: RedisBackend, raw: aioredis.Redis, field: str
+) -> None:
     await backend.enqueue_jobs([job("a"), job("b"), job("c")])
     await raw.hset(backend.keys.job("b"), field, b"zom\xffbie")
     claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
@@ -87,7 +91,8 @@ async def test_a_claim_takes_what_its_index_holds_whatever_the_state_or_queue_fi
 
 
 async def test_a_claim_takes_a_job_whose_state_field_is_gone(
-        backend: RedisBackend, raw: aioredis.Redis) -> None:
+    backend: RedisBackend, raw: aioredis.Redis
+) -> None:
     await backend.enqueue_jobs([job("a"), job("b")])
     await raw.hdel(backend.keys.job("a"), "state")
     claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
@@ -95,18 +100,24 @@ async def test_a_claim_takes_a_job_whose_state_field_is_gone(
 
 
 async def test_a_claim_with_a_corrupt_counter_loses_none_of_its_batch(
-        backend: RedisBackend, raw: aioredis.Redis) -> None:
+    backend: RedisBackend, raw: aioredis.Redis
+) -> None:
     await backend.enqueue_jobs([job(n) for n in "abcd"])
     await raw.hset(backend.keys.job("b"), mapping={"attempt": "x", "lease_token": "1.5"})
     claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
     assert [(j.id, j.attempt, j.lease_token) for j in claimed] == [
-        ("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 1)]
+        ("a", 1, 1),
+        ("b", 1, 1),
+        ("c", 1, 1),
+        ("d", 1, 1),
+    ]
     for job_id in "abcd":
         assert await indexes_of(backend, job_id) == ["default:running"]
 
 
 async def test_a_value_that_is_not_utf8_never_fails_a_whole_reply(
-        backend: RedisBackend, raw: aioredis.Redis) -> None:
+    backend: RedisBackend, raw: aioredis.Redis
+) -> None:
     await backend.enqueue_jobs([job("a"), job("b"), job("c")])
     await raw.hset(backend.keys.job("b"), mapping={"unique_key": b"k\xfe", "junk": b"\xff\x00"})
     claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
@@ -119,7 +130,8 @@ async def test_a_value_that_is_not_utf8_never_fails_a_whole_reply(
 
 
 async def test_redrive_of_a_dead_job_with_a_corrupt_seq_and_priority(
-        backend: RedisBackend, raw: aioredis.Redis) -> None:
+    backend: RedisBackend, raw: aioredis.Redis
+) -> None:
     await backend.enqueue_jobs([job("a")])
     [a] = await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30))
     await backend.settle_jobs([Settlement("a", a.lease_token, JobState.DEAD)])
@@ -132,7 +144,8 @@ async def test_redrive_of_a_dead_job_with_a_corrupt_seq_and_priority(
 
 
 async def test_rescue_back_to_available_with_a_corrupt_rank_source(
-        backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock) -> None:
+    backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job("a", max_attempts=3), job("b", max_attempts=3)])
     await backend.fetch_jobs(strict_claim(["default"], 2, "w", 10))
     await raw.hset(backend.keys.job("a"), mapping={"seq": "?", "priority": "?", "run_at": "?"})
@@ -143,14 +156,16 @@ async def test_rescue_back_to_available_with_a_corrupt_rank_source(
 
 
 async def test_release_of_a_job_whose_run_at_and_attempt_are_gone(
-        backend: RedisBackend, raw: aioredis.Redis) -> None:
+    backend: RedisBackend, raw: aioredis.Redis
+) -> None:
     await backend.enqueue_jobs([job("a"), job("b")])
     claimed = await backend.fetch_jobs(strict_claim(["default"], 2, "w", 30))
     await raw.hdel(backend.keys.job("a"), "run_at")
     await raw.hset(backend.keys.job("a"), "attempt", "lots")
     # A cold stop gives both back without using their attempts (release.lua).
-    stale = await backend.settle_jobs([Settlement(j.id, j.lease_token, JobState.AVAILABLE,
-                                                  refund_attempt=True) for j in claimed])
+    stale = await backend.settle_jobs(
+        [Settlement(j.id, j.lease_token, JobState.AVAILABLE, refund_attempt=True) for j in claimed]
+    )
     assert stale == []
     for job_id in "ab":
         assert await indexes_of(backend, job_id) == ["default:available"]
@@ -159,7 +174,8 @@ async def test_release_of_a_job_whose_run_at_and_attempt_are_gone(
 
 
 async def test_an_index_entry_that_disagrees_with_a_known_state_moves_the_job(
-        backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock) -> None:
+    backend: RedisBackend, raw: aioredis.Redis, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job("a"), job("b"), job("c", run_at=clock.now + 5)])
     await raw.hset(backend.keys.job("a"), "state", "running")  # still in the available index
     await raw.hset(backend.keys.job("c"), "state", "available")  # still in the due index

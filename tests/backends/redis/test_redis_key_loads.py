@@ -13,28 +13,52 @@ from conveyor.model.job import NewJob
 
 
 async def test_pages_of_two_jobs_count_what_one_page_counts(
-        backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    await backend.enqueue_jobs([
-        NewJob(task="t", queue="default", payload='{"args":[],"kwargs":{}}', id=f"j{i}",
-               concurrency_key=f"user:{i % 3}", concurrency_limit=1) for i in range(11)])
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await backend.enqueue_jobs(
+        [
+            NewJob(
+                task="t",
+                queue="default",
+                payload='{"args":[],"kwargs":{}}',
+                id=f"j{i}",
+                concurrency_key=f"user:{i % 3}",
+                concurrency_limit=1,
+            )
+            for i in range(11)
+        ]
+    )
     assert len(await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))) == 3
     whole = await backend.flow_loads(FlowQuery(queue="default"))
     monkeypatch.setattr(queries, "_KEY_PAGE", 2)
     assert await backend.flow_loads(FlowQuery(queue="default")) == whole
-    assert whole.by_held == (KeyLoad("user:0", 1, 3), KeyLoad("user:1", 1, 3),
-                             KeyLoad("user:2", 1, 2))
+    assert whole.by_held == (
+        KeyLoad("user:0", 1, 3),
+        KeyLoad("user:1", 1, 3),
+        KeyLoad("user:2", 1, 2),
+    )
     assert (whole.running, whole.held, whole.keys) == (3, 8, 3)
 
 
 async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
-        backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conveyor.backends.contract import JobFilter
     from conveyor.model.job import JobState, QueueBound
 
     bound = QueueBound(2, shed_oldest=True)
     for i in range(7):  # each past the second sheds the oldest waiting job
-        await backend.enqueue_jobs([NewJob(task="t", queue="mail", id=f"m{i}", bound=bound,
-                                           payload='{"args":[],"kwargs":{}}')])
+        await backend.enqueue_jobs(
+            [
+                NewJob(
+                    task="t",
+                    queue="mail",
+                    id=f"m{i}",
+                    bound=bound,
+                    payload='{"args":[],"kwargs":{}}',
+                )
+            ]
+        )
     shed = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="queuefull")
     listed = len(await backend.list_jobs(shed, limit=100))
     monkeypatch.setattr(queries, "_ERROR_PAGE", 2)

@@ -23,7 +23,8 @@ JOBS = 5000
 async def enqueue_records(app: Conveyor, n: int) -> None:
     record = app.get_task("record")
     handles = await app.enqueue_many_async(
-        record.options(job_id=f"rec-{i}").message(i) for i in range(n))
+        record.options(job_id=f"rec-{i}").message(i) for i in range(n)
+    )
     assert len({h.id for h in handles}) == n
 
 
@@ -43,11 +44,16 @@ async def test_four_workers_run_each_job_exactly_once(redis_url: str, tmp_path: 
     app = build_app(redis_url)
     try:
         await enqueue_records(app, JOBS)
-        workers = [WorkerProcess(redis_url, tmp_path / f"worker{i}.log", "--concurrency", "20")
-                   for i in range(4)]
+        workers = [
+            WorkerProcess(redis_url, tmp_path / f"worker{i}.log", "--concurrency", "20")
+            for i in range(4)
+        ]
         try:
-            await eventually(lambda: _equals(count(app, JobState.COMPLETED), JOBS), timeout=90,
-                             what=f"{JOBS} completed jobs")
+            await eventually(
+                lambda: _equals(count(app, JobState.COMPLETED), JOBS),
+                timeout=90,
+                what=f"{JOBS} completed jobs",
+            )
         finally:
             for w in workers:
                 w.terminate()
@@ -71,8 +77,11 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         common = ("--concurrency", "20", "--lease", "2", "--rescue", "0.5", "--sleep", "0.005")
         victim = WorkerProcess(redis_url, tmp_path / "victim.log", *common)
         # The victim starts alone so it surely holds leases when it dies.
-        await eventually(lambda: _at_least(count(app, JobState.COMPLETED), 200), timeout=30,
-                         what="victim running jobs")
+        await eventually(
+            lambda: _at_least(count(app, JobState.COMPLETED), 200),
+            timeout=30,
+            what="victim running jobs",
+        )
         # Frozen, checked, then killed, so it surely holds leases when it dies (a
         # snapshot between its settling a batch and claiming the next can be 0). The
         # others start only after the check: every running job counted is the victim's.
@@ -87,8 +96,11 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         try:
             victim.kill()
             assert victim.wait() == -9
-            await eventually(lambda: _equals(count(app, JobState.COMPLETED), JOBS), timeout=90,
-                             what=f"{JOBS} completed jobs after a SIGKILL")
+            await eventually(
+                lambda: _equals(count(app, JobState.COMPLETED), JOBS),
+                timeout=90,
+                what=f"{JOBS} completed jobs after a SIGKILL",
+            )
         finally:
             for w in others:
                 w.terminate()
@@ -105,8 +117,11 @@ async def test_sigkill_of_one_worker_loses_nothing(redis_url: str, tmp_path: Pat
         # The victim's leased jobs (at most its concurrency) were rescued, each with
         # the crash counted as an attempt; those that had started are the reruns. By
         # its liveness signal (WorkerLost) while its record lasted, else by its lease.
-        rescued = [job for error_type in ("WorkerLost", "LeaseExpired")
-                   for job in await app.admin.list(JobFilter(error_type=error_type), limit=100)]
+        rescued = [
+            job
+            for error_type in ("WorkerLost", "LeaseExpired")
+            for job in await app.admin.list(JobFilter(error_type=error_type), limit=100)
+        ]
         assert 1 <= len(rescued) <= 20
         assert {f"rec-{n}" for n in rerun} <= {job.id for job in rescued}
         for job in rescued:

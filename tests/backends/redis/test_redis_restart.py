@@ -51,20 +51,36 @@ async def test_restart_loses_no_acknowledged_job(appendfsync: str, tmp_path: Pat
             n += 1
             await asyncio.sleep(0.001)
 
-    worker = WorkerProcess(url, tmp_path / "worker.log", "--concurrency", "10",
-                           "--lease", "3", "--rescue", "0.5", "--poll", "0.2")
+    worker = WorkerProcess(
+        url,
+        tmp_path / "worker.log",
+        "--concurrency",
+        "10",
+        "--lease",
+        "3",
+        "--rescue",
+        "0.5",
+        "--poll",
+        "0.2",
+    )
     producer = asyncio.create_task(produce())
     try:
-        await eventually(lambda: _has(app, JobState.COMPLETED, 100), timeout=30,
-                         what="jobs completed before the crash")
+        await eventually(
+            lambda: _has(app, JobState.COMPLETED, 100),
+            timeout=30,
+            what="jobs completed before the crash",
+        )
         before_crash = len(acknowledged)
         server.kill()
         with pytest.raises(BackendUnavailable, match="unreachable"):
             await record.options(job_id="during-outage").enqueue_async(-1)
         await eventually(_later(lambda: refused > 0), timeout=10, what="producer refused")
         server.start()
-        await eventually(_later(lambda: len(acknowledged) > before_crash + 100), timeout=30,
-                         what="enqueues acknowledged after the restart")
+        await eventually(
+            _later(lambda: len(acknowledged) > before_crash + 100),
+            timeout=30,
+            what="enqueues acknowledged after the restart",
+        )
         stop.set()
         await producer
 

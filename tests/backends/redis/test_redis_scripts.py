@@ -28,9 +28,11 @@ def test_each_script_has_a_header_naming_its_keys_and_args(name: str) -> None:
     assert any(re.match(r"-- ARGV\[1\] key prefix", line) for line in header), "ARGV listed"
     assert any(line.startswith("-- Returns") for line in header), "reply described"
     # Every ARGV the body reads is in the header.
-    body = text[len("\n".join(header)):]
+    body = text[len("\n".join(header)) :]
     for index in sorted(set(re.findall(r"ARGV\[(\d+)\]", body)), key=int):
-        assert re.search(rf"ARGV\[{index}(\.\.)?\]", "\n".join(header)), f"ARGV[{index}] undocumented"
+        assert re.search(rf"ARGV\[{index}(\.\.)?\]", "\n".join(header)), (
+            f"ARGV[{index}] undocumented"
+        )
 
 
 def test_every_script_file_is_loaded_and_every_name_has_a_file() -> None:

@@ -18,8 +18,7 @@ WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 
 
 def job(n: int, **fields: object) -> NewJob:
-    return NewJob(id=f"job-{n}", task="t", queue="q", payload='{"args":[],"kwargs":{}}',
-                  **fields)  # type: ignore[arg-type]
+    return NewJob(id=f"job-{n}", task="t", queue="q", payload='{"args":[],"kwargs":{}}', **fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -39,17 +38,23 @@ async def waiting_ids(backend: RedisBackend) -> list[str]:
     return sorted(j.id for j in await backend.list_jobs(JobFilter(states=WAITING), limit=100))
 
 
-async def test_the_index_follows_every_transition(backend: RedisBackend, clock: ManualClock) -> None:
+async def test_the_index_follows_every_transition(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job(n) for n in range(6)] + [job(6, run_at=clock.now + 10)])
     claimed = await backend.fetch_jobs(strict_claim(["q"], 4, "w", 30))
     assert await indexed(backend) == await waiting_ids(backend)
     a, b, c, d = claimed
-    await backend.settle_jobs([
-        Settlement(a.id, a.lease_token, JobState.RETRYABLE, run_at=clock.now + 5),
-        Settlement(b.id, b.lease_token, JobState.SCHEDULED, run_at=clock.now + 1,
-                   refund_attempt=True),
-        Settlement(c.id, c.lease_token, JobState.COMPLETED, result="null"),
-        Settlement(d.id, d.lease_token, JobState.DEAD)])
+    await backend.settle_jobs(
+        [
+            Settlement(a.id, a.lease_token, JobState.RETRYABLE, run_at=clock.now + 5),
+            Settlement(
+                b.id, b.lease_token, JobState.SCHEDULED, run_at=clock.now + 1, refund_attempt=True
+            ),
+            Settlement(c.id, c.lease_token, JobState.COMPLETED, result="null"),
+            Settlement(d.id, d.lease_token, JobState.DEAD),
+        ]
+    )
     assert await indexed(backend) == await waiting_ids(backend)
     await backend.redrive_jobs(JobFilter(ids=(d.id,)), limit=1, dry_run=False)
     await backend.cancel_job("job-5")
@@ -60,8 +65,9 @@ async def test_the_index_follows_every_transition(backend: RedisBackend, clock: 
     assert await indexed(backend) == await waiting_ids(backend)
 
 
-async def test_migrate_builds_the_index_of_an_older_layout(backend: RedisBackend,
-                                                           clock: ManualClock) -> None:
+async def test_migrate_builds_the_index_of_an_older_layout(
+    backend: RedisBackend, clock: ManualClock
+) -> None:
     await backend.enqueue_jobs([job(n) for n in range(3)] + [job(3, run_at=clock.now + 10)])
     await backend.fetch_jobs(strict_claim(["q"], 1, "w", 30))
     expected = await indexed(backend)

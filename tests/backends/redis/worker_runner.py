@@ -70,10 +70,17 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--sleep", type=float, default=0.0)
     args = parser.parse_args(argv)
     app = build_app(args.url, args.sleep)
-    worker = Worker(app, WorkerConfig(
-        concurrency=args.concurrency, lease=args.lease, rescue_interval=args.rescue,
-        poll_interval=args.poll, fetch_batch=args.fetch_batch, grace_period=10.0,
-    ))
+    worker = Worker(
+        app,
+        WorkerConfig(
+            concurrency=args.concurrency,
+            lease=args.lease,
+            rescue_interval=args.rescue,
+            poll_interval=args.poll,
+            fetch_batch=args.fetch_batch,
+            grace_period=10.0,
+        ),
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)

@@ -16,13 +16,33 @@ from conveyor.model.job import JobState, NewJob
 def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
     store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
     store.migrate()
-    store.enqueue_jobs([NewJob(id=f"j{n}", task="t", queue="q", payload="{}", priority=n % 3,
-                               aging=60.0 if n % 2 else None) for n in range(200)])
+    store.enqueue_jobs(
+        [
+            NewJob(
+                id=f"j{n}",
+                task="t",
+                queue="q",
+                payload="{}",
+                priority=n % 3,
+                aging=60.0 if n % 2 else None,
+            )
+            for n in range(200)
+        ]
+    )
     store.conn.execute("ANALYZE")
-    plan = [row[-1] for row in store.conn.execute(
-        "EXPLAIN QUERY PLAN " + Q["claim_jobs"],
-        {"queue": "q", "limit": 10, "now": 1000.0, "lease_expires_at": 1030.0,
-         "worker_id": "w"})]
+    plan = [
+        row[-1]
+        for row in store.conn.execute(
+            "EXPLAIN QUERY PLAN " + Q["claim_jobs"],
+            {
+                "queue": "q",
+                "limit": 10,
+                "now": 1000.0,
+                "lease_expires_at": 1030.0,
+                "worker_id": "w",
+            },
+        )
+    ]
     assert any("USING INDEX conveyor_jobs_claim" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan  # no sort of the queue
     store.close()
@@ -52,15 +72,30 @@ def _hot_key_steps(tmp_path: Path, parked: int) -> tuple[int, int]:
     store = SqliteStore(str(tmp_path / f"hot-{parked}.db"), lambda: 1000.0)
     store.migrate()
     for start in range(0, parked + 1, 5000):
-        store.enqueue_jobs([NewJob(id=f"h{n}", task="t", queue="q", payload="{}",
-                                   concurrency_key="hot", concurrency_limit=1)
-                            for n in range(start, min(parked + 1, start + 5000))])
-    store.enqueue_jobs([NewJob(id=f"free{n}", task="t", queue="q", payload="{}")
-                        for n in range(20)])
+        store.enqueue_jobs(
+            [
+                NewJob(
+                    id=f"h{n}",
+                    task="t",
+                    queue="q",
+                    payload="{}",
+                    concurrency_key="hot",
+                    concurrency_limit=1,
+                )
+                for n in range(start, min(parked + 1, start + 5000))
+            ]
+        )
+    store.enqueue_jobs(
+        [NewJob(id=f"free{n}", task="t", queue="q", payload="{}") for n in range(20)]
+    )
     [held] = [job for job in store.fetch_jobs(strict_claim(["q"], 1, "w", 30.0))]
     claim_steps = _vm_steps(store, lambda: store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0)))
-    settle_steps = _vm_steps(store, lambda: store.settle_jobs([Settlement(
-        held.id, held.lease_token, JobState.COMPLETED, result="null")]))
+    settle_steps = _vm_steps(
+        store,
+        lambda: store.settle_jobs(
+            [Settlement(held.id, held.lease_token, JobState.COMPLETED, result="null")]
+        ),
+    )
     assert [j.id for j in store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0))][:1] == ["h1"]
     store.close()
     return claim_steps, settle_steps
@@ -82,16 +117,33 @@ def test_the_rated_claim_reads_each_lane_from_its_index(tmp_path: Path) -> None:
 
     store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
     store.migrate()
-    store.enqueue_jobs([NewJob(id=f"t{n}", task="t", queue="q", payload="{}", rate_key="slow")
-                        for n in range(2000)])
-    store.enqueue_jobs([NewJob(id=f"f{n}", task="t", queue="q", payload="{}", priority=n % 3)
-                        for n in range(200)])
+    store.enqueue_jobs(
+        [
+            NewJob(id=f"t{n}", task="t", queue="q", payload="{}", rate_key="slow")
+            for n in range(2000)
+        ]
+    )
+    store.enqueue_jobs(
+        [NewJob(id=f"f{n}", task="t", queue="q", payload="{}", priority=n % 3) for n in range(200)]
+    )
     store.conn.execute("ANALYZE")
-    plan = [row[-1] for row in store.conn.execute(
-        "EXPLAIN QUERY PLAN " + _rated_claim_sql(2),
-        {"queue": "q", "limit": 10, "now": 1000.0, "lease_expires_at": 1030.0,
-         "worker_id": "w", "rate_key_0": "slow", "allowed_0": 0, "rate_key_1": "other",
-         "allowed_1": 5})]
+    plan = [
+        row[-1]
+        for row in store.conn.execute(
+            "EXPLAIN QUERY PLAN " + _rated_claim_sql(2),
+            {
+                "queue": "q",
+                "limit": 10,
+                "now": 1000.0,
+                "lease_expires_at": 1030.0,
+                "worker_id": "w",
+                "rate_key_0": "slow",
+                "allowed_0": 0,
+                "rate_key_1": "other",
+                "allowed_1": 5,
+            },
+        )
+    ]
     assert any("USING INDEX conveyor_jobs_claim " in step for step in plan), plan
     assert sum("USING INDEX conveyor_jobs_rate_claim " in step for step in plan) == 2, plan
     assert not any(step.startswith("SCAN conveyor_jobs") for step in plan), plan

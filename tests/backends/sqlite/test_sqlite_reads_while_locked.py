@@ -61,8 +61,17 @@ def db(tmp_path: Path) -> tuple[str, str]:
     url = f"sqlite:///{path}"
     app = Conveyor(url)
     try:
-        app.enqueue_many([NewJob(id="reader-1", task="t", queue="q",
-                                 payload='{"args":[],"kwargs":{}}', priority=5)])
+        app.enqueue_many(
+            [
+                NewJob(
+                    id="reader-1",
+                    task="t",
+                    queue="q",
+                    payload='{"args":[],"kwargs":{}}',
+                    priority=5,
+                )
+            ]
+        )
     finally:
         app.close()
     return path, url
@@ -88,8 +97,9 @@ def lock_held(db: tuple[str, str]) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=READ_DEADLINE)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=READ_DEADLINE
+    )
 
 
 @pytest.mark.slow
@@ -101,8 +111,15 @@ def test_fresh_process_reads_while_another_holds_the_write_lock(
     assert done.returncode == 0 and done.stderr == "", done.stderr
     seen = json.loads(done.stdout)
     # The last commit, not the stopped transaction's uncommitted +1.
-    assert seen == {"state": "available", "priority": 5, "count": 1, "listed": ["reader-1"],
-                    "stats": [["q", 1]], "workers": 0, "throughput_minutes": 5}
+    assert seen == {
+        "state": "available",
+        "priority": 5,
+        "count": 1,
+        "listed": ["reader-1"],
+        "stats": [["q", 1]],
+        "workers": 0,
+        "throughput_minutes": 5,
+    }
 
 
 @pytest.mark.slow

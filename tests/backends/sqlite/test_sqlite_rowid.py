@@ -55,21 +55,28 @@ def test_an_error_that_ends_the_transaction_is_the_error_raised(tmp_path: Path) 
 
 
 def test_a_version_2_file_keeps_its_jobs_and_order_through_the_rowid_migration(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = str(tmp_path / "old.db")
     old = [m for m in load_migrations("conveyor.backends.sqlite") if m.version <= 2]
     assert [m.version for m in old] == [1, 2]
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("CREATE TABLE conveyor_migrations "
-                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)")
+    conn.execute(
+        "CREATE TABLE conveyor_migrations "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
     for migration in old:
         conn.executescript(migration.sql)
-        conn.execute("INSERT INTO conveyor_migrations VALUES (?, ?, 0)",
-                     (migration.version, migration.name))
+        conn.execute(
+            "INSERT INTO conveyor_migrations VALUES (?, ?, 0)", (migration.version, migration.name)
+        )
     for n in range(5):
-        conn.execute("INSERT INTO conveyor_jobs (id, queue, task, payload, state, max_attempts, "
-                     "run_at, created_at) VALUES (?, 'default', 't.noop', "
-                     "'{\"args\": [], \"kwargs\": {}}', 'available', 3, 1000, 1000)", (f"old-{n}",))
+        conn.execute(
+            "INSERT INTO conveyor_jobs (id, queue, task, payload, state, max_attempts, "
+            "run_at, created_at) VALUES (?, 'default', 't.noop', "
+            "'{\"args\": [], \"kwargs\": {}}', 'available', 3, 1000, 1000)",
+            (f"old-{n}",),
+        )
     conn.close()
 
     app = Conveyor(f"sqlite:///{path}")
@@ -78,7 +85,9 @@ def test_a_version_2_file_keeps_its_jobs_and_order_through_the_rowid_migration(
         jobs = app.jobs.list(limit=100)
         assert sorted(j.id for j in jobs) == [f"old-{n}" for n in range(5)]
         with sqlite3.connect(path) as check:
-            ddl = check.execute("SELECT sql FROM sqlite_master WHERE name = 'conveyor_jobs'").fetchone()[0]
+            ddl = check.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'conveyor_jobs'"
+            ).fetchone()[0]
             assert "AUTOINCREMENT" not in ddl
             order = [r[0] for r in check.execute("SELECT id FROM conveyor_jobs ORDER BY seq")]
             assert order == [f"old-{n}" for n in range(5)]

@@ -12,19 +12,26 @@ from conveyor.backends.sqlite.store import SqliteStore
 from conveyor.backends.claiming import strict_claim
 from conveyor.model.job import JobState, NewJob
 
-IDS = ["plain", "nul\x00inside", "accents-é-ü", "emoji-\U0001F600", "last"]
+IDS = ["plain", "nul\x00inside", "accents-é-ü", "emoji-\U0001f600", "last"]
 
 
 def test_every_completion_of_a_batch_applies_whatever_its_id(tmp_path: Path) -> None:
     store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
     store.migrate()
-    store.enqueue_jobs([NewJob(id=i, task="t.noop", queue="default",
-                               payload='{"args": [], "kwargs": {}}') for i in IDS])
+    store.enqueue_jobs(
+        [
+            NewJob(id=i, task="t.noop", queue="default", payload='{"args": [], "kwargs": {}}')
+            for i in IDS
+        ]
+    )
     claimed = store.fetch_jobs(strict_claim(["default"], 10, "w1", 30))
     assert sorted(job.id for job in claimed) == sorted(IDS)
-    stale, unblocked = store.settle_jobs([
-        Settlement(job.id, job.lease_token, JobState.COMPLETED, result=f'"{n}"')
-        for n, job in enumerate(claimed)])
+    stale, unblocked = store.settle_jobs(
+        [
+            Settlement(job.id, job.lease_token, JobState.COMPLETED, result=f'"{n}"')
+            for n, job in enumerate(claimed)
+        ]
+    )
     assert (stale, unblocked) == ([], 0)
     for n, job in enumerate(claimed):
         stored = store.get_job(job.id)

@@ -41,7 +41,8 @@ async def woken(listener: WakeupListener) -> bool:
 
 
 async def test_a_listener_bound_right_after_a_send_gets_the_next_one(
-        db: str, sender: WakeupSender) -> None:
+    db: str, sender: WakeupSender
+) -> None:
     sender.notify()  # no folder yet: nobody to wake, nothing raised
     first = WakeupListener(db)
     try:
@@ -59,7 +60,8 @@ async def test_a_listener_bound_right_after_a_send_gets_the_next_one(
 
 
 async def test_a_dead_listeners_socket_is_removed_and_the_others_still_woken(
-        db: str, sender: WakeupSender) -> None:
+    db: str, sender: WakeupSender
+) -> None:
     alive = WakeupListener(db)
     dead_path = os.path.join(wakeup_folder(db), "dead.sock")
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -76,7 +78,8 @@ async def test_a_dead_listeners_socket_is_removed_and_the_others_still_woken(
 
 
 async def test_the_last_listener_to_close_removes_the_folder_and_a_new_one_is_reached(
-        db: str, sender: WakeupSender) -> None:
+    db: str, sender: WakeupSender
+) -> None:
     folder = wakeup_folder(db)
     first, second = WakeupListener(db), WakeupListener(db)
     first.close()
@@ -94,7 +97,8 @@ async def test_the_last_listener_to_close_removes_the_folder_and_a_new_one_is_re
 
 
 async def test_a_folder_removed_between_makedirs_and_bind_is_made_again(
-        db: str, sender: WakeupSender, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: str, sender: WakeupSender, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = wakeup_folder(db)
     real_makedirs = os.makedirs
     calls = []

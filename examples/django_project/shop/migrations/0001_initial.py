@@ -7,9 +7,15 @@ class Migration(migrations.Migration):
     operations = [
         migrations.CreateModel(
             name="Order",
-            fields=[("id", models.BigAutoField(auto_created=True, primary_key=True,
-                                               serialize=False, verbose_name="ID")),
-                    ("email", models.EmailField(max_length=254)),
-                    ("receipt_sent", models.BooleanField(default=False))],
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("email", models.EmailField(max_length=254)),
+                ("receipt_sent", models.BooleanField(default=False)),
+            ],
         ),
     ]

@@ -107,12 +107,19 @@ def blob_store_from_url(url: str, clock: Clock) -> BlobStore:
             raise ConfigurationError(f"blob store URL {url!r}: expected s3://bucket/prefix")
         unknown = set(options) - {"endpoint_url", "region"}
         if unknown:
-            raise ConfigurationError(f"blob store URL {url!r}: unknown options {sorted(unknown)}; "
-                                     "known: endpoint_url, region")
+            raise ConfigurationError(
+                f"blob store URL {url!r}: unknown options {sorted(unknown)}; "
+                "known: endpoint_url, region"
+            )
         from conveyor.backends.blobs.s3 import S3BlobStore
 
-        return S3BlobStore(parts.netloc, parts.path.lstrip("/"), clock,
-                           endpoint_url=options.get("endpoint_url"),
-                           region=options.get("region"))
-    raise ConfigurationError(f"unknown blob store scheme {parts.scheme!r} in {url!r}; "
-                             "known: file, s3")
+        return S3BlobStore(
+            parts.netloc,
+            parts.path.lstrip("/"),
+            clock,
+            endpoint_url=options.get("endpoint_url"),
+            region=options.get("region"),
+        )
+    raise ConfigurationError(
+        f"unknown blob store scheme {parts.scheme!r} in {url!r}; known: file, s3"
+    )

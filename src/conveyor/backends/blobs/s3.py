@@ -24,9 +24,16 @@ _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 
 
 class S3BlobStore:
-    def __init__(self, bucket: str, prefix: str, clock: Clock, *,
-                 endpoint_url: str | None = None, region: str | None = None,
-                 client: Any = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        clock: Clock,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        client: Any = None,
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         self.clock = clock
@@ -43,9 +50,11 @@ class S3BlobStore:
                 import boto3
             except ModuleNotFoundError as exc:
                 raise ConfigurationError(
-                    "the s3 blob store needs boto3: pip install 'conveyor[s3]'") from exc
-            self._client = boto3.client("s3", endpoint_url=self._endpoint_url,
-                                        region_name=self._region)
+                    "the s3 blob store needs boto3: pip install 'conveyor[s3]'"
+                ) from exc
+            self._client = boto3.client(
+                "s3", endpoint_url=self._endpoint_url, region_name=self._region
+            )
         return self._client
 
     async def _call(self, method: str, **params: Any) -> Any:
@@ -59,8 +68,13 @@ class S3BlobStore:
             raise BackendUnavailable(f"{self!r}: {exc}") from exc
 
     async def put_blob(self, key: str, job_id: str, data: bytes) -> None:
-        await self._call("put_object", Bucket=self.bucket, Key=self.prefix + key, Body=data,
-                         Metadata={"job-id": quote(job_id), "created-at": repr(self.clock())})
+        await self._call(
+            "put_object",
+            Bucket=self.bucket,
+            Key=self.prefix + key,
+            Body=data,
+            Metadata={"job-id": quote(job_id), "created-at": repr(self.clock())},
+        )
 
     async def get_blob(self, key: str) -> bytes | None:
         from botocore.exceptions import ClientError
@@ -92,9 +106,12 @@ class S3BlobStore:
         for digest in {job_digest(i) for i in job_ids}:
             keys += await self._keys(self.prefix + digest + "." + (kind + "." if kind else ""))
         for start in range(0, len(keys), _DELETE_BATCH):
-            chunk = keys[start:start + _DELETE_BATCH]
-            await self._call("delete_objects", Bucket=self.bucket,
-                             Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+            chunk = keys[start : start + _DELETE_BATCH]
+            await self._call(
+                "delete_objects",
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+            )
         return len(keys)
 
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
@@ -105,8 +122,9 @@ class S3BlobStore:
             try:
                 head = await self._call("head_object", Bucket=self.bucket, Key=full_key)
                 meta = head.get("Metadata", {})
-                stored = StoredBlob(full_key[len(self.prefix):], unquote(meta["job-id"]),
-                                    float(meta["created-at"]))
+                stored = StoredBlob(
+                    full_key[len(self.prefix) :], unquote(meta["job-id"]), float(meta["created-at"])
+                )
             except ClientError:
                 continue  # deleted meanwhile
             except (KeyError, ValueError):

@@ -19,8 +19,19 @@ from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.clock import Clock, system_clock
 from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
-                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    FlowLoads,
+    FlowQuery,
+    HeartbeatReply,
+    HeldLease,
+    JobFilter,
+    Lease,
+    LeaseQuery,
+    QueueStats,
+    Settlement,
+)
 from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.store import MemoryStore
@@ -35,7 +46,8 @@ def store_name(url: str) -> str:
         raise ConfigurationError(f"not a memory URL: {url!r}")
     if parts.query or parts.fragment or "@" in parts.netloc:
         raise ConfigurationError(
-            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests ({ONE_PROCESS})")
+            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests ({ONE_PROCESS})"
+        )
     return parts.netloc + parts.path
 
 
@@ -49,7 +61,8 @@ def store_for(url: str) -> MemoryStore:
     if store.pid != os.getpid():
         raise ConfigurationError(
             f"memory://{name} was made in process {store.pid} and is used in process "
-            f"{os.getpid()} (a fork): {ONE_PROCESS}")
+            f"{os.getpid()} (a fork): {ONE_PROCESS}"
+        )
     return store
 
 
@@ -109,7 +122,9 @@ class MemoryBackend:
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
 
-    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
     async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
@@ -150,8 +165,9 @@ class MemoryBackend:
         with store.lock:
             return store.job(job_id)
 
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
-                        after: str | None = None) -> list[Job]:
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
+    ) -> list[Job]:
         return inspector.list_jobs(self.store, where, limit, offset, after)
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -215,21 +231,26 @@ class MemoryBackend:
     async def list_records(self, namespace: str) -> dict[str, str]:
         return records.list_all(self.store, namespace, self.clock())
 
-    async def put_record(self, namespace: str, key: str, value: str,
-                         ttl: float | None = None) -> None:
+    async def put_record(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> None:
         records.put(self.store, namespace, key, value, ttl, self.clock())
 
-    async def put_record_if_absent(self, namespace: str, key: str, value: str,
-                                   ttl: float | None = None) -> bool:
+    async def put_record_if_absent(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> bool:
         return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
 
-    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
-                                     value: str, ttl: float | None = None) -> bool:
-        return records.compare_and_set(self.store, namespace, key, expected, value, ttl,
-                                       self.clock())
+    async def compare_and_set_record(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
+    ) -> bool:
+        return records.compare_and_set(
+            self.store, namespace, key, expected, value, ttl, self.clock()
+        )
 
-    async def incr_record(self, namespace: str, key: str, amount: int = 1,
-                          ttl: float | None = None) -> int:
+    async def incr_record(
+        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
+    ) -> int:
         return records.incr(self.store, namespace, key, amount, ttl, self.clock())
 
     async def delete_record(self, namespace: str, key: str) -> bool:

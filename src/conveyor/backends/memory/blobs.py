@@ -36,16 +36,22 @@ class MemoryBlobStore:
     async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         gone = set(job_ids)
         with self.table.lock:
-            keys = [k for k, (job_id, _, _) in self.table.rows.items()
-                    if job_id in gone and is_of(k, kind)]
+            keys = [
+                k
+                for k, (job_id, _, _) in self.table.rows.items()
+                if job_id in gone and is_of(k, kind)
+            ]
             for key in keys:
                 del self.table.rows[key]
         return len(keys)
 
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
         with self.table.lock:
-            found = [StoredBlob(k, job_id, at) for k, (job_id, at, _) in self.table.rows.items()
-                     if at < created_before]
+            found = [
+                StoredBlob(k, job_id, at)
+                for k, (job_id, at, _) in self.table.rows.items()
+                if at < created_before
+            ]
         found.sort(key=lambda b: b.created_at)
         return found[:limit]
 

@@ -23,8 +23,9 @@ class MemoryStore(Protocol):
 
     def job(self, job_id: str) -> Job | None: ...
 
-    def _move(self, job_id: str, old: JobState, new: JobState, why: Transition | None,
-              **fields: Any) -> Job: ...
+    def _move(
+        self, job_id: str, old: JobState, new: JobState, why: Transition | None, **fields: Any
+    ) -> Job: ...
 
 
 def states_of(store: MemoryStore, ids: Sequence[str]) -> dict[str, JobState | None]:
@@ -32,8 +33,14 @@ def states_of(store: MemoryStore, ids: Sequence[str]) -> dict[str, JobState | No
     return {i: None if job is None else job.state for i, job in jobs.items()}
 
 
-def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now: float,
-         parents: Sequence[str]) -> None:
+def link(
+    store: MemoryStore,
+    job_id: str,
+    start: Start,
+    allow_failure: bool,
+    now: float,
+    parents: Sequence[str],
+) -> None:
     """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
     row = store.rows[job_id]
     row["pending_parents"], row["allow_failure"] = len(start.pending), allow_failure
@@ -42,8 +49,9 @@ def link(store: MemoryStore, job_id: str, start: Start, allow_failure: bool, now
         store.rows[parent].setdefault("dependants", []).append(job_id)
     if start.failed_parent is not None:
         row["finished_at"] = now
-        row["errors"] = (AttemptError.from_dict(json.loads(
-            dependency_error(*start.failed_parent, now))),)
+        row["errors"] = (
+            AttemptError.from_dict(json.loads(dependency_error(*start.failed_parent, now))),
+        )
 
 
 class MemoryDependants:
@@ -65,20 +73,32 @@ class MemoryDependants:
         self.store.rows[job_id]["pending_parents"] = pending_parents
 
     def unblock(self, job_id: str) -> None:
-        self.store._move(job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now,
-                         pending_parents=0)
+        self.store._move(
+            job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now, pending_parents=0
+        )
 
     def cancel(self, job_id: str, error_json: str) -> None:
         job = self.store.job(job_id)
         errors = () if job is None else job.errors
         why = AttemptError.from_dict(json.loads(error_json))
-        self.store._move(job_id, S.BLOCKED, S.CANCELLED, Transition.CANCEL,
-                         finished_at=self.now, errors=(*errors, why))
+        self.store._move(
+            job_id,
+            S.BLOCKED,
+            S.CANCELLED,
+            Transition.CANCEL,
+            finished_at=self.now,
+            errors=(*errors, why),
+        )
 
     def cancelled_by_parent(self, job_id: str) -> tuple[bool, list[str]] | None:
         job, row = self.store.job(job_id), self.store.rows.get(job_id, {})
-        if (job is None or job.state is not S.CANCELLED or job.attempt != 0 or not job.errors
-                or job.errors[-1].type != DEPENDENCY_FAILED):
+        if (
+            job is None
+            or job.state is not S.CANCELLED
+            or job.attempt != 0
+            or not job.errors
+            or job.errors[-1].type != DEPENDENCY_FAILED
+        ):
             return None
         return bool(row.get("allow_failure")), list(row.get("parents") or ())
 
@@ -87,5 +107,11 @@ class MemoryDependants:
         return None if job is None else job.state
 
     def reblock(self, job_id: str, pending_parents: int) -> None:
-        self.store._move(job_id, S.CANCELLED, S.BLOCKED, Transition.REDRIVE, finished_at=None,
-                         pending_parents=pending_parents)
+        self.store._move(
+            job_id,
+            S.CANCELLED,
+            S.BLOCKED,
+            Transition.REDRIVE,
+            finished_at=None,
+            pending_parents=pending_parents,
+        )

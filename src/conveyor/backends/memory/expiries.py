@@ -17,15 +17,19 @@ class ResultExpiries:
     def add(self, job_id: str, expires_at: float) -> None:
         heapq.heappush(self._heap, (expires_at, job_id))
 
-    def expire(self, rows: dict[str, dict[str, Any]], now: float, limit: int,
-               clear: Callable[[str], None]) -> list[str]:
+    def expire(
+        self, rows: dict[str, dict[str, Any]], now: float, limit: int, clear: Callable[[str], None]
+    ) -> list[str]:
         """Clear (by `clear`) up to `limit` results due by `now`; their ids."""
         cleared: list[str] = []
         while self._heap and self._heap[0][0] <= now and len(cleared) < limit:
             expires_at, job_id = heapq.heappop(self._heap)
             row = rows.get(job_id)
-            if (row is not None and row.get("result_expires_at") == expires_at
-                    and row.get("result") is not None):
+            if (
+                row is not None
+                and row.get("result_expires_at") == expires_at
+                and row.get("result") is not None
+            ):
                 clear(job_id)
                 cleared.append(job_id)
         return cleared

@@ -16,8 +16,16 @@ from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.lifecycle import Transition
-from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
-                    queue_stats_from_rows, redrive_scope, waiting_scope)
+from conveyor.backends.contract import (
+    FlowLoads,
+    FlowQuery,
+    JobFilter,
+    QueueStats,
+    flow_loads_from_rows,
+    queue_stats_from_rows,
+    redrive_scope,
+    waiting_scope,
+)
 from conveyor.backends.codec import last_error_type
 from conveyor.backends.filtering import job_matches
 from conveyor.backends.memory.dependants import MemoryDependants
@@ -39,19 +47,24 @@ def _text(value: Any) -> str | None:
 
 def matches(where: JobFilter, job_id: str, row: Row) -> bool:
     return job_matches(
-        where, job_id=job_id, state=_text(row.get("state")), queue=_text(row.get("queue")),
+        where,
+        job_id=job_id,
+        state=_text(row.get("state")),
+        queue=_text(row.get("queue")),
         task=_text(row.get("task")),
         last_error_type=None if where.error_type is None else last_error_type(row.get("errors")),
-        payload=_text(row.get("payload")))
+        payload=_text(row.get("payload")),
+    )
 
 
 def _newest_first(store: MemoryStore, where: JobFilter, after: str | None = None) -> Iterator[str]:
     ids: Iterator[str] = reversed(list(store.rows))
     if after is not None:
         if after not in store.rows:
-            raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                              "start again from the first page")
-        ids = iter(list(ids)[list(reversed(store.rows)).index(after) + 1:])
+            raise JobNotFound(
+                f"job {after} (the page cursor) no longer exists; start again from the first page"
+            )
+        ids = iter(list(ids)[list(reversed(store.rows)).index(after) + 1 :])
     return (job_id for job_id in ids if matches(where, job_id, store.rows[job_id]))
 
 
@@ -61,8 +74,9 @@ def _oldest_finished_first(store: MemoryStore, where: JobFilter, limit: int) -> 
     return chosen[:limit]
 
 
-def list_jobs(store: MemoryStore, where: JobFilter, limit: int, offset: int,
-              after: str | None) -> list[Job]:
+def list_jobs(
+    store: MemoryStore, where: JobFilter, limit: int, offset: int, after: str | None
+) -> list[Job]:
     with store.lock:
         page: list[Job] = []
         for n, job_id in enumerate(_newest_first(store, where, after)):
@@ -80,8 +94,13 @@ def count_jobs(store: MemoryStore, where: JobFilter) -> int:
 
 def task_names(store: MemoryStore, where: JobFilter) -> list[str]:
     with store.lock:
-        return sorted({readable_text(store.rows[i].get("task")) for i in _newest_first(store, where)
-                       if store.rows[i].get("task") is not None})
+        return sorted(
+            {
+                readable_text(store.rows[i].get("task"))
+                for i in _newest_first(store, where)
+                if store.rows[i].get("task") is not None
+            }
+        )
 
 
 def _cancel_waiting(store: MemoryStore, job_id: str, now: float) -> bool:
@@ -109,8 +128,9 @@ def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
     return job
 
 
-def cancel_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
-                now: float) -> list[str]:
+def cancel_jobs(
+    store: MemoryStore, where: JobFilter, limit: int, dry_run: bool, now: float
+) -> list[str]:
     scoped = waiting_scope(where)
     if scoped is None:
         return []
@@ -126,16 +146,25 @@ def cancel_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
     return cancelled
 
 
-def redrive_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool,
-                 now: float) -> list[Job]:
+def redrive_jobs(
+    store: MemoryStore, where: JobFilter, limit: int, dry_run: bool, now: float
+) -> list[Job]:
     scoped = redrive_scope(where)
     with store.lock:
         ids = _oldest_finished_first(store, scoped, limit)
         if not dry_run:
             for job_id in ids:
                 old = store.job(job_id).state  # type: ignore[union-attr]
-                store._move(job_id, old, S.AVAILABLE, Transition.REDRIVE, attempt=0,
-                            run_at=now, finished_at=None, cancel_requested=False)
+                store._move(
+                    job_id,
+                    old,
+                    S.AVAILABLE,
+                    Transition.REDRIVE,
+                    attempt=0,
+                    run_at=now,
+                    finished_at=None,
+                    cancel_requested=False,
+                )
                 if store.rows[job_id].get("dependants"):  # a workflow member: resume it
                     resume_dependants(MemoryDependants(store, now), job_id)
         jobs = [store.job(job_id) for job_id in ids]
@@ -166,12 +195,19 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
             run_at = as_number(row.get("run_at"))
             if row.get("state") == S.AVAILABLE and run_at is not None:
                 oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
-        throttled = [(q, len(lane)) for (q, key), lane in store.available.items()
-                     if key is not None]
+        throttled = [
+            (q, len(lane)) for (q, key), lane in store.available.items() if key is not None
+        ]
         parked = [(queue, 1) for _key, queue in store.slots.parked_jobs()]
-        return queue_stats_from_rows(now, [(q, s, n) for (q, s), n in counts.items()],
-                                     list(oldest.items()), list(store.paused.items()),
-                                     throttled, parked, list(store.shed.items()))
+        return queue_stats_from_rows(
+            now,
+            [(q, s, n) for (q, s), n in counts.items()],
+            list(oldest.items()),
+            list(store.paused.items()),
+            throttled,
+            parked,
+            list(store.shed.items()),
+        )
 
 
 def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
@@ -179,12 +215,18 @@ def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
         return query.queue is None or queue == query.queue
 
     with store.lock:
-        running = [(key, 1, 0) for key, holders in store.slots.holders.items()
-                   for job_id in holders
-                   if job_id in store.running and wanted(store.rows[job_id].get("queue"))]
+        running = [
+            (key, 1, 0)
+            for key, holders in store.slots.holders.items()
+            for job_id in holders
+            if job_id in store.running and wanted(store.rows[job_id].get("queue"))
+        ]
         held = [(key, 0, 1) for key, queue in store.slots.parked_jobs() if wanted(queue)]
-        buckets = [(key, len(lane)) for (queue, key), lane in store.available.items()
-                   if key is not None and wanted(queue)]
+        buckets = [
+            (key, len(lane))
+            for (queue, key), lane in store.available.items()
+            if key is not None and wanted(queue)
+        ]
     return flow_loads_from_rows(query.top, running + held, buckets)
 
 

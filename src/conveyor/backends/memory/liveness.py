@@ -50,5 +50,8 @@ class InProcessHolder(SignalHolder):
 def dead_workers(store: MemoryStore, candidates: Mapping[str, str]) -> set[str]:
     mine = f"{_PREFIX}:{store.liveness_nonce}:"
     with store.lock:
-        return {worker_id for worker_id, token in candidates.items()
-                if token.startswith(mine) and store.held_signals.get(token) != worker_id}
+        return {
+            worker_id
+            for worker_id, token in candidates.items()
+            if token.startswith(mine) and store.held_signals.get(token) != worker_id
+        }

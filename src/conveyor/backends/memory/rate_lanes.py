@@ -26,9 +26,14 @@ def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) 
     return buckets.choose(n, lanes)
 
 
-def next_token_at(available: Lanes, paused: Mapping[str, bool], request: ClaimRequest,
-                  buckets: ClaimBuckets) -> float | None:
+def next_token_at(
+    available: Lanes, paused: Mapping[str, bool], request: ClaimRequest, buckets: ClaimBuckets
+) -> float | None:
     """When a bucket that holds back a waiting job of the claim's queues has a token."""
-    held_back = {key for key in buckets.limits for q in request.queues
-                 if available.get((q.name, key)) and not paused.get(q.name)}
+    held_back = {
+        key
+        for key in buckets.limits
+        for q in request.queues
+        if available.get((q.name, key)) and not paused.get(q.name)
+    }
     return buckets.next_token_at(held_back)

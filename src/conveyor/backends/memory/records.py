@@ -8,7 +8,9 @@ from conveyor.backends.records import expiry, incremented
 from conveyor.backends.memory.store import MemoryStore
 
 
-def _live(store: MemoryStore, namespace: str, key: str, now: float) -> tuple[str, float | None] | None:
+def _live(
+    store: MemoryStore, namespace: str, key: str, now: float
+) -> tuple[str, float | None] | None:
     held = store.records.get((namespace, key))
     if held is None:
         return None
@@ -31,15 +33,23 @@ def list_all(store: MemoryStore, namespace: str, now: float) -> dict[str, str]:
         return {k: held[0] for k, held in live if held is not None}
 
 
-def put(store: MemoryStore, namespace: str, key: str, value: str, ttl: float | None,
-        now: float) -> None:
+def put(
+    store: MemoryStore, namespace: str, key: str, value: str, ttl: float | None, now: float
+) -> None:
     expires_at = expiry(now, ttl)
     with store.lock:
         store.records[(namespace, key)] = (value, expires_at)
 
 
-def compare_and_set(store: MemoryStore, namespace: str, key: str, expected: str | None,
-                    value: str, ttl: float | None, now: float) -> bool:
+def compare_and_set(
+    store: MemoryStore,
+    namespace: str,
+    key: str,
+    expected: str | None,
+    value: str,
+    ttl: float | None,
+    now: float,
+) -> bool:
     expires_at = expiry(now, ttl)
     with store.lock:
         held = _live(store, namespace, key, now)
@@ -49,8 +59,9 @@ def compare_and_set(store: MemoryStore, namespace: str, key: str, expected: str 
         return True
 
 
-def incr(store: MemoryStore, namespace: str, key: str, amount: int, ttl: float | None,
-         now: float) -> int:
+def incr(
+    store: MemoryStore, namespace: str, key: str, amount: int, ttl: float | None, now: float
+) -> int:
     with store.lock:
         held = _live(store, namespace, key, now)
         value = incremented(namespace, key, None if held is None else held[0], amount)

@@ -28,8 +28,15 @@ from conveyor.model.lifecycle import Transition, check, initial_state
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
 from conveyor.rules.dependencies import check_parents, release_dependants, start_of
 from conveyor.rules.fairness import VtimeAssigner, claimed_vtime
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
-                    Settlement)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    HeartbeatReply,
+    HeldLease,
+    Lease,
+    LeaseQuery,
+    Settlement,
+)
 from conveyor.backends.codec import COLUMNS, job_from_row
 from conveyor.backends.memory.blobs import BlobTable
 from conveyor.backends.memory.rate_lanes import first_in_lanes, next_token_at
@@ -145,8 +152,9 @@ class MemoryStore:
             self._place(job_id)
             return True
 
-    def _move(self, job_id: str, old: JobState, new: JobState, why: Transition | None,
-              **fields: Any) -> Job:
+    def _move(
+        self, job_id: str, old: JobState, new: JobState, why: Transition | None, **fields: Any
+    ) -> Job:
         check(old, new, why)
         row = self.rows[job_id]
         row.update(fields)
@@ -163,8 +171,9 @@ class MemoryStore:
         out: list[Job | None] = []
         refused: dict[int, RefusedJob] = {}
         with self.lock:
-            vtimes = VtimeAssigner(lambda q, k: self.fair_last.get((q, k), 0),
-                                   lambda q: self.fair_queue.get(q, 0))
+            vtimes = VtimeAssigner(
+                lambda q, k: self.fair_last.get((q, k), 0), lambda q: self.fair_queue.get(q, 0)
+            )
             check_parents(jobs, self.rows.__contains__)
             for pos, new in enumerate(jobs):
                 existing = self._duplicate_of(new, now)
@@ -178,25 +187,44 @@ class MemoryStore:
                         out.append(None)
                         continue
                     if depth >= new.bound.max_waiting:
-                        self._shed_oldest(new.queue, depth - new.bound.max_waiting + 1,
-                                          new.bound.max_waiting, now)
+                        self._shed_oldest(
+                            new.queue, depth - new.bound.max_waiting + 1, new.bound.max_waiting, now
+                        )
                 if new.id in self.rows:  # finished, its dedup window over: replaced
                     self.delete(new.id)
                 run_at = now if new.run_at is None else float(new.run_at)
                 state = initial_state(run_at, now)
                 if new.depends_on:
-                    start = start_of(new.id, new.depends_on, states_of(self, new.depends_on),
-                                     new.allow_failure, state)
+                    start = start_of(
+                        new.id,
+                        new.depends_on,
+                        states_of(self, new.depends_on),
+                        new.allow_failure,
+                        state,
+                    )
                     state = start.state
                 self.rows[new.id] = {
-                    "id": new.id, "queue": new.queue, "task": new.task, "payload": new.payload,
-                    "state": state.value, "priority": new.priority,
-                    "attempt": 0, "max_attempts": new.max_attempts, "run_at": run_at,
-                    "created_at": float(now), "started_at": None, "finished_at": None,
-                    "lease_token": 0, "lease_expires_at": None, "worker_id": None,
+                    "id": new.id,
+                    "queue": new.queue,
+                    "task": new.task,
+                    "payload": new.payload,
+                    "state": state.value,
+                    "priority": new.priority,
+                    "attempt": 0,
+                    "max_attempts": new.max_attempts,
+                    "run_at": run_at,
+                    "created_at": float(now),
+                    "started_at": None,
+                    "finished_at": None,
+                    "lease_token": 0,
+                    "lease_expires_at": None,
+                    "worker_id": None,
                     "unique_key": new.unique_key,
                     "unique_for": None if new.unique_for is None else float(new.unique_for),
-                    "result": None, "errors": (), "checkpoint": None, "progress": None,
+                    "result": None,
+                    "errors": (),
+                    "checkpoint": None,
+                    "progress": None,
                     "cancel_requested": False,
                     "timeout": None if new.timeout is None else float(new.timeout),
                     "meta": json.dumps(new.meta),
@@ -218,16 +246,26 @@ class MemoryStore:
     def _release_dependants(self, parent_id: str, now: float) -> int:
         if not self.rows[parent_id].get("dependants"):
             return 0  # the one check a job outside a workflow pays
-        return release_dependants(MemoryDependants(self, now), parent_id,
-                                  decode(parent_id, self.rows[parent_id]).state, now)
+        return release_dependants(
+            MemoryDependants(self, now),
+            parent_id,
+            decode(parent_id, self.rows[parent_id]).state,
+            now,
+        )
 
     def _shed_oldest(self, queue: str, n: int, max_waiting: int, now: float) -> None:
         """Cancel the queue's `n` oldest waiting jobs (by seq), recording why."""
         why = AttemptError.from_dict(json.loads(shed_error(queue, max_waiting, now)))
         for job_id in self.waiting_in[queue].first(n):
             job = decode(job_id, self.rows[job_id])
-            self._move(job_id, job.state, S.CANCELLED, Transition.CANCEL, finished_at=now,
-                       errors=(*job.errors, why))
+            self._move(
+                job_id,
+                job.state,
+                S.CANCELLED,
+                Transition.CANCEL,
+                finished_at=now,
+                errors=(*job.errors, why),
+            )
             self._release_dependants(job_id, now)  # a workflow member's dependants follow
             self.shed[queue] = self.shed.get(queue, 0) + 1
 
@@ -236,8 +274,9 @@ class MemoryStore:
         if row is not None and is_live(row, now):
             return decode(new.id, row)
         if new.unique_key is not None:
-            live = [i for i in self._by_unique.get(new.unique_key, {})
-                    if is_live(self.rows[i], now)]
+            live = [
+                i for i in self._by_unique.get(new.unique_key, {}) if is_live(self.rows[i], now)
+            ]
             if live:  # the latest one, as the SQL backends' dedup query picks
                 holder = max(live, key=self.seq.__getitem__)
                 return decode(holder, self.rows[holder])
@@ -262,17 +301,23 @@ class MemoryStore:
 
             jobs = claim_in_passes(request, take)
             self.buckets.update(buckets.stored())
-            return ClaimedJobs.of(jobs, next_token_at(self.available, self.paused, request,
-                                                      buckets))
+            return ClaimedJobs.of(
+                jobs, next_token_at(self.available, self.paused, request, buckets)
+            )
 
     def _claim(self, job_id: str, request: ClaimRequest, now: float) -> Job:
         job = decode(job_id, self.rows[job_id])
         return self._move(
-            job_id, S.AVAILABLE, S.RUNNING, Transition.CLAIM,
+            job_id,
+            S.AVAILABLE,
+            S.RUNNING,
+            Transition.CLAIM,
             attempt=job.attempt + 1 if 0 <= job.attempt <= _ATTEMPT_TOP else 1,
             lease_token=job.lease_token + 1 if 0 <= job.lease_token <= _TOKEN_TOP else 1,
-            lease_expires_at=now + request.lease_seconds, worker_id=request.worker_id,
-            started_at=now)
+            lease_expires_at=now + request.lease_seconds,
+            worker_id=request.worker_id,
+            started_at=now,
+        )
 
     def _held(self, job_id: str, token: int) -> Job | None:
         """The job, if `token` is its current lease (a stored token that does not read
@@ -296,23 +341,45 @@ class MemoryStore:
                     continue
                 run_at = job.run_at if s.run_at is None else float(s.run_at)
                 if s.state is S.COMPLETED:
-                    expires = None if s.result is None or s.result_ttl is None \
-                        else now + s.result_ttl
-                    self._move(s.job_id, S.RUNNING, S.COMPLETED, Transition.COMPLETE,
-                               result=s.result, finished_at=now, lease_expires_at=None,
-                               result_expires_at=expires)
+                    expires = (
+                        None if s.result is None or s.result_ttl is None else now + s.result_ttl
+                    )
+                    self._move(
+                        s.job_id,
+                        S.RUNNING,
+                        S.COMPLETED,
+                        Transition.COMPLETE,
+                        result=s.result,
+                        finished_at=now,
+                        lease_expires_at=None,
+                        result_expires_at=expires,
+                    )
                     if expires is not None:
                         self.result_expiries.add(s.job_id, expires)
                     unblocked += self._release_dependants(s.job_id, now)
                 elif s.refund_attempt:
-                    self._move(s.job_id, S.RUNNING, s.state, None, run_at=run_at,
-                               lease_expires_at=None, attempt=max(job.attempt - 1, 0))
+                    self._move(
+                        s.job_id,
+                        S.RUNNING,
+                        s.state,
+                        None,
+                        run_at=run_at,
+                        lease_expires_at=None,
+                        attempt=max(job.attempt - 1, 0),
+                    )
                 else:
                     errors = job.errors if s.error is None else (*job.errors, s.error)
                     ended = s.state in (S.DEAD, S.CANCELLED)
-                    self._move(s.job_id, S.RUNNING, s.state, None, run_at=run_at,
-                               lease_expires_at=None, finished_at=now if ended else None,
-                               errors=errors)
+                    self._move(
+                        s.job_id,
+                        S.RUNNING,
+                        s.state,
+                        None,
+                        run_at=run_at,
+                        lease_expires_at=None,
+                        finished_at=now if ended else None,
+                        errors=errors,
+                    )
                     if ended:
                         unblocked += self._release_dependants(s.job_id, now)
         if unblocked or any(s.state in (S.AVAILABLE, S.SCHEDULED) for s in settlements):
@@ -321,8 +388,9 @@ class MemoryStore:
             self.finished.notify()
         return stale
 
-    def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float,
-                       now: float) -> HeartbeatReply:
+    def heartbeat_jobs(
+        self, leases: Sequence[Lease], lease_seconds: float, now: float
+    ) -> HeartbeatReply:
         lost, cancel = set(), set()
         with self.lock:
             for lease in leases:
@@ -357,24 +425,37 @@ class MemoryStore:
                 job = decode(job_id, self.rows[job_id])
                 # An expiry that does not read as a number counts as expired.
                 expired = query.expired_before is not None and (
-                    job.lease_expires_at is None or job.lease_expires_at < query.expired_before)
+                    job.lease_expires_at is None or job.lease_expires_at < query.expired_before
+                )
                 if expired or (job.worker_id is not None and job.worker_id in dead):
-                    found.append(HeldLease(job_id, job.lease_token, job.worker_id, job.attempt,
-                                           job.max_attempts, job.lease_expires_at))
+                    found.append(
+                        HeldLease(
+                            job_id,
+                            job.lease_token,
+                            job.worker_id,
+                            job.attempt,
+                            job.max_attempts,
+                            job.lease_expires_at,
+                        )
+                    )
         return found
 
     def prune_jobs(self, completed_before: float, dead_before: float, now: float) -> int:
         with self.lock:
-            gone = [job_id for job_id, row in self.rows.items()
-                    if past_retention(row, completed_before, dead_before, now)]
+            gone = [
+                job_id
+                for job_id, row in self.rows.items()
+                if past_retention(row, completed_before, dead_before, now)
+            ]
             for job_id in gone:
                 self.delete(job_id)
         return len(gone)
 
     def expire_results(self, now: float, limit: int) -> list[str]:
         with self.lock:
-            return self.result_expiries.expire(self.rows, now, limit,
-                                               lambda job_id: self.rows[job_id].update(result=None))
+            return self.result_expiries.expire(
+                self.rows, now, limit, lambda job_id: self.rows[job_id].update(result=None)
+            )
 
     def force_state(self, job_id: str, state: JobState) -> None:
         with self.lock:

@@ -30,8 +30,12 @@ def is_live(row: Row, now: float) -> bool:
     if state in ACTIVE_STATES:
         return True
     finished_at, unique_for = as_number(row.get("finished_at")), as_number(row.get("unique_for"))
-    return (state == S.COMPLETED and finished_at is not None and unique_for is not None
-            and finished_at + unique_for > now)
+    return (
+        state == S.COMPLETED
+        and finished_at is not None
+        and unique_for is not None
+        and finished_at + unique_for > now
+    )
 
 
 def past_retention(row: Row, completed_before: float, dead_before: float, now: float) -> bool:
@@ -42,5 +46,6 @@ def past_retention(row: Row, completed_before: float, dead_before: float, now: f
     if state in (S.COMPLETED, S.CANCELLED):
         unique_for = as_number(row.get("unique_for"))
         return finished_at < completed_before and (
-            unique_for is None or finished_at + unique_for < now)
+            unique_for is None or finished_at + unique_for < now
+        )
     return state == S.DEAD and finished_at < dead_before

@@ -20,8 +20,15 @@ from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.lifecycle import IllegalTransition
 from conveyor.model.version import __version__
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
-                    Settlement)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    HeartbeatReply,
+    HeldLease,
+    Lease,
+    LeaseQuery,
+    Settlement,
+)
 from conveyor.backends.sqlfiles import load_migrations
 from conveyor.backends.postgres.blobs import PostgresBlobStore
 from conveyor.backends.postgres import enqueue, liveness
@@ -132,20 +139,29 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         if request.limit <= 0 or not request.queues:
             return ClaimedJobs()
         now = self.clock()
-        params = {"now": now, "worker_id": request.worker_id,
-                  "lease_expires_at": now + request.lease_seconds}
+        params = {
+            "now": now,
+            "worker_id": request.worker_id,
+            "lease_expires_at": now + request.lease_seconds,
+        }
 
         params.update(
-            limit=request.limit, queues=[entry.name for entry in request.queues],
+            limit=request.limit,
+            queues=[entry.name for entry in request.queues],
             quotas=[entry.quota for entry in request.queues],
-            ceilings=[request.limit if entry.ceiling is None else entry.ceiling
-                      for entry in request.queues])
+            ceilings=[
+                request.limit if entry.ceiling is None else entry.ceiling
+                for entry in request.queues
+            ],
+        )
         order = {entry.name: i for i, entry in enumerate(request.queues)}
         limits = request.rate_limits
         if limits:
-            params.update(rate_keys=[limit.key for limit in limits],
-                          rates=[limit.rate for limit in limits],
-                          bursts=[limit.burst for limit in limits])
+            params.update(
+                rate_keys=[limit.key for limit in limits],
+                rates=[limit.rate for limit in limits],
+                bursts=[limit.burst for limit in limits],
+            )
         new_buckets = bool({limit.key for limit in limits} - self._buckets_made)
         claim = self.claims["claim_rated_jobs" if limits else "claim_jobs"]
 
@@ -208,8 +224,11 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         if not leases:
             return HeartbeatReply()
-        params = {"ids": [l.job_id for l in leases], "tokens": [l.token for l in leases],
-                  "lease_expires_at": self.clock() + lease_seconds}
+        params = {
+            "ids": [l.job_id for l in leases],
+            "tokens": [l.token for l in leases],
+            "lease_expires_at": self.clock() + lease_seconds,
+        }
 
         async def op(conn: AsyncConn) -> list[tuple[str, bool]]:
             cur = await conn.execute(self.q["heartbeat_jobs"], params)
@@ -222,9 +241,15 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             cancel_requested=frozenset(job_id for job_id, cancel in rows if cancel),
         )
 
-    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
-        params = {"id": lease.job_id, "token": lease.token, "checkpoint": checkpoint,
-                  "progress": progress}
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "checkpoint": checkpoint,
+            "progress": progress,
+        }
 
         async def op(conn: AsyncConn) -> bool:
             return (await conn.execute(self.q["checkpoint_job"], params)).rowcount == 1
@@ -241,8 +266,9 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         settle statement probes), look, then wait for a NOTIFY; a hint for any end."""
         fresh = self._done_listener is None
         if self._done_listener is None:
-            self._done_listener = Listener(self.config.conninfo, self.q["listen_done"],
-                                           self.config.redacted)
+            self._done_listener = Listener(
+                self.config.conninfo, self.q["listen_done"], self.config.redacted
+            )
             self._done_listener.start()
         listening = self._done_listener
         with contextlib.suppress(TimeoutError):  # not listening yet: the wait is a poll
@@ -271,16 +297,26 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         row lock only at the end keeps heartbeats of other jobs from queueing behind
         a long transaction."""
         async with self._connection() as conn, conn.transaction():
-            cur = await conn.execute(self.q["check_lease"], {"id": lease.job_id, "token": lease.token})
+            cur = await conn.execute(
+                self.q["check_lease"], {"id": lease.job_id, "token": lease.token}
+            )
             if await cur.fetchone() is None:
                 raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
             yield conn
-            params = {"id": lease.job_id, "token": lease.token, "result": result,
-                      "result_ttl": result_ttl, "now": self.clock(), "version": __version__,
-                      "done_channel": self.config.done_channel}
+            params = {
+                "id": lease.job_id,
+                "token": lease.token,
+                "result": result,
+                "result_ttl": result_ttl,
+                "now": self.clock(),
+                "version": __version__,
+                "done_channel": self.config.done_channel,
+            }
             if await (await conn.execute(self.q["complete_job"], params)).fetchone() is None:
-                raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
-                                 "transaction; rolled back")
+                raise StaleLease(
+                    f"job {lease.job_id}: lease {lease.token} lost during the "
+                    "transaction; rolled back"
+                )
 
     @contextmanager
     def complete_in_transaction_sync(
@@ -290,23 +326,38 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         pool = self._get_sync_pool()
         try:
             with pool.connection() as conn, conn.transaction():
-                cur = conn.execute(self.q["check_lease"], {"id": lease.job_id, "token": lease.token})
+                cur = conn.execute(
+                    self.q["check_lease"], {"id": lease.job_id, "token": lease.token}
+                )
                 if cur.fetchone() is None:
-                    raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
+                    raise StaleLease(
+                        f"job {lease.job_id}: lease {lease.token} lost; nothing written"
+                    )
                 yield conn
-                params = {"id": lease.job_id, "token": lease.token, "result": result,
-                          "result_ttl": result_ttl, "now": self.clock(), "version": __version__,
-                          "done_channel": self.config.done_channel}
+                params = {
+                    "id": lease.job_id,
+                    "token": lease.token,
+                    "result": result,
+                    "result_ttl": result_ttl,
+                    "now": self.clock(),
+                    "version": __version__,
+                    "done_channel": self.config.done_channel,
+                }
                 if conn.execute(self.q["complete_job"], params).fetchone() is None:
-                    raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost during the "
-                                     "transaction; rolled back")
+                    raise StaleLease(
+                        f"job {lease.job_id}: lease {lease.token} lost during the "
+                        "transaction; rolled back"
+                    )
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise self._unavailable(exc) from exc
 
     # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        params = {"expired_before": query.expired_before, "worker_ids": list(query.worker_ids),
-                  "limit": query.limit}
+        params = {
+            "expired_before": query.expired_before,
+            "worker_ids": list(query.worker_ids),
+            "limit": query.limit,
+        }
 
         async def op(conn: AsyncConn) -> list[HeldLease]:
             cur = await conn.execute(self.q["find_leases"], params)
@@ -317,8 +368,12 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         total = 0
         while True:  # in slices, so a big prune never holds many row locks for long
-            params = {"completed_before": completed_before, "dead_before": dead_before,
-                      "now": self.clock(), "limit": 1000}
+            params = {
+                "completed_before": completed_before,
+                "dead_before": dead_before,
+                "now": self.clock(),
+                "limit": 1000,
+            }
 
             async def op(conn: AsyncConn) -> int:
                 return (await conn.execute(self.q["prune_jobs"], params)).rowcount

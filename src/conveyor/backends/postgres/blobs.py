@@ -21,9 +21,12 @@ class PostgresBlobStore:
     def __init__(self, run: Run[Any], schema: str, clock: Clock) -> None:
         self._run = run
         self.clock = clock
-        self.q = {name: text.replace("{schema}", f'"{schema}"')  # validated, see config.py
-                  for name, text in load_queries(__package__ or "conveyor.backends.postgres",
-                                                 "blobs.sql").items()}
+        self.q = {
+            name: text.replace("{schema}", f'"{schema}"')  # validated, see config.py
+            for name, text in load_queries(
+                __package__ or "conveyor.backends.postgres", "blobs.sql"
+            ).items()
+        }
 
     async def _rows(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
@@ -34,8 +37,9 @@ class PostgresBlobStore:
         return rows
 
     async def put_blob(self, key: str, job_id: str, data: bytes) -> None:
-        await self._rows("put_blob", {"key": key, "job_id": job_id, "now": self.clock(),
-                                      "data": data})
+        await self._rows(
+            "put_blob", {"key": key, "job_id": job_id, "now": self.clock(), "data": data}
+        )
 
     async def get_blob(self, key: str) -> bytes | None:
         rows = await self._rows("get_blob", {"key": key})
@@ -43,8 +47,9 @@ class PostgresBlobStore:
 
     async def delete_job_blobs(self, job_ids: Sequence[str], kind: str | None = None) -> int:
         async def op(conn: AsyncConn) -> int:
-            cur = await conn.execute(self.q["delete_job_blobs"],
-                                     {"job_ids": list(job_ids), "kind": kind})
+            cur = await conn.execute(
+                self.q["delete_job_blobs"], {"job_ids": list(job_ids), "kind": kind}
+            )
             return cur.rowcount
 
         deleted: int = await self._run(op)

@@ -20,11 +20,23 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 from conveyor.model.errors import ConfigurationError
 from conveyor.backends import redact_url
 
-_LIBPQ_OPTIONS = frozenset({
-    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "connect_timeout",
-    "application_name", "target_session_attrs", "keepalives", "keepalives_idle",
-    "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-})
+_LIBPQ_OPTIONS = frozenset(
+    {
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "connect_timeout",
+        "application_name",
+        "target_session_attrs",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
 _CONVEYOR_OPTIONS = frozenset({"schema", "pool_size", "timeout"})
 # Lower case, so the name needs no quoting anywhere (psql, pg_dump, LISTEN channels).
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -88,6 +100,7 @@ def parse_postgres_url(url: str) -> PostgresConfig:
         raise ConfigurationError("pool_size must be at least 2 (claims and outcome writes overlap)")
     if timeout <= 0:
         raise ConfigurationError("timeout must be positive")
-    conninfo = parts._replace(scheme="postgresql", netloc=_libpq_netloc(parts.netloc),
-                              query=urlencode(options)).geturl()
+    conninfo = parts._replace(
+        scheme="postgresql", netloc=_libpq_netloc(parts.netloc), query=urlencode(options)
+    ).geturl()
     return PostgresConfig(conninfo, schema, pool_size, timeout, redact_url(url))

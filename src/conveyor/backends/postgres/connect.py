@@ -33,20 +33,24 @@ from conveyor.backends.postgres.config import PostgresConfig
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
-_PERMANENT = re.compile("|".join([
-    r"password authentication failed",  # 28P01
-    r"authentication failed for user",  # 28000: ident, peer, cert, ldap, ...
-    r'role ".*" does not exist',  # 28000
-    r"no pg_hba\.conf entry",  # 28000
-    r"is not permitted to log in",  # 28000
-    r'database ".*" does not exist',  # 3D000
-    r"unrecognized configuration parameter",  # 42704
-    r"invalid value for parameter",  # 22023
-    r"permission denied for database",  # 42501: no CONNECT privilege
-    r"no password supplied",  # libpq: the server asks for a password, the URL has none
-    r"invalid \w+ value",  # libpq: invalid sslmode value, invalid integer value ...
-    r"invalid connection option",
-]))
+_PERMANENT = re.compile(
+    "|".join(
+        [
+            r"password authentication failed",  # 28P01
+            r"authentication failed for user",  # 28000: ident, peer, cert, ldap, ...
+            r'role ".*" does not exist',  # 28000
+            r"no pg_hba\.conf entry",  # 28000
+            r"is not permitted to log in",  # 28000
+            r'database ".*" does not exist',  # 3D000
+            r"unrecognized configuration parameter",  # 42704
+            r"invalid value for parameter",  # 22023
+            r"permission denied for database",  # 42501: no CONNECT privilege
+            r"no password supplied",  # libpq: the server asks for a password, the URL has none
+            r"invalid \w+ value",  # libpq: invalid sslmode value, invalid integer value ...
+            r"invalid connection option",
+        ]
+    )
+)
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.1, 1.0
 
 
@@ -58,7 +62,8 @@ async def first_connection(config: PostgresConfig) -> AsyncConn:
         remaining = deadline - time.monotonic()
         try:
             return await psycopg.AsyncConnection.connect(
-                config.conninfo, autocommit=True, **_connect_timeout(config, remaining))
+                config.conninfo, autocommit=True, **_connect_timeout(config, remaining)
+            )
         except psycopg.Error as exc:
             said = _server_said(exc, config)
             if isinstance(exc, psycopg.ProgrammingError) or _PERMANENT.search(said):

@@ -39,16 +39,18 @@ class PostgresConnections:
         self.schema = self.config.schema
         self.q = load_schema_queries(self.schema, self.config.channel, self.config.done_channel)
         # Run through a raw cursor (rows.Positional): longer than psycopg's parse cache.
-        self.claims = {name: positional(self.q[name])
-                       for name in ("claim_jobs", "claim_rated_jobs")}
+        self.claims = {
+            name: positional(self.q[name]) for name in ("claim_jobs", "claim_rated_jobs")
+        }
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._sync_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._sync_pool_lock = threading.Lock()
         self._listener: Listener | None = None
         self._done_listener: Listener | None = None  # job ends, for job.result()
         self._lane = Lane(self.config.conninfo, self.config.timeout)
-        self._claim_lane = Lane(self.config.conninfo, self.config.timeout,
-                                setup=self.q["claim_session"])
+        self._claim_lane = Lane(
+            self.config.conninfo, self.config.timeout, setup=self.q["claim_session"]
+        )
         self._open_lock = asyncio.Lock()
 
     # --- plumbing -------------------------------------------------------------------
@@ -62,8 +64,12 @@ class PostgresConnections:
                 return
             self._lane.adopt(await first_connection(self.config))
             pool: AsyncConnectionPool[AsyncConn] = AsyncHotConnectionPool(
-                self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
-                max_size=self.config.pool_size, timeout=self.config.timeout, open=False,
+                self.config.conninfo,
+                kwargs={"autocommit": True},
+                min_size=1,
+                max_size=self.config.pool_size,
+                timeout=self.config.timeout,
+                open=False,
                 name=f"conveyor-{self.schema}",
             )
             await pool.open()
@@ -131,8 +137,9 @@ class PostgresConnections:
             except psycopg.OperationalError as exc:
                 if attempt == tries or not (conn.broken or conn.closed):
                     raise self._unavailable(exc) from exc
-                log.info("a pooled connection to %s was dead; retrying on another",
-                         self.config.redacted)
+                log.info(
+                    "a pooled connection to %s was dead; retrying on another", self.config.redacted
+                )
             finally:
                 await pool.putconn(conn)  # a broken one is discarded, not reused
         raise AssertionError("unreachable")
@@ -141,16 +148,21 @@ class PostgresConnections:
         with self._sync_pool_lock:
             if self._sync_pool is None:
                 self._sync_pool = HotConnectionPool(
-                    self.config.conninfo, kwargs={"autocommit": True}, min_size=1,
-                    max_size=self.config.pool_size, timeout=self.config.timeout,
-                    name=f"conveyor-{self.schema}-sync", open=True,
+                    self.config.conninfo,
+                    kwargs={"autocommit": True},
+                    min_size=1,
+                    max_size=self.config.pool_size,
+                    timeout=self.config.timeout,
+                    name=f"conveyor-{self.schema}-sync",
+                    open=True,
                 )
             return self._sync_pool
 
     async def _notify(self, conn: AsyncConn, queues: Sequence[str] = ("*",)) -> None:
         # The payload names queues, but a wake-up is a hint: "*" (some queue) will do.
-        await conn.execute(self.q["notify_queues"],
-                           {"channel": self.config.channel, "queues": list(queues)})
+        await conn.execute(
+            self.q["notify_queues"], {"channel": self.config.channel, "queues": list(queues)}
+        )
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:

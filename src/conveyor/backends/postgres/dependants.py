@@ -38,10 +38,14 @@ class _IdTaken(Exception):
     """A dependant's id names a stored job: undo the batched insert."""
 
 
-async def enqueue_with_parents(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                               jobs: Sequence[NewJob], now: float, scope: Any,
-                               plain: Callable[[Sequence[NewJob]], Awaitable[list[Job]]]
-                               ) -> list[Job]:
+async def enqueue_with_parents(
+    backend: PostgresConnections,
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    now: float,
+    scope: Any,
+    plain: Callable[[Sequence[NewJob]], Awaitable[list[Job]]],
+) -> list[Job]:
     """`scope`: the transaction to work in (None: the one the connection began);
     `plain`: the ordinary enqueue of a batch of jobs without parents, on `conn`."""
     q = backend.q
@@ -58,8 +62,9 @@ async def enqueue_with_parents(backend: PostgresConnections, conn: psycopg.Async
         dependants = [new for new in jobs if new.depends_on]
         try:
             async with conn.transaction():  # a savepoint: _IdTaken undoes the statement
-                stored.update(await _insert_dependants(backend, conn, dependants,
-                                                       dict(states), now))
+                stored.update(
+                    await _insert_dependants(backend, conn, dependants, dict(states), now)
+                )
         except _IdTaken:
             for new in dependants:
                 stored[new.id] = job = await _insert_dependant(backend, conn, new, states, now)
@@ -67,70 +72,106 @@ async def enqueue_with_parents(backend: PostgresConnections, conn: psycopg.Async
     return [stored[new.id] for new in jobs]
 
 
-async def _insert_dependants(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                             dependants: Sequence[NewJob], states: dict[str, JobState],
-                             now: float) -> dict[str, Job]:
+async def _insert_dependants(
+    backend: PostgresConnections,
+    conn: psycopg.AsyncConnection[Any],
+    dependants: Sequence[NewJob],
+    states: dict[str, JobState],
+    now: float,
+) -> dict[str, Job]:
     """Every dependant by one statement; _IdTaken if an id is taken."""
     starts, errors = [], []
     children: dict[str, list[str]] = {new.id: [] for new in dependants}
     links: list[tuple[str, str]] = []  # (stored parent, dependant): their lists grow
     for new in dependants:
         run_at = now if new.run_at is None else float(new.run_at)
-        start = start_of(new.id, new.depends_on, states, new.allow_failure,
-                         initial_state(run_at, now))
+        start = start_of(
+            new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now)
+        )
         states[new.id] = start.state
         starts.append((start, run_at))
-        errors.append(None if start.failed_parent is None
-                      else jsonb(json.loads(dependency_error(*start.failed_parent, now))))
+        errors.append(
+            None
+            if start.failed_parent is None
+            else jsonb(json.loads(dependency_error(*start.failed_parent, now)))
+        )
         for parent in start.pending:
             if parent in children:
                 children[parent].append(new.id)
             else:
                 links.append((parent, new.id))
-    cur = await conn.execute(backend.q["insert_dependants"], {
-        "channel": backend.config.channel, "now": now,
-        "ids": [n.id for n in dependants], "queues": [n.queue for n in dependants],
-        "tasks": [n.task for n in dependants], "payloads": [n.payload for n in dependants],
-        "states": [start.state.value for start, _ in starts],
-        "priorities": [n.priority for n in dependants],
-        "max_attempts": [n.max_attempts for n in dependants],
-        "run_ats": [run_at for _, run_at in starts],
-        "unique_fors": [opt_float(n.unique_for) for n in dependants],
-        "timeouts": [opt_float(n.timeout) for n in dependants],
-        "metas": [jsonb(n.meta) for n in dependants],
-        "agings": [opt_float(n.aging) for n in dependants],
-        "ckeys": [n.concurrency_key for n in dependants],
-        "climits": [n.concurrency_limit for n in dependants],
-        "rate_keys": [n.rate_key for n in dependants],
-        "pendings": [len(start.pending) for start, _ in starts],
-        "allows": [n.allow_failure for n in dependants],
-        "parents": [jsonb(list(n.depends_on)) for n in dependants],
-        "children": [jsonb(children[n.id]) if children[n.id] else None for n in dependants],
-        "errors": errors,
-        "link_parents": [p for p, _ in links], "link_children": [c for _, c in links]})
+    cur = await conn.execute(
+        backend.q["insert_dependants"],
+        {
+            "channel": backend.config.channel,
+            "now": now,
+            "ids": [n.id for n in dependants],
+            "queues": [n.queue for n in dependants],
+            "tasks": [n.task for n in dependants],
+            "payloads": [n.payload for n in dependants],
+            "states": [start.state.value for start, _ in starts],
+            "priorities": [n.priority for n in dependants],
+            "max_attempts": [n.max_attempts for n in dependants],
+            "run_ats": [run_at for _, run_at in starts],
+            "unique_fors": [opt_float(n.unique_for) for n in dependants],
+            "timeouts": [opt_float(n.timeout) for n in dependants],
+            "metas": [jsonb(n.meta) for n in dependants],
+            "agings": [opt_float(n.aging) for n in dependants],
+            "ckeys": [n.concurrency_key for n in dependants],
+            "climits": [n.concurrency_limit for n in dependants],
+            "rate_keys": [n.rate_key for n in dependants],
+            "pendings": [len(start.pending) for start, _ in starts],
+            "allows": [n.allow_failure for n in dependants],
+            "parents": [jsonb(list(n.depends_on)) for n in dependants],
+            "children": [jsonb(children[n.id]) if children[n.id] else None for n in dependants],
+            "errors": errors,
+            "link_parents": [p for p, _ in links],
+            "link_children": [c for _, c in links],
+        },
+    )
     rows = await cur.fetchall()
     if len(rows) < len(dependants):
         raise _IdTaken
     return {job.id: job for job in (job_from_row(row[:-2]) for row in rows)}
 
 
-async def _insert_dependant(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                            new: NewJob, states: dict[str, JobState], now: float) -> Job:
+async def _insert_dependant(
+    backend: PostgresConnections,
+    conn: psycopg.AsyncConnection[Any],
+    new: NewJob,
+    states: dict[str, JobState],
+    now: float,
+) -> Job:
     q = backend.q
     run_at = now if new.run_at is None else float(new.run_at)
-    start = start_of(new.id, new.depends_on, states, new.allow_failure,
-                     initial_state(run_at, now))
+    start = start_of(new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now))
     error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
-    cur = await conn.execute(q["insert_dependant"], {
-        "channel": backend.config.channel, "now": now, "id": new.id, "queue": new.queue,
-        "task": new.task, "payload": new.payload, "state": start.state.value,
-        "priority": new.priority, "max_attempts": new.max_attempts, "run_at": run_at,
-        "unique_for": opt_float(new.unique_for), "timeout": opt_float(new.timeout),
-        "meta": jsonb(new.meta), "aging": opt_float(new.aging),
-        "concurrency_key": new.concurrency_key, "concurrency_limit": new.concurrency_limit,
-        "rate_key": new.rate_key, "pending_parents": len(start.pending), "allow_failure": new.allow_failure,
-        "parents": list(new.depends_on),
-        "error": error})
+    cur = await conn.execute(
+        q["insert_dependant"],
+        {
+            "channel": backend.config.channel,
+            "now": now,
+            "id": new.id,
+            "queue": new.queue,
+            "task": new.task,
+            "payload": new.payload,
+            "state": start.state.value,
+            "priority": new.priority,
+            "max_attempts": new.max_attempts,
+            "run_at": run_at,
+            "unique_for": opt_float(new.unique_for),
+            "timeout": opt_float(new.timeout),
+            "meta": jsonb(new.meta),
+            "aging": opt_float(new.aging),
+            "concurrency_key": new.concurrency_key,
+            "concurrency_limit": new.concurrency_limit,
+            "rate_key": new.rate_key,
+            "pending_parents": len(start.pending),
+            "allow_failure": new.allow_failure,
+            "parents": list(new.depends_on),
+            "error": error,
+        },
+    )
     row = await cur.fetchone()
     if row is None:  # the id is taken: the job holding it answers
         got = await (await conn.execute(q["get_job"], {"id": new.id})).fetchone()

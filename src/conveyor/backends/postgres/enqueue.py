@@ -107,12 +107,17 @@ def fair_params(backend: PostgresConnections, jobs: Sequence[NewJob]) -> dict[st
     keyed = [j for j in jobs if j.fairness_key is not None]
     if not keyed:
         return None
-    return {"schema": backend.schema, "fair_queues": [j.queue for j in keyed],
-            "fair_keys": [j.fairness_key for j in keyed],
-            "fair_steps": [vtime_step(j.fairness_weight) for j in keyed]}
+    return {
+        "schema": backend.schema,
+        "fair_queues": [j.queue for j in keyed],
+        "fair_keys": [j.fairness_key for j in keyed],
+        "fair_steps": [vtime_step(j.fairness_weight) for j in keyed],
+    }
 
 
-def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> tuple[str, dict[str, Any]]:
+def fast_path(
+    backend: PostgresConnections, jobs: Sequence[NewJob], now: float
+) -> tuple[str, dict[str, Any]]:
     """The fast insert for jobs without unique keys: scalar parameters for one job
     (cheaper to bind and plan: enqueue one by one is the common call), arrays for more."""
     if len(jobs) > 1:
@@ -120,12 +125,22 @@ def fast_path(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) 
     job = jobs[0]
     run_at = now if job.run_at is None else float(job.run_at)
     return backend.q["insert_new_job"], {
-        "channel": backend.config.channel, "now": now, "id": job.id, "queue": job.queue,
-        "task": job.task, "payload": job.payload, "state": initial_state(run_at, now).value,
-        "priority": job.priority, "max_attempts": job.max_attempts, "run_at": run_at,
-        "unique_for": opt_float(job.unique_for), "timeout": opt_float(job.timeout),
-        "meta": jsonb(job.meta), "aging": opt_float(job.aging),
-        "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
+        "channel": backend.config.channel,
+        "now": now,
+        "id": job.id,
+        "queue": job.queue,
+        "task": job.task,
+        "payload": job.payload,
+        "state": initial_state(run_at, now).value,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "run_at": run_at,
+        "unique_for": opt_float(job.unique_for),
+        "timeout": opt_float(job.timeout),
+        "meta": jsonb(job.meta),
+        "aging": opt_float(job.aging),
+        "concurrency_key": job.concurrency_key,
+        "concurrency_limit": job.concurrency_limit,
         "rate_key": job.rate_key,
     }
 
@@ -138,12 +153,21 @@ def as_inserted(jobs: Sequence[NewJob], ids: set[str], now: float) -> dict[str, 
             continue
         run_at = now if new.run_at is None else float(new.run_at)
         out[new.id] = Job(
-            id=new.id, task=new.task, queue=new.queue, payload=new.payload,
-            state=initial_state(run_at, now), priority=new.priority,
-            max_attempts=new.max_attempts, run_at=run_at, created_at=now,
-            unique_for=opt_float(new.unique_for), timeout=opt_float(new.timeout),
-            meta=dict(new.meta), aging=opt_float(new.aging),
-            concurrency_key=new.concurrency_key, concurrency_limit=new.concurrency_limit,
+            id=new.id,
+            task=new.task,
+            queue=new.queue,
+            payload=new.payload,
+            state=initial_state(run_at, now),
+            priority=new.priority,
+            max_attempts=new.max_attempts,
+            run_at=run_at,
+            created_at=now,
+            unique_for=opt_float(new.unique_for),
+            timeout=opt_float(new.timeout),
+            meta=dict(new.meta),
+            aging=opt_float(new.aging),
+            concurrency_key=new.concurrency_key,
+            concurrency_limit=new.concurrency_limit,
             rate_key=new.rate_key,
         )
     return out
@@ -160,11 +184,11 @@ def transaction_scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[An
     return conn.transaction()
 
 
-def _answers(jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job],
-             refused: dict[int, RefusedJob]) -> list[Job | None]:
+def _answers(
+    jobs: Sequence[NewJob], rows: list[Any], late: dict[str, Job], refused: dict[int, RefusedJob]
+) -> list[Job | None]:
     by_pos = {row[0] - 1: job_from_row(row, start=2) for row in rows}
-    return [None if i in refused else by_pos.get(i) or late[job.id]
-            for i, job in enumerate(jobs)]
+    return [None if i in refused else by_pos.get(i) or late[job.id] for i, job in enumerate(jobs)]
 
 
 def _bound_params(p: dict[str, Any], unique: Sequence[NewJob]) -> dict[str, Any] | None:
@@ -175,8 +199,9 @@ def _bound_params(p: dict[str, Any], unique: Sequence[NewJob]) -> dict[str, Any]
     return p
 
 
-def _over_bound(unique: Sequence[NewJob], rows: list[Any], depths: list[Any]
-                ) -> tuple[dict[int, RefusedJob], dict[str, int]]:
+def _over_bound(
+    unique: Sequence[NewJob], rows: list[Any], depths: list[Any]
+) -> tuple[dict[int, RefusedJob], dict[str, int]]:
     """What the bounded queues refuse (by position in `unique`) and shed."""
     new_positions: dict[str, list[int]] = {}
     for row in sorted(rows):
@@ -186,27 +211,45 @@ def _over_bound(unique: Sequence[NewJob], rows: list[Any], depths: list[Any]
     return refused, shed
 
 
-def _fixes(backend: PostgresConnections, unique: Sequence[NewJob], refused: dict[int, RefusedJob],
-           shed: dict[str, int], now: float) -> list[tuple[str, dict[str, Any]]]:
+def _fixes(
+    backend: PostgresConnections,
+    unique: Sequence[NewJob],
+    refused: dict[int, RefusedJob],
+    shed: dict[str, int],
+    now: float,
+) -> list[tuple[str, dict[str, Any]]]:
     """The statements that take refused jobs back and shed the oldest waiting ones."""
     q, bounds = backend.q, bounds_of(unique)
     fixes: list[tuple[str, dict[str, Any]]] = (
-        [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else [])
+        [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else []
+    )
     # n is exact: the queue holds more than n waiting jobs, counted under its lock.
     for queue, n in shed.items():
-        fixes += [(q["shed_oldest_waiting"],
-                   {"queue": queue, "n": n, "now": now,
+        fixes += [
+            (
+                q["shed_oldest_waiting"],
+                {
+                    "queue": queue,
+                    "n": n,
+                    "now": now,
                     "error": shed_error(queue, bounds[queue].max_waiting, now),
-                    "version": __version__, "done_channel": backend.config.done_channel}),
-                  (q["count_shed"], {"queue": queue, "n": n})]
+                    "version": __version__,
+                    "done_channel": backend.config.done_channel,
+                },
+            ),
+            (q["count_shed"], {"queue": queue, "n": n}),
+        ]
     return fixes
 
 
-def _by_input(answer: Sequence[int], stored: Sequence[Job | None],
-              refused: dict[int, RefusedJob]) -> tuple[list[Job | None], dict[int, RefusedJob]]:
+def _by_input(
+    answer: Sequence[int], stored: Sequence[Job | None], refused: dict[int, RefusedJob]
+) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     """Answers and refusals by input position (a job repeated in the batch shares one)."""
-    return ([stored[pos] for pos in answer],
-            {i: refused[pos] for i, pos in enumerate(answer) if pos in refused})
+    return (
+        [stored[pos] for pos in answer],
+        {i: refused[pos] for i, pos in enumerate(answer) if pos in refused},
+    )
 
 
 def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
@@ -215,11 +258,16 @@ def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
     return [job.id for i, job in enumerate(unique) if i not in got]
 
 
-async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                        jobs: Sequence[NewJob], now: float) -> list[Job]:
+async def enqueue_async(
+    backend: PostgresConnections,
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    now: float,
+) -> list[Job]:
     if not jobs:
         return []
     if has_dependants(jobs):
+
         async def plain(free: Sequence[NewJob]) -> list[Job]:
             return await enqueue_async(backend, conn, free, now)
 
@@ -229,23 +277,28 @@ async def enqueue_async(backend: PostgresConnections, conn: psycopg.AsyncConnect
         stored, refused = _by_input(answer, *await _full_async(backend, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
-        *fast_path(backend, unique, now), binary=True)
+        *fast_path(backend, unique, now), binary=True
+    )
     inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
-        inserted.update((j.id, j) for j in (await _full_async(backend, conn, taken, now))[0]
-                        if j is not None)
+        inserted.update(
+            (j.id, j) for j in (await _full_async(backend, conn, taken, now))[0] if j is not None
+        )
     return [inserted[unique[pos].id] for pos in answer]
 
 
-def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
-                 jobs: Sequence[NewJob], now: float) -> list[Job]:
+def enqueue_sync(
+    backend: PostgresConnections, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], now: float
+) -> list[Job]:
     """The same on a sync connection (a caller's own, for transactional enqueue)."""
     if not jobs:
         return []
     if has_dependants(jobs):
-        raise ConfigurationError("jobs with depends_on are enqueued on an async connection "
-                                 "(psycopg.AsyncConnection) or without connection=")
+        raise ConfigurationError(
+            "jobs with depends_on are enqueued on an async connection "
+            "(psycopg.AsyncConnection) or without connection="
+        )
     unique, answer = plan(jobs, now)
     if not all(job.only_id_dedups for job in unique):
         stored, refused = _by_input(answer, *_full_sync(backend, conn, unique, now))
@@ -256,14 +309,18 @@ def enqueue_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
     inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
-        inserted.update((j.id, j) for j in _full_sync(backend, conn, taken, now)[0]
-                        if j is not None)
+        inserted.update(
+            (j.id, j) for j in _full_sync(backend, conn, taken, now)[0] if j is not None
+        )
     return [inserted[unique[pos].id] for pos in answer]
 
 
-async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnection[Any],
-                      unique: Sequence[NewJob], now: float
-                      ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
+async def _full_async(
+    backend: PostgresConnections,
+    conn: psycopg.AsyncConnection[Any],
+    unique: Sequence[NewJob],
+    now: float,
+) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     """The full dedup path for jobs unique by id and unique_key, and for bounded
     queues; one answer per job (None: refused), and the refusals by position."""
     q = backend.q
@@ -297,14 +354,19 @@ async def _full_async(backend: PostgresConnections, conn: psycopg.AsyncConnectio
     return _answers(unique, rows, late, refused), refused
 
 
-def _full_sync(backend: PostgresConnections, conn: psycopg.Connection[Any],
-               unique: Sequence[NewJob], now: float
-               ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
+def _full_sync(
+    backend: PostgresConnections,
+    conn: psycopg.Connection[Any],
+    unique: Sequence[NewJob],
+    now: float,
+) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     q = backend.q
     p = params(backend, unique, now)
     if (fair := fair_params(backend, unique)) is not None:
-        p["fair_vtimes"] = spread(unique, {(r[0], r[1]): r[2] for r in
-                                           conn.execute(q["assign_fair_vtimes"], fair).fetchall()})
+        p["fair_vtimes"] = spread(
+            unique,
+            {(r[0], r[1]): r[2] for r in conn.execute(q["assign_fair_vtimes"], fair).fetchall()},
+        )
     bounded = _bound_params(p, unique)
     refused: dict[int, RefusedJob] = {}
     scope = transaction_scope(conn)

@@ -46,8 +46,12 @@ class _Aside(Generic[C]):
 
     def keep(self, conn: C, pool_closed: bool) -> bool:
         """Keep `conn` aside for the next call? False: it goes back into the pool."""
-        if (pool_closed or conn.closed or conn.broken
-                or conn.info.transaction_status != TransactionStatus.IDLE):
+        if (
+            pool_closed
+            or conn.closed
+            or conn.broken
+            or conn.info.transaction_status != TransactionStatus.IDLE
+        ):
             return False
         with self._lock:
             if self._conn is not None:

@@ -9,8 +9,16 @@ from typing import Any
 from conveyor.model.errors import JobNotFound
 from conveyor.model.job import TERMINAL_STATES, Job
 from conveyor.model.version import __version__
-from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, flow_loads_from_rows,
-                    queue_stats_from_rows, redrive_scope, waiting_scope)
+from conveyor.backends.contract import (
+    FlowLoads,
+    FlowQuery,
+    JobFilter,
+    QueueStats,
+    flow_loads_from_rows,
+    queue_stats_from_rows,
+    redrive_scope,
+    waiting_scope,
+)
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.rows import filter_params, job_from_row
 
@@ -23,19 +31,29 @@ class PostgresInspector(PostgresConnections):
         return job_from_row(rows[0]) if rows else None
 
     async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None,
+        self,
+        where: JobFilter,
+        limit: int = 50,
+        offset: int = 0,
+        after: str | None = None,
         oldest_finished_first: bool = False,
     ) -> list[Job]:
-        params = {**filter_params(where), "limit": limit, "offset": offset,
-                  "oldest_finished_first": oldest_finished_first}
+        params = {
+            **filter_params(where),
+            "limit": limit,
+            "offset": offset,
+            "oldest_finished_first": oldest_finished_first,
+        }
         if oldest_finished_first:
             return [job_from_row(r) for r in await self._fetch("filter_jobs", params)]
         before_seq = None
         if after is not None:
             rows = await self._fetch("seq_of_job", {"id": after})
             if not rows:
-                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                                  "start again from the first page")
+                raise JobNotFound(
+                    f"job {after} (the page cursor) no longer exists; "
+                    "start again from the first page"
+                )
             before_seq = rows[0][0]
             if before_seq <= -(2**63):  # nothing sorts before it (and - 1 would overflow)
                 return []
@@ -53,8 +71,9 @@ class PostgresInspector(PostgresConnections):
 
         async def op(conn: AsyncConn) -> None:
             async with conn.transaction():
-                await conn.execute(self.q["drop_key_limit" if limit is None
-                                          else "set_key_limit"], params)
+                await conn.execute(
+                    self.q["drop_key_limit" if limit is None else "set_key_limit"], params
+                )
                 await self._notify(conn)  # a raised limit may have unparked jobs
 
         await self._run(op)
@@ -64,8 +83,12 @@ class PostgresInspector(PostgresConnections):
         return int(rows[0][0]) if rows else None
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        params = {"id": job_id, "now": self.clock(), "version": __version__,
-                  "done_channel": self.config.done_channel}
+        params = {
+            "id": job_id,
+            "now": self.clock(),
+            "version": __version__,
+            "done_channel": self.config.done_channel,
+        }
 
         async def op(conn: AsyncConn) -> None:
             async with conn.transaction():
@@ -110,9 +133,18 @@ class PostgresInspector(PostgresConnections):
         ids = [j.id for j in await self.list_jobs(scoped, limit, 0)]
         if dry_run or not ids:
             return ids
-        cancelled = {row[0] for row in await self._fetch(
-            "cancel_waiting_jobs", {"ids": ids, "now": self.clock(), "version": __version__,
-                                    "done_channel": self.config.done_channel})}
+        cancelled = {
+            row[0]
+            for row in await self._fetch(
+                "cancel_waiting_jobs",
+                {
+                    "ids": ids,
+                    "now": self.clock(),
+                    "version": __version__,
+                    "done_channel": self.config.done_channel,
+                },
+            )
+        }
         return [i for i in ids if i in cancelled]
 
     async def dependants_of(self, job_id: str) -> list[str]:
@@ -139,8 +171,11 @@ class PostgresInspector(PostgresConnections):
 
     async def flow_loads(self, query: FlowQuery) -> FlowLoads:
         params = {"queue": query.queue}
-        return flow_loads_from_rows(query.top, await self._fetch("key_loads", params),
-                                    await self._fetch("throttled_by_bucket", params))
+        return flow_loads_from_rows(
+            query.top,
+            await self._fetch("key_loads", params),
+            await self._fetch("throttled_by_bucket", params),
+        )
 
     async def queue_paused(self, queue: str) -> bool:
         rows = await self._fetch("queue_paused", {"queue": queue})

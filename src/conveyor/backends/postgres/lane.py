@@ -61,8 +61,11 @@ class Lane:
                 # Cancelled or failed mid-statement, the connection's state is not
                 # known and it goes; a statement error leaves it idle and usable.
                 # A dead one sends the caller to the pool.
-                if not (isinstance(exc, psycopg.Error) and not connection.broken
-                        and connection.info.transaction_status == TransactionStatus.IDLE):
+                if not (
+                    isinstance(exc, psycopg.Error)
+                    and not connection.broken
+                    and connection.info.transaction_status == TransactionStatus.IDLE
+                ):
                     self._drop(connection)
                 if isinstance(exc, psycopg.OperationalError):
                     raise Busy from exc
@@ -78,8 +81,10 @@ class Lane:
 
     async def _connect(self) -> AsyncConn:
         try:
-            connection = await asyncio.wait_for(psycopg.AsyncConnection.connect(
-                self._conninfo, autocommit=True), self._connect_timeout)
+            connection = await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(self._conninfo, autocommit=True),
+                self._connect_timeout,
+            )
         except (OSError, psycopg.Error, TimeoutError) as exc:
             raise Busy from exc  # the pool's path reports the outage
         if self._setup is not None:

@@ -71,8 +71,11 @@ class Listener:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 if failures == 1:
-                    log.warning("wake-up listener lost %s (%s); polling until it is back",
-                                self.redacted, exc)
+                    log.warning(
+                        "wake-up listener lost %s (%s); polling until it is back",
+                        self.redacted,
+                        exc,
+                    )
                 await asyncio.sleep(delay)
             finally:
                 if conn is not None:

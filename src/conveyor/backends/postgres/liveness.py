@@ -103,10 +103,15 @@ class AdvisoryLockHolder(SignalHolder):
 
 def gone_params(candidates: Mapping[str, str]) -> tuple[dict[str, LockToken], dict[str, Any]]:
     """The candidates with a token of ours, and the query parameters for them."""
-    tokens = {worker_id: parsed for worker_id, token in candidates.items()
-              if (parsed := LockToken.parse(token)) is not None}
-    params = {"keys1": [t.key1 for t in tokens.values()],
-              "keys2": [t.key2 for t in tokens.values()]}
+    tokens = {
+        worker_id: parsed
+        for worker_id, token in candidates.items()
+        if (parsed := LockToken.parse(token)) is not None
+    }
+    params = {
+        "keys1": [t.key1 for t in tokens.values()],
+        "keys2": [t.key2 for t in tokens.values()],
+    }
     return tokens, params
 
 

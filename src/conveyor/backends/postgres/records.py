@@ -35,8 +35,9 @@ class PostgresRecords(PostgresConnections):
 
         return {str(key): str(value) for key, value in await self._run(op)}
 
-    async def put_record(self, namespace: str, key: str, value: str,
-                         ttl: float | None = None) -> None:
+    async def put_record(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> None:
         now = self.clock()
         params = self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl))
 
@@ -45,53 +46,80 @@ class PostgresRecords(PostgresConnections):
 
         await self._run(op)
 
-    async def put_record_if_absent(self, namespace: str, key: str, value: str,
-                                   ttl: float | None = None) -> bool:
+    async def put_record_if_absent(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> bool:
         now = self.clock()
-        row = await self._one("put_record_if_absent", self._params(
-            namespace, key, value=value, now=now, expires_at=expiry(now, ttl)))
+        row = await self._one(
+            "put_record_if_absent",
+            self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl)),
+        )
         return row is not None
 
-    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
-                                     value: str, ttl: float | None = None) -> bool:
+    async def compare_and_set_record(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
+    ) -> bool:
         if expected is None:
             return await self.put_record_if_absent(namespace, key, value, ttl)
         now = self.clock()
-        row = await self._one("compare_and_set_record", self._params(
-            namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)))
+        row = await self._one(
+            "compare_and_set_record",
+            self._params(
+                namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)
+            ),
+        )
         return row is not None
 
-    async def compare_and_set_record_in(self, connection: AsyncConn, namespace: str, key: str,
-                                        expected: str | None, value: str,
-                                        ttl: float | None = None) -> bool:
+    async def compare_and_set_record_in(
+        self,
+        connection: AsyncConn,
+        namespace: str,
+        key: str,
+        expected: str | None,
+        value: str,
+        ttl: float | None = None,
+    ) -> bool:
         """On the caller's connection, in its transaction (RecordsInTransaction)."""
         query, params = self._compare_and_set(namespace, key, expected, value, ttl)
         return await (await connection.execute(query, params)).fetchone() is not None
 
-    def compare_and_set_record_in_sync(self, connection: psycopg.Connection[Any], namespace: str,
-                                       key: str, expected: str | None, value: str,
-                                       ttl: float | None = None) -> bool:
+    def compare_and_set_record_in_sync(
+        self,
+        connection: psycopg.Connection[Any],
+        namespace: str,
+        key: str,
+        expected: str | None,
+        value: str,
+        ttl: float | None = None,
+    ) -> bool:
         query, params = self._compare_and_set(namespace, key, expected, value, ttl)
         return connection.execute(query, params).fetchone() is not None
 
-    def _compare_and_set(self, namespace: str, key: str, expected: str | None, value: str,
-                         ttl: float | None) -> tuple[str, dict[str, Any]]:
+    def _compare_and_set(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None
+    ) -> tuple[str, dict[str, Any]]:
         now = self.clock()
-        params = self._params(namespace, key, value=value, expected=expected, now=now,
-                              expires_at=expiry(now, ttl))
+        params = self._params(
+            namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)
+        )
         # Absent expected: the key is taken only if free, as put_record_if_absent does.
-        return self.q["put_record_if_absent" if expected is None else "compare_and_set_record"], params
+        return self.q[
+            "put_record_if_absent" if expected is None else "compare_and_set_record"
+        ], params
 
-    async def incr_record(self, namespace: str, key: str, amount: int = 1,
-                          ttl: float | None = None) -> int:
+    async def incr_record(
+        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
+    ) -> int:
         now = self.clock()
         params = self._params(namespace, key, amount=amount, now=now, expires_at=expiry(now, ttl))
         try:
             row = await self._one("incr_record", params)
         except psycopg.errors.InvalidTextRepresentation:
             current = await self.get_record(namespace, key)
-            raise ValueError(f"record {namespace}/{key} holds {str(current)[:40]!r}, not an "
-                             "integer; incr_record counts only what it created") from None
+            raise ValueError(
+                f"record {namespace}/{key} holds {str(current)[:40]!r}, not an "
+                "integer; incr_record counts only what it created"
+            ) from None
         assert row is not None
         return int(row[0])
 

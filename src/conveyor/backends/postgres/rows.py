@@ -22,8 +22,12 @@ def load_schema_queries(schema: str, channel: str, done_channel: str = "") -> di
     Both names are validated (lower-case letters, digits, _), so quoting is exact.
     Plain replacement rather than str.format: SQL is full of braces."""
     queries = load_queries(__package__ or "conveyor.backends.postgres")
-    return {name: text.replace("{schema}", f'"{schema}"').replace("{channel}", f'"{channel}"')
-            .replace("{done_channel}", f'"{done_channel}"') for name, text in queries.items()}
+    return {
+        name: text.replace("{schema}", f'"{schema}"')
+        .replace("{channel}", f'"{channel}"')
+        .replace("{done_channel}", f'"{done_channel}"')
+        for name, text in queries.items()
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,7 @@ def positional(sql: str) -> Positional:
 
 def job_from_row(row: Sequence[Any], start: int = 0) -> Job:
     """A Job from a row whose columns from `start` are seq, then codec.COLUMNS."""
-    return decode_row(row[start + 1:])
+    return decode_row(row[start + 1 :])
 
 
 def claim_order(row: Sequence[Any]) -> tuple[int, float, int]:

@@ -24,8 +24,18 @@ from redis.exceptions import NoScriptError, ResponseError
 from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
 from conveyor.model.clock import Clock, system_clock
 from conveyor.backends import redact_url
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, JobFilter, Lease,
-                    LeaseQuery, Settlement, redrive_scope, waiting_scope)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    HeartbeatReply,
+    HeldLease,
+    JobFilter,
+    Lease,
+    LeaseQuery,
+    Settlement,
+    redrive_scope,
+    waiting_scope,
+)
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.config import connection_settings, parse_redis_url
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
@@ -39,8 +49,16 @@ from conveyor.backends.redis.expiring import ResultExpiry
 from conveyor.backends.redis.following import Following
 from conveyor.backends.redis.inspector_reads import InspectorReads
 from conveyor.backends.redis.records import RedisRecords
-from conveyor.backends.redis.script_args import (bulk_cancel_args, cancel_args, claim_args, enqueue_commands,
-                          enqueue_script, enqueued_jobs, settle_calls, stale_settlements)
+from conveyor.backends.redis.script_args import (
+    bulk_cancel_args,
+    cancel_args,
+    claim_args,
+    enqueue_commands,
+    enqueue_script,
+    enqueued_jobs,
+    settle_calls,
+    stale_settlements,
+)
 from conveyor.backends.redis.script_calls import Scripts
 
 __all__ = ["RedisBackend", "parse_redis_url"]
@@ -105,14 +123,16 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         # One quick retry takes a fresh connection when a pooled one died with a server
         # restart; longer outages surface as BackendUnavailable, then the worker's backoff.
         options = connection_settings()
-        self._client = aioredis.Redis.from_url(self._driver_url, retry=Retry(NoBackoff(), 1),
-                                               **options)
+        self._client = aioredis.Redis.from_url(
+            self._driver_url, retry=Retry(NoBackoff(), 1), **options
+        )
         self._scripts = Scripts(self._client, self.keys.base)
         self._queries = JobQueries(self._client, self.keys, self._scripts)
         self._lane = Lane(self._client.connection_pool.make_connection)
         sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
         self._thread_lanes = ThreadLanes(
-            cast(Callable[[], SyncConnection], sync_pool.make_connection))
+            cast(Callable[[], SyncConnection], sync_pool.make_connection)
+        )
 
     async def close(self) -> None:
         client, self._client = self._client, None
@@ -142,8 +162,12 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         except ResponseError:
             return  # CONFIG is disabled on many managed services
         if policy and policy != "noeviction":
-            log.warning("Redis at %s has maxmemory-policy=%s: under memory pressure it may "
-                        "evict jobs. Use noeviction for job queues.", redact_url(self.url), policy)
+            log.warning(
+                "Redis at %s has maxmemory-policy=%s: under memory pressure it may "
+                "evict jobs. Use noeviction for job queues.",
+                redact_url(self.url),
+                policy,
+            )
 
     # --- producer -----------------------------------------------------------------
     # One EVALSHA per 1,000 jobs, in one write: a batch is one round trip. Through a lane
@@ -196,26 +220,32 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
             raise conveyor_error from exc
 
     def _enqueue_commands(self, jobs: Sequence[NewJob]) -> tuple[list[Job], list[Command]]:
-        return enqueue_commands(jobs, self.clock(), self.scripts.sha(enqueue_script(jobs)),
-                                self.keys)
+        return enqueue_commands(
+            jobs, self.clock(), self.scripts.sha(enqueue_script(jobs)), self.keys
+        )
 
     # --- worker -------------------------------------------------------------------
     @translated
     async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         if request.limit <= 0 or not request.queues:
             return ClaimedJobs()
-        rows = await self.scripts.call("claim", [self.keys.due, self.keys.paused],
-                                       claim_args(request, self.clock(), _STAGE_LIMIT))
+        rows = await self.scripts.call(
+            "claim",
+            [self.keys.due, self.keys.paused],
+            claim_args(request, self.clock(), _STAGE_LIMIT),
+        )
         next_token_at = rows.pop() if request.rate_limits else None
-        return ClaimedJobs.of((job_from_reply(row) for row in rows),
-                              float(next_token_at) if next_token_at else None)
+        return ClaimedJobs.of(
+            (job_from_reply(row) for row in rows), float(next_token_at) if next_token_at else None
+        )
 
     @translated
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         if not settlements:
             return []
-        calls = settle_calls(settlements, self.clock(), self.keys, self.max_completed,
-                             self.max_dead)
+        calls = settle_calls(
+            settlements, self.clock(), self.keys, self.max_completed, self.max_dead
+        )
         if len(calls) == 1:
             replies = [await self.scripts.call(*calls[0])]
         else:  # one round trip for the whole batch
@@ -233,9 +263,12 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return HeartbeatReply(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
     @translated
-    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
         stored = await self.scripts.call(
-            "checkpoint", [self.keys.queues],
+            "checkpoint",
+            [self.keys.queues],
             [lease.job_id, lease.token, optional_arg(checkpoint), optional_arg(progress)],
         )
         return bool(stored)
@@ -245,8 +278,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         if timeout <= 0 or not queues:
             return
         try:
-            await self.client.blpop([self.keys.wake(q) for q in queues],
-                                    timeout=min(timeout, _LONGEST_WAIT))
+            await self.client.blpop(
+                [self.keys.wake(q) for q in queues], timeout=min(timeout, _LONGEST_WAIT)
+            )
         except UNAVAILABLE:
             # No hints while Redis is away: a poll interval; the next fetch reports it.
             await asyncio.sleep(timeout)
@@ -255,31 +289,50 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     @translated
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         expired_before = "" if query.expired_before is None else float_arg(query.expired_before)
-        flat = await self.scripts.call("find_leases", [self.keys.queues],
-                                       [expired_before, query.limit, *query.worker_ids])
-        return [HeldLease(job_id=flat[i], token=int(flat[i + 1]), worker_id=flat[i + 2] or None,
-                          attempt=int(flat[i + 3]), max_attempts=int(flat[i + 4]),
-                          lease_expires_at=float(flat[i + 5]) if flat[i + 5] else None)
-                for i in range(0, len(flat), 6)]
+        flat = await self.scripts.call(
+            "find_leases", [self.keys.queues], [expired_before, query.limit, *query.worker_ids]
+        )
+        return [
+            HeldLease(
+                job_id=flat[i],
+                token=int(flat[i + 1]),
+                worker_id=flat[i + 2] or None,
+                attempt=int(flat[i + 3]),
+                max_attempts=int(flat[i + 4]),
+                lease_expires_at=float(flat[i + 5]) if flat[i + 5] else None,
+            )
+            for i in range(0, len(flat), 6)
+        ]
 
     @translated
     async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
         total = 0
         for queue in sorted(await self.client.smembers(self.keys.queues)):
-            for state, before in ((JobState.COMPLETED, completed_before),
-                                  (JobState.CANCELLED, completed_before),
-                                  (JobState.DEAD, dead_before)):
+            for state, before in (
+                (JobState.COMPLETED, completed_before),
+                (JobState.CANCELLED, completed_before),
+                (JobState.DEAD, dead_before),
+            ):
                 skipped = 0  # candidates kept (inside a dedup window) are paged past
                 while True:
                     ids = await self.client.zrangebyscore(
-                        self.keys.state(queue, state), "-inf", f"({float_arg(before)}",
-                        start=skipped, num=_PRUNE_CHUNK)
+                        self.keys.state(queue, state),
+                        "-inf",
+                        f"({float_arg(before)}",
+                        start=skipped,
+                        num=_PRUNE_CHUNK,
+                    )
                     if not ids:
                         break
                     deleted = await self.scripts.call(
-                        "prune", [self.keys.unique],
-                        [float_arg(self.clock()), float_arg(completed_before),
-                         float_arg(dead_before), *ids],
+                        "prune",
+                        [self.keys.unique],
+                        [
+                            float_arg(self.clock()),
+                            float_arg(completed_before),
+                            float_arg(dead_before),
+                            *ids,
+                        ],
                     )
                     total += deleted
                     skipped += len(ids) - deleted
@@ -303,7 +356,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     @translated
     async def cancel_job(self, job_id: str) -> Job | None:
         row = await self.scripts.call(
-            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, self.max_completed))
+            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, self.max_completed)
+        )
         return job_from_reply(row) if row else None
 
     @translated
@@ -312,8 +366,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
             return await self.queries.load(ids)
-        rows = await self.scripts.call("redrive", [self.keys.unique],
-                                       [float_arg(self.clock()), *ids])
+        rows = await self.scripts.call(
+            "redrive", [self.keys.unique], [float_arg(self.clock()), *ids]
+        )
         return [job_from_reply(row) for row in rows]
 
     @translated
@@ -336,8 +391,13 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         ids = (await self.queries.select(scoped, oldest_finished_first=False))[:limit]
         if dry_run or not ids:
             return ids
-        cancelled = set(await self.scripts.call(
-            "cancel_waiting", [self.keys.due], bulk_cancel_args(self.clock(), self.max_completed, ids)))
+        cancelled = set(
+            await self.scripts.call(
+                "cancel_waiting",
+                [self.keys.due],
+                bulk_cancel_args(self.clock(), self.max_completed, ids),
+            )
+        )
         return [job_id for job_id in ids if job_id in cancelled]
 
     @translated

@@ -21,8 +21,9 @@ _FIELD = "k:"
 
 
 class RedisBlobStore:
-    def __init__(self, client: Callable[[], Any], keys: Keys, clock: Clock, url: str,
-                 ttl: int = DEFAULT_TTL) -> None:
+    def __init__(
+        self, client: Callable[[], Any], keys: Keys, clock: Clock, url: str, ttl: int = DEFAULT_TTL
+    ) -> None:
         self._client = client  # the backend's, looked up at each call (opened lazily)
         self.keys = keys
         self.clock = clock
@@ -76,12 +77,16 @@ class RedisBlobStore:
                 pipe.hkeys(self.keys.blob(digest))
             return list(await pipe.execute())
 
-    async def _delete_fields(self, client: Any, digests: Sequence[str],
-                             fields_of: Sequence[Sequence[Any]], kind: str) -> int:
+    async def _delete_fields(
+        self, client: Any, digests: Sequence[str], fields_of: Sequence[Sequence[Any]], kind: str
+    ) -> int:
         async with client.pipeline(transaction=False) as pipe:
             for digest, fields in zip(digests, fields_of):
-                doomed = [f for f in fields
-                          if str(f).startswith(_FIELD) and is_of(str(f)[len(_FIELD):], kind)]
+                doomed = [
+                    f
+                    for f in fields
+                    if str(f).startswith(_FIELD) and is_of(str(f)[len(_FIELD) :], kind)
+                ]
                 if doomed:
                     pipe.hdel(self.keys.blob(digest), *doomed)
             return sum(await pipe.execute())
@@ -90,8 +95,9 @@ class RedisBlobStore:
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
         client = self._client()
         found: list[StoredBlob] = []
-        digests = await client.zrangebyscore(self.keys.blobs, "-inf", f"({created_before!r}",
-                                             start=0, num=limit)
+        digests = await client.zrangebyscore(
+            self.keys.blobs, "-inf", f"({created_before!r}", start=0, num=limit
+        )
         for digest in digests:
             hash_key = self.keys.blob(str(digest))
             job_id, at = await client.hmget(hash_key, "job", "at")
@@ -99,8 +105,11 @@ class RedisBlobStore:
                 await client.zrem(self.keys.blobs, digest)
                 continue
             fields = await client.hkeys(hash_key)
-            found += [StoredBlob(str(f)[len(_FIELD):], str(job_id), float(at or 0.0))
-                      for f in fields if str(f).startswith(_FIELD)]
+            found += [
+                StoredBlob(str(f)[len(_FIELD) :], str(job_id), float(at or 0.0))
+                for f in fields
+                if str(f).startswith(_FIELD)
+            ]
         return found[:limit]
 
     async def close(self) -> None:

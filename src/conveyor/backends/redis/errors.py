@@ -31,15 +31,18 @@ def translate(url: str, exc: Exception) -> Exception | None:
         # redis-py makes these ConnectionErrors, but retrying will not help.
         return ConfigurationError(
             f"Redis at {redact_url(url)} refused the credentials ({exc}); check the "
-            "user and password in the URL")
+            "user and password in the URL"
+        )
     if isinstance(exc, UNAVAILABLE):
         return BackendUnavailable(
             f"Redis at {redact_url(url)} is unreachable ({type(exc).__name__}: {exc}). "
-            "Retry later; re-enqueueing the same job id is safe (it deduplicates).")
+            "Retry later; re-enqueueing the same job id is safe (it deduplicates)."
+        )
     if isinstance(exc, ResponseError) and UNKNOWN_PARENT in str(exc):
         child, _, parent = str(exc).split(UNKNOWN_PARENT, 1)[1].strip().partition(" ")
-        return InvalidJob("depends_on", parent, "the id of a stored job (or another job's)",
-                          where=child)
+        return InvalidJob(
+            "depends_on", parent, "the id of a stored job (or another job's)", where=child
+        )
     if isinstance(exc, ResponseError) and ILLEGAL_TRANSITION in str(exc):
         old, _, new = str(exc).split(ILLEGAL_TRANSITION, 1)[1].strip().partition(">")
         return IllegalTransition(JobState(old), JobState(new))

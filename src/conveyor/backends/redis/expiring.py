@@ -26,7 +26,8 @@ class ResultExpiry:
         while len(cleared) < limit:
             want = limit - len(cleared)
             taken, *ids = await self.scripts.call(
-                "expire_results", [self.keys.result_expiries], [float_arg(now), want])
+                "expire_results", [self.keys.result_expiries], [float_arg(now), want]
+            )
             cleared += [str(i) for i in ids]
             if int(taken) < want:  # no more due (entries of gone jobs are taken too)
                 break

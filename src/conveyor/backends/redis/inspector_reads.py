@@ -29,8 +29,9 @@ class InspectorReads:
         return job_from_fields(fields, job_id) if fields else None
 
     @translated
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
-                        after: str | None = None) -> list[Job]:
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
+    ) -> list[Job]:
         return await self.queries.list_jobs(where, limit, offset, after)
 
     @translated

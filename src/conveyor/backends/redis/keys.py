@@ -124,9 +124,9 @@ class Keys:
 
 
 def id_from_rank(member: str) -> str:
-    return member[FAIR_LEN + RANK_LEN:] if member.startswith("v") else member[RANK_LEN:]
+    return member[FAIR_LEN + RANK_LEN :] if member.startswith("v") else member[RANK_LEN:]
 
 
 def micros_from_rank(member: str) -> int:
     start = FAIR_LEN if member.startswith("v") else 0
-    return int(member[start:start + 17])
+    return int(member[start : start + 17])

@@ -37,7 +37,9 @@ except ImportError:  # hiredis is optional (the redis-hiredis extra)
     _hiredis_pack = None
 
 
-def _packed(connection: AsyncConnection | SyncConnection, commands: Sequence[Command]) -> list[bytes]:
+def _packed(
+    connection: AsyncConnection | SyncConnection, commands: Sequence[Command]
+) -> list[bytes]:
     if _hiredis_pack is not None:
         return [_hiredis_pack(tuple(command)) for command in commands]
     return [part for command in commands for part in connection.pack_command(*command)]

@@ -60,8 +60,11 @@ class NamedConnectionHolder(SignalHolder):
     async def _take(self) -> str:
         # The pool's kind of connection (URL, TLS, credentials, keepalive), under
         # the worker's name; redis-py names it again on every connect.
-        kwargs = {**self._pool.connection_kwargs, "client_name": client_name(self.worker_id),
-                  "health_check_interval": 0}
+        kwargs = {
+            **self._pool.connection_kwargs,
+            "client_name": client_name(self.worker_id),
+            "health_check_interval": 0,
+        }
         conn: Any = self._pool.connection_class(**kwargs)  # redis-py leaves connect() untyped
         self._conn = conn
         await conn.connect()
@@ -98,8 +101,11 @@ def _run_id(info: Any) -> str:
 
 
 async def dead_workers(client: Any, candidates: Mapping[str, str]) -> set[str]:
-    tokens = {worker_id: parsed for worker_id, token in candidates.items()
-              if (parsed := ClientToken.parse(token)) is not None}
+    tokens = {
+        worker_id: parsed
+        for worker_id, token in candidates.items()
+        if (parsed := ClientToken.parse(token)) is not None
+    }
     if not tokens:
         return set()
     ids = sorted({t.client_id for t in tokens.values()})
@@ -112,6 +118,8 @@ async def dead_workers(client: Any, candidates: Mapping[str, str]) -> set[str]:
             info, clients = await client.info("server"), await client.client_list()
     run_id = _run_id(info)
     alive = {(int(c["id"]), c.get("name", "")) for c in clients}
-    return {worker_id for worker_id, token in tokens.items()
-            if token.run_id == run_id
-            and (token.client_id, client_name(worker_id)) not in alive}
+    return {
+        worker_id
+        for worker_id, token in tokens.items()
+        if token.run_id == run_id and (token.client_id, client_name(worker_id)) not in alive
+    }

@@ -16,16 +16,40 @@ from functools import cache
 from importlib import resources
 
 SCRIPT_NAMES = (
-    "enqueue", "enqueue_bounded", "enqueue_dependants", "claim", "complete", "fail", "release", "heartbeat", "checkpoint",
-    "find_leases", "prune", "cancel", "cancel_waiting", "redrive", "delete", "force_state",
-    "put_record", "set_record_if", "incr_record", "delete_record", "index_waiting",
-    "expire_results", "key_loads", "count_by_error", "set_key_limit",
+    "enqueue",
+    "enqueue_bounded",
+    "enqueue_dependants",
+    "claim",
+    "complete",
+    "fail",
+    "release",
+    "heartbeat",
+    "checkpoint",
+    "find_leases",
+    "prune",
+    "cancel",
+    "cancel_waiting",
+    "redrive",
+    "delete",
+    "force_state",
+    "put_record",
+    "set_record_if",
+    "incr_record",
+    "delete_record",
+    "index_waiting",
+    "expire_results",
+    "key_loads",
+    "count_by_error",
+    "set_key_limit",
 )
 
 
 def _read(name: str) -> str:
-    return resources.files(__package__ or "conveyor.backends.redis").joinpath(
-        "scripts", f"{name}.lua").read_text(encoding="utf-8")
+    return (
+        resources.files(__package__ or "conveyor.backends.redis")
+        .joinpath("scripts", f"{name}.lua")
+        .read_text(encoding="utf-8")
+    )
 
 
 _DEFINITION = re.compile(r"^local (?:function )?(\w+)")
@@ -45,8 +69,9 @@ def lib_definitions() -> list[tuple[str, str]]:
         if match:
             definitions.append((match.group(1), [*comments, line]))
             comments = []
-        elif line.startswith("--") and (not definitions or not definitions[-1][1][-1].strip()
-                                        or comments):
+        elif line.startswith("--") and (
+            not definitions or not definitions[-1][1][-1].strip() or comments
+        ):
             comments.append(line)  # the comment block above the next definition
         elif definitions:
             definitions[-1][1].extend([*comments, line])

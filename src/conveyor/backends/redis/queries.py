@@ -13,8 +13,14 @@ from typing import Any
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.model.job import Job, JobState
-from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, ascii_lower,
-                    flow_loads_from_rows)
+from conveyor.backends.contract import (
+    FlowLoads,
+    FlowQuery,
+    JobFilter,
+    QueueStats,
+    ascii_lower,
+    flow_loads_from_rows,
+)
 from conveyor.backends.codec import job_from_fields, last_error_type
 from conveyor.backends.filtering import job_matches
 from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
@@ -38,15 +44,18 @@ class JobQueries:
         self.keys = keys
         self.scripts = scripts
 
-    async def list_jobs(self, where: JobFilter, limit: int, offset: int,
-                        after: str | None) -> list[Job]:
+    async def list_jobs(
+        self, where: JobFilter, limit: int, offset: int, after: str | None
+    ) -> list[Job]:
         want = offset + limit
         before_seq = None
         if after is not None:
             seq = await self.client.zscore(self.keys.jobs, after)
             if seq is None:
-                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                                  "start again from the first page")
+                raise JobNotFound(
+                    f"job {after} (the page cursor) no longer exists; "
+                    "start again from the first page"
+                )
             before_seq = int(seq)
         # Few candidates: read and sort them all. Many: walk the seq index until the
         # page is full (matches are then dense enough for that to be short).
@@ -57,8 +66,12 @@ class JobQueries:
         return await self.load(ids[offset:want])
 
     async def count_jobs(self, where: JobFilter) -> int:
-        if (where.error_type is not None and where.states and JobState.AVAILABLE not in where.states
-                and not (where.ids or where.tasks or where.args_contains)):
+        if (
+            where.error_type is not None
+            and where.states
+            and JobState.AVAILABLE not in where.states
+            and not (where.ids or where.tasks or where.args_contains)
+        ):
             return await self._count_by_error(where, where.error_type)
         if where.ids or where.tasks or where.error_type is not None or where.args_contains:
             return len(await self.select(where, oldest_finished_first=False))
@@ -71,13 +84,18 @@ class JobQueries:
         total = 0
         for queue in queues:
             for state in where.states:
-                replies = await self._pages("count_by_error", self.keys.state(queue, state),
-                                            _ERROR_PAGE, ascii_lower(error_type))
+                replies = await self._pages(
+                    "count_by_error",
+                    self.keys.state(queue, state),
+                    _ERROR_PAGE,
+                    ascii_lower(error_type),
+                )
                 total += sum(int(reply[1]) for reply in replies)
         return total
 
-    async def select(self, where: JobFilter, oldest_finished_first: bool,
-                     before_seq: int | None = None) -> list[str]:
+    async def select(
+        self, where: JobFilter, oldest_finished_first: bool, before_seq: int | None = None
+    ) -> list[str]:
         """Ids matching `where`, in listing order (newest first, or oldest finished first),
         only those enqueued before `before_seq` if given (the keyset cursor)."""
         candidates = await self._candidates(where)
@@ -95,8 +113,13 @@ class JobQueries:
     async def task_names(self, where: JobFilter) -> list[str]:
         candidates = await self._candidates(where)
         rows = await self._rows(candidates, where)
-        return sorted({readable_text(row[2]) for job_id, row in zip(candidates, rows, strict=True)
-                       if row[2] is not None and _matches(where, job_id, row)})
+        return sorted(
+            {
+                readable_text(row[2])
+                for job_id, row in zip(candidates, rows, strict=True)
+                if row[2] is not None and _matches(where, job_id, row)
+            }
+        )
 
     async def newest(self, where: JobFilter, want: int, before_seq: int | None = None) -> list[str]:
         """The first `want` ids matching `where`, newest first, read from the seq
@@ -107,12 +130,16 @@ class JobQueries:
         start = 0
         top = "+inf" if before_seq is None else f"({before_seq}"
         while len(found) < want:
-            ids = await self.client.zrevrangebyscore(self.keys.jobs, top, "-inf", start=start,
-                                                     num=page_size)
+            ids = await self.client.zrevrangebyscore(
+                self.keys.jobs, top, "-inf", start=start, num=page_size
+            )
             if not ids:
                 break
-            found += [job_id for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
-                      if _matches(where, job_id, row)]
+            found += [
+                job_id
+                for job_id, row in zip(ids, await self._rows(ids, where), strict=True)
+                if _matches(where, job_id, row)
+            ]
             start += page_size
         return found[:want]
 
@@ -141,7 +168,7 @@ class JobQueries:
         out: list[QueueStats] = []
         width = len(states) + 1
         for i, name in enumerate(names):
-            row = sizes[i * width:(i + 1) * width]
+            row = sizes[i * width : (i + 1) * width]
             parked = row.pop()
             row[states.index(JobState.AVAILABLE)] += parked  # parked jobs are available
             row[states.index(JobState.AVAILABLE)] += throttled.get(name, 0)
@@ -151,20 +178,34 @@ class JobQueries:
             oldest_age = None
             if counts.get(JobState.AVAILABLE):
                 first = await self._oldest_available(name)
-                run_at = None if first is None else await client.hget(
-                    self.keys.job(id_from_rank(first)), "run_at")
+                run_at = (
+                    None
+                    if first is None
+                    else await client.hget(self.keys.job(id_from_rank(first)), "run_at")
+                )
                 first_run_at = _number(run_at)
                 if first_run_at is not None:
                     oldest_age = max(0.0, now - first_run_at)
-            out.append(QueueStats(queue=name, counts=counts, oldest_available_age=oldest_age,
-                                  paused=flags.get(name) == "1", throttled=throttled.get(name, 0),
-                                  held_by_key=parked, shed=int(shed.get(name, 0))))
+            out.append(
+                QueueStats(
+                    queue=name,
+                    counts=counts,
+                    oldest_available_age=oldest_age,
+                    paused=flags.get(name) == "1",
+                    throttled=throttled.get(name, 0),
+                    held_by_key=parked,
+                    shed=int(shed.get(name, 0)),
+                )
+            )
         return out
 
     async def _rows(self, ids: Sequence[str], where: JobFilter) -> list[list[str | None]]:
         # errors and payload (maybe large) only when a filter reads them: fields 5 and 6
-        fields = (*_LIST_FIELDS, "errors" if where.error_type is not None else "state",
-                  "payload" if where.args_contains is not None else "state")
+        fields = (
+            *_LIST_FIELDS,
+            "errors" if where.error_type is not None else "state",
+            "payload" if where.args_contains is not None else "state",
+        )
         async with self.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hmget(self.keys.job(job_id), fields)
@@ -185,8 +226,11 @@ class JobQueries:
                     pipe.zrange(self.keys.parked(queue), 0, -1)
             pages = await pipe.execute()
         candidates: list[str] = []
-        indexes = [(q, s) for q in queues
-                   for s in (*states, *(("parked",) if JobState.AVAILABLE in states else ()))]
+        indexes = [
+            (q, s)
+            for q in queues
+            for s in (*states, *(("parked",) if JobState.AVAILABLE in states else ()))
+        ]
         for (_, state), page in zip(indexes, pages, strict=True):
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
         if JobState.AVAILABLE in states:  # and the rate limit lanes' available jobs
@@ -215,8 +259,11 @@ class JobQueries:
             for queue in queues:
                 pipe.smembers(self.keys.lanes(queue))
             lanes = await pipe.execute()
-        return [self.keys.lane(queue, bucket) for queue, buckets in zip(queues, lanes, strict=True)
-                for bucket in sorted(buckets)]
+        return [
+            self.keys.lane(queue, bucket)
+            for queue, buckets in zip(queues, lanes, strict=True)
+            for bucket in sorted(buckets)
+        ]
 
     async def _lane_sizes(self, queues: Sequence[str]) -> dict[str, int]:
         """Each queue's available jobs in its rate limit lanes (the throttled ones)."""
@@ -252,18 +299,26 @@ class JobQueries:
         (a bounded time on the server per call; pages are not one snapshot: a job that
         moves between two calls may be counted in both indexes or in neither), and each
         rate limit lane's size."""
-        queues = ([query.queue] if query.queue is not None
-                  else sorted(await self.client.smembers(self.keys.queues)))
+        queues = (
+            [query.queue]
+            if query.queue is not None
+            else sorted(await self.client.smembers(self.keys.queues))
+        )
         rows: list[tuple[str, int, int]] = []
         for queue in queues:
-            for index, held in ((self.keys.state(queue, JobState.RUNNING), 0),
-                                (self.keys.parked(queue), 1)):
+            for index, held in (
+                (self.keys.state(queue, JobState.RUNNING), 0),
+                (self.keys.parked(queue), 1),
+            ):
                 for reply in await self._pages("key_loads", index, _KEY_PAGE):
-                    rows += [(key, int(n) * (1 - held), int(n) * held)
-                             for key, n in zip(reply[1::2], reply[2::2], strict=True)]
+                    rows += [
+                        (key, int(n) * (1 - held), int(n) * held)
+                        for key, n in zip(reply[1::2], reply[2::2], strict=True)
+                    ]
         by_lane = await self._lane_sizes_by_bucket(queues)
-        return flow_loads_from_rows(query.top, rows,
-                                    [(bucket, n) for (_, bucket), n in by_lane.items()])
+        return flow_loads_from_rows(
+            query.top, rows, [(bucket, n) for (_, bucket), n in by_lane.items()]
+        )
 
     async def _pages(self, script: str, index: str, page: int, *args: str) -> list[list[Any]]:
         """The replies of `script` ({members read, ...}) over `index`, called `page`
@@ -286,8 +341,9 @@ class JobQueries:
         best: str | None = None
         floor = "-inf"
         while True:
-            page = await self.client.zrangebyscore(key, floor, "+inf", start=0, num=1,
-                                                   withscores=True)
+            page = await self.client.zrangebyscore(
+                key, floor, "+inf", start=0, num=1, withscores=True
+            )
             if not page:
                 return best
             member, score = page[0]
@@ -299,9 +355,14 @@ class JobQueries:
 def _matches(where: JobFilter, job_id: str, row: Sequence[str | None]) -> bool:
     """The shared predicate over a row of `_rows`."""
     return job_matches(
-        where, job_id=job_id, state=row[0], queue=row[1], task=row[2],
+        where,
+        job_id=job_id,
+        state=row[0],
+        queue=row[1],
+        task=row[2],
         last_error_type=None if where.error_type is None else last_error_type(row[5]),
-        payload=row[6])
+        payload=row[6],
+    )
 
 
 def _number(text: str | None) -> float | None:

@@ -66,53 +66,72 @@ class RedisRecords:
         return {k: values[k] for k in sorted(values) if k not in gone}
 
     @translated
-    async def put_record(self, namespace: str, key: str, value: str,
-                         ttl: float | None = None) -> None:
-        await self.scripts.call("put_record", self._record_keys(namespace),
-                                [float_arg(self.clock()), key, value, self._expires_at(ttl)])
+    async def put_record(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> None:
+        await self.scripts.call(
+            "put_record",
+            self._record_keys(namespace),
+            [float_arg(self.clock()), key, value, self._expires_at(ttl)],
+        )
 
-    async def put_record_if_absent(self, namespace: str, key: str, value: str,
-                                   ttl: float | None = None) -> bool:
+    async def put_record_if_absent(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> bool:
         return await self.compare_and_set_record(namespace, key, None, value, ttl)
 
     @translated
-    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
-                                     value: str, ttl: float | None = None) -> bool:
+    async def compare_and_set_record(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
+    ) -> bool:
         stored = await self.scripts.call(
-            "set_record_if", self._record_keys(namespace),
-            [float_arg(self.clock()), key, optional_arg(expected), value, self._expires_at(ttl)])
+            "set_record_if",
+            self._record_keys(namespace),
+            [float_arg(self.clock()), key, optional_arg(expected), value, self._expires_at(ttl)],
+        )
         return bool(stored)
 
     @translated
-    async def incr_record(self, namespace: str, key: str, amount: int = 1,
-                          ttl: float | None = None) -> int:
+    async def incr_record(
+        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
+    ) -> int:
         try:
             value = await self.scripts.call(
-                "incr_record", self._record_keys(namespace),
-                [float_arg(self.clock()), key, int(amount), self._expires_at(ttl)])
+                "incr_record",
+                self._record_keys(namespace),
+                [float_arg(self.clock()), key, int(amount), self._expires_at(ttl)],
+            )
         except ResponseError as exc:
             if NOT_AN_INTEGER not in str(exc):
                 raise
             held = str(exc).split(NOT_AN_INTEGER, 1)[1].strip()
-            raise ValueError(f"record {namespace}/{key} holds {held!r}, not an integer; "
-                             "incr_record counts only what it created") from None
+            raise ValueError(
+                f"record {namespace}/{key} holds {held!r}, not an integer; "
+                "incr_record counts only what it created"
+            ) from None
         return int(value)
 
     @translated
     async def delete_record(self, namespace: str, key: str) -> bool:
-        deleted = await self.scripts.call("delete_record", self._record_keys(namespace),
-                                          [float_arg(self.clock()), key])
+        deleted = await self.scripts.call(
+            "delete_record", self._record_keys(namespace), [float_arg(self.clock()), key]
+        )
         return bool(deleted)
 
     @translated
     async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
         # One HSET: atomic against claim.lua, which reads and writes the same fields.
-        await self.client.hset(self.keys.bucket(key), mapping={
-            "tokens": float_arg(tokens), "updated_at": float_arg(until)})
+        await self.client.hset(
+            self.keys.bucket(key),
+            mapping={"tokens": float_arg(tokens), "updated_at": float_arg(until)},
+        )
 
     async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
-        await self.scripts.call("set_key_limit", [self.keys.key_limit(concurrency_key)],
-                                [concurrency_key, "" if limit is None else str(limit)])
+        await self.scripts.call(
+            "set_key_limit",
+            [self.keys.key_limit(concurrency_key)],
+            [concurrency_key, "" if limit is None else str(limit)],
+        )
 
     @translated
     async def key_limit(self, concurrency_key: str) -> int | None:

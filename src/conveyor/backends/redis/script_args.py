@@ -39,20 +39,40 @@ def _links(jobs: Sequence[NewJob]) -> list[str]:
     """The dependants script's ARGV[3] (nothing for the other enqueue scripts)."""
     if not any(job.depends_on for job in jobs):
         return []
-    return [json.dumps({"v": __version__, "jobs": {
-        job.id: {"p": list(job.depends_on), "a": job.allow_failure}
-        for job in jobs if job.depends_on}})]
+    return [
+        json.dumps(
+            {
+                "v": __version__,
+                "jobs": {
+                    job.id: {"p": list(job.depends_on), "a": job.allow_failure}
+                    for job in jobs
+                    if job.depends_on
+                },
+            }
+        )
+    ]
 
 
-def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
-                     keys: Keys) -> tuple[list[Job], list[Command]]:
+def enqueue_commands(
+    jobs: Sequence[NewJob], now: float, sha: str, keys: Keys
+) -> tuple[list[Job], list[Command]]:
     """The jobs as stored when new, and the EVALSHA commands (of the enqueue script,
     `sha`) that store them."""
     now_text = float_arg(now)
     links = _links(jobs)
     head: list[str | int] = [
-        "EVALSHA", sha, 5, keys.seq, keys.due, keys.unique, keys.queues, keys.jobs, keys.base,
-        now_text, *links]
+        "EVALSHA",
+        sha,
+        5,
+        keys.seq,
+        keys.due,
+        keys.unique,
+        keys.queues,
+        keys.jobs,
+        keys.base,
+        now_text,
+        *links,
+    ]
     if links and len(jobs) > ENQUEUE_CHUNK:  # a workflow is one script call, all or nothing
         raise InvalidJob("jobs", len(jobs), f"at most {ENQUEUE_CHUNK} jobs in a workflow batch")
     made: list[Job] = []
@@ -60,17 +80,24 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
     shed_errors: dict[str, str] = {}  # per shedding queue: the record its shed jobs keep
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         command = list(head)
-        for new in jobs[start:start + ENQUEUE_CHUNK]:
+        for new in jobs[start : start + ENQUEUE_CHUNK]:
             if new.run_at is None:  # the common case: due now, text already made
                 run_at, run_at_text, state = now, now_text, JobState.AVAILABLE
             else:
                 run_at, run_at_text = new.run_at, float_arg(new.run_at)
                 state = initial_state(run_at, now)
             command += (
-                new.id, new.queue, new.task, new.payload, state.value, new.priority,
-                new.max_attempts, run_at_text,
-                _rank_micros(run_at if new.aging is None
-                             else claim_rank(new.priority, run_at, new.aging)[1]),
+                new.id,
+                new.queue,
+                new.task,
+                new.payload,
+                state.value,
+                new.priority,
+                new.max_attempts,
+                run_at_text,
+                _rank_micros(
+                    run_at if new.aging is None else claim_rank(new.priority, run_at, new.aging)[1]
+                ),
                 optional_arg(new.unique_key),
                 "" if new.unique_for is None else float_arg(new.unique_for),
                 "" if new.timeout is None else float_arg(new.timeout),
@@ -84,14 +111,27 @@ def enqueue_commands(jobs: Sequence[NewJob], now: float, sha: str,
                 "" if new.concurrency_limit is None else new.concurrency_limit,
                 optional_arg(new.rate_key),
             )
-            made.append(Job(
-                id=new.id, task=new.task, queue=new.queue, payload=new.payload,
-                state=state, priority=new.priority, max_attempts=new.max_attempts,
-                run_at=run_at, created_at=now, unique_key=new.unique_key,
-                unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-                aging=new.aging, concurrency_key=new.concurrency_key,
-                concurrency_limit=new.concurrency_limit, rate_key=new.rate_key,
-            ))
+            made.append(
+                Job(
+                    id=new.id,
+                    task=new.task,
+                    queue=new.queue,
+                    payload=new.payload,
+                    state=state,
+                    priority=new.priority,
+                    max_attempts=new.max_attempts,
+                    run_at=run_at,
+                    created_at=now,
+                    unique_key=new.unique_key,
+                    unique_for=new.unique_for,
+                    timeout=new.timeout,
+                    meta=new.meta,
+                    aging=new.aging,
+                    concurrency_key=new.concurrency_key,
+                    concurrency_limit=new.concurrency_limit,
+                    rate_key=new.rate_key,
+                )
+            )
         commands.append(command)
     return made, commands
 
@@ -120,16 +160,18 @@ def enqueued_jobs(made: list[Job], replies: list[Any], jobs: Sequence[NewJob]) -
             reply = reply.decode()
         if isinstance(reply, str) and reply.startswith("full:"):
             bound = jobs[pos].bound
-            refused[pos] = RefusedJob("", job.queue, int(reply[5:]),
-                                      0 if bound is None else bound.max_waiting)
+            refused[pos] = RefusedJob(
+                "", job.queue, int(reply[5:]), 0 if bound is None else bound.max_waiting
+            )
             stored.append(None)
         else:
             stored.append(job if reply == 0 else job_from_reply(reply))
     return raise_if_refused(jobs, stored, refused)
 
 
-def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
-                 max_completed: int, max_dead: int) -> list[ScriptCall]:
+def settle_calls(
+    settlements: Sequence[Settlement], now: float, keys: Keys, max_completed: int, max_dead: int
+) -> list[ScriptCall]:
     """One call per settle script that has work: complete, fail, release."""
     now_text = float_arg(now)
     complete: list[str | int] = [now_text, max_completed, __version__]
@@ -137,8 +179,9 @@ def settle_calls(settlements: Sequence[Settlement], now: float, keys: Keys,
     release: list[str | int] = []
     for s in settlements:
         if s.state is JobState.COMPLETED:
-            expires = "" if s.result is None or s.result_ttl is None \
-                else float_arg(now + s.result_ttl)
+            expires = (
+                "" if s.result is None or s.result_ttl is None else float_arg(now + s.result_ttl)
+            )
             complete += [s.job_id, s.token, optional_arg(s.result), expires]
             continue
         run_at = optional_arg(None if s.run_at is None else float_arg(s.run_at))
@@ -186,9 +229,14 @@ def bulk_cancel_args(now: float, max_completed: int, ids: Sequence[str]) -> list
 
 def claim_args(request: ClaimRequest, now: float, stage_limit: int) -> list[str | int]:
     """The ARGV of claim.lua after the prefix (its header says what each is)."""
-    args: list[str | int] = [float_arg(now), float_arg(now + request.lease_seconds),
-                             request.worker_id, request.limit, stage_limit,
-                             len(request.rate_limits)]
+    args: list[str | int] = [
+        float_arg(now),
+        float_arg(now + request.lease_seconds),
+        request.worker_id,
+        request.limit,
+        stage_limit,
+        len(request.rate_limits),
+    ]
     for limit in request.rate_limits:
         args += [limit.key, float_arg(limit.rate), limit.burst]
     for entry in request.queues:

@@ -21,8 +21,19 @@ from conveyor.model.errors import ConfigurationError
 from conveyor.backends import redact_url
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.clock import Clock, system_clock
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, FlowLoads, FlowQuery, HeartbeatReply, HeldLease,
-                    JobFilter, Lease, LeaseQuery, QueueStats, Settlement)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    FlowLoads,
+    FlowQuery,
+    HeartbeatReply,
+    HeldLease,
+    JobFilter,
+    Lease,
+    LeaseQuery,
+    QueueStats,
+    Settlement,
+)
 from conveyor.backends.sqlite import liveness, records
 from conveyor.backends.sqlite.store import ENDED, SqliteStore
 from conveyor.backends.sqlite.dependants import SqliteDependants
@@ -102,8 +113,9 @@ class SqliteBackend:
             self._thread = StoreThread("conveyor-sqlite")
 
         def connect() -> None:
-            self._store = SqliteStore(self.path, self.clock, self.synchronous,
-                                      cache_mb=CLAIMING_CACHE_MB)
+            self._store = SqliteStore(
+                self.path, self.clock, self.synchronous, cache_mb=CLAIMING_CACHE_MB
+            )
 
         await self._thread.run(connect)
         self._sender = WakeupSender(self.path)
@@ -159,16 +171,19 @@ class SqliteBackend:
         stale, unblocked = await self._on_thread(lambda s: s.settle_jobs(settlements))
         if self._done_sender is not None and any(s.state in ENDED for s in settlements):
             self._done_sender.notify()  # lists an empty folder unless someone waits
-        if self._sender is not None and (unblocked or any(
-            s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements
-        )):
+        if self._sender is not None and (
+            unblocked
+            or any(s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements)
+        ):
             self._sender.notify()
         return stale
 
     async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
         return await self._on_thread(lambda s: s.heartbeat_jobs(leases, lease_seconds))
 
-    async def checkpoint_job(self, lease: Lease, checkpoint: str | None, progress: str | None) -> bool:
+    async def checkpoint_job(
+        self, lease: Lease, checkpoint: str | None, progress: str | None
+    ) -> bool:
         return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
 
     async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
@@ -212,8 +227,9 @@ class SqliteBackend:
     async def get_job(self, job_id: str) -> Job | None:
         return await self._on_thread(lambda s: s.get_job(job_id))
 
-    async def list_jobs(self, where: JobFilter, limit: int = 50, offset: int = 0,
-                        after: str | None = None) -> list[Job]:
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
+    ) -> list[Job]:
         return await self._on_thread(lambda s: s.list_jobs(where, limit, offset, after=after))
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -276,21 +292,26 @@ class SqliteBackend:
     async def list_records(self, namespace: str) -> dict[str, str]:
         return await self._on_thread(lambda s: records.list_all(s, namespace))
 
-    async def put_record(self, namespace: str, key: str, value: str,
-                         ttl: float | None = None) -> None:
+    async def put_record(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> None:
         await self._on_thread(lambda s: records.put(s, namespace, key, value, ttl))
 
-    async def put_record_if_absent(self, namespace: str, key: str, value: str,
-                                   ttl: float | None = None) -> bool:
+    async def put_record_if_absent(
+        self, namespace: str, key: str, value: str, ttl: float | None = None
+    ) -> bool:
         return await self._on_thread(lambda s: records.put_if_absent(s, namespace, key, value, ttl))
 
-    async def compare_and_set_record(self, namespace: str, key: str, expected: str | None,
-                                     value: str, ttl: float | None = None) -> bool:
+    async def compare_and_set_record(
+        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
+    ) -> bool:
         return await self._on_thread(
-            lambda s: records.compare_and_set(s, namespace, key, expected, value, ttl))
+            lambda s: records.compare_and_set(s, namespace, key, expected, value, ttl)
+        )
 
-    async def incr_record(self, namespace: str, key: str, amount: int = 1,
-                          ttl: float | None = None) -> int:
+    async def incr_record(
+        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
+    ) -> int:
         return await self._on_thread(lambda s: records.incr(s, namespace, key, amount, ttl))
 
     async def delete_record(self, namespace: str, key: str) -> bool:

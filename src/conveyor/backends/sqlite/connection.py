@@ -21,8 +21,13 @@ _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OF
 class SqliteConnection:
     """One connection to one database file, used from one thread."""
 
-    def __init__(self, path: str, clock: Callable[[], float], synchronous: str = "full",
-                 cache_mb: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        clock: Callable[[], float],
+        synchronous: str = "full",
+        cache_mb: int | None = None,
+    ) -> None:
         """`cache_mb`: how many megabytes of the file's pages the connection may keep
         (None: SQLite's default, 2 MB)."""
         if synchronous.lower() not in _SYNCHRONOUS:
@@ -64,8 +69,11 @@ class SqliteConnection:
         lock is taken only when one is due, so opening a migrated file (every
         process's first call, admin reads included) never waits behind a writer."""
         done = self._applied_versions()
-        pending = [m for m in load_migrations(__package__ or "conveyor.backends.sqlite")
-                   if m.version not in done]
+        pending = [
+            m
+            for m in load_migrations(__package__ or "conveyor.backends.sqlite")
+            if m.version not in done
+        ]
         if not pending:
             return []
         applied = []

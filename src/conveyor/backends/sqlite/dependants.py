@@ -18,13 +18,27 @@ def states_of(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
     return dict(db.execute(Q["states_of_jobs"], {"ids": json.dumps(list(ids))}).fetchall())
 
 
-def link(db: sqlite3.Connection, job_id: str, start: Start, allow_failure: bool,
-         now: float, parents: Sequence[str]) -> None:
+def link(
+    db: sqlite3.Connection,
+    job_id: str,
+    start: Start,
+    allow_failure: bool,
+    now: float,
+    parents: Sequence[str],
+) -> None:
     """Record a new dependant's waiting: its count, and its id in each parent it waits on."""
     error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
-    db.execute(Q["link_dependant"], {"id": job_id, "pending_parents": len(start.pending),
-                                     "allow_failure": int(allow_failure), "error": error,
-                                     "now": now, "parents": json.dumps(list(parents))})
+    db.execute(
+        Q["link_dependant"],
+        {
+            "id": job_id,
+            "pending_parents": len(start.pending),
+            "allow_failure": int(allow_failure),
+            "error": error,
+            "now": now,
+            "parents": json.dumps(list(parents)),
+        },
+    )
     for parent in start.pending:
         db.execute(Q["add_dependant"], {"id": parent, "child": job_id})
 
@@ -55,8 +69,9 @@ class SqliteDependants(DependantRows):
         self.db.execute(Q["unblock_job"], {"id": job_id, "now": self.now})
 
     def cancel(self, job_id: str, error_json: str) -> None:
-        self.db.execute(Q["cancel_blocked_job"], {"id": job_id, "now": self.now,
-                                                  "error": error_json})
+        self.db.execute(
+            Q["cancel_blocked_job"], {"id": job_id, "now": self.now, "error": error_json}
+        )
 
     def cancelled_by_parent(self, job_id: str) -> tuple[bool, list[str]] | None:
         row = self.db.execute(Q["cancelled_by_parent"], {"id": job_id}).fetchone()

@@ -72,9 +72,13 @@ def enqueue_jobs(store: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
                 continue
             out.append(_insert(db, new, now, vtimes.assign(new) or 0))
         room.shed()
-        db.executemany(Q["set_fair_key_vtime"], [
-            {"queue": queue, "key": key, "vtime": vtime}
-            for (queue, key), vtime in vtimes.last.items()])
+        db.executemany(
+            Q["set_fair_key_vtime"],
+            [
+                {"queue": queue, "key": key, "vtime": vtime}
+                for (queue, key), vtime in vtimes.last.items()
+            ],
+        )
     return raise_if_refused(jobs, out, refused)
 
 
@@ -95,12 +99,12 @@ def _insert_fresh(store: SqliteConnection, jobs: Sequence[NewJob], now: float) -
     return [_inserted(new, row, state) for new, row, state in zip(jobs, rows, states)]
 
 
-def _insert_dependant(store: SqliteConnection, db: sqlite3.Connection, new: NewJob, now: float,
-                      fair_vtime: int) -> Job:
+def _insert_dependant(
+    store: SqliteConnection, db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int
+) -> Job:
     run_at = now if new.run_at is None else new.run_at
     states = {i: JobState(v) for i, v in states_of(db, new.depends_on).items()}
-    start = start_of(new.id, new.depends_on, states, new.allow_failure,
-                     initial_state(run_at, now))
+    start = start_of(new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now))
     _insert(db, new, now, fair_vtime, start.state)
     link(db, new.id, start, new.allow_failure, now, new.depends_on)
     job = store._get(db, new.id)
@@ -108,8 +112,9 @@ def _insert_dependant(store: SqliteConnection, db: sqlite3.Connection, new: NewJ
     return job
 
 
-def _insert(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int,
-            state: JobState | None = None) -> Job:
+def _insert(
+    db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int, state: JobState | None = None
+) -> Job:
     state = initial_state(_run_at(new, now), now) if state is None else state
     row = _row(new, now, fair_vtime, state)
     if db.execute(Q["insert_job"], row).rowcount == 0:
@@ -130,6 +135,7 @@ def _find_duplicate(db: sqlite3.Connection, new: NewJob, now: float) -> Job | No
 
 def fair_vtimes(db: sqlite3.Connection) -> VtimeAssigner:
     """The vtimes of a batch, read from the fairness tables (written back by the caller)."""
+
     def read_last(queue: str, key: str) -> int:
         row = db.execute(Q["fair_key_vtime"], {"queue": queue, "key": key}).fetchone()
         return 0 if row is None else as_vtime(row[0])
@@ -137,6 +143,7 @@ def fair_vtimes(db: sqlite3.Connection) -> VtimeAssigner:
     def read_queue(queue: str) -> int:
         row = db.execute(Q["fair_queue_vtime"], {"queue": queue}).fetchone()
         return 0 if row is None else as_vtime(row[0])
+
     return VtimeAssigner(read_last, read_queue)
 
 
@@ -146,19 +153,46 @@ def _run_at(new: NewJob, now: float) -> float:
 
 def _row(new: NewJob, now: float, fair_vtime: int, state: JobState) -> tuple[Any, ...]:
     """The insert_job parameters of a new job, in its columns' order."""
-    return (new.id, new.queue, new.task, new.payload, state.value, new.priority,
-            new.max_attempts, _run_at(new, now), now, new.unique_key, new.unique_for,
-            new.timeout, json.dumps(new.meta) if new.meta else "{}", new.aging, fair_vtime,
-            new.concurrency_key, new.concurrency_limit, new.rate_key)
+    return (
+        new.id,
+        new.queue,
+        new.task,
+        new.payload,
+        state.value,
+        new.priority,
+        new.max_attempts,
+        _run_at(new, now),
+        now,
+        new.unique_key,
+        new.unique_for,
+        new.timeout,
+        json.dumps(new.meta) if new.meta else "{}",
+        new.aging,
+        fair_vtime,
+        new.concurrency_key,
+        new.concurrency_limit,
+        new.rate_key,
+    )
 
 
 def _inserted(new: NewJob, row: tuple[Any, ...], state: JobState) -> Job:
     """The job just stored from `row`, built here rather than read back."""
     return Job(
-        id=new.id, task=new.task, queue=new.queue, payload=new.payload,
-        state=state, priority=new.priority, max_attempts=new.max_attempts,
-        run_at=row[7], created_at=row[8], unique_key=new.unique_key,
-        unique_for=new.unique_for, timeout=new.timeout, meta=new.meta,
-        aging=new.aging, concurrency_key=new.concurrency_key,
-        concurrency_limit=new.concurrency_limit, rate_key=new.rate_key,
+        id=new.id,
+        task=new.task,
+        queue=new.queue,
+        payload=new.payload,
+        state=state,
+        priority=new.priority,
+        max_attempts=new.max_attempts,
+        run_at=row[7],
+        created_at=row[8],
+        unique_key=new.unique_key,
+        unique_for=new.unique_for,
+        timeout=new.timeout,
+        meta=new.meta,
+        aging=new.aging,
+        concurrency_key=new.concurrency_key,
+        concurrency_limit=new.concurrency_limit,
+        rate_key=new.rate_key,
     )

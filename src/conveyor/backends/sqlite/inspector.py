@@ -12,8 +12,17 @@ from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.rules.dependencies import release_dependants, resume_dependants
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
-from conveyor.backends.contract import (FlowLoads, FlowQuery, JobFilter, QueueStats, ascii_lower,
-                    flow_loads_from_rows, queue_stats_from_rows, redrive_scope, waiting_scope)
+from conveyor.backends.contract import (
+    FlowLoads,
+    FlowQuery,
+    JobFilter,
+    QueueStats,
+    ascii_lower,
+    flow_loads_from_rows,
+    queue_stats_from_rows,
+    redrive_scope,
+    waiting_scope,
+)
 from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import SqliteDependants
@@ -37,18 +46,29 @@ class SqliteInspector(SqliteConnection):
     """Mixed into SqliteStore."""
 
     def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, oldest_finished_first: bool = False,
+        self,
+        where: JobFilter,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_finished_first: bool = False,
         after: str | None = None,
     ) -> list[Job]:
         before_seq = None
         if after is not None:
             row = self.conn.execute(Q["seq_of_job"], {"id": after}).fetchone()
             if row is None:
-                raise JobNotFound(f"job {after} (the page cursor) no longer exists; "
-                                  "start again from the first page")
+                raise JobNotFound(
+                    f"job {after} (the page cursor) no longer exists; "
+                    "start again from the first page"
+                )
             before_seq = row[0]
-        params = {**_filter_params(where), "limit": limit, "offset": offset,
-                  "oldest_finished_first": oldest_finished_first, "before_seq": before_seq}
+        params = {
+            **_filter_params(where),
+            "limit": limit,
+            "offset": offset,
+            "oldest_finished_first": oldest_finished_first,
+            "before_seq": before_seq,
+        }
         query = Q["filter_jobs"] if oldest_finished_first else Q["list_jobs_newest_first"]
         return [job_from_row(r) for r in self.conn.execute(query, params)]
 
@@ -83,8 +103,12 @@ class SqliteInspector(SqliteConnection):
     def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
         scoped = redrive_scope(where)
         with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": True}
+            params = {
+                **_filter_params(scoped),
+                "limit": limit,
+                "offset": 0,
+                "oldest_finished_first": True,
+            }
             chosen = [job_from_row(r) for r in db.execute(Q["filter_jobs"], params)]
             if dry_run:
                 return chosen
@@ -101,8 +125,12 @@ class SqliteInspector(SqliteConnection):
             return []  # active jobs are never deleted
         scoped = replace(where, states=tuple(sorted(finished)))
         with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": True}
+            params = {
+                **_filter_params(scoped),
+                "limit": limit,
+                "offset": 0,
+                "oldest_finished_first": True,
+            }
             ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
             if not dry_run:
                 for job_id in ids:
@@ -114,8 +142,12 @@ class SqliteInspector(SqliteConnection):
         if scoped is None:
             return []
         with self.write() as db:
-            params = {**_filter_params(scoped), "limit": limit, "offset": 0,
-                      "oldest_finished_first": False}
+            params = {
+                **_filter_params(scoped),
+                "limit": limit,
+                "offset": 0,
+                "oldest_finished_first": False,
+            }
             ids = [job.id for job in map(job_from_row, db.execute(Q["filter_jobs"], params))]
             if dry_run:
                 return ids
@@ -126,8 +158,9 @@ class SqliteInspector(SqliteConnection):
                 if row is not None:
                     cancelled.append(job_id)
                     if row[0]:  # a workflow member's dependants follow it
-                        release_dependants(SqliteDependants(db, now), job_id, JobState.CANCELLED,
-                                           now)
+                        release_dependants(
+                            SqliteDependants(db, now), job_id, JobState.CANCELLED, now
+                        )
             return cancelled
 
     def task_names(self, where: JobFilter) -> list[str]:
@@ -147,8 +180,11 @@ class SqliteInspector(SqliteConnection):
 
     def flow_loads(self, query: FlowQuery) -> FlowLoads:
         params = {"queue": query.queue}
-        return flow_loads_from_rows(query.top, self.conn.execute(Q["key_loads"], params),
-                                    self.conn.execute(Q["throttled_by_bucket"], params))
+        return flow_loads_from_rows(
+            query.top,
+            self.conn.execute(Q["key_loads"], params),
+            self.conn.execute(Q["throttled_by_bucket"], params),
+        )
 
     def queue_paused(self, queue: str) -> bool:
         row = self.conn.execute(Q["queue_paused"], {"queue": queue}).fetchone()

@@ -95,11 +95,16 @@ def _is_free(path: str, remove: bool) -> bool | None:
 
 def dead_workers(db_path: str, candidates: Mapping[str, str]) -> set[str]:
     folder = liveness_folder(db_path)
-    names = {worker_id: token.partition(":")[2] for worker_id, token in candidates.items()
-             if token.partition(":")[0] == _PREFIX}
-    dead = {worker_id for worker_id, name in names.items()
-            if name == lock_file_name(worker_id)
-            and _is_free(os.path.join(folder, name), remove=False)}
+    names = {
+        worker_id: token.partition(":")[2]
+        for worker_id, token in candidates.items()
+        if token.partition(":")[0] == _PREFIX
+    }
+    dead = {
+        worker_id
+        for worker_id, name in names.items()
+        if name == lock_file_name(worker_id) and _is_free(os.path.join(folder, name), remove=False)
+    }
     _remove_debris(folder, set(names.values()))
     return dead
 

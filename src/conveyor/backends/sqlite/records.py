@@ -28,13 +28,20 @@ def put(store: SqliteConnection, namespace: str, key: str, value: str, ttl: floa
         _put(store, db, namespace, key, value, ttl)
 
 
-def put_if_absent(store: SqliteConnection, namespace: str, key: str, value: str,
-                  ttl: float | None) -> bool:
+def put_if_absent(
+    store: SqliteConnection, namespace: str, key: str, value: str, ttl: float | None
+) -> bool:
     return compare_and_set(store, namespace, key, None, value, ttl)
 
 
-def compare_and_set(store: SqliteConnection, namespace: str, key: str, expected: str | None,
-                    value: str, ttl: float | None) -> bool:
+def compare_and_set(
+    store: SqliteConnection,
+    namespace: str,
+    key: str,
+    expected: str | None,
+    value: str,
+    ttl: float | None,
+) -> bool:
     with store.write() as db:
         current = db.execute(Q["get_record"], _where(store, namespace, key)).fetchone()
         if (None if current is None else current[0]) != expected:
@@ -49,8 +56,10 @@ def incr(store: SqliteConnection, namespace: str, key: str, amount: int, ttl: fl
         now = store.clock()
         value = incremented(namespace, key, None if row is None else row[0], amount)
         expires_at = expiry(now, ttl) if row is None else row[1]
-        db.execute(Q["put_record"], {"namespace": namespace, "key": key, "value": str(value),
-                                     "expires_at": expires_at})
+        db.execute(
+            Q["put_record"],
+            {"namespace": namespace, "key": key, "value": str(value), "expires_at": expires_at},
+        )
         return value
 
 
@@ -67,12 +76,20 @@ def _where(store: SqliteConnection, namespace: str, key: str) -> dict[str, objec
     return {"namespace": namespace, "key": key, "now": store.clock()}
 
 
-def _put(store: SqliteConnection, db: sqlite3.Connection, namespace: str, key: str, value: str,
-         ttl: float | None) -> None:
+def _put(
+    store: SqliteConnection,
+    db: sqlite3.Connection,
+    namespace: str,
+    key: str,
+    value: str,
+    ttl: float | None,
+) -> None:
     now = store.clock()
     db.execute(Q["delete_expired_records"], {"now": now})  # keep the table small
-    db.execute(Q["put_record"], {"namespace": namespace, "key": key, "value": value,
-                                 "expires_at": expiry(now, ttl)})
+    db.execute(
+        Q["put_record"],
+        {"namespace": namespace, "key": key, "value": value, "expires_at": expiry(now, ttl)},
+    )
 
 
 def hold_bucket(store: SqliteConnection, key: str, tokens: float, until: float) -> None:

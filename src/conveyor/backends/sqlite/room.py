@@ -27,8 +27,9 @@ class Room:
         if bound is None:
             return None
         if queue not in self.depth:
-            self.depth[queue] = int(self.db.execute(Q["count_waiting"], {"queue": queue})
-                                    .fetchone()[0])
+            self.depth[queue] = int(
+                self.db.execute(Q["count_waiting"], {"queue": queue}).fetchone()[0]
+            )
         if self.depth[queue] >= bound.max_waiting and not bound.shed_oldest:
             return RefusedJob("", queue, self.depth[queue], bound.max_waiting)
         self.depth[queue] += 1
@@ -39,11 +40,21 @@ class Room:
         for queue, depth in self.depth.items():
             bound = self.bounds[queue]
             if bound.shed_oldest and depth > bound.max_waiting:
-                shed = self.db.execute(Q["shed_oldest_waiting"], {
-                    "queue": queue, "n": depth - bound.max_waiting, "now": self.now,
-                    "error": shed_error(queue, bound.max_waiting, self.now)}).fetchall()
+                shed = self.db.execute(
+                    Q["shed_oldest_waiting"],
+                    {
+                        "queue": queue,
+                        "n": depth - bound.max_waiting,
+                        "now": self.now,
+                        "error": shed_error(queue, bound.max_waiting, self.now),
+                    },
+                ).fetchall()
                 self.db.execute(Q["count_shed"], {"queue": queue, "n": len(shed)})
                 for job_id, has_dependants in shed:  # a workflow member's dependants follow
                     if has_dependants:
-                        release_dependants(SqliteDependants(self.db, self.now), job_id,
-                                           JobState.CANCELLED, self.now)
+                        release_dependants(
+                            SqliteDependants(self.db, self.now),
+                            job_id,
+                            JobState.CANCELLED,
+                            self.now,
+                        )

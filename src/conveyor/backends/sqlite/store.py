@@ -20,8 +20,15 @@ from conveyor.model.job import Job, JobState, NewJob
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
 from conveyor.rules.dependencies import release_dependants
 from conveyor.rules.fairness import as_vtime, claimed_vtime
-from conveyor.backends.contract import (ClaimedJobs, ClaimRequest, HeartbeatReply, HeldLease, Lease, LeaseQuery,
-                    Settlement)
+from conveyor.backends.contract import (
+    ClaimedJobs,
+    ClaimRequest,
+    HeartbeatReply,
+    HeldLease,
+    Lease,
+    LeaseQuery,
+    Settlement,
+)
 from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
 from conveyor.backends.sqlite.connection import Q
 from conveyor.backends.sqlite.enqueue import enqueue_jobs
@@ -43,8 +50,11 @@ class SqliteStore(SqliteInspector):
     # --- worker -------------------------------------------------------------------
     def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
         now = self.clock()
-        params = {"now": now, "lease_expires_at": now + request.lease_seconds,
-                  "worker_id": request.worker_id}
+        params = {
+            "now": now,
+            "lease_expires_at": now + request.lease_seconds,
+            "worker_id": request.worker_id,
+        }
         with self.write() as db:
             db.execute(Q["stage_due_jobs"], {"now": now})
             paused = {row[0] for row in db.execute(Q["paused_queues"])}
@@ -59,13 +69,22 @@ class SqliteStore(SqliteInspector):
                     return []
                 rows: Iterable[Any]
                 if buckets is None:
-                    rows = db.execute(Q["claim_jobs"],
-                                      {**params, "queue": queue, "limit": n}).fetchall()
+                    rows = db.execute(
+                        Q["claim_jobs"], {**params, "queue": queue, "limit": n}
+                    ).fetchall()
                 else:
                     rows = _claim_rated(db, buckets, {**params, "queue": queue, "limit": n})
                 takes += 1
-                batch = [(takes, r, r[1] if _readable(r[1]) else self._give_readable_id(
-                    db, r[0], job_from_row(r[1:-1]).id)) for r in rows]
+                batch = [
+                    (
+                        takes,
+                        r,
+                        r[1]
+                        if _readable(r[1])
+                        else self._give_readable_id(db, r[0], job_from_row(r[1:-1]).id),
+                    )
+                    for r in rows
+                ]
                 top = claimed_vtime([as_vtime(r[-1]) for _, r, _ in batch])
                 if top:
                     reached[queue] = max(top, reached.get(queue, 0))
@@ -73,25 +92,42 @@ class SqliteStore(SqliteInspector):
 
             claimed = claim_in_passes(request, take)
             if reached:  # one statement per claim, only for claims of keyed jobs
-                db.executemany(Q["advance_fair_queue"], [{"queue": q, "vtime": v}
-                                                         for q, v in reached.items()])
+                db.executemany(
+                    Q["advance_fair_queue"], [{"queue": q, "vtime": v} for q, v in reached.items()]
+                )
             next_token_at = None
             if buckets is not None:
-                db.executemany(Q["store_rate_bucket"], [
-                    {"name": key, "tokens": tokens, "now": as_of,
-                     "rate": buckets.limits[key].rate, "burst": buckets.limits[key].burst}
-                    for key, (tokens, as_of) in buckets.stored().items()])
+                db.executemany(
+                    Q["store_rate_bucket"],
+                    [
+                        {
+                            "name": key,
+                            "tokens": tokens,
+                            "now": as_of,
+                            "rate": buckets.limits[key].rate,
+                            "burst": buckets.limits[key].burst,
+                        }
+                        for key, (tokens, as_of) in buckets.stored().items()
+                    ],
+                )
                 queues = json.dumps([q.name for q in request.queues if q.name not in paused])
-                held_back = [key for key in buckets.limits if buckets.allowed(key) < 1
-                             and db.execute(Q["rate_held_back"],
-                                            {"rate_key": key, "queues": queues}).fetchone()]
+                held_back = [
+                    key
+                    for key in buckets.limits
+                    if buckets.allowed(key) < 1
+                    and db.execute(
+                        Q["rate_held_back"], {"rate_key": key, "queues": queues}
+                    ).fetchone()
+                ]
                 next_token_at = buckets.next_token_at(held_back)
         # Decoded after the commit: the write lock, which every other claimer and
         # settler of the file waits for, is not held while Python reads the rows.
         # RETURNING has no order: each take's jobs are sorted into claim order, on
         # decoded values (a corrupt priority reads as 0 instead of failing).
-        jobs = sorted(((t, _decoded(r, job_id)) for t, r, job_id in claimed),
-                      key=lambda tj: (tj[0], *_claim_key(tj[1][0], tj[1][1], tj[1][2])))
+        jobs = sorted(
+            ((t, _decoded(r, job_id)) for t, r, job_id in claimed),
+            key=lambda tj: (tj[0], *_claim_key(tj[1][0], tj[1][1], tj[1][2])),
+        )
         return ClaimedJobs.of([job for _, (job, _, _) in jobs], next_token_at)
 
     def settle_jobs(self, settlements: Sequence[Settlement]) -> tuple[list[str], int]:
@@ -102,8 +138,17 @@ class SqliteStore(SqliteInspector):
             completed, others = _batchable(settlements)
             parents = []  # (job id, its state) of settled jobs that have dependants
             if completed:
-                applied = dict(db.execute(Q["complete_jobs"], {"now": now, "batch": json.dumps(
-                    [[s.job_id, s.token, s.result, s.result_ttl] for s in completed])}).fetchall())
+                applied = dict(
+                    db.execute(
+                        Q["complete_jobs"],
+                        {
+                            "now": now,
+                            "batch": json.dumps(
+                                [[s.job_id, s.token, s.result, s.result_ttl] for s in completed]
+                            ),
+                        },
+                    ).fetchall()
+                )
                 for s in completed:
                     if s.job_id not in applied:
                         stale.append(s.job_id)
@@ -112,8 +157,10 @@ class SqliteStore(SqliteInspector):
             for s in others:
                 params: dict[str, Any] = {"id": s.job_id, "token": s.token, "now": now}
                 if s.state is JobState.COMPLETED:
-                    cursor = db.execute(Q["complete_job"], {**params, "result": s.result,
-                                                            "result_ttl": s.result_ttl})
+                    cursor = db.execute(
+                        Q["complete_job"],
+                        {**params, "result": s.result, "result_ttl": s.result_ttl},
+                    )
                 elif s.refund_attempt:
                     cursor = db.execute(
                         Q["return_job"], {**params, "state": s.state.value, "run_at": s.run_at}
@@ -143,8 +190,11 @@ class SqliteStore(SqliteInspector):
             for lease in leases:
                 row = db.execute(
                     Q["heartbeat_job"],
-                    {"id": lease.job_id, "token": lease.token,
-                     "lease_expires_at": now + lease_seconds},
+                    {
+                        "id": lease.job_id,
+                        "token": lease.token,
+                        "lease_expires_at": now + lease_seconds,
+                    },
                 ).fetchone()
                 if row is None:
                     lost.add(lease.job_id)
@@ -156,16 +206,25 @@ class SqliteStore(SqliteInspector):
         with self.write() as db:
             cursor = db.execute(
                 Q["checkpoint_job"],
-                {"id": lease.job_id, "token": lease.token, "checkpoint": checkpoint,
-                 "progress": progress},
+                {
+                    "id": lease.job_id,
+                    "token": lease.token,
+                    "checkpoint": checkpoint,
+                    "progress": progress,
+                },
             )
             return cursor.rowcount == 1
 
     # --- maintenance ----------------------------------------------------------------
     def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        rows = self.conn.execute(Q["find_leases"], {
-            "expired_before": query.expired_before, "limit": query.limit,
-            "worker_ids": json.dumps(list(query.worker_ids))}).fetchall()
+        rows = self.conn.execute(
+            Q["find_leases"],
+            {
+                "expired_before": query.expired_before,
+                "limit": query.limit,
+                "worker_ids": json.dumps(list(query.worker_ids)),
+            },
+        ).fetchall()
         held = []
         for seq, job_id, *rest in rows:
             readable = readable_text(job_id)
@@ -181,8 +240,12 @@ class SqliteStore(SqliteInspector):
             with self.write() as db:
                 n = db.execute(
                     Q["prune_jobs"],
-                    {"completed_before": completed_before, "dead_before": dead_before,
-                     "now": self.clock(), "limit": 1000},
+                    {
+                        "completed_before": completed_before,
+                        "dead_before": dead_before,
+                        "now": self.clock(),
+                        "limit": 1000,
+                    },
                 ).rowcount
             total += n
             if n < 1000:
@@ -190,8 +253,9 @@ class SqliteStore(SqliteInspector):
 
     def expire_results(self, now: float, limit: int) -> list[str]:
         with self.write() as db:
-            return [str(row[0]) for row in db.execute(Q["expire_results"],
-                                                      {"now": now, "limit": limit})]
+            return [
+                str(row[0]) for row in db.execute(Q["expire_results"], {"now": now, "limit": limit})
+            ]
 
     def get_job(self, job_id: str) -> Job | None:
         return self._get(self.conn, job_id)
@@ -201,8 +265,7 @@ class SqliteStore(SqliteInspector):
             db.execute(Q["force_state"], {"id": job_id, "state": state.value})
 
 
-def _batchable(settlements: Sequence[Settlement]
-               ) -> tuple[list[Settlement], list[Settlement]]:
+def _batchable(settlements: Sequence[Settlement]) -> tuple[list[Settlement], list[Settlement]]:
     """The completions that one statement can write (complete_jobs), and the rest.
 
     A busy worker's batch is mostly completions: one UPDATE for all of them spends
@@ -214,8 +277,11 @@ def _batchable(settlements: Sequence[Settlement]
     was reported stale, and the job's outcome lost, until it went this way)."""
     if len({s.job_id for s in settlements}) < len(settlements):
         return [], list(settlements)
-    completed = [s for s in settlements if s.state is JobState.COMPLETED
-                 and "\x00" not in s.job_id and is_clean(s.job_id)]
+    completed = [
+        s
+        for s in settlements
+        if s.state is JobState.COMPLETED and "\x00" not in s.job_id and is_clean(s.job_id)
+    ]
     if len(completed) < 2:
         return [], list(settlements)
     batched = {id(s) for s in completed}
@@ -228,13 +294,16 @@ def _buckets(db: sqlite3.Connection, request: ClaimRequest, now: float) -> Claim
     if not request.rate_limits:
         return None
     names = json.dumps([limit.key for limit in request.rate_limits])
-    stored = {name: (float(tokens), float(at)) for name, tokens, at
-              in db.execute(Q["rate_buckets"], {"names": names})}
+    stored = {
+        name: (float(tokens), float(at))
+        for name, tokens, at in db.execute(Q["rate_buckets"], {"names": names})
+    }
     return ClaimBuckets(request.rate_limits, stored, now)
 
 
-def _claim_rated(db: sqlite3.Connection, buckets: ClaimBuckets,
-                 params: dict[str, Any]) -> list[Any]:
+def _claim_rated(
+    db: sqlite3.Connection, buckets: ClaimBuckets, params: dict[str, Any]
+) -> list[Any]:
     """claim_rated_jobs over one queue (params: the claim's, its queue and limit), its
     buckets spent for the jobs it claimed."""
     keys = list(buckets.limits)

@@ -54,8 +54,12 @@ class StoreThread:
                 _hand_back(loop, _set_result, future, result)
 
 
-def _hand_back(loop: asyncio.AbstractEventLoop, setter: Callable[..., None],
-               future: asyncio.Future[Any], value: Any) -> None:
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    setter: Callable[..., None],
+    future: asyncio.Future[Any],
+    value: Any,
+) -> None:
     try:
         loop.call_soon_threadsafe(setter, future, value)
     except RuntimeError:  # the caller's loop is closed: nobody waits for the answer

@@ -23,8 +23,11 @@ def wakeup_folder(db_path: str, channel: str = "") -> str:
     those waiting for a job's end (job.result())."""
     # Socket paths are limited to ~107 bytes, so the folder is named by a hash.
     digest = hashlib.sha1(os.path.realpath(db_path).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"conveyor-{os.getuid()}",
-                        f"{digest}-{channel}" if channel else digest)
+    return os.path.join(
+        tempfile.gettempdir(),
+        f"conveyor-{os.getuid()}",
+        f"{digest}-{channel}" if channel else digest,
+    )
 
 
 class WakeupSender:

@@ -32,8 +32,9 @@ def is_staff(user: Any) -> bool:
     return bool(user.is_active and user.is_staff)
 
 
-def dashboard_view(permission: Permission = is_staff, **options: Any
-                   ) -> Callable[..., HttpResponse]:
+def dashboard_view(
+    permission: Permission = is_staff, **options: Any
+) -> Callable[..., HttpResponse]:
     """A view serving the dashboard to the users `permission` allows (default: active
     staff). `options` go to `create_dashboard` (read_only, title, trusted_origins...).
     Route it with a `path` argument catching the rest of the URL, as urls.py does."""
@@ -51,7 +52,8 @@ def dashboard_view(permission: Permission = is_staff, **options: Any
             raise PermissionDenied("the job dashboard is for staff users")
         prefix = request.path[: len(request.path) - len(path)].rstrip("/")
         status, headers, body = app.portal.call(
-            _serve(asgi, _scope(request, prefix, user.get_username()), request.body))
+            _serve(asgi, _scope(request, prefix, user.get_username()), request.body)
+        )
         return _response(status, headers, body)
 
     # What csrf_exempt sets: the dashboard checks its own tokens and the Origin.
@@ -66,24 +68,38 @@ def _django_user(request: Any) -> str | None:
 
 
 def _scope(request: HttpRequest, prefix: str, user: str) -> dict[str, Any]:
-    host, _, port = request.get_host().rpartition(":") if ":" in request.get_host() \
+    host, _, port = (
+        request.get_host().rpartition(":")
+        if ":" in request.get_host()
         else (request.get_host(), "", "")
+    )
     default_port = 443 if request.is_secure() else 80
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "method": request.method, "scheme": request.scheme,
-        "path": request.path, "raw_path": request.path.encode(), "root_path": prefix,
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.path.encode(),
+        "root_path": prefix,
         "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
-        "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in request.headers.items()],
-        "client": (request.META.get("REMOTE_ADDR") or "", int(request.META.get("REMOTE_PORT") or 0)),
+        "headers": [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in request.headers.items()
+        ],
+        "client": (
+            request.META.get("REMOTE_ADDR") or "",
+            int(request.META.get("REMOTE_PORT") or 0),
+        ),
         "server": (host, int(port) if port.isdigit() else default_port),
         USER_KEY: user,
     }
 
 
-async def _serve(asgi: Any, scope: dict[str, Any], body: bytes
-                 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+async def _serve(
+    asgi: Any, scope: dict[str, Any], body: bytes
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     done = asyncio.Event()
     sent_body = False
     status = 500

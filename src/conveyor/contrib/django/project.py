@@ -35,12 +35,15 @@ class Settings:
         given: dict[str, Any] = dict(getattr(django_settings, "CONVEYOR", {}) or {})
         unknown = set(given) - _KNOWN
         if unknown:
-            raise ConfigurationError(f"unknown CONVEYOR setting(s) {sorted(unknown)}; known: "
-                                     f"{', '.join(sorted(_KNOWN))}")
+            raise ConfigurationError(
+                f"unknown CONVEYOR setting(s) {sorted(unknown)}; known: {', '.join(sorted(_KNOWN))}"
+            )
         url = given.pop("url", None) or os.environ.get("CONVEYOR_URL")
         if not url:
-            raise ConfigurationError('no backend URL: set CONVEYOR = {"url": ...} in the '
-                                     "Django settings, or $CONVEYOR_URL")
+            raise ConfigurationError(
+                'no backend URL: set CONVEYOR = {"url": ...} in the '
+                "Django settings, or $CONVEYOR_URL"
+            )
         return cls(url=url, **given)
 
 
@@ -53,8 +56,10 @@ class DjangoConveyor(Conveyor):
         super().__init__(settings.url, default_queue=settings.default_queue, **options)
         self.settings = settings
         if settings.transactional and not self.url.startswith(("postgresql:", "postgres:")):
-            raise ConfigurationError('CONVEYOR["transactional"] needs the PostgreSQL backend '
-                                     "(the jobs go in Django's own transaction)")
+            raise ConfigurationError(
+                'CONVEYOR["transactional"] needs the PostgreSQL backend '
+                "(the jobs go in Django's own transaction)"
+            )
 
     @classmethod
     def from_settings(cls) -> DjangoConveyor:
@@ -68,8 +73,9 @@ class DjangoConveyor(Conveyor):
             fn = _with_fresh_connections(fn)
         return super()._register(fn, **options)
 
-    def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None
-                     ) -> list[JobHandle[Any]]:
+    def enqueue_many(
+        self, jobs: Iterable[NewJob], *, connection: Any = None
+    ) -> list[JobHandle[Any]]:
         batch = list(jobs)
         if connection is not None or not batch:
             return super().enqueue_many(batch, connection=connection)
@@ -77,8 +83,10 @@ class DjangoConveyor(Conveyor):
         if self.settings.transactional:
             return super().enqueue_many(batch, connection=_psycopg_connection(database))
         if self.settings.on_commit and database.in_atomic_block:
-            transaction.on_commit(lambda: super(DjangoConveyor, self).enqueue_many(batch),
-                                  using=self.settings.database)
+            transaction.on_commit(
+                lambda: super(DjangoConveyor, self).enqueue_many(batch),
+                using=self.settings.database,
+            )
             return handles(self, [_as_stored(job, self.clock()) for job in batch])
         return super().enqueue_many(batch)
 
@@ -99,7 +107,8 @@ def _psycopg_connection(database: Any) -> Any:
     if database.vendor != "postgresql":
         raise ConfigurationError(
             f'CONVEYOR["transactional"] needs a PostgreSQL Django database; '
-            f"{database.alias!r} is {database.vendor}")
+            f"{database.alias!r} is {database.vendor}"
+        )
     database.ensure_connection()
     raw = database.connection
     import psycopg
@@ -107,7 +116,8 @@ def _psycopg_connection(database: Any) -> Any:
     if not isinstance(raw, psycopg.Connection):
         raise ConfigurationError(
             'CONVEYOR["transactional"] needs Django on psycopg 3 (pip install psycopg); '
-            f"this connection is {type(raw).__module__}.{type(raw).__name__}")
+            f"this connection is {type(raw).__module__}.{type(raw).__name__}"
+        )
     return raw
 
 
@@ -115,9 +125,18 @@ def _as_stored(job: NewJob, now: float) -> Job:
     """What the job will be once the transaction commits: its id is final. (A job
     that deduplicates against an existing one is that one, known only then.)"""
     due = job.run_at is None or job.run_at <= now
-    return Job(id=job.id, task=job.task, queue=job.queue, payload=job.payload,
-               state=JobState.AVAILABLE if due else JobState.SCHEDULED,
-               priority=job.priority, max_attempts=job.max_attempts,
-               run_at=now if job.run_at is None else job.run_at, created_at=now,
-               unique_key=job.unique_key, unique_for=job.unique_for, timeout=job.timeout,
-               meta=dict(job.meta))
+    return Job(
+        id=job.id,
+        task=job.task,
+        queue=job.queue,
+        payload=job.payload,
+        state=JobState.AVAILABLE if due else JobState.SCHEDULED,
+        priority=job.priority,
+        max_attempts=job.max_attempts,
+        run_at=now if job.run_at is None else job.run_at,
+        created_at=now,
+        unique_key=job.unique_key,
+        unique_for=job.unique_for,
+        timeout=job.timeout,
+        meta=dict(job.meta),
+    )

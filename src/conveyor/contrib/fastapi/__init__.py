@@ -34,8 +34,9 @@ STATE_KEY = "conveyor"
 Lifespan = Callable[[Any], AsyncContextManager[Mapping[str, Any] | None]]
 
 
-def conveyor_lifespan(app: Conveyor, then: Lifespan | None = None
-                      ) -> Callable[[Starlette], AsyncContextManager[dict[str, Any]]]:
+def conveyor_lifespan(
+    app: Conveyor, then: Lifespan | None = None
+) -> Callable[[Starlette], AsyncContextManager[dict[str, Any]]]:
     """A lifespan that opens `app`'s backend at start-up and closes it at shutdown,
     and puts `app` in the request state for `get_conveyor`. `then` is the web app's
     own lifespan, run inside this one (its state is kept too)."""
@@ -64,15 +65,17 @@ def get_conveyor(request: Request) -> Conveyor:
     if not isinstance(app, Conveyor):
         raise ConfigurationError(
             "no Conveyor app in the request state: create the FastAPI app with "
-            "FastAPI(lifespan=conveyor_lifespan(app))")
+            "FastAPI(lifespan=conveyor_lifespan(app))"
+        )
     return app
 
 
 ConveyorApp = Annotated[Conveyor, Depends(get_conveyor)]
 
 
-def mount_dashboard(web: FastAPI | Starlette, app: Conveyor, *, auth: AuthHook,
-                    path: str = "/jobs", **options: Any) -> None:
+def mount_dashboard(
+    web: FastAPI | Starlette, app: Conveyor, *, auth: AuthHook, path: str = "/jobs", **options: Any
+) -> None:
     """Serve the dashboard under `path`, for the users `auth` lets in: given the
     request, it returns the user's name (kept in the audit log) or None (401).
     `options` go to `create_dashboard` (read_only, secret, trusted_origins, ...)."""

@@ -34,8 +34,9 @@ class FlaskConveyor:
     """The extension. `import_path` ("pkg.module:jobs") is found by itself when the
     Conveyor app is a module attribute; pool children and --reload import it by it."""
 
-    def __init__(self, app: Conveyor, flask_app: Flask | None = None, *,
-                 import_path: str | None = None) -> None:
+    def __init__(
+        self, app: Conveyor, flask_app: Flask | None = None, *, import_path: str | None = None
+    ) -> None:
         self.app = app
         self._import_path = import_path
         if flask_app is not None:
@@ -54,11 +55,13 @@ class FlaskConveyor:
     def _command(self) -> click.Command:
         extension = self
 
-        @click.command(EXTENSION, add_help_option=False,
-                       context_settings={"ignore_unknown_options": True,
-                                         "allow_extra_args": True},
-                       help="The conveyor command for this app: flask conveyor worker, "
-                            "scheduler, dashboard, jobs, dead, ... (flask conveyor --help).")
+        @click.command(
+            EXTENSION,
+            add_help_option=False,
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+            help="The conveyor command for this app: flask conveyor worker, "
+            "scheduler, dashboard, jobs, dead, ... (flask conveyor --help).",
+        )
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
         def conveyor(args: Sequence[str]) -> None:
             from conveyor.cli.main import main
@@ -72,6 +75,7 @@ def current_conveyor() -> Conveyor:
     """The Conveyor app of the current Flask app (inside a request or app context)."""
     extension = current_app.extensions.get(EXTENSION)
     if not isinstance(extension, FlaskConveyor):
-        raise ConfigurationError("this Flask app has no Conveyor: call FlaskConveyor(jobs)."
-                                 "init_app(flask_app)")
+        raise ConfigurationError(
+            "this Flask app has no Conveyor: call FlaskConveyor(jobs).init_app(flask_app)"
+        )
     return extension.app

@@ -58,8 +58,12 @@ def child_settings(config: WorkerConfig, pool: PoolConfig, slot: int) -> WorkerC
     """The worker settings of the child in `slot`: a budget of jobs, runaway code stops
     it, and only the first slot runs the periodic schedules (ticks are enqueued once
     either way; N schedulers per pool would only add load)."""
-    return replace(config, max_jobs=pool.max_tasks_per_child, stop_on_runaway=True,
-                   scheduler=config.scheduler and slot == 0)
+    return replace(
+        config,
+        max_jobs=pool.max_tasks_per_child,
+        stop_on_runaway=True,
+        scheduler=config.scheduler and slot == 0,
+    )
 
 
 class _Gate:
@@ -88,9 +92,17 @@ class _Gate:
         return self.wait()
 
 
-def child_main(app_path: str, config: Settings, worker_id: str, conn: Connection,
-               max_memory: int | None, log_level: str, log_format: str = "text",
-               metrics: bool = False, gated: bool = False) -> None:
+def child_main(
+    app_path: str,
+    config: Settings,
+    worker_id: str,
+    conn: Connection,
+    max_memory: int | None,
+    log_level: str,
+    log_format: str = "text",
+    metrics: bool = False,
+    gated: bool = False,
+) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor
@@ -120,8 +132,14 @@ def child_main(app_path: str, config: Settings, worker_id: str, conn: Connection
     os._exit(int(status))
 
 
-async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Connection,
-                 max_memory: int | None, gate: _Gate) -> ExitStatus:
+async def _child(
+    app: Conveyor,
+    config: WorkerConfig,
+    worker_id: str,
+    conn: Connection,
+    max_memory: int | None,
+    gate: _Gate,
+) -> ExitStatus:
     if gate.first is None:
         try:
             await app.backend()  # alongside the supervisor, which opens its own
@@ -132,6 +150,7 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
         if first != GO:  # stopped while starting: nothing ran
             await app.aclose()
             return ExitStatus.DRAINED if first == DRAIN else ExitStatus.COLD
+
     def over_memory() -> str | None:
         if max_memory is None:
             return None
@@ -141,9 +160,12 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
         return f"resident memory {rss >> 20} MiB is over the {max_memory >> 20} MiB limit"
 
     if max_memory is not None and rss_bytes() > max_memory:
-        log.warning("this child already uses %d MiB at start, over --max-memory-per-child "
-                    "(%d MiB): each child will run one batch of jobs before it is replaced",
-                    rss_bytes() >> 20, max_memory >> 20)
+        log.warning(
+            "this child already uses %d MiB at start, over --max-memory-per-child "
+            "(%d MiB): each child will run one batch of jobs before it is replaced",
+            rss_bytes() >> 20,
+            max_memory >> 20,
+        )
     worker = Worker(app, config, worker_id=worker_id, retire_when=over_memory)
     loop = asyncio.get_running_loop()
     commanded = False  # the supervisor asked us to stop: no retirement report
@@ -181,8 +203,11 @@ async def _child(app: Conveyor, config: WorkerConfig, worker_id: str, conn: Conn
                     worker.retired_because = reason
                     worker.stop()
             if worker.stopping and not commanded and not reported:
-                reason = ("hard time limit" if worker.counts["runaway"] else
-                          worker.retired_because or "stopped")
+                reason = (
+                    "hard time limit"
+                    if worker.counts["runaway"]
+                    else worker.retired_because or "stopped"
+                )
                 try:
                     conn.send((RETIRING, reason))
                 except OSError:

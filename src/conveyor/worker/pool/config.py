@@ -34,8 +34,19 @@ class PoolConfig:
             raise ValueError("max_memory_per_child must be positive")
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
-               "mb": 1000**2, "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+}
 
 
 def parse_size(text: str) -> int:

@@ -108,8 +108,9 @@ def thread_free() -> bool:
         return False
 
 
-def fork_children(app_path: str, pool: PoolConfig,
-                  settings: Callable[[Conveyor], WorkerConfig]) -> ForkedStart | None:
+def fork_children(
+    app_path: str, pool: PoolConfig, settings: Callable[[Conveyor], WorkerConfig]
+) -> ForkedStart | None:
     """Fork the pool's children now, or None (spawn them later) when it is not safe.
 
     Call before the app is imported or any backend opened. `settings` gives the
@@ -131,16 +132,23 @@ def fork_children(app_path: str, pool: PoolConfig,
     return start
 
 
-def _fork_each(start: ForkedStart, context: ForkContext, app_path: str, pool: PoolConfig,
-               settings: Callable[[Conveyor], WorkerConfig]) -> None:
+def _fork_each(
+    start: ForkedStart,
+    context: ForkContext,
+    app_path: str,
+    pool: PoolConfig,
+    settings: Callable[[Conveyor], WorkerConfig],
+) -> None:
     ours_so_far: list[Connection] = []
     for slot in range(pool.processes):
         worker_id = child_worker_id(slot, slot + 1)
         ours, theirs = context.Pipe(duplex=True)
         ours_so_far.append(ours)
-        process = context.Process(target=_forked_main, name=f"conveyor-child-{slot}",
-                                  args=(app_path, settings, pool, slot, worker_id, theirs,
-                                        tuple(ours_so_far)))
+        process = context.Process(
+            target=_forked_main,
+            name=f"conveyor-child-{slot}",
+            args=(app_path, settings, pool, slot, worker_id, theirs, tuple(ours_so_far)),
+        )
         # As for a spawned child (pool.py): the child starts with both signals blocked,
         # and ignores them before it unblocks them.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -152,11 +160,25 @@ def _fork_each(start: ForkedStart, context: ForkContext, app_path: str, pool: Po
         start.children.append(ForkedChild(slot, worker_id, process, ours))
 
 
-def _forked_main(app_path: str, settings: Callable[[Conveyor], WorkerConfig], pool: PoolConfig,
-                 slot: int, worker_id: str, conn: Connection,
-                 supervisor_ends: tuple[Connection, ...]) -> None:
+def _forked_main(
+    app_path: str,
+    settings: Callable[[Conveyor], WorkerConfig],
+    pool: PoolConfig,
+    slot: int,
+    worker_id: str,
+    conn: Connection,
+    supervisor_ends: tuple[Connection, ...],
+) -> None:
     for end in supervisor_ends:  # else the pipes of this child and the earlier ones
-        end.close()              # would not end when the supervisor dies
-    child_main(app_path, lambda app: child_settings(settings(app), pool, slot), worker_id, conn,
-               pool.max_memory_per_child, pool.log_level, pool.log_format, pool.metrics,
-               gated=True)
+        end.close()  # would not end when the supervisor dies
+    child_main(
+        app_path,
+        lambda app: child_settings(settings(app), pool, slot),
+        worker_id,
+        conn,
+        pool.max_memory_per_child,
+        pool.log_level,
+        pool.log_format,
+        pool.metrics,
+        gated=True,
+    )

@@ -37,5 +37,9 @@ def threads_left_running(wait: float = SETTLE_TIME) -> list[threading.Thread]:
 def report_left_running(threads: list[threading.Thread]) -> None:
     """One log line naming the threads the process exits without waiting for."""
     names = ", ".join(sorted(t.name for t in threads))
-    log.warning("exiting with %d thread(s) left running: %s (a handler still busy, or a "
-                "thread a handler started and did not end)", len(threads), names)
+    log.warning(
+        "exiting with %d thread(s) left running: %s (a handler still busy, or a "
+        "thread a handler started and did not end)",
+        len(threads),
+        names,
+    )

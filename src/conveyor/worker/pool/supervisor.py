@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.pool")
 
+
 @dataclass(eq=False)
 class _Child:
     slot: int
@@ -91,8 +92,14 @@ class Supervisor:
     >>> status = await Supervisor(app, "myapp.tasks:app", WorkerConfig(), PoolConfig(4)).run()
     """
 
-    def __init__(self, app: Conveyor, app_path: str, config: WorkerConfig,
-                 pool: PoolConfig, forked: ForkedStart | None = None) -> None:
+    def __init__(
+        self,
+        app: Conveyor,
+        app_path: str,
+        config: WorkerConfig,
+        pool: PoolConfig,
+        forked: ForkedStart | None = None,
+    ) -> None:
         self.app = app
         self.app_path = app_path
         self.config = config
@@ -118,8 +125,11 @@ class Supervisor:
         if not self._children:
             self._all_exited.set()  # between a death and its delayed restart
         if self._stopping == 1:
-            log.info("stopping the pool: %d children drain (grace %.0fs)", len(self._children),
-                     self.config.grace_period)
+            log.info(
+                "stopping the pool: %d children drain (grace %.0fs)",
+                len(self._children),
+                self.config.grace_period,
+            )
             self._command_all(DRAIN)
             self._spawn(self._grace_timer(), self._timers)
         elif self._stopping == 2:
@@ -140,8 +150,12 @@ class Supervisor:
             forked = self._forked.adopt()
             for early in forked:
                 self._generation += 1
-                self._watch(_Child(early.slot, early.worker_id, early.process, early.conn,
-                                   time.monotonic()), loop)
+                self._watch(
+                    _Child(
+                        early.slot, early.worker_id, early.process, early.conn, time.monotonic()
+                    ),
+                    loop,
+                )
             await self.app.backend()  # while the children open theirs
             if not self._stopping:  # they claim nothing before this
                 for early in forked:
@@ -151,8 +165,12 @@ class Supervisor:
             # resource tracker (an interpreter) on its critical path: start it now.
             resource_tracker.ensure_running()
         plan = QueuePlan(self.config.queues, self.config.queue_weights)
-        log.info("pool started: %d processes x %d slots, queues=%s", self.pool.processes,
-                 self.config.concurrency, plan.spec)
+        log.info(
+            "pool started: %d processes x %d slots, queues=%s",
+            self.pool.processes,
+            self.config.concurrency,
+            plan.spec,
+        )
         await self._all_exited.wait()
         for timer in self._timers:
             timer.cancel()
@@ -160,8 +178,12 @@ class Supervisor:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         status = self._status()
-        log.info("pool stopped (%s): %d restarts, %d orphaned jobs returned", status.name.lower(),
-                 self.restarts, self.orphans_returned)
+        log.info(
+            "pool stopped (%s): %d restarts, %d orphaned jobs returned",
+            status.name.lower(),
+            self.restarts,
+            self.orphans_returned,
+        )
         return status
 
     def _status(self) -> ExitStatus:
@@ -178,10 +200,18 @@ class Supervisor:
         worker_id = child_worker_id(slot, self._generation)
         ours, theirs = self._mp.Pipe(duplex=True)
         process = self._mp.Process(
-            target=child_main, name=f"conveyor-child-{slot}",
-            args=(self.app_path, child_settings(self.config, self.pool, slot), worker_id, theirs,
-                  self.pool.max_memory_per_child, self.pool.log_level, self.pool.log_format,
-                  self.pool.metrics),
+            target=child_main,
+            name=f"conveyor-child-{slot}",
+            args=(
+                self.app_path,
+                child_settings(self.config, self.pool, slot),
+                worker_id,
+                theirs,
+                self.pool.max_memory_per_child,
+                self.pool.log_level,
+                self.pool.log_format,
+                self.pool.metrics,
+            ),
         )
         # A group-wide SIGTERM/SIGINT during a child's start must neither kill it nor
         # be lost. The child inherits this thread's signal mask across exec, so it boots
@@ -219,8 +249,12 @@ class Supervisor:
             return
         if kind == RETIRING and child.retiring is None:
             child.retiring = str(detail)
-            log.info("child %d (pid %d) retiring (%s): starting its replacement", child.slot,
-                     child.pid, detail)
+            log.info(
+                "child %d (pid %d) retiring (%s): starting its replacement",
+                child.slot,
+                child.pid,
+                detail,
+            )
             if not self._stopping and self._slots.get(child.slot) is child:
                 self.restarts += 1
                 self._start_child(child.slot, loop)
@@ -242,11 +276,19 @@ class Supervisor:
 
             mark_process_dead(child.pid)
         crashed = code is None or code < 0 or code not in (ExitStatus.DRAINED, ExitStatus.COLD)
-        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exit status {code}")
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exit status {code}"
+        )
         if self._stopping:
-            self._stop_statuses.append(ExitStatus.COLD if child.killed else
-                                       code if code is not None and code >= 0 else ExitStatus.ERROR)
+            self._stop_statuses.append(
+                ExitStatus.COLD
+                if child.killed
+                else code
+                if code is not None and code >= 0
+                else ExitStatus.ERROR
+            )
         if crashed and not child.killed:
             log.error("child %d (pid %d) died (%s)", child.slot, child.pid, how)
         else:
@@ -262,8 +304,9 @@ class Supervisor:
                 self.restarts += 1
                 delay = self._restart_delay(child, crashed)
                 if delay:
-                    log.warning("child %d keeps dying at start; restarting in %.1fs",
-                                child.slot, delay)
+                    log.warning(
+                        "child %d keeps dying at start; restarting in %.1fs", child.slot, delay
+                    )
                     loop.call_later(delay, self._restart_if_running, child.slot)
                 else:
                     self._start_child(child.slot, loop)
@@ -310,8 +353,11 @@ class Supervisor:
     async def _cold_timer(self) -> None:
         await asyncio.sleep(self.pool.cold_stop_timeout)
         if self._children:
-            log.error("%d children did not stop %.0fs into a cold stop: killing them",
-                      len(self._children), self.pool.cold_stop_timeout)
+            log.error(
+                "%d children did not stop %.0fs into a cold stop: killing them",
+                len(self._children),
+                self.pool.cold_stop_timeout,
+            )
             self._stopping = 3
             self._kill_all()
 
@@ -347,25 +393,44 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - the backend may be briefly away
                 failures += 1
                 if time.monotonic() > deadline:
-                    log.error("could not return the jobs of dead child %s (%s); their leases "
-                              "will expire and the rescuer returns them", child.worker_id, exc)
+                    log.error(
+                        "could not return the jobs of dead child %s (%s); their leases "
+                        "will expire and the rescuer returns them",
+                        child.worker_id,
+                        exc,
+                    )
                     return
                 await asyncio.sleep(min(0.1 * 2**failures, 5.0))
         if released:
             self.orphans_returned += len(released)
-            log.warning("returned %d job(s) of child %d (pid %d, %s)%s: %s", len(released),
-                        child.slot, child.pid, how, "" if charge else " without using an attempt",
-                        released[:10])
+            log.warning(
+                "returned %d job(s) of child %d (pid %d, %s)%s: %s",
+                len(released),
+                child.slot,
+                child.pid,
+                how,
+                "" if charge else " without using an attempt",
+                released[:10],
+            )
 
     async def _release_once(self, child: _Child, charge: bool, how: str) -> list[str]:
         return await release_worker_jobs(
-            await self.app.backend(), child.worker_id, self.app.clock(), charge=charge,
+            await self.app.backend(),
+            child.worker_id,
+            self.app.clock(),
+            charge=charge,
             message=f"pool child {child.pid} running this job died ({how})",
-            app_version=self.app.version)  # the child ran this app's code
+            app_version=self.app.version,
+        )  # the child ran this app's code
 
 
-def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfig,
-             forked: ForkedStart | None = None) -> ExitStatus:
+def run_pool(
+    app: Conveyor,
+    app_path: str,
+    config: WorkerConfig,
+    pool: PoolConfig,
+    forked: ForkedStart | None = None,
+) -> ExitStatus:
     """Run a pool until SIGTERM/SIGINT; the process's exit status follows the return.
     `forked`: children forked at the start (`fork.fork_children`), else they are
     spawned."""
@@ -379,8 +444,11 @@ def run_pool(app: Conveyor, app_path: str, config: WorkerConfig, pool: PoolConfi
         def on_signal(signum: int) -> None:
             nonlocal received
             received += 1
-            step = ("draining; send again to stop at once", "cold stop; send again to kill "
-                    "the children", "killing the children")[min(received, 3) - 1]
+            step = (
+                "draining; send again to stop at once",
+                "cold stop; send again to kill the children",
+                "killing the children",
+            )[min(received, 3) - 1]
             log.info("%s received (%s)", signal.Signals(signum).name, step)
             supervisor.stop()
 

@@ -39,8 +39,10 @@ class Discovery(unittest.TestCase):
         self.assertIsInstance(app, DjangoConveyor)
         self.assertIs(app, get_app())
         self.assertEqual(app.url, settings.CONVEYOR["url"])
-        self.assertEqual(sorted(app.tasks), ["shop.tasks.parse_total", "shop.tasks.send_receipt",
-                                             "shop.tasks.use_the_database"])
+        self.assertEqual(
+            sorted(app.tasks),
+            ["shop.tasks.parse_total", "shop.tasks.send_receipt", "shop.tasks.use_the_database"],
+        )
 
 
 @unittest.skipIf(TRANSACTIONAL, "the default mode: enqueue after the commit")
@@ -135,11 +137,16 @@ class Dashboard(TransactionTestCase):
         assert token is not None
         action = f"/ops/jobs/job/cancel?id={self.job_id}"
         self.assertEqual(client.post(action, {}).status_code, 403)  # no token
-        self.assertEqual(client.post(action, {"csrf_token": token.group(1)},
-                                     headers={"origin": "https://evil.example"}).status_code, 403)
+        self.assertEqual(
+            client.post(
+                action, {"csrf_token": token.group(1)}, headers={"origin": "https://evil.example"}
+            ).status_code,
+            403,
+        )
         self.assertIs(stored(self.job_id), JobState.AVAILABLE)
-        done = client.post(action, {"csrf_token": token.group(1)},
-                           headers={"origin": "http://testserver"})
+        done = client.post(
+            action, {"csrf_token": token.group(1)}, headers={"origin": "http://testserver"}
+        )
         self.assertEqual(done.status_code, 303)
         self.assertEqual(done["Location"], f"/ops/jobs/job?id={self.job_id}")
         self.assertIs(stored(self.job_id), JobState.CANCELLED)

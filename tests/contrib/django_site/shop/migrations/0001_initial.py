@@ -7,7 +7,9 @@ class Migration(migrations.Migration):
     operations = [
         migrations.CreateModel(
             name="Order",
-            fields=[("id", models.AutoField(primary_key=True, serialize=False)),
-                    ("total", models.IntegerField())],
+            fields=[
+                ("id", models.AutoField(primary_key=True, serialize=False)),
+                ("total", models.IntegerField()),
+            ],
         ),
     ]

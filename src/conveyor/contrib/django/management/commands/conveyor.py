@@ -21,8 +21,10 @@ def run(args: list[str]) -> int:
 
 
 class Command(BaseCommand):
-    help = ("The conveyor command for this project: worker, scheduler, dashboard, jobs, "
-            "dead, stats, ... (manage.py conveyor --help)")
+    help = (
+        "The conveyor command for this project: worker, scheduler, dashboard, jobs, "
+        "dead, stats, ... (manage.py conveyor --help)"
+    )
 
     def run_from_argv(self, argv: list[str]) -> NoReturn:
         # From the shell: every argument is conveyor's, and so is the exit code.
