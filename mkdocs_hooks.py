@@ -39,7 +39,7 @@ class DoctestFences(Preprocessor):
 
 
 class DoctestExtension(Extension):
-    def extendMarkdown(self, md: Markdown) -> None:  # noqa: N802 - Markdown's name
+    def extendMarkdown(self, md: Markdown) -> None:
         md.preprocessors.register(DoctestFences(md), "conveyor_doctest", 40)
 
 

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Settlement
 from conveyor.model.job import JobState
 
 HUGE = 2**40

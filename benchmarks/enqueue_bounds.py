@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from enqueue_cost import (  # noqa: E402 - the same floors, timed and dropped the same way
+from enqueue_cost import (
     PAYLOAD,
     POSTGRES,
     REDIS,

@@ -25,7 +25,6 @@ stored, once.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil

@@ -47,12 +47,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from conveyor import Conveyor  # noqa: E402
-from conveyor.backends.claiming import QueuePlan  # noqa: E402
-from conveyor.backends.contract import Settlement  # noqa: E402
-from conveyor.model.job import Job, JobState, NewJob, QueueBound  # noqa: E402
-from conveyor.rules.rate_limits import RateLimit  # noqa: E402
-from conveyor.worker import Worker, WorkerConfig  # noqa: E402
+from conveyor import Conveyor
+from conveyor.backends.claiming import QueuePlan
+from conveyor.backends.contract import Settlement
+from conveyor.model.job import Job, JobState, NewJob, QueueBound
+from conveyor.rules.rate_limits import RateLimit
+from conveyor.worker import Worker, WorkerConfig
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 QUEUES, WEIGHTS = ("critical", "default", "bulk"), (6.0, 3.0, 1.0)

@@ -49,6 +49,7 @@ def serve(url: str, queue: str, liveness: bool) -> None:
     """A worker process (as `conveyor worker`, with liveness switchable)."""
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app
+
     from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
@@ -109,6 +110,7 @@ async def wait_for(check: Any, timeout: float, what: str, interval: float = 0.00
 
 async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
     from bench_app import hang  # for its messages; this run's own app below
+
     from conveyor import Conveyor
     from conveyor.backends.contract import JobFilter
     from conveyor.model.job import JobState

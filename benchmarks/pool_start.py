@@ -79,6 +79,7 @@ def wait_until(check, timeout: float = 60.0, interval: float = 0.005):  # type: 
 
 def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
     from bench_app import app, hang
+
     from conveyor.backends.contract import JobFilter
 
     # The last round's backlog (most of its 4,000 jobs never ran) is cancelled, then
@@ -171,6 +172,7 @@ def main() -> None:
     url = args.url or f"sqlite:///{tempfile.mkdtemp(prefix='conveyor-pool-')}/bench.db"
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app
+
     from conveyor.backends.contract import JobFilter
 
     app.jobs.count()  # create the schema outside the timings

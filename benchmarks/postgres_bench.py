@@ -27,10 +27,10 @@ from typing import Any
 import psycopg
 
 from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
-from conveyor.backends.claiming import strict_claim
 
 QUEUE = "bench"
 # Bare baseline: the same row, the same table, one INSERT, no dedup, no wake-up.

@@ -55,6 +55,7 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
 def serve(url: str, concurrency: int) -> None:
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app
+
     from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
@@ -83,6 +84,7 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
     os.environ["CONVEYOR_URL"] = url = f"{args.url}?prefix=bench-{run_id}&max_completed=0"
     memory_url = f"{args.url}?prefix=bench-mem-{run_id}&max_completed={args.max_completed}"
     from bench_app import app, noop_async
+
     from conveyor.backends.contract import JobFilter
     from conveyor.backends.redis.backend import RedisBackend
     from conveyor.model.job import JobState

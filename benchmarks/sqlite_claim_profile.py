@@ -30,11 +30,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from flow_claims import LIMITS, MODES, QUEUES, WEIGHTS, fill  # noqa: E402
+from flow_claims import LIMITS, MODES, QUEUES, WEIGHTS, fill
 
-from conveyor import Conveyor  # noqa: E402
-from conveyor.backends.sqlite.store import SqliteStore  # noqa: E402
-from conveyor.backends.claiming import QueuePlan  # noqa: E402
+from conveyor import Conveyor
+from conveyor.backends.claiming import QueuePlan
+from conveyor.backends.sqlite.store import SqliteStore
 
 
 async def filled(path: Path, waiting: int, mode: str, keys: int) -> None:

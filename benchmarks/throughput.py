@@ -46,6 +46,7 @@ def serve(url: str, concurrency: int) -> None:
         from contextlib import nullcontext as starting
     with starting():
         from bench_app import app
+
         from conveyor.worker import Worker, WorkerConfig
 
     async def main() -> None:
@@ -99,6 +100,7 @@ def main() -> None:
     url = args.url or f"sqlite:///{tmp}/bench.db"
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app, noop_async, noop_sync
+
     from conveyor.backends.contract import JobFilter
     from conveyor.model.job import JobState
 

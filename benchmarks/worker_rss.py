@@ -68,6 +68,7 @@ def unfinished(url: str) -> int:
     """Jobs not completed (waiting, running, or failed). The jobs done are `--jobs` minus
     these: Redis keeps only the newest `max_completed` (100,000) completed jobs."""
     import bench_app
+
     from conveyor.backends.contract import JobFilter
     from conveyor.model.job import JobState
 
@@ -160,6 +161,7 @@ def traced_run(backend: str, jobs: int, folder: Path) -> None:
     try:
         asyncio.run(fill(url, jobs))
         import bench_app
+
         from conveyor.worker import Worker, WorkerConfig
 
         snapshots: list[tracemalloc.Snapshot] = []

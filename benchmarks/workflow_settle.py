@@ -26,11 +26,12 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("CONVEYOR_SRC", str(Path(__file__).resolve().parents[1] / "src")))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from conveyor import Conveyor  # noqa: E402
-from conveyor.backends.contract import Settlement  # noqa: E402
-from conveyor.backends.claiming import strict_claim  # noqa: E402
-from conveyor.model.job import JobState, NewJob  # noqa: E402
-from flow_claims import cleanup, isolated  # noqa: E402
+from flow_claims import cleanup, isolated
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Settlement
+from conveyor.model.job import JobState, NewJob
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 

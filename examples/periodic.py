@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from conveyor import Conveyor
-from conveyor.scheduling import Scheduler, scheduled_run
-from conveyor.ops.schedule_commands import cron_list
 from conveyor.model.clock import ManualClock
+from conveyor.ops.schedule_commands import cron_list
+from conveyor.scheduling import Scheduler, scheduled_run
 from conveyor.worker import Worker, WorkerConfig
 
-clock = ManualClock(datetime(2026, 3, 28, 22, 58, tzinfo=timezone.utc).timestamp())
+clock = ManualClock(datetime(2026, 3, 28, 22, 58, tzinfo=UTC).timestamp())
 app = Conveyor(f"sqlite:///{sys.argv[1] if len(sys.argv) > 1 else 'periodic.db'}", clock=clock)
 
 

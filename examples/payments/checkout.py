@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from provider import Providers
 
 from conveyor import Conveyor, current_job
 from conveyor.contrib.http import raise_for_status
 from conveyor.worker import Worker, WorkerConfig
-from provider import Providers
 
 HERE = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
 app = Conveyor(f"sqlite:///{HERE / 'jobs.db'}", version="1.4.2")

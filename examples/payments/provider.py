@@ -26,7 +26,7 @@ class Providers:
         providers = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with providers._lock:
                     if self.path == "/v1/charges":

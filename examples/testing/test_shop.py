@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+import shop
 from starlette.testclient import TestClient
 
-import shop
 from conveyor import Conveyor, JobState
 from conveyor.testing import TestClock, assert_enqueued, drain, inline, refute_enqueued
 

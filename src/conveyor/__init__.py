@@ -9,18 +9,18 @@
 3
 """
 
-from conveyor.rules.adaptive import Adaptive
 from conveyor.app import Conveyor
-from conveyor.rules.breakers import BreakerError
+from conveyor.context import JobContext, current_job
 from conveyor.model.errors import ConveyorError
 from conveyor.model.job import Job, JobState
 from conveyor.model.outcomes import Cancel, Retry, Snooze
+from conveyor.model.version import __version__
+from conveyor.rules.adaptive import Adaptive
+from conveyor.rules.breakers import BreakerError
 from conveyor.rules.retry_budget import RetryBudget
 from conveyor.task import Task
-from conveyor.model.version import __version__
-from conveyor.context import JobContext, current_job
-from conveyor.workflows.inputs import Failure
 from conveyor.workflows.canvas import chain, chord, group
+from conveyor.workflows.inputs import Failure
 
 __all__ = [
     "Adaptive",

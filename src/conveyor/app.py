@@ -11,33 +11,33 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
+from conveyor.admin.inspection import Inspection
 from conveyor.backends import backend_from_url, redact_url
-from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
 from conveyor.backends.blobs import BlobStore
+from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
+from conveyor.handle import JobHandle, handles, refusals_by_handle
+from conveyor.model import validation as valid
+from conveyor.model import version as versions
+from conveyor.model.clock import Clock, Duration, system_clock, to_seconds
+from conveyor.model.errors import ConfigurationError, InvalidJob, UnknownTask
+from conveyor.model.job import Job, NewJob
+from conveyor.model.portal import Portal
+from conveyor.observe.middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
 from conveyor.payloads.claim_check import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_ORPHAN_GRACE,
     DEFAULT_THRESHOLD,
     ClaimCheck,
 )
-from conveyor.model import validation as valid
-from conveyor.model import version as versions
+from conveyor.payloads.task_payload import payload_defaults
 from conveyor.rules.backpressure import enqueue_offering
 from conveyor.rules.concurrency import Adaptive, concurrency_rule
-from conveyor.model.errors import ConfigurationError, InvalidJob, UnknownTask
-from conveyor.handle import JobHandle, handles, refusals_by_handle
 from conveyor.rules.hygiene import PayloadHygiene
-from conveyor.admin.inspection import Inspection
-from conveyor.model.job import Job, NewJob
-from conveyor.observe.middleware import EnqueueContext, Middleware, MiddlewareContext, run_chain
-from conveyor.model.portal import Portal
 from conveyor.rules.queues import FlowDeclarations, QueueSettingsRegistry
 from conveyor.rules.rate_limits import Limit, RateLimitRegistry
 from conveyor.rules.retry import RETRY_OPTIONS, task_retry_policy
 from conveyor.rules.retry_budget import RetryBudget
-from conveyor.payloads.task_payload import payload_defaults
 from conveyor.task import Task, TaskDefaults, key_templates, make_options, time_limits
-from conveyor.model.clock import Clock, Duration, system_clock, to_seconds
 
 if TYPE_CHECKING:
     from conveyor.scheduling.schedules import Schedule
@@ -318,7 +318,7 @@ class Conveyor(FlowDeclarations, Inspection):
                     priority=schedule.priority,
                     job_id=schedule.job_id(int(valid.RUN_AT_MAX)),
                 )
-            except Exception as exc:  # noqa: BLE001 - a bad declaration, reported as such
+            except Exception as exc:
                 raise ConfigurationError(f"schedule {schedule_name!r}: {exc}") from None
             self.schedules[schedule_name] = schedule
             return task

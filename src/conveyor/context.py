@@ -11,9 +11,10 @@ from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 from conveyor.backends.contract import Backend, CompleteInTransaction, Lease, RecordsInTransaction
+from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConfigurationError, StaleLease
-from conveyor.rules.idempotency_key import key_of
 from conveyor.model.job import Job
+from conveyor.model.outcomes import Retry
 from conveyor.once import (
     DEFAULT_CLAIM_LEASE,
     ONCE_NAMESPACE,
@@ -23,10 +24,9 @@ from conveyor.once import (
     checked_ttl,
     once_key,
 )
-from conveyor.model.outcomes import Retry
+from conveyor.rules.idempotency_key import key_of
 from conveyor.rules.results import result_ttl_of
 from conveyor.rules.retry import RetryPolicy
-from conveyor.model.clock import Duration, to_seconds
 
 T = TypeVar("T")
 # How long a dead job may wait for a redrive when the worker does not say (tests,

@@ -13,8 +13,8 @@ from conveyor.model.job import Job, JobState
 
 if TYPE_CHECKING:
     from conveyor.admin.api import Admin, Jobs
-    from conveyor.payloads.claim_check import ClaimCheck
     from conveyor.model.portal import Portal
+    from conveyor.payloads.claim_check import ClaimCheck
 
 R = TypeVar("R")
 
@@ -101,7 +101,7 @@ def handles(app: HandleApp, jobs: list[Job]) -> list[JobHandle[Any]]:
     return [JobHandle(app, job) for job in jobs]
 
 
-class refusals_by_handle:  # noqa: N801 - used as a function: `with refusals_by_handle(app)`
+class refusals_by_handle:
     """A QueueFull raised inside names the stored jobs by handle, as the app's callers
     get them, instead of by Job. A class, not a @contextmanager: it wraps every
     enqueue, and a generator-based one costs ten times as much to enter and leave."""

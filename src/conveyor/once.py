@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from conveyor.model import validation as valid
 from conveyor.backends.contract import SharedRecords
+from conveyor.model import validation as valid
+from conveyor.model.clock import Clock
 from conveyor.model.errors import InvalidJob, OnceWindowTooShort
 from conveyor.model.outcomes import Snooze
 from conveyor.rules.retry import RetryPolicy
-from conveyor.model.clock import Clock
 
 log = logging.getLogger("conveyor.once")
 
@@ -190,7 +190,7 @@ class OnceStore:
             await self.records.compare_and_set_record(
                 ONCE_NAMESPACE, claim.key, claim.text, released, ttl=lease
             )
-        except Exception as exc:  # noqa: BLE001 - see the docstring
+        except Exception as exc:
             log.warning(
                 "once(%r): could not free the key (%s); it frees itself in %gs",
                 claim.key,

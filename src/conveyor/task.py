@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from conveyor.model import validation as valid
-from conveyor.rules.concurrency import ConcurrencyRule, job_concurrency
+from conveyor.model.clock import Clock, Duration, to_seconds
 from conveyor.model.errors import ArgumentValidationError, ConfigurationError, InvalidJob
-from conveyor.rules.hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
-from conveyor.rules.fairness import FAIRNESS_META_KEY
-from conveyor.rules.idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from conveyor.model.job import NewJob
+from conveyor.payloads.task_payload import encode_payload, new_job_id
+from conveyor.rules.concurrency import ConcurrencyRule, job_concurrency
+from conveyor.rules.fairness import FAIRNESS_META_KEY
+from conveyor.rules.hygiene import REDACT_META_KEY, PayloadHygiene, redact_meta
+from conveyor.rules.idempotency_key import IDEMPOTENCY_META_KEY, KeyTemplate
 from conveyor.rules.results import RESULT_TTL_META_KEY, result_ttl_seconds
 from conveyor.rules.retry import RetryPolicy
-from conveyor.payloads.task_payload import encode_payload, new_job_id
-from conveyor.workflows.signature import Signature
-from conveyor.model.clock import Clock, Duration, to_seconds
 from conveyor.workflows.inputs import WORKFLOW_META_KEY
+from conveyor.workflows.signature import Signature
 
 if TYPE_CHECKING:
     from conveyor.handle import JobHandle
@@ -49,7 +49,7 @@ def argument_checker(signature: inspect.Signature) -> Callable[..., None] | None
     )
     namespace: dict[str, Any] = {"_default": None}
     try:
-        exec(f"def check{bare}: pass", namespace)  # noqa: S102 - names come from a real def
+        exec(f"def check{bare}: pass", namespace)
     except SyntaxError:
         return None
     checker: Callable[..., None] = namespace["check"]

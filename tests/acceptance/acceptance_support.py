@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from runs_log import read as read_runs
+
 from conveyor import Conveyor
 from conveyor.backends.sqlite.backend import parse_sqlite_url
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.worker.liveness import announced_token
-
-from runs_log import read as read_runs
 
 HERE = Path(__file__).resolve().parent
 

@@ -5,9 +5,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
-from backends_under_test import SHARED_BACKENDS, CLEANUPS
+from backends_under_test import CLEANUPS, SHARED_BACKENDS
 
 
 @pytest.fixture(params=sorted(SHARED_BACKENDS))

@@ -9,9 +9,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from runs_log import record
+
 from conveyor import Adaptive, Conveyor, current_job
 from conveyor.rules.rate_limits import Limit
-from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///acceptance.db"))
 # The rate limit test_flow_processes.py measures: 20 a second, 5 at once (a quarter

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
-from conveyor.model.errors import QueueFull
 from jobs_app import app, work
+
+from conveyor.model.errors import QueueFull
 
 queue, n, most, on_full, name = (
     sys.argv[1],

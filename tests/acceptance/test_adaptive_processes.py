@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
-from conveyor import Conveyor
 from downstream_bounds import assert_near_capacity
+
+from conveyor import Conveyor
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ class Downstream(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Downstream
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+    def do_GET(self) -> None:
         server = self.server
         with server.lock:
             refused = server.in_flight >= CAPACITY
@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

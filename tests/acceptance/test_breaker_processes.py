@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
+
 from conveyor import Conveyor
 from conveyor.downstreams.breaker_records import read_breaker
-from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, BreakerState
 from conveyor.model.job import JobState
+from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, BreakerState
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ class Downstream:
         downstream = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
                 now = time.time()
                 with downstream.lock:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
+
 from conveyor import chord, group
 from conveyor.model.job import JobState
 

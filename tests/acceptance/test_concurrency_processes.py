@@ -12,12 +12,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess, announced
+from polling import poll
+from runs_log import Event
+from runs_log import read as read_runs
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState, NewJob
-from polling import poll
-from runs_log import Event, read as read_runs
 
 pytestmark = pytest.mark.slow
 

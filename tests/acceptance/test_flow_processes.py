@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState

@@ -8,12 +8,12 @@ import time
 from collections import Counter
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess, announced
-from conveyor import Conveyor
-from conveyor.model.job import Job, JobState
 from polling import poll
 from runs_log import read as read_runs
+
+from conveyor import Conveyor
+from conveyor.model.job import Job, JobState
 
 pytestmark = pytest.mark.slow
 

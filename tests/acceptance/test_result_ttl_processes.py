@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-
 from acceptance_support import HERE, Runs, WorkerProcess
+
 from conveyor.model.errors import ResultExpired
 from conveyor.model.job import JobState
 

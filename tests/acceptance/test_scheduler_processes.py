@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from acceptance_support import HERE, Runs, WorkerProcess
+
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 
@@ -59,7 +59,7 @@ def test_four_schedulers_in_real_processes_fire_each_second_once(
     seconds = sorted(
         int(
             datetime.strptime(job_id, "cron:tick:%Y-%m-%dT%H:%M:%SZ")
-            .replace(tzinfo=timezone.utc)
+            .replace(tzinfo=UTC)
             .timestamp()
         )
         for job_id in enqueued

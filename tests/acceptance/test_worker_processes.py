@@ -7,8 +7,8 @@ import time
 from collections import Counter
 
 import pytest
-
 from acceptance_support import Runs, WorkerProcess
+
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState

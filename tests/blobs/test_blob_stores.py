@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import BACKENDS, CLEANUPS
+from conformance.helpers import RunningWorker, wait_finished
+
 from conveyor import Conveyor
 from conveyor.backends.blobs import BlobStore, blob_key, blob_store_from_url
 from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from conformance.helpers import RunningWorker, wait_finished
 
 
 def _free_port() -> int:

@@ -4,8 +4,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_harness import Cli
+
 from conveyor import Conveyor
 
 

@@ -6,6 +6,7 @@ import re
 import signal
 
 from cli_harness import Cli, wait_until
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.backends.sqlfiles import load_migrations

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cli_harness import Cli
 
 USAGE, FAILURE = 2, 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from cli_harness import Cli
+
 from conveyor import Conveyor
 
 

@@ -15,6 +15,7 @@ import signal
 
 from cli_harness import Cli, wait_until
 from conformance.raw_store import RawValue, SqliteRawStore
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 

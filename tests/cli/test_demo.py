@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.cli import demo
 from conveyor.admin.api import make_filter
+from conveyor.cli import demo
 from conveyor.model.job import JobState
 
 EXPECTED = {  # label -> (task, state, attempts)

@@ -12,12 +12,13 @@ import socket
 import subprocess
 
 from cli_harness import HERE, Cli, wait_until
+from test_admin_commands import make_dead, rows
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
-from conveyor.backends.contract import Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Settlement
 from conveyor.model.job import AttemptError, JobState
-from test_admin_commands import make_dead, rows
 
 ME = f"{getpass.getuser()}@{socket.gethostname()}"
 

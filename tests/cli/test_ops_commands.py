@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from cli_harness import HERE, Cli, wait_until
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 

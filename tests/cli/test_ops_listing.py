@@ -6,6 +6,7 @@ import json
 import signal
 
 from cli_harness import Cli, wait_until
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cli_harness import HERE, Cli, WorkerProcess, wait_until
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState
@@ -54,11 +55,7 @@ def test_scheduler_process_enqueues_each_second_once_and_stops_on_sigterm(
     scheduler.signal(signal.SIGTERM)
     assert scheduler.wait() == 0, scheduler.log()
     seconds = [
-        int(
-            datetime.strptime(i, "cron:beat:%Y-%m-%dT%H:%M:%SZ")
-            .replace(tzinfo=timezone.utc)
-            .timestamp()
-        )
+        int(datetime.strptime(i, "cron:beat:%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
         for i in beat_ids(inspector)
     ]
     assert seconds == list(range(seconds[0], seconds[0] + len(seconds)))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import signal
 
 import pytest
-
 from cli_harness import Cli, wait_until
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from backends_under_test import SHARED_BACKENDS, CLEANUPS
+from backends_under_test import CLEANUPS, SHARED_BACKENDS
 from cli_harness import HERE, wait_until
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState

@@ -6,6 +6,7 @@ import signal
 from pathlib import Path
 
 from cli_harness import Cli, wait_until
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState

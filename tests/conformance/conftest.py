@@ -4,9 +4,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import BACKENDS, CLEANUPS
 from raw_store import RawStore, raw_store
+
 from conveyor import Conveyor
 from conveyor.backends.contract import Backend
 from conveyor.model.clock import ManualClock

@@ -8,9 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, Settlement
 from conveyor.model.job import AttemptError, Job, JobState, NewJob
-from conveyor.backends.claiming import strict_claim
 
 _ids = itertools.count(1)
 

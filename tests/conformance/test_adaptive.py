@@ -9,16 +9,16 @@ import asyncio
 import logging
 
 import pytest
+from helpers import error
 
 from conveyor import Adaptive, Conveyor
-from conveyor.rules.adaptive import LimitState
-from conveyor.backends.contract import Backend, JobFilter, KeyLimits, Settlement
 from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import Job, JobState
-from conveyor.model.clock import ManualClock
-from conveyor.worker import Worker, WorkerConfig
+from conveyor.backends.contract import Backend, JobFilter, KeyLimits, Settlement
 from conveyor.downstreams.adaptive_controller import NAMESPACE, AdaptiveController
-from helpers import error
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import Job, JobState
+from conveyor.rules.adaptive import LimitState
+from conveyor.worker import Worker, WorkerConfig
 
 S = JobState
 KEY = "task:calls"

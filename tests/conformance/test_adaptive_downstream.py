@@ -14,9 +14,10 @@ import asyncio
 import time
 
 from conformance.helpers import RunningWorker
+from downstream_bounds import assert_near_capacity
+
 from conveyor import Adaptive, Conveyor
 from conveyor.worker import WorkerConfig
-from downstream_bounds import assert_near_capacity
 
 CAPACITY = 20
 SERVICE = 0.5  # seconds a call takes: the capacity is CAPACITY / SERVICE calls a second

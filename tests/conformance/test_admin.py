@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from helpers import claim_one, complete, error, new_job, state_of
 
 from conveyor.backends.contract import Backend, JobFilter, Settlement
-from conveyor.model.job import JobState
 from conveyor.model.clock import ManualClock
-from helpers import claim_one, complete, error, new_job, state_of
+from conveyor.model.job import JobState
 
 DEAD = JobFilter(states=(JobState.DEAD,))
 

@@ -9,14 +9,14 @@ import asyncio
 import time
 
 import pytest
+from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.contract import Backend, JobFilter, Settlement
-from conveyor.rules.backpressure import SHED_ERROR_TYPE
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import QueueFull
 from conveyor.model.job import JobState, NewJob, QueueBound
-from conveyor.model.clock import ManualClock
-from helpers import claim_one, new_job
+from conveyor.rules.backpressure import SHED_ERROR_TYPE
 
 WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 import asyncio
 import time
 
+from helpers import RunningWorker, eventually, new_job, wait_finished
+
 from conveyor import BreakerError, Conveyor
 from conveyor.backends.contract import Backend, ClaimedJobs, ClaimRequest, QueueQuota
 from conveyor.downstreams.breaker_records import close_by_hand, open_by_hand, read_breaker
-from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
-from conveyor.model.job import JobState
-from conveyor.rules.rate_limits import RateLimit
-from conveyor.model.clock import ManualClock
 from conveyor.downstreams.breaker_view import BreakerView
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
+from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
+from conveyor.rules.rate_limits import RateLimit
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, eventually, new_job, wait_finished
 
 WORKERS = 4
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
 from helpers import new_job
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
 
 
 async def test_claim_orders_by_priority_then_fifo(backend: Backend, clock: ManualClock) -> None:

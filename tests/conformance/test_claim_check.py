@@ -11,18 +11,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from helpers import RunningWorker, complete, wait_finished
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter
 from conveyor.backends.blobs import blob_key
-from conveyor.payloads.claim_check import reference_in
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter
 from conveyor.cli.render import job_detail
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import PayloadTooLarge
 from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
+from conveyor.payloads.claim_check import reference_in
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, complete, wait_finished
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
 THRESHOLD = 1024

@@ -9,16 +9,16 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from conformance.helpers import RunningWorker, wait_finished
+from helpers import claim_one, complete, error, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import Job, JobState
+from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.model.clock import ManualClock
-from conveyor.worker.rescue import release_worker_jobs, rescue_expired
-from conformance.helpers import RunningWorker, wait_finished
+from conveyor.model.job import Job, JobState
 from conveyor.worker import WorkerConfig
-from helpers import claim_one, complete, error, new_job
+from conveyor.worker.rescue import release_worker_jobs, rescue_expired
 
 S = JobState
 LIMITS = {"user:1": 1, "user:2": 2, "user:3": 3}

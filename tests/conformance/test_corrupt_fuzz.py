@@ -27,17 +27,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from backends_under_test import BACKENDS, CLEANUPS
+from helpers import RunningWorker, eventually, new_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from raw_store import RawValue, raw_store
 
-from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
 from conveyor.backends.codec import COLUMNS
+from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, eventually, new_job
-from raw_store import RawValue, raw_store
 
 HEALTHY = 8
 CORRUPT_TYPES = {"CorruptJob", "CorruptPayload"}

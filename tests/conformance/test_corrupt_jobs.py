@@ -11,17 +11,17 @@ whose schema refuses a value cannot hold that corruption: the case is skipped.
 from __future__ import annotations
 
 import pytest
-
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
-from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
-from conveyor.worker import WorkerConfig
-from conveyor.worker.rescue import rescue_expired
-from conveyor.worker.held_jobs import corrupt_outcome
 from helpers import RunningWorker, complete, error, new_job, wait_finished
 from raw_store import RawStore, RawValue
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
+from conveyor.worker import WorkerConfig
+from conveyor.worker.held_jobs import corrupt_outcome
+from conveyor.worker.rescue import rescue_expired
 
 DEEP = "[" * 100_000 + "]" * 100_000  # item 6 of issue 10: past any JSON parser's depth
 NESTED = "[" * 5_000 + "]" * 5_000  # storable as jsonb, too deep for Python's json

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
 from helpers import claim_one, complete, new_job
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
 
 
 async def test_enqueue_stores_the_job_available(backend: Backend, clock: ManualClock) -> None:
@@ -97,8 +98,9 @@ async def test_unique_key_dedups_and_unique_for_extends_past_completion(
 
 
 async def test_unique_key_does_not_block_after_dead(backend: Backend) -> None:
-    from conveyor.backends.contract import Settlement
     from helpers import error
+
+    from conveyor.backends.contract import Settlement
 
     [first] = await backend.enqueue_jobs([new_job(unique_key="pay:1", unique_for=3600)])
     job = await claim_one(backend)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from helpers import RunningWorker, wait_finished
 
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, wait_finished
 
 
 @pytest.fixture

@@ -8,15 +8,15 @@ import asyncio
 from collections import Counter
 
 import pytest
+from helpers import claim_one, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, Settlement
 from conveyor.backends.claiming import strict_claim
-from conveyor.model.errors import ConfigurationError, InvalidJob
-from conveyor.rules.fairness import FAIRNESS_META_KEY
-from conveyor.model.job import JobState
+from conveyor.backends.contract import Backend, Settlement
 from conveyor.model.clock import ManualClock
-from helpers import claim_one, new_job
+from conveyor.model.errors import ConfigurationError, InvalidJob
+from conveyor.model.job import JobState
+from conveyor.rules.fairness import FAIRNESS_META_KEY
 
 CLAIMERS = 4
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
-from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import JobState
 from helpers import complete, new_job
+
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
+from conveyor.model.job import JobState
 
 
 def keyed(key: str, limit: int, queue: str = "default", **fields: object) -> object:

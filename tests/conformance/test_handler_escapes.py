@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from helpers import RunningWorker, eventually, wait_finished
 
 from conveyor import Conveyor, current_job
 from conveyor.model.job import JobState
 from conveyor.observe.middleware import CallNext, ExecuteContext, MiddlewareContext
 from conveyor.worker import ExitStatus, WorkerConfig
-from helpers import RunningWorker, eventually, wait_finished
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
 QUICK_RETRY: dict[str, Any] = {"backoff_base": 0.001, "backoff_cap": 0.01}

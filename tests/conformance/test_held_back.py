@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend
-from conveyor.backends.claiming import QueuePlan
-from conveyor.model.job import Job
 from helpers import complete
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import QueuePlan
+from conveyor.backends.contract import Backend
+from conveyor.model.job import Job
 
 
 async def claim_with_two_claimers(app: Conveyor, queue: str) -> list[Job]:

@@ -8,17 +8,17 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from helpers import RunningWorker, claim_one, error, eventually, wait_finished
 
 from conveyor import Conveyor, Snooze, current_job
 from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.context import JobContext
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import OnceWindowTooShort
 from conveyor.model.job import Job, JobState
 from conveyor.once import ONCE_NAMESPACE
-from conveyor.model.clock import ManualClock
-from conveyor.context import JobContext
-from conveyor.worker.rescue import rescue_expired
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, claim_one, error, eventually, wait_finished
+from conveyor.worker.rescue import rescue_expired
 
 DEAD = JobFilter(states=(JobState.DEAD,))
 

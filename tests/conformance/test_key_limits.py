@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, KeyLimits
-from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import Job, JobState
 from helpers import complete, new_job
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, KeyLimits
+from conveyor.model.job import Job, JobState
 
 S = JobState
 KEY = "task:calls"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from conveyor.backends.contract import Backend, Lease, Settlement
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
-from conveyor.worker.rescue import rescue_expired
 from helpers import claim_one, complete, new_job, state_of
+
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
+from conveyor.worker.rescue import rescue_expired
 
 
 async def test_heartbeat_extends_the_lease(backend: Backend, clock: ManualClock) -> None:

@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends_under_test import BACKENDS, CLEANUPS, SHARED_BACKENDS
+from helpers import error, new_job
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from backends_under_test import BACKENDS, CLEANUPS, SHARED_BACKENDS
 from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, JobFilter, Lease, Settlement
+from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.model.lifecycle import ALLOWED
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
 from conveyor.worker.rescue import rescue_expired
-from helpers import error, new_job
 
 S = JobState
 LEASE = 10.0

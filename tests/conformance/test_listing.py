@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from helpers import claim_one, error, new_job
 
 from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.model.errors import JobNotFound
 from conveyor.model.job import JobState
-from helpers import claim_one, error, new_job
 
 
 def payload(*args: object, **kwargs: object) -> str:

@@ -6,20 +6,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+
 import pytest
+from helpers import RunningWorker, claim_one, eventually, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
 from conveyor.model.job import Job, JobState
-from conveyor.worker import WorkerConfig
 from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker import WorkerConfig
 from conveyor.worker.liveness import (
     LIVENESS_FIELD,
     DeathWatch,
     announced_token,
     rescue_dead_workers,
 )
-from helpers import RunningWorker, claim_one, eventually, new_job
 
 # Every backend's token format, none of which names a signal these tests hold.
 FOREIGN_TOKENS = [

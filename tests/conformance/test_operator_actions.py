@@ -5,16 +5,16 @@ error types, retry, purge, and the audit trail every action leaves)."""
 from __future__ import annotations
 
 import pytest
+from helpers import claim_one, error, new_job, state_of
 
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
-from conveyor.observe.audit import MAX_IDS, RETENTION, Actor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.names import AmbiguousTaskName
-from conveyor.model.clock import ManualClock
-from helpers import claim_one, error, new_job, state_of
+from conveyor.observe.audit import MAX_IDS, RETENTION, Actor
 
 DEAD = JobFilter(states=(JobState.DEAD,))
 

@@ -7,15 +7,16 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from helpers import claim_one, complete, new_job
+
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from conveyor.worker.pool.supervisor import Supervisor, _Child
 from conveyor.worker.pool.config import PoolConfig
+from conveyor.worker.pool.supervisor import Supervisor, _Child
 from conveyor.worker.rescue import rescue_expired
-from helpers import claim_one, complete, new_job
 
 
 def dead_child(worker_id: str) -> Any:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
-from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
 from helpers import claim_one, new_job
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState
 
 A = 60.0  # one priority level per minute waited
 

@@ -7,15 +7,15 @@ import asyncio
 import time
 
 import pytest
+from helpers import RunningWorker, eventually, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.rules.rate_limits import Limit, RateLimit
-from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, eventually, new_job
 
 STRIPE = RateLimit("stripe", rate=10.0, burst=20)  # 10 a second, 20 at once
 

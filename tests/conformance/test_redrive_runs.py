@@ -4,14 +4,15 @@ Time is the injected clock; a test plays the workers by settling jobs itself."""
 
 from __future__ import annotations
 
+from helpers import claim_one, error, new_job
+
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.ops.redrive_driver import Driver
 from conveyor.ops.redrive_runs import DRIVER_LEASE, Runs, RunStatus, parse_rate
-from conveyor.model.clock import ManualClock
-from helpers import claim_one, error, new_job
 
 DEAD = JobFilter(states=(JobState.DEAD,))
 

@@ -13,18 +13,18 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
+from helpers import RunningWorker, claim_one, complete, new_job, wait_finished
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, Settlement
-from conveyor.payloads.claim_check import reference_in
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, Settlement
 from conveyor.cli.render import job_detail
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed, ResultExpired
 from conveyor.model.job import JobState
+from conveyor.payloads.claim_check import reference_in
 from conveyor.rules.results import RESULT_TTL_META_KEY
-from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from helpers import RunningWorker, claim_one, complete, new_job, wait_finished
 
 S = JobState
 FAST = WorkerConfig(queues=("default",), concurrency=2, poll_interval=0.05)

@@ -7,15 +7,15 @@ import math
 from collections import Counter
 
 import pytest
-
 from conformance.helpers import RunningWorker, eventually
+
 from conveyor import Conveyor, RetryBudget
 from conveyor.backends.contract import Backend, JobFilter
+from conveyor.downstreams.retry_ledger import RetryLedger
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, JobState
-from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from conveyor.downstreams.retry_ledger import RetryLedger
 
 WINDOW = 60.0
 

@@ -11,21 +11,21 @@ import math
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from helpers import RunningWorker, complete, eventually
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter
-from conveyor.model.job import Job, JobState
-from conveyor.scheduling.schedules import SCHEDULE_META_KEY, ScheduledRun, iso
-from conveyor.scheduling.scheduler import Scheduler, schedule_reports
-from conveyor.scheduling.state import SCHEDULES_NAMESPACE
-from conveyor.model.clock import ManualClock
-from conveyor.worker import WorkerConfig
 from conveyor.backends.claiming import strict_claim
-from helpers import RunningWorker, complete, eventually
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.clock import ManualClock
+from conveyor.model.job import Job, JobState
+from conveyor.scheduling.scheduler import Scheduler, schedule_reports
+from conveyor.scheduling.schedules import SCHEDULE_META_KEY, ScheduledRun, iso
+from conveyor.scheduling.state import SCHEDULES_NAMESPACE
+from conveyor.worker import WorkerConfig
 
 MINUTE = 60
 START = 1_800_000_000  # ManualClock's default start; a multiple of 5 minutes
@@ -77,7 +77,7 @@ def run_of(job: Job) -> ScheduledRun:
 
 
 def at(epoch: int) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)
 
 
 # --- once per tick -----------------------------------------------------------------------

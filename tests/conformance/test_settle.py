@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers import claim_one, complete, error, new_job, state_of
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, Settlement, StateForcing
+from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.lifecycle import ALLOWED
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
-from helpers import claim_one, complete, error, new_job, state_of
 
 
 async def test_complete_stores_result(backend: Backend, clock: ManualClock) -> None:

@@ -8,11 +8,12 @@ import threading
 import time
 from collections import Counter
 
+from helpers import RunningWorker, eventually, wait_finished
+
 from conveyor import Conveyor, current_job
 from conveyor.model.errors import SoftTimeLimitExceeded
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, WorkerConfig
-from helpers import RunningWorker, eventually, wait_finished
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
 

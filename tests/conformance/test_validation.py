@@ -3,17 +3,18 @@ values at the edges of the ranges are stored exactly (conveyor/model/validation.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
 import pytest
+from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConveyorError, InvalidJob
 from conveyor.model.job import JobState, NewJob
-from conveyor.model.clock import ManualClock
 from conveyor.model.validation import (
     MAX_ATTEMPTS_MAX,
     NAME_MAX,
@@ -21,7 +22,6 @@ from conveyor.model.validation import (
     PRIORITY_MIN,
     RUN_AT_MAX,
 )
-from helpers import claim_one, new_job
 
 # (enqueue options, the field the error must name)
 BAD_OPTIONS: list[tuple[dict[str, Any], str]] = [
@@ -60,8 +60,8 @@ BAD_OPTIONS: list[tuple[dict[str, Any], str]] = [
     ({"max_attempts": 2**31}, "max_attempts"),
     ({"max_attempts": "5"}, "max_attempts"),
     ({"run_at": datetime(2030, 1, 1)}, "run_at"),  # naive
-    ({"run_at": datetime(1969, 12, 31, tzinfo=timezone.utc)}, "run_at"),
-    ({"run_at": datetime(9999, 1, 1, tzinfo=timezone.utc)}, "run_at"),
+    ({"run_at": datetime(1969, 12, 31, tzinfo=UTC)}, "run_at"),
+    ({"run_at": datetime(9999, 1, 1, tzinfo=UTC)}, "run_at"),
     ({"run_at": float("nan")}, "run_at"),
 ]
 
@@ -160,7 +160,7 @@ async def test_values_at_the_edges_are_stored_exactly(
 
     long_id = "é" * NAME_MAX  # characters, not bytes
     meta = {"note": "ünïcode ✓ \\u0000 is text here", "nested": {"list": [1, 2.5, None, True]}}
-    edge = datetime.fromtimestamp(RUN_AT_MAX, tz=timezone.utc)
+    edge = datetime.fromtimestamp(RUN_AT_MAX, tz=UTC)
     await noop.options(
         job_id=long_id,
         queue="q" * NAME_MAX,

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from conveyor import Conveyor
-from conveyor.backends.contract import Backend, ClaimRequest, QueueQuota
-from conveyor.backends.claiming import parse_queues
-from conveyor.worker import WorkerConfig
 from helpers import RunningWorker, eventually, new_job, wait_finished
+
+from conveyor import Conveyor
+from conveyor.backends.claiming import parse_queues
+from conveyor.backends.contract import Backend, ClaimRequest, QueueQuota
+from conveyor.worker import WorkerConfig
 
 WEIGHTS = "critical=6,default=3,bulk=1"
 

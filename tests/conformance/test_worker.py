@@ -6,11 +6,12 @@ import asyncio
 import threading
 from collections import Counter
 
+from helpers import RunningWorker, eventually, new_job, wait_finished
+
 from conveyor import Cancel, Conveyor, Retry, Snooze, current_job
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
-from helpers import RunningWorker, eventually, new_job, wait_finished
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
 
@@ -360,7 +361,7 @@ async def test_stop_does_not_wait_on_a_maintenance_pass_that_lost_its_cancel(
             pass  # what the lost cancel looks like from here: the call just returns
 
     worker = Worker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, rescue_interval=60))
-    setattr(worker, "_rescue", rescue_losing_its_cancel)
+    worker._rescue = rescue_losing_its_cancel
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(entered.wait(), 10)
     worker.stop()

@@ -10,17 +10,6 @@ import time
 from typing import Any
 
 import pytest
-
-from conveyor import Conveyor, Failure, chain, chord, group
-from conveyor.backends.contract import Backend, JobFilter, Settlement
-from conveyor.backends.claiming import strict_claim
-from conveyor.rules.dependencies import DEPENDENCY_FAILED
-from conveyor.model.errors import InvalidJob, JobFailed
-from conveyor.handle import JobHandle
-from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
-from conveyor.model.version import __version__
-from conveyor.worker import WorkerConfig
 from helpers import (
     RunningWorker,
     claim_one,
@@ -31,6 +20,17 @@ from helpers import (
     new_job,
     state_of,
 )
+
+from conveyor import Conveyor, Failure, chain, chord, group
+from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.handle import JobHandle
+from conveyor.model.clock import ManualClock
+from conveyor.model.errors import InvalidJob, JobFailed
+from conveyor.model.job import JobState
+from conveyor.model.version import __version__
+from conveyor.rules.dependencies import DEPENDENCY_FAILED
+from conveyor.worker import WorkerConfig
 
 S = JobState
 

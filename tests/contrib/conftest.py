@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import BACKENDS, CLEANUPS
 
 INTEGRATION_BACKENDS = ("sqlite", "postgres")

@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import POSTGRES_URL, drop_postgres_schema, postgres_url
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 

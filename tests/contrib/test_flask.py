@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import flask_project
 import pytest
 from flask import Flask
 
-import flask_project
 from conveyor import Conveyor
 from conveyor.contrib._commands import command_line
 from conveyor.contrib.flask import FlaskConveyor, current_conveyor

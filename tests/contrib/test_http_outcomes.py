@@ -42,7 +42,7 @@ class Server:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 outer.hits.append(parts.path)
                 if parts.path == "/hang":

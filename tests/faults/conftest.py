@@ -4,9 +4,8 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import backends_under_test
+import pytest
 from backends_under_test import SHARED_BACKENDS
 from harness import TABLE, Runs, WorkerGroup, render_table
 

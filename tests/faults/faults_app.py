@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import time
 
+from runs_log import record
+
 from conveyor import Conveyor, current_job
 from conveyor.model.errors import SoftTimeLimitExceeded
-from runs_log import record
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))
 

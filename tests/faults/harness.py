@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from conveyor import Conveyor
-from conveyor.model.job import Job
 from polling import poll as poll  # re-exported: the fault tests import it from here
 from runs_log import Event as Event  # re-exported, as poll
 from runs_log import read as read_runs
 from sockets import tcp_ports_of
+
+from conveyor import Conveyor
+from conveyor.model.job import Job
 
 HERE = Path(__file__).resolve().parent
 

@@ -12,8 +12,9 @@ import sqlite3
 import threading
 import time
 
-from conveyor import Conveyor, current_job
 from runs_log import record
+
+from conveyor import Conveyor, current_job
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///once.db"))
 CLAIM_LEASE = 3.0  # seconds a crashed run's claim keeps others from running the effect

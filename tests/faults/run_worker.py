@@ -15,10 +15,10 @@ import os
 import signal
 import sys
 
-from conveyor.worker import ExitStatus, Worker, WorkerConfig
 from conveyor.ops.loading import load_app
-from conveyor.worker.pool.supervisor import run_pool
+from conveyor.worker import ExitStatus, Worker, WorkerConfig
 from conveyor.worker.pool.config import PoolConfig
+from conveyor.worker.pool.supervisor import run_pool
 
 
 async def serve(worker: Worker) -> ExitStatus:

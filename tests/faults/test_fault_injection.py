@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import BACKENDS
 from harness import (
     DROP_CONNECTIONS,
@@ -31,8 +30,9 @@ from harness import (
     start,
     wait_finished,
 )
-from conveyor.model.job import Job, JobState
 from polling import poll
+
+from conveyor.model.job import Job, JobState
 
 pytestmark = pytest.mark.slow
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from backends_under_test import POSTGRES_URL
 from harness import Row, Runs, WorkerGroup, jobs_of, report, start, wait_finished
+from polling import poll
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 from conveyor.once import ONCE_NAMESPACE
-from polling import poll
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from conveyor import Conveyor
-from conveyor.model.job import JobState
 from harness import (
     HERE,
     Row,
@@ -26,6 +23,9 @@ from harness import (
     start,
     wait_finished,
 )
+
+from conveyor import Conveyor
+from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -11,15 +11,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from backends_under_test import service_missing
 from prometheus_client import CollectorRegistry
 
-from backends_under_test import service_missing
 from conveyor.admin.api import WorkerInfo
 from conveyor.backends.contract import QueueStats
-from conveyor.rules.breakers import BreakerState
 from conveyor.model.job import Job, JobState
 from conveyor.observe.metrics import JobMetrics
 from conveyor.ops.queue_state import _Snapshot
+from conveyor.rules.breakers import BreakerState
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "conveyor-alerts.yml"

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from backends_under_test import postgres_url, redis_url
 
 pytestmark = pytest.mark.slow

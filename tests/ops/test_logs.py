@@ -8,8 +8,8 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-
 from conformance.helpers import RunningWorker, eventually, wait_finished
+
 from conveyor import Conveyor, current_job
 from conveyor.model.job import Job, JobState
 from conveyor.observe.logs import (

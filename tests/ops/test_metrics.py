@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from conformance.helpers import RunningWorker, eventually, wait_finished
 from prometheus_client import CollectorRegistry
 
-from conformance.helpers import RunningWorker, eventually, wait_finished
 from conveyor import Conveyor, current_job
 from conveyor.backends.claiming import QueuePlan
 from conveyor.observe.metrics import JobMetrics, Metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
+
 from conveyor import Conveyor
 from conveyor.model.job import JobState
 from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from conformance.helpers import RunningWorker, eventually, wait_finished
+
 from conveyor import Conveyor
 from conveyor.backends.contract import Settlement
 from conveyor.model.job import AttemptError, Job, JobState

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from conformance.helpers import RunningWorker, wait_finished
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from conformance.helpers import RunningWorker, wait_finished
 from conveyor import Conveyor, current_job
 from conveyor.observe.tracing import Tracing
 from conveyor.worker import WorkerConfig

@@ -3,7 +3,7 @@ clock drives schedules, across a DST change too."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -60,12 +60,12 @@ def hourly_runs(app: Conveyor, clock: TestClock, hours: int) -> list[str]:
     [
         # Spring forward: 02:00 CET does not exist, the next local hour is 03:00 CEST.
         (
-            datetime(2030, 3, 30, 22, 30, tzinfo=timezone.utc),
+            datetime(2030, 3, 30, 22, 30, tzinfo=UTC),
             ["00:00 CET", "01:00 CET", "03:00 CEST", "04:00 CEST"],
         ),
         # Fall back: 02:00 comes twice, one real hour apart.
         (
-            datetime(2030, 10, 26, 22, 30, tzinfo=timezone.utc),
+            datetime(2030, 10, 26, 22, 30, tzinfo=UTC),
             ["01:00 CEST", "02:00 CEST", "02:00 CET", "03:00 CET"],
         ),
     ],
@@ -96,7 +96,7 @@ def test_a_clock_moved_by_hand_counts_as_time_without_a_worker(
         ran.append(conveyor_clock.now)
 
     start = conveyor_clock.now
-    assert conveyor_clock.datetime == datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert conveyor_clock.datetime == datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
     drain(conveyor_app)  # first seen at 12:00 sharp: that tick fires
     conveyor_clock.advance(hours=3, minutes=10)
     drain(conveyor_app)

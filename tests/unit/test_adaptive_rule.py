@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Adaptive, Conveyor
-from conveyor.rules.adaptive import LimitState, WindowCounts, http_status
 from conveyor.model.errors import ConfigurationError, SoftTimeLimitExceeded
+from conveyor.rules.adaptive import LimitState, WindowCounts, http_status
 from conveyor.worker.unlimited_calls import calls_out, unlimited_callers
 
 RULE = Adaptive(min=2, max=10, increase=2, decrease=0.5)

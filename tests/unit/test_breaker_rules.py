@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from conveyor import BreakerError, Conveyor, Retry, Snooze
+from conveyor.model.errors import ConfigurationError
 from conveyor.rules.breakers import (
     CLOSED,
     HALF_OPEN,
@@ -18,7 +19,6 @@ from conveyor.rules.breakers import (
     after_success,
     counts_as_failure,
 )
-from conveyor.model.errors import ConfigurationError
 from conveyor.rules.rate_limits import BURST_MAX, RATE_MAX, RateLimit
 from conveyor.rules.retry import RetryPolicy
 

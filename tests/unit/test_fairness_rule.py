@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from conveyor.model.errors import InvalidJob
-from conveyor.rules.fairness import VtimeAssigner, as_vtime, next_vtime, spread, vtime_step
 from conveyor.model.job import NewJob
 from conveyor.model.validation import check_job
+from conveyor.rules.fairness import VtimeAssigner, as_vtime, next_vtime, spread, vtime_step
 
 
 def job(key: str | None, queue: str = "q", weight: float | None = None) -> NewJob:

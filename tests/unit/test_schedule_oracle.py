@@ -4,7 +4,7 @@ minute by minute and applies the documented DST rules literally, in real zones
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
@@ -26,12 +26,12 @@ EXPRESSIONS = [
 ]
 # Transitions of 2026 in those zones: the walk starts a few hours either side of one.
 TRANSITIONS = [
-    datetime(2026, 3, 29, 1, tzinfo=timezone.utc),
-    datetime(2026, 10, 25, 1, tzinfo=timezone.utc),
-    datetime(2026, 3, 8, 7, tzinfo=timezone.utc),
-    datetime(2026, 11, 1, 6, tzinfo=timezone.utc),
-    datetime(2026, 4, 4, 15, tzinfo=timezone.utc),
-    datetime(2026, 10, 3, 15, 30, tzinfo=timezone.utc),
+    datetime(2026, 3, 29, 1, tzinfo=UTC),
+    datetime(2026, 10, 25, 1, tzinfo=UTC),
+    datetime(2026, 3, 8, 7, tzinfo=UTC),
+    datetime(2026, 11, 1, 6, tzinfo=UTC),
+    datetime(2026, 4, 4, 15, tzinfo=UTC),
+    datetime(2026, 10, 3, 15, 30, tzinfo=UTC),
 ]
 
 
@@ -72,7 +72,7 @@ def oracle_next(expression: str, zone: ZoneInfo, after: int) -> int:
         current = offset(u)
         if current > previous:  # walls [u + previous, u + current) never happened
             for skipped in range(u + previous, u + current, 60):
-                wall = datetime.fromtimestamp(skipped, tz=timezone.utc)
+                wall = datetime.fromtimestamp(skipped, tz=UTC)
                 if wall.minute in minutes and wall.hour in hours:
                     return u
         local = datetime.fromtimestamp(u, tz=zone)

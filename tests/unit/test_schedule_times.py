@@ -4,7 +4,7 @@ elapsed-time schedules, jitter, misfire plans, and declaration errors."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -37,7 +37,7 @@ def schedule(cron: str | None = None, tz: str | None = None, **options: Any) -> 
 
 
 def utc(text: str) -> int:
-    return int(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp())
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp())
 
 
 def fires(s: Schedule, after_utc: str, count: int) -> list[str]:

@@ -21,7 +21,7 @@ def test_concurrent_first_opens_of_a_new_file_all_succeed(tmp_path: Path) -> Non
                 store = SqliteStore(path, time.time)
                 store.migrate()
                 store.close()
-            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            except BaseException as exc:
                 failures.append(exc)
 
         threads = [threading.Thread(target=open_and_migrate) for _ in range(6)]

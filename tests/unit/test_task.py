@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ArgumentValidationError, ConfigurationError, SerializationError
 from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
 
 
 @pytest.fixture

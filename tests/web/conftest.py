@@ -5,12 +5,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backends_under_test import BACKENDS, CLEANUPS
+from dashboard_fixtures import local_client, make_app, seed
 from starlette.testclient import TestClient
 
-from backends_under_test import BACKENDS, CLEANUPS
 from conveyor import Conveyor
 from conveyor.web import create_dashboard
-from dashboard_fixtures import local_client, make_app, seed
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from urllib.parse import quote
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Settlement
 from conveyor.model.job import AttemptError, JobState
-from conveyor.backends.claiming import strict_claim
 
 LOCAL = ("127.0.0.1", 50123)
 # What a browser on this machine sends as Host: a loopback name (the dashboard refuses

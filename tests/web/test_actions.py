@@ -7,10 +7,10 @@ import logging
 import re
 
 import pytest
+from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, csrf, job_url, local_client, queue_url
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, csrf, job_url, local_client, queue_url
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState

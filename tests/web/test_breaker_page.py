@@ -3,11 +3,11 @@ behind the CSRF check, refused when read-only, recorded in the audit trail."""
 
 from __future__ import annotations
 
+from dashboard_fixtures import csrf, local_client
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.web import create_dashboard
-from dashboard_fixtures import csrf, local_client
 
 
 def test_open_and_close_a_breaker_from_the_page(app: Conveyor, client: TestClient) -> None:

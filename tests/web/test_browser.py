@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from dashboard_fixtures import kill, make_app
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.observe.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
@@ -437,7 +437,7 @@ class AttackerSite:
         self.page = ""
 
         class Page(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+            def do_GET(self) -> None:
                 body = site.page.encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")

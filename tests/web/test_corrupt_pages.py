@@ -9,12 +9,13 @@ import asyncio
 import re
 
 from conformance.raw_store import raw_store
+from dashboard_fixtures import job_url, local_client
+
 from conveyor import Conveyor
-from conveyor.backends.contract import Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Settlement
 from conveyor.model.job import AttemptError, JobState
 from conveyor.web import create_dashboard
-from dashboard_fixtures import job_url, local_client
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

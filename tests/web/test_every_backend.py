@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
+from dashboard_fixtures import csrf, job_url, local_client, queue_url, seed
+
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
-from dashboard_fixtures import csrf, job_url, local_client, queue_url, seed
 
 
 def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:

@@ -12,17 +12,17 @@ import asyncio
 import html
 import logging
 import re
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
+from dashboard_fixtures import csrf, local_client, seed
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
-from dashboard_fixtures import csrf, local_client, seed
 
 FORGED = "z\nlocal:127.0.0.1 delete job y: deleted"
 HOSTILE_IDS = (

@@ -11,17 +11,17 @@ import re
 import time
 from dataclasses import replace
 
+from dashboard_fixtures import csrf, job_url, kill, local_client, seed
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
-from conveyor.backends.contract import Settlement
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.contract import Settlement
 from conveyor.model.job import AttemptError, JobState
+from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.ops.redrive_runs import RedriveRun, Runs, RunStatus
 from conveyor.web import create_dashboard
-from conveyor.model.workers import WORKERS_NAMESPACE
-from dashboard_fixtures import csrf, job_url, kill, local_client, seed
 
 EXECUTOR_TRACEBACK = """Traceback (most recent call last):
   File "/srv/app/.venv/lib/python3.11/site-packages/conveyor/worker/executor.py", line 101, in _run

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import re
 
+from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, job_url
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from dashboard_fixtures import LOCAL, LOCAL_BASE_URL, job_url
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.web import create_dashboard

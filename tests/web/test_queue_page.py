@@ -11,15 +11,14 @@ import html
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from dashboard_fixtures import local_client
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import QueuePlan
-from conveyor.web import create_dashboard
 from conveyor.model.workers import WORKERS_NAMESPACE
-from dashboard_fixtures import local_client, make_app
+from conveyor.web import create_dashboard
 
 HOSTILE = '<img src=x onerror=alert(1)>/../q?x=1&y="2"'
 KEY = "k:<script>alert(1)</script>"

@@ -9,9 +9,9 @@ import pytest
 
 from conveyor.admin.api import WorkerInfo
 from conveyor.backends.contract import QueueStats
+from conveyor.model.escaping import printable
 from conveyor.model.job import Job, JobState
 from conveyor.observe.minute_stats import Minute, QueueMinute
-from conveyor.model.escaping import printable
 from conveyor.web.charts import (
     Series,
     count_ticks,

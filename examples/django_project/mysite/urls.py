@@ -1,6 +1,5 @@
 from django.contrib import admin
 from django.urls import include, path
-
 from shop.views import place_order
 
 urlpatterns = [

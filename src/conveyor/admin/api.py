@@ -18,23 +18,23 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from conveyor.observe.audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
 from conveyor.backends.contract import WAITING_STATES, Backend, JobFilter, KeyLimits, QueueStats
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
-from conveyor.rules.breakers import BreakerState
-from conveyor.rules.concurrency import held_back
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
-from conveyor.observe.minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
 from conveyor.model.names import match_task_name
 from conveyor.model.workers import WORKERS_NAMESPACE, WorkerInfo
+from conveyor.observe.audit import Actor, AuditEntry, AuditTrail, PendingAction, as_actor, recording
+from conveyor.observe.minute_stats import STATS_NAMESPACE, Minute, merge_records, minute_of
+from conveyor.rules.breakers import BreakerState
+from conveyor.rules.concurrency import held_back
 
 log = logging.getLogger("conveyor.admin")
 
 if TYPE_CHECKING:
-    from conveyor.rules.breakers import BreakerRegistry
-    from conveyor.payloads.claim_check import ClaimCheck
-    from conveyor.model.portal import Portal
     from conveyor.model.clock import Clock
+    from conveyor.model.portal import Portal
+    from conveyor.payloads.claim_check import ClaimCheck
+    from conveyor.rules.breakers import BreakerRegistry
 
 
 def make_filter(
@@ -166,7 +166,7 @@ class Admin:
             reasons.append(f"waiting for a token of rate limit bucket {job.rate_key}")
         return "; ".join(reasons) or None
 
-    async def list(  # noqa: A003 - mirrors list_jobs; the builtin is builtins.list here
+    async def list(
         self,
         where: JobFilter = JobFilter(),
         limit: int = 50,
@@ -256,7 +256,7 @@ class Admin:
         orphans, which the prune loop deletes later."""
         try:
             await self.app.claim_check.delete_with_jobs(job_ids)
-        except Exception as exc:  # noqa: BLE001 - the jobs are deleted; see above
+        except Exception as exc:
             log.warning(
                 "the blobs of %d deleted jobs were not deleted (%s); the prune loop will",
                 len(job_ids),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib
 from urllib.parse import urlsplit
 
-from conveyor.model.errors import ConfigurationError
-from conveyor.model.clock import Clock, system_clock
 from conveyor.backends.contract import Backend
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.errors import ConfigurationError
 
 # scheme -> (module, class, pip extra that provides its driver)
 _SCHEMES: dict[str, tuple[str, str, str | None]] = {

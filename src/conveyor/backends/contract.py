@@ -33,8 +33,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.clock import Clock
 from conveyor.backends.params import (
     WAITING_STATES,
     ClaimedJobs,
@@ -56,6 +54,8 @@ from conveyor.backends.params import (
     redrive_scope,
     waiting_scope,
 )
+from conveyor.model.clock import Clock
+from conveyor.model.job import Job, JobState, NewJob
 
 __all__ = [
     # the roles, the whole contract, the test hook

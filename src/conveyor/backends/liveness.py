@@ -60,7 +60,7 @@ class SignalHolder(ABC):
             async with asyncio.timeout(timeout):
                 token = await self._take()
             self._set(token)
-        except Exception as exc:  # noqa: BLE001 - no signal yet: the lease still covers us
+        except Exception as exc:
             log.warning(
                 "worker %s: could not take its %s (%s); retrying, its jobs are "
                 "covered by their leases meanwhile",
@@ -107,7 +107,7 @@ class SignalHolder(ABC):
             if self._token is None:
                 try:
                     token = await self._take()
-                except Exception as exc:  # noqa: BLE001 - try again, with backoff
+                except Exception as exc:
                     failures += 1
                     await self._close_quietly()
                     if self._stopping:
@@ -130,7 +130,7 @@ class SignalHolder(ABC):
             try:
                 await self._watch()
                 reason = "closed"
-            except Exception as exc:  # noqa: BLE001 - lost: take it again
+            except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             if self._stopping:
                 break

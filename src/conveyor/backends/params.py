@@ -13,7 +13,6 @@ from conveyor.model.escaping import readable_text
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.rules.rate_limits import RateLimit
 
-
 _STATE_NAMES = {state.value: state for state in JobState}
 
 

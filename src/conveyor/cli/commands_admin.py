@@ -9,9 +9,7 @@ import argparse
 
 from conveyor.admin.api import make_filter
 from conveyor.app import Conveyor
-from conveyor.observe.audit import Actor
 from conveyor.backends.contract import JobFilter
-from conveyor.model.job import Job, JobState
 from conveyor.cli import commands_redrive, render
 from conveyor.cli.exits import OK, CliError
 from conveyor.cli.loading import open_backend
@@ -23,6 +21,8 @@ from conveyor.cli.parsing import (
     positive_int,
     verbs_of,
 )
+from conveyor.model.job import Job, JobState
+from conveyor.observe.audit import Actor
 
 
 def register(commands: Commands, target: Parser) -> None:

@@ -7,10 +7,10 @@ import json
 import re
 
 from conveyor.app import Conveyor
-from conveyor.observe.audit import RETENTION, AuditEntry
 from conveyor.cli import render
 from conveyor.cli.exits import OK
 from conveyor.cli.parsing import Commands, Parser, positive_int
+from conveyor.observe.audit import RETENTION, AuditEntry
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}

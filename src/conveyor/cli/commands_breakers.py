@@ -8,11 +8,11 @@ import argparse
 import json
 
 from conveyor.app import Conveyor
-from conveyor.observe.audit import Actor
-from conveyor.rules.breakers import OPEN, BreakerState
 from conveyor.cli import render
 from conveyor.cli.exits import OK, USAGE, CliError
 from conveyor.cli.parsing import Commands, Parser, positive_int, verbs_of
+from conveyor.observe.audit import Actor
+from conveyor.rules.breakers import OPEN, BreakerState
 
 HISTORY_SHOWN = 5
 

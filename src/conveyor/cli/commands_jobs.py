@@ -8,12 +8,6 @@ from typing import Any
 
 from conveyor.admin.api import make_filter
 from conveyor.app import Conveyor
-from conveyor.observe.audit import Actor
-from conveyor.model.errors import JobNotFound, UnknownTask
-from conveyor.model.job import TERMINAL_STATES, Job, JobState
-from conveyor.task import Task
-from conveyor.model.names import AmbiguousTaskName, match_task_name
-from conveyor.observe.timeline import timeline
 from conveyor.cli import render
 from conveyor.cli.exits import OK, CliError
 from conveyor.cli.parsing import (
@@ -26,6 +20,12 @@ from conveyor.cli.parsing import (
     split_csv,
     verbs_of,
 )
+from conveyor.model.errors import JobNotFound, UnknownTask
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.model.names import AmbiguousTaskName, match_task_name
+from conveyor.observe.audit import Actor
+from conveyor.observe.timeline import timeline
+from conveyor.task import Task
 
 STATES = [s.value for s in JobState]
 

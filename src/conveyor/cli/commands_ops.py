@@ -7,10 +7,10 @@ import argparse
 import json
 
 from conveyor.app import Conveyor
-from conveyor.ops.queue_overview import queue_overviews
 from conveyor.cli import render
 from conveyor.cli.exits import OK
 from conveyor.cli.parsing import Commands, Parser, positive_int
+from conveyor.ops.queue_overview import queue_overviews
 
 
 def register(commands: Commands, target: Parser) -> None:

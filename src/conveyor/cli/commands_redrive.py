@@ -16,8 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from conveyor.app import Conveyor
-from conveyor.observe.audit import Actor
 from conveyor.backends.contract import JobFilter
+from conveyor.cli import render
+from conveyor.cli.exits import FAILURE, INTERRUPTED, OK, CliError
+from conveyor.cli.parsing import positive_int
+from conveyor.observe.audit import Actor
 from conveyor.ops.redrive_driver import Driver, drive
 from conveyor.ops.redrive_runs import (
     RedriveRun,
@@ -28,9 +31,6 @@ from conveyor.ops.redrive_runs import (
     parse_rate,
     parse_share,
 )
-from conveyor.cli import render
-from conveyor.cli.exits import FAILURE, INTERRUPTED, OK, CliError
-from conveyor.cli.parsing import positive_int
 
 PLAIN_EVERY = 5.0  # seconds between two progress lines when stdout is not a terminal
 

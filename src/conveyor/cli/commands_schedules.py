@@ -9,12 +9,12 @@ import argparse
 import asyncio
 
 from conveyor.app import Conveyor
-from conveyor.ops.schedule_commands import cron_list, run_scheduler
-from conveyor.scheduling.scheduler import Scheduler
 from conveyor.cli.exits import USAGE, CliError
 from conveyor.cli.loading import APP_PATH_HELP, load_app, open_backend
 from conveyor.cli.logs import LEVELS, configure_logging
 from conveyor.cli.parsing import Commands, positive_int, verbs_of
+from conveyor.ops.schedule_commands import cron_list, run_scheduler
+from conveyor.scheduling.scheduler import Scheduler
 
 
 def register(commands: Commands) -> None:

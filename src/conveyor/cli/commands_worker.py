@@ -12,18 +12,18 @@ from typing import NoReturn
 
 from conveyor.app import Conveyor
 from conveyor.backends.claiming import QueuePlan, parse_queues
-from conveyor.model.errors import ConveyorError
-from conveyor.model.job import JobState
-from conveyor.worker import ExitStatus, Worker, WorkerConfig
-from conveyor.worker.pool.supervisor import run_pool
-from conveyor.worker.pool.fork import fork_children
-from conveyor.worker.pool.config import PoolConfig, parse_size
-from conveyor.worker.pool.process_exit import report_left_running, threads_left_running
-from conveyor.worker.pool.process_start import starting
 from conveyor.cli.exits import DEAD_JOBS, USAGE, CliError
 from conveyor.cli.loading import APP_PATH_HELP, load_app, open_backend
 from conveyor.cli.logs import FORMATS, LEVELS, configure_logging, flush_all
 from conveyor.cli.parsing import Commands, positive_float, positive_int, split_csv
+from conveyor.model.errors import ConveyorError
+from conveyor.model.job import JobState
+from conveyor.worker import ExitStatus, Worker, WorkerConfig
+from conveyor.worker.pool.config import PoolConfig, parse_size
+from conveyor.worker.pool.fork import fork_children
+from conveyor.worker.pool.process_exit import report_left_running, threads_left_running
+from conveyor.worker.pool.process_start import starting
+from conveyor.worker.pool.supervisor import run_pool
 
 log = logging.getLogger("conveyor.cli")
 _DEFAULTS = WorkerConfig()

@@ -24,9 +24,9 @@ from typing import Any
 
 from conveyor.admin.api import make_filter
 from conveyor.app import Conveyor
+from conveyor.context import current_job
 from conveyor.model.job import ACTIVE_STATES, Job, JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
-from conveyor.context import current_job
 
 REMINDER_DELAY = 2.0
 DEADLINE = 20.0  # seconds for all jobs to finish; they need about REMINDER_DELAY

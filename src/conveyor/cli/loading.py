@@ -7,9 +7,9 @@ import os
 
 from conveyor.app import Conveyor
 from conveyor.backends import IN_PROCESS_ONLY, in_process_only, redact_url
+from conveyor.cli.exits import FAILURE, USAGE, CliError
 from conveyor.model.errors import BackendUnavailable, ConveyorError
 from conveyor.ops.loading import load_app as load_app_of
-from conveyor.cli.exits import FAILURE, USAGE, CliError
 
 __all__ = [
     "APP_PATH_HELP",
@@ -69,7 +69,7 @@ async def open_backend(app: Conveyor) -> None:
         raise CliError(f"cannot open the backend at {redact_url(app.url)}: {exc}", FAILURE) from exc
     except ConveyorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - drivers raise their own types; name them in one line
+    except Exception as exc:
         raise CliError(
             f"cannot open the backend at {redact_url(app.url)}: {type(exc).__name__}: {exc}",
             FAILURE,

@@ -10,6 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from conveyor.app import Conveyor
+from conveyor.cli.exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
+from conveyor.cli.loading import add_target_arguments, app_from_arguments, open_backend
+from conveyor.cli.parsing import Parser
 from conveyor.model.errors import (
     ArgumentValidationError,
     ConfigurationError,
@@ -20,9 +23,6 @@ from conveyor.model.errors import (
     UnknownTask,
 )
 from conveyor.model.version import __version__
-from conveyor.cli.exits import FAILURE, INTERRUPTED, USAGE, CliError, scrub_passwords
-from conveyor.cli.loading import add_target_arguments, app_from_arguments, open_backend
-from conveyor.cli.parsing import Parser
 
 # Bad input the user can fix by changing the command line or the configuration.
 _USAGE_ERRORS = (

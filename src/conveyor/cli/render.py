@@ -8,15 +8,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from conveyor.model import jsontext
 from conveyor.backends.contract import QueueStats
+from conveyor.model import jsontext
 from conveyor.model.job import Job, JobState
+from conveyor.observe.timeline import Event
 from conveyor.payloads.view import shown_arguments, stored_apart
 from conveyor.rules.rate_limits import RateLimitRegistry, bucket_status
-from conveyor.observe.timeline import Event
 
 NONE = "-"
 
@@ -47,7 +47,7 @@ def clip(text: str, width: int) -> str:
 def timestamp(epoch: float | None) -> str:
     if epoch is None:
         return NONE
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def duration(seconds: float | None) -> str:

@@ -34,9 +34,9 @@ from http import HTTPStatus
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConveyorError
 from conveyor.model.outcomes import Retry
-from conveyor.model.clock import Duration, to_seconds
 
 __all__ = [
     "HTTPStatusFailure",
@@ -81,7 +81,7 @@ def raise_for_status(response: R, *, max_retry_after: Duration = DEFAULT_MAX_RET
 
     >>> charge = raise_for_status(client.post("/v1/charges", data=form)).json()
     """
-    status = int(getattr(response, "status_code"))
+    status = int(response.status_code)
     if status < 400:
         return response
     url = _shown_url(response)

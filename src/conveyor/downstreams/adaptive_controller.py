@@ -29,10 +29,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.rules.adaptive import Adaptive, LimitState, WindowCounts
 from conveyor.backends.contract import Backend, KeyLimits, Settlement
-from conveyor.model.job import Job, JobState
 from conveyor.model.clock import Clock
+from conveyor.model.job import Job, JobState
+from conveyor.rules.adaptive import Adaptive, LimitState, WindowCounts
 
 log = logging.getLogger("conveyor.worker")
 NAMESPACE = "adaptive"
@@ -154,7 +154,7 @@ class AdaptiveController:
             try:
                 if not closing.is_set():
                     await self.sync(backend, clock())
-            except Exception as exc:  # noqa: BLE001 - the next sync tries again
+            except Exception as exc:
                 log.warning("adaptive limits: sync failed: %s", exc)
             finally:
                 if done is not None and not done.done():

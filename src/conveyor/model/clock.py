@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 Duration = timedelta | float | int
@@ -20,7 +20,7 @@ def to_seconds(value: Duration) -> float:
 def to_epoch(when: datetime) -> float:
     if when.tzinfo is None:
         raise ValueError(f"naive datetime {when!r}: pass an aware datetime (times are UTC)")
-    return when.astimezone(timezone.utc).timestamp()
+    return when.astimezone(UTC).timestamp()
 
 
 class Clock(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -35,7 +35,7 @@ TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DE
 
 def to_datetime(epoch: float | None) -> datetime | None:
     """Backends store times as UTC epoch seconds; the public API shows aware datetimes."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
 
 
 @dataclass(frozen=True, slots=True)

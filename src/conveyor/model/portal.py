@@ -86,7 +86,7 @@ class Portal:
         if self._on_exit is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._on_exit(), loop).result(EXIT_CLOSE_PATIENCE)
-            except Exception:  # noqa: BLE001 - the process is exiting either way
+            except Exception:
                 log.debug("closing the backend at exit failed", exc_info=True)
         self._stop()
 
@@ -101,7 +101,7 @@ class Portal:
             return
         try:
             asyncio.run_coroutine_threadsafe(_finish_tasks(), loop).result(CANCEL_PATIENCE)
-        except Exception:  # noqa: BLE001 - a task that will not finish is left behind
+        except Exception:
             log.debug("tasks still running when the portal loop stopped", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
@@ -129,7 +129,7 @@ class _Call:
         """On the loop."""
         try:
             task = asyncio.ensure_future(self._coro)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+        except BaseException as exc:
             self._error = exc
             self._done.release()
             return

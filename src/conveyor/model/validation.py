@@ -31,7 +31,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conveyor.model.errors import InvalidJob, PayloadTooLarge
@@ -51,7 +51,7 @@ _NOT_STORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 _NAME_RANGE = f"non-empty text of at most {NAME_MAX} characters, without control characters"
 _RUN_AT_RANGE = (
     "an aware datetime (or epoch seconds) from 1970-01-01 to "
-    f"{datetime.fromtimestamp(RUN_AT_MAX, tz=timezone.utc):%Y-%m-%d} UTC"
+    f"{datetime.fromtimestamp(RUN_AT_MAX, tz=UTC):%Y-%m-%d} UTC"
 )
 
 

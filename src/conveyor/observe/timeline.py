@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conveyor.observe.audit import AuditEntry
 from conveyor.model.job import Job, JobState
+from conveyor.observe.audit import AuditEntry
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ from opentelemetry.trace import (
 )
 
 from conveyor.model.job import JobState, NewJob
-from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
 from conveyor.model.version import __version__
+from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
 
 TRACE_META_KEY = "trace"
 SYSTEM = "conveyor"

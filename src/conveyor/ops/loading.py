@@ -64,7 +64,7 @@ def _import(module_name: str, path: str) -> Any:
         raise _import_failed(path, exc) from None
     except ConveyorError:
         raise  # the app's declarations refused by Conveyor itself, already in its words
-    except Exception as exc:  # noqa: BLE001 - any error of the user's module, said as such
+    except Exception as exc:
         if os.environ.get("CONVEYOR_DEBUG"):
             raise
         raise _import_failed(path, exc) from None

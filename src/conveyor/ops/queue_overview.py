@@ -14,14 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import FlowLoads, FlowQuery, QueueStats, WAITING_STATES
+from conveyor.backends.contract import WAITING_STATES, FlowLoads, FlowQuery, QueueStats
 from conveyor.model.job import JobState
 from conveyor.rules.queues import QueueSettings
 from conveyor.rules.rate_limits import describe
 
 if TYPE_CHECKING:
-    from conveyor.model.workers import WorkerInfo
     from conveyor.app import Conveyor
+    from conveyor.model.workers import WorkerInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from conveyor.backends.contract import FlowLoads, FlowQuery, KeyLoad
-from conveyor.rules.breakers import STATES, BreakerState
 from conveyor.model.job import JobState
+from conveyor.rules.breakers import STATES, BreakerState
 
 DEFAULT_TOP_KEYS = 20  # per-key series per gauge: a sane bound for a Prometheus server
 
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from conveyor.model.workers import WorkerInfo
     from conveyor.app import Conveyor
     from conveyor.backends.contract import QueueStats
+    from conveyor.model.workers import WorkerInfo
 
 
 class _Snapshot(Collector):

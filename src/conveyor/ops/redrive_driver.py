@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
+from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.ops.redrive_runs import DRIVER_LEASE, RUN_TTL, RUNS_NAMESPACE, RedriveRun, RunStatus
 
 if TYPE_CHECKING:

@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.backends.contract import JobFilter, redrive_scope
 from conveyor.model.job import JobState
+from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor

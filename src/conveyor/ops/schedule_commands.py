@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from conveyor.scheduling.scheduler import (
-    ScheduleReport,
     Scheduler,
+    ScheduleReport,
     describe_reports,
     schedule_reports,
 )

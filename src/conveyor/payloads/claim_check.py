@@ -28,13 +28,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from conveyor.model import validation as valid
-from conveyor.backends.contract import Backend, JobFilter
 from conveyor.backends.blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
+from conveyor.backends.contract import Backend, JobFilter
+from conveyor.model import validation as valid
+from conveyor.model.clock import Clock
 from conveyor.model.errors import ConfigurationError, CorruptPayload, ResultExpired
 from conveyor.model.job import Job, NewJob
-from conveyor.model.clock import Clock
-
 
 log = logging.getLogger("conveyor.claim_check")
 
@@ -237,7 +236,7 @@ class ClaimCheck:
             return None
         try:
             return (await self._put(job.id, "result", text)).to_text()
-        except Exception as exc:  # noqa: BLE001 - the job completes; its result is lost
+        except Exception as exc:
             log.warning(
                 "job %s (%s): its result could not be stored apart (%s); result dropped",
                 job.id,

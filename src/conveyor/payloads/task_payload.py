@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.payloads.claim_check import byte_count
+from conveyor.model.clock import Duration
 from conveyor.model.errors import ConfigurationError, InvalidJob, SerializationError
+from conveyor.payloads.claim_check import byte_count
 from conveyor.rules.hygiene import check_mode
 from conveyor.rules.results import result_ttl_seconds
-from conveyor.model.clock import Duration
 
 
 def new_job_id() -> str:
@@ -56,7 +56,7 @@ def _payload_encoder() -> Callable[[Any], str]:
     try:
         if encode(sample) == _JSON.encode(sample):
             return encode
-    except Exception:  # noqa: BLE001 - another Python's C encoder: use the plain one
+    except Exception:
         pass
     return _JSON.encode
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.model import jsontext
+from conveyor.model.job import Job
 from conveyor.payloads.claim_check import reference_in
 from conveyor.rules.hygiene import masked
-from conveyor.model.job import Job
 
 
 def stored_apart(text: str | None) -> str | None:

@@ -23,8 +23,8 @@ import json
 import math
 from dataclasses import dataclass
 
-from conveyor.model.errors import ConfigurationError, JobTimeout
 from conveyor.model.clock import Duration, to_seconds
+from conveyor.model.errors import ConfigurationError, JobTimeout
 
 # The HTTP statuses that say "too many" (429) or "over capacity" (503): what a
 # downstream answers when the callers should slow down rather than retry harder.

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from conveyor.model import validation as valid
+from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.outcomes import Retry, Snooze
 from conveyor.rules.rate_limits import BURST_MAX, RATE_MAX, Limit, RateLimit, RateLimitRegistry
-from conveyor.model.clock import Duration, to_seconds
 
 if TYPE_CHECKING:
     from conveyor.rules.retry import RetryPolicy

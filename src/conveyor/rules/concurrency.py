@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.model import validation as valid
-from conveyor.rules.adaptive import Adaptive as Adaptive, adaptive_rule  # Adaptive: app.py's too
 from conveyor.model.errors import ConfigurationError, InvalidJob
-from conveyor.rules.idempotency_key import KeyTemplate
 from conveyor.model.job import Job, JobState
+from conveyor.rules.adaptive import Adaptive as Adaptive  # Adaptive: app.py's too
+from conveyor.rules.adaptive import adaptive_rule
+from conveyor.rules.idempotency_key import KeyTemplate
 
 MAX_RUNNING_PREFIX = "task:"  # max_running=N is the key "task:<task name>", limit N
 

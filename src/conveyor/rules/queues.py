@@ -15,11 +15,11 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from conveyor.model import validation as valid
-from conveyor.rules.breakers import Breaker, BreakerRegistry
+from conveyor.model.clock import Duration
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.job import NewJob, QueueBound
+from conveyor.rules.breakers import Breaker, BreakerRegistry
 from conveyor.rules.rate_limits import Limit, RateLimit, RateLimitRegistry, queue_key
-from conveyor.model.clock import Duration
 
 OnFull = Literal["reject", "block", "shed_oldest"]
 

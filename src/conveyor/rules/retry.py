@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ArgumentValidationError, CorruptJob, CorruptPayload
 from conveyor.model.outcomes import Cancel
 from conveyor.rules.retry_budget import RetryBudget, checked_budget
-from conveyor.model.clock import Duration, to_seconds
 
 # Errors that fail the same way every time: retrying only delays the dead letter.
 DETERMINISTIC_ERRORS: tuple[type[BaseException], ...] = (

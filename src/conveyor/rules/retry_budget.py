@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from conveyor.model.errors import ConfigurationError
 from conveyor.model.clock import Duration, to_seconds
+from conveyor.model.errors import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True, init=False)

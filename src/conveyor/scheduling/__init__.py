@@ -3,7 +3,7 @@
 >>> from conveyor.scheduling import scheduled_run   # in a scheduled job's handler
 """
 
-from conveyor.scheduling.schedules import Schedule, ScheduledRun, scheduled_run
 from conveyor.scheduling.scheduler import Scheduler
+from conveyor.scheduling.schedules import Schedule, ScheduledRun, scheduled_run
 
 __all__ = ["Schedule", "ScheduledRun", "Scheduler", "scheduled_run"]

@@ -16,15 +16,15 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.backends.contract import Backend, JobFilter
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import ACTIVE_STATES, Job, NewJob
-from conveyor.task import BoundTask, Task, make_options
 from conveyor.scheduling.schedules import SCHEDULE_META_KEY, Run, Schedule, ScheduledRun, iso
 from conveyor.scheduling.state import SCHEDULES_NAMESPACE, LastRun, ScheduleState
+from conveyor.task import BoundTask, Task, make_options
 
 if TYPE_CHECKING:
     from conveyor.handle import JobHandle
@@ -91,7 +91,7 @@ class Scheduler:
         for schedule in self.schedules:
             try:
                 jobs.extend(await self._pass(backend, schedule, now, stored.get(schedule.name)))
-            except Exception as exc:  # noqa: BLE001 - one schedule must not hold up the others
+            except Exception as exc:
                 log.warning("schedule %s: pass failed: %s", schedule.name, exc)
                 failed = failed or exc
         if failed is not None:
@@ -213,7 +213,7 @@ class Scheduler:
                 await self.tick()
                 failures = 0
                 wait = self.seconds_to_next()
-            except Exception as exc:  # noqa: BLE001 - the backend may come back
+            except Exception as exc:
                 failures += 1
                 wait = min(self.poll_interval * 2**failures, MAX_IDLE)
                 log.warning("scheduler pass failed (%s); retrying in %.1fs", exc, wait)
@@ -251,7 +251,7 @@ def check_schedules(app: SchedulerApp, schedules: Sequence[Schedule]) -> None:
             )
         try:
             task.validate(schedule.args, schedule.kwargs)
-        except Exception as exc:  # noqa: BLE001 - reported as a configuration error
+        except Exception as exc:
             raise ConfigurationError(f"schedule {schedule.name!r}: {exc}") from None
 
 
@@ -279,7 +279,7 @@ async def schedule_reports(app: SchedulerApp, upcoming: int = 3) -> list[Schedul
         state = None if text is None else ScheduleState.from_json(text)
         after = max(math.ceil(now) - 1, state.last_tick if state is not None else 0)
         ticks = [schedule.fire_at(t) for t in schedule.upcoming(after, upcoming)]
-        utc = [datetime.fromtimestamp(t, tz=timezone.utc) for t in ticks]
+        utc = [datetime.fromtimestamp(t, tz=UTC) for t in ticks]
         zone = ZoneInfo(schedule.zone)
         last = state.last_run if state is not None else None
         job = None if last is None else await backend.get_job(last.job_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -34,7 +34,7 @@ SCHEDULE_META_KEY = "schedule"  # job.meta[...] holds the ScheduledRun of a sche
 
 def iso(tick: int) -> str:
     """UTC ISO-8601 with a Z, the form ticks take in job ids, meta and the CLI."""
-    return datetime.fromtimestamp(tick, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(tick, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ class ScheduledRun:
     @classmethod
     def from_meta(cls, data: dict[str, Any]) -> ScheduledRun:
         def parse(text: str) -> datetime:
-            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
         ticks = data.get("ticks")
         return cls(
@@ -96,7 +96,7 @@ class ScheduledRun:
     @classmethod
     def of(cls, schedule: str, run: Run) -> ScheduledRun:
         def at(tick: int) -> datetime:
-            return datetime.fromtimestamp(tick, tz=timezone.utc)
+            return datetime.fromtimestamp(tick, tz=UTC)
 
         return cls(schedule, at(run.tick), at(run.covers_from), at(run.covers_to), run.ticks)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from conveyor.model.clock import Duration, ManualClock, to_epoch, to_seconds
 
 # A fixed, readable start: tests that print times read the same on every run.
-DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 
 
 class TestClock(ManualClock):
@@ -31,7 +31,7 @@ class TestClock(ManualClock):
     @property
     def datetime(self) -> dt.datetime:
         """Now, as an aware UTC datetime."""
-        return dt.datetime.fromtimestamp(self.now, tz=timezone.utc)
+        return dt.datetime.fromtimestamp(self.now, tz=dt.UTC)
 
     def advance(self, seconds: Duration = 0.0, **parts: float) -> None:
         """Move forward by `seconds` (a number or a timedelta) plus `parts`

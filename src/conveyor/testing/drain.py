@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.contract import JobFilter
+from conveyor.model.clock import Duration, to_epoch, to_seconds
 from conveyor.model.job import Job, JobState
 from conveyor.scheduling.scheduler import Scheduler, schedule_reports
 from conveyor.task import Task
-from conveyor.model.clock import Duration, to_epoch, to_seconds
-from conveyor.worker import Worker, WorkerConfig
 from conveyor.testing.harness import Attempt, harness_of
+from conveyor.worker import Worker, WorkerConfig
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor

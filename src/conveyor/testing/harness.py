@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from conveyor.backends.memory.backend import drop_store
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
-from conveyor.worker.executor import decode_payload
 from conveyor.testing.clock import TestClock
+from conveyor.worker.executor import decode_payload
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor

@@ -23,17 +23,16 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 
 from conveyor.admin.api import RETRYABLE_BY_OPERATOR
 from conveyor.app import Conveyor
-from conveyor.observe.audit import RETENTION
 from conveyor.model.errors import JobNotFound
 from conveyor.model.job import ACTIVE_STATES, TERMINAL_STATES
+from conveyor.model.names import AmbiguousTaskName
+from conveyor.model.version import __version__
+from conveyor.observe.audit import RETENTION
+from conveyor.observe.timeline import timeline
 from conveyor.ops.queue_overview import queue_overview
-from conveyor.rules.rate_limits import bucket_status, describe
 from conveyor.ops.redrive_driver import Driver, drive
 from conveyor.ops.redrive_runs import Runs, format_rate, new_driver_id
-from conveyor.model.names import AmbiguousTaskName
-from conveyor.observe.timeline import timeline
-from conveyor.model.version import __version__
-from conveyor.workflows.graph import workflow_levels
+from conveyor.rules.rate_limits import bucket_status, describe
 from conveyor.web import views
 from conveyor.web.audit import warn
 from conveyor.web.csrf import CSRF_FIELD, SESSION_COOKIE, CsrfGuard
@@ -49,6 +48,7 @@ from conveyor.web.params import (
     read_form,
     single,
 )
+from conveyor.workflows.graph import workflow_levels
 
 FLASH_COOKIE = "conveyor_flash"
 AUDIT_ACTIONS = (

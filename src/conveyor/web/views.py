@@ -6,12 +6,12 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from conveyor.model.workers import WorkerInfo
 from conveyor.backends.contract import QueueStats
 from conveyor.model import jsontext
 from conveyor.model.job import Job, JobState
+from conveyor.model.workers import WorkerInfo
 from conveyor.observe.minute_stats import Minute, QueueMinute
 from conveyor.payloads.view import shown_arguments, shown_payload, shown_result, stored_apart
 from conveyor.web.charts import Series, lines, stacked_bars
@@ -183,7 +183,7 @@ def format_duration(seconds: float | None) -> str:
 def format_time(epoch: float | None) -> str:
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_ago(epoch: float | None, now: float | None = None) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from conveyor.scheduling.scheduler import SchedulerApp
 from conveyor.observe.middleware import Middleware
+from conveyor.scheduling.scheduler import SchedulerApp
 
 if TYPE_CHECKING:
-    from conveyor.rules.breakers import BreakerRegistry
     from conveyor.payloads.claim_check import ClaimCheck
+    from conveyor.rules.breakers import BreakerRegistry
     from conveyor.rules.rate_limits import RateLimitRegistry
 
 

@@ -51,7 +51,7 @@ class Completer:
                 batch = self._pending[: self.max_batch]
                 try:
                     stale = await self.backend.settle_jobs(batch)
-                except Exception as exc:  # noqa: BLE001 - keep the outcomes and try again
+                except Exception as exc:
                     failures += 1
                     delay = min(0.05 * 2**failures, 5.0)
                     log.warning(

@@ -13,23 +13,25 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.contract import Settlement
-from conveyor.rules.breakers import BreakerError, counts_as_failure
+from conveyor.context import _CURRENT, JobContext
+from conveyor.downstreams.adaptive_controller import AdaptiveController
+from conveyor.downstreams.breaker_view import BreakerView
+from conveyor.downstreams.retry_ledger import RetryLedger
 from conveyor.model.errors import (
     ArgumentValidationError,
     CorruptPayload,
     HardTimeLimitExceeded,
     UnknownTask,
 )
-from conveyor.rules.adaptive import Adaptive
 from conveyor.model.job import AttemptError, Job, JobState
-from conveyor.context import _CURRENT, JobContext
-from conveyor.observe.middleware import ExecuteContext, MiddlewareContext, run_chain
-from conveyor.rules.results import result_ttl_of
 from conveyor.model.outcomes import Cancel, Retry, Snooze
+from conveyor.model.version import __version__
+from conveyor.observe.middleware import ExecuteContext, MiddlewareContext, run_chain
+from conveyor.rules.adaptive import Adaptive
+from conveyor.rules.breakers import BreakerError, counts_as_failure
+from conveyor.rules.results import result_ttl_of
 from conveyor.rules.retry import RetryPolicy
 from conveyor.rules.retry_budget import RetryBudget
-from conveyor.model.version import __version__
-from conveyor.workflows.inputs import WORKFLOW_META_KEY, parent_inputs
 from conveyor.worker.handler_call import (
     INTERRUPTS,
     HandlerOutcome,
@@ -38,11 +40,9 @@ from conveyor.worker.handler_call import (
     formatted,
     release_frames,
 )
-from conveyor.downstreams.adaptive_controller import AdaptiveController
-from conveyor.downstreams.breaker_view import BreakerView
 from conveyor.worker.limits import run_async_limited, run_sync_limited
-from conveyor.downstreams.retry_ledger import RetryLedger
 from conveyor.worker.thread_bridge import ThreadBridge
+from conveyor.workflows.inputs import WORKFLOW_META_KEY, parent_inputs
 
 if TYPE_CHECKING:
     from conveyor.worker.app_protocol import WorkerApp
@@ -117,7 +117,7 @@ class JobExecutor:
             await self.breaker_view.report(
                 await self.app.backend(), breaker, failed, self.app.clock()
             )
-        except Exception as exc:  # noqa: BLE001 - the job's outcome is still written
+        except Exception as exc:
             log.warning(
                 "breaker %s: could not count the outcome of job %s (%s)", breaker.name, job.id, exc
             )
@@ -140,7 +140,7 @@ class JobExecutor:
             if cancel_requested():
                 raise  # the worker is stopping this attempt: it decides (Worker._interrupted)
             return self._middleware_failed(job, call, exc)
-        except BaseException as exc:  # noqa: BLE001 - a broken middleware must not strand the job
+        except BaseException as exc:
             return self._middleware_failed(job, call, exc)
         if call.settlement is None:
             error = RuntimeError("a middleware returned without calling call_next")

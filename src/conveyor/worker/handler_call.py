@@ -51,7 +51,7 @@ def call_capturing(fn: Callable[[], T]) -> HandlerOutcome[T]:
     """Call a sync handler; what it raises, of any type, is returned as `Raised`."""
     try:
         return Returned(fn())
-    except BaseException as exc:  # noqa: BLE001 - every ending is the attempt's outcome
+    except BaseException as exc:
         return Raised(exc)
 
 
@@ -65,7 +65,7 @@ async def await_capturing(coro: Coroutine[Any, Any, T]) -> HandlerOutcome[T]:
         if cancel_requested():
             raise
         return Raised(exc)
-    except BaseException as exc:  # noqa: BLE001 - every ending is the attempt's outcome
+    except BaseException as exc:
         return Raised(exc)
 
 

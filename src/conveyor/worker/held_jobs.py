@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.context import JobContext
 from conveyor.model.errors import CorruptJob
 from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.model.version import __version__
 from conveyor.observe.logs import bind_job
 from conveyor.observe.minute_stats import MinuteRecorder
-from conveyor.model.version import __version__
 from conveyor.worker.completer import Completer
 from conveyor.worker.config import WorkerConfig
-from conveyor.context import JobContext
 from conveyor.worker.executor import JobExecutor
 from conveyor.worker.handler_call import INTERRUPTS
 

@@ -186,7 +186,7 @@ async def run_sync_limited(
 async def _thread_outcome(future: asyncio.Future[HandlerOutcome[T]]) -> HandlerOutcome[T]:
     try:
         return await future  # a cancel of the caller's task (not an Exception) raises
-    except Exception as exc:  # noqa: BLE001 - see below
+    except Exception as exc:
         # The soft-limit exception landed in `_ThreadCall` itself, after the handler
         # ended and before the injection was withdrawn: the handler did run past it.
         return Raised(exc)

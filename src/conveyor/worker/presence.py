@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
 from conveyor.model.clock import Clock
-from conveyor.worker.config import WorkerConfig
 from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker.config import WorkerConfig
 from conveyor.worker.liveness import LIVENESS_FIELD, DeathWatch, rescue_dead_workers
 
 log = logging.getLogger("conveyor.worker")
@@ -62,7 +62,7 @@ class Presence:
         assert self._backend is not None
         try:
             await self._backend.delete_record(WORKERS_NAMESPACE, self.worker_id)
-        except Exception:  # noqa: BLE001 - the record expires by itself
+        except Exception:
             pass
         if self.hold is not None:
             await self.hold.release()
@@ -76,7 +76,7 @@ class Presence:
             try:
                 await self.announce(token)
                 delay = self.config.heartbeat_every
-            except Exception as exc:  # noqa: BLE001 - the record expires by itself
+            except Exception as exc:
                 log.warning("announcing this worker failed: %s", exc)
                 delay = min(self.config.heartbeat_every, 0.5)
             waits: list[asyncio.Task[object]] = [asyncio.create_task(self.closing.wait())]
@@ -123,7 +123,7 @@ class Presence:
                     self._backend, self.liveness, self.worker_id, deaths, self.clock()
                 )
                 failures = 0
-            except Exception as exc:  # noqa: BLE001 - looked at again in a moment
+            except Exception as exc:
                 failures += 1
                 if failures == 1 or failures % 1000 == 0:  # four times a second: do not flood
                     log.warning(

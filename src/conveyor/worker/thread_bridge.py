@@ -107,7 +107,7 @@ class ThreadBridge:
             if ran:
                 try:
                     value = fn()
-                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                except BaseException as exc:
                     error = exc
             with self._lock:
                 # Idle from here on, before the loop hears of the ending: the call it

@@ -18,20 +18,20 @@ from collections.abc import Awaitable, Callable, Coroutine
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from conveyor.backends.contract import Backend, ClaimedJobs, Lease
 from conveyor.backends.claiming import QueuePlan
+from conveyor.backends.contract import Backend, ClaimedJobs, Lease
+from conveyor.downstreams.breaker_view import REFRESH_INTERVAL
+from conveyor.downstreams.retry_ledger import SYNC_INTERVAL
 from conveyor.model.job import Job
+from conveyor.model.version import __version__
 from conveyor.observe.minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
 from conveyor.scheduling.scheduler import Scheduler
-from conveyor.model.version import __version__
-from conveyor.worker.config import WorkerConfig
 from conveyor.worker.completer import Completer
+from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import JobExecutor
 from conveyor.worker.held_jobs import HeldJobs, RunningJob
-from conveyor.downstreams.breaker_view import REFRESH_INTERVAL
 from conveyor.worker.presence import Presence
 from conveyor.worker.rescue import rescue_expired
-from conveyor.downstreams.retry_ledger import SYNC_INTERVAL
 from conveyor.worker.thread_bridge import ThreadBridge
 from conveyor.worker.unlimited_calls import unlimited_callers
 
@@ -148,7 +148,7 @@ class Worker(HeldJobs):
         if len(self.app.breakers):  # the first claim already knows which breakers are open
             try:
                 await self._refresh_breakers()
-            except Exception as exc:  # noqa: BLE001 - an opening's bucket hold still applies
+            except Exception as exc:
                 log.warning("reading the circuit breakers failed (%s); retrying in 1s", exc)
         log.info(
             "worker %s started: queues=%s concurrency=%d",
@@ -223,7 +223,7 @@ class Worker(HeldJobs):
             self._threads.shutdown()
             try:
                 await self._write_stats()
-            except Exception:  # noqa: BLE001 - kept for the next run of this process
+            except Exception:
                 pass
             await self._presence.leave()  # last: every outcome is written
         log.info("worker %s stopped (%s): %s", self.id, status.name.lower(), dict(self.counts))
@@ -295,7 +295,7 @@ class Worker(HeldJobs):
                         )
                     )
                     failures = 0
-                except Exception as exc:  # noqa: BLE001 - the backend may come back
+                except Exception as exc:
                     failures += 1
                     delay = min(0.1 * 2**failures, 10.0)
                     log.warning("claiming jobs failed (%s); retrying in %.1fs", exc, delay)
@@ -385,7 +385,7 @@ class Worker(HeldJobs):
         while not await self._closed_within(delay):
             try:
                 await action()
-            except Exception as exc:  # noqa: BLE001 - maintenance must outlive a bad moment
+            except Exception as exc:
                 log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
             delay = interval
 

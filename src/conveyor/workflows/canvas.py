@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Union
 
 from conveyor.model.errors import InvalidJob
 from conveyor.model.job import NewJob
-from conveyor.workflows.signature import Signature
 from conveyor.payloads.task_payload import new_job_id
 
 # The input of a step after a single job: that job's result (ONE_RESULT); after a
 # group: the list of its members' results, in order (ALL_RESULTS).
 from conveyor.workflows.inputs import ALL_RESULTS, ONE_RESULT, WORKFLOW_META_KEY
+from conveyor.workflows.signature import Signature
 
 if TYPE_CHECKING:
     from conveyor.handle import JobHandle

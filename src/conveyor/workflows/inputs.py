@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.params import JobFilter
-from conveyor.rules.dependencies import parents_of
 from conveyor.model.errors import CorruptPayload, ResultExpired
 from conveyor.model.job import Job, JobState
+from conveyor.rules.dependencies import parents_of
 
 if TYPE_CHECKING:
     from conveyor.backends.contract import Backend

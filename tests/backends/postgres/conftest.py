@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-
 from backends_under_test import POSTGRES_URL, service_missing
+from pg_server import PrivateServer
+
 from conveyor import Conveyor
 from conveyor.model.clock import ManualClock
-from pg_server import PrivateServer
 
 
 def schema_url(base: str, schema: str, **options: str) -> str:

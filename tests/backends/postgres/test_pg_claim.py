@@ -6,12 +6,12 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.backends.postgres.rows import Positional, positional
-from conveyor.model.job import AttemptError, JobState, NewJob
 from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
+from conveyor.model.job import AttemptError, JobState, NewJob
 
 
 async def test_claimed_jobs_carry_meta_and_error_history(

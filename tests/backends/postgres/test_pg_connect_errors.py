@@ -13,11 +13,11 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-
 from backends_under_test import POSTGRES_URL
+from pg_server import PrivateServer
+
 from conveyor import Conveyor
 from conveyor.model.errors import BackendUnavailable, ConfigurationError
-from pg_server import PrivateServer
 
 # '@' and ':' are the characters that split a URL's user info; each fragment is
 # distinctive, so finding one anywhere in the output means the password leaked.
@@ -141,7 +141,7 @@ def password_server(private_server: PrivateServer) -> Iterator[tuple[PrivateServ
     """The private server, with a role `app` that must log in with PASSWORD."""
     role = f"app_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(private_server.url, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")  # noqa: S608 - ours
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
         hba = conn.execute("SHOW hba_file").fetchone()
         assert hba is not None
         with open(str(hba[0])) as file:

@@ -9,14 +9,14 @@ from collections import Counter
 
 import psycopg
 import pytest
+from pg_helpers import RunningWorker, eventually, terminate, wait_finished
+from pg_server import PrivateServer
 
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.model.errors import BackendUnavailable
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from pg_helpers import RunningWorker, eventually, terminate, wait_finished
-from pg_server import PrivateServer
 
 CONFIG = WorkerConfig(concurrency=10, poll_interval=0.1, rescue_interval=0.5, lease=10)
 

@@ -8,14 +8,13 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from backends_under_test import POSTGRES_URL
+from pg_helpers import terminate
 
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.backends.postgres import hot_pool
 from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
-from pg_helpers import terminate
-
-from backends_under_test import POSTGRES_URL
 
 
 @pytest.fixture
@@ -111,7 +110,7 @@ def test_threads_enqueueing_at_once_each_store_every_job_once(pg_url: str, admin
         def produce(start: int) -> None:
             try:
                 ids.extend(ship.enqueue(n).id for n in range(start, start + 50))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=produce, args=(k * 50,)) for k in range(4)]

@@ -7,15 +7,15 @@ import asyncio
 
 import psycopg
 import pytest
+from pg_helpers import RunningWorker, eventually
+from pg_server import PrivateServer
 
 from conveyor import Conveyor
 from conveyor.backends.postgres.liveness import LockToken
 from conveyor.model.job import JobState
-from conveyor.worker import Worker, WorkerConfig
 from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker import Worker, WorkerConfig
 from conveyor.worker.liveness import announced_token
-from pg_helpers import RunningWorker, eventually
-from pg_server import PrivateServer
 
 HOLDER = WorkerConfig(queues=("work",), poll_interval=0.05, lease=30)
 RESCUER = WorkerConfig(queues=("other",), poll_interval=0.05, lease=30)
@@ -110,7 +110,7 @@ async def test_after_a_server_restart_nobody_is_taken_for_dead(
             async def new_epoch() -> bool:
                 try:
                     token = await token_of(app, holder)
-                except Exception:  # noqa: BLE001 - still reconnecting
+                except Exception:
                     return False
                 parsed, old = LockToken.parse(token or ""), LockToken.parse(before)
                 return parsed is not None and old is not None and parsed.epoch != old.epoch

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import random
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import JobFilter, Lease, Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import JobState, NewJob
-from conveyor.backends.claiming import strict_claim
 
 
 async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg_url: str) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pg_helpers import eventually
 
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
-from pg_helpers import eventually
 
 RUNNER = Path(__file__).with_name("pg_worker_main.py")
 

@@ -12,11 +12,11 @@ import pytest
 
 from conveyor import Conveyor, Retry
 from conveyor.backends.claiming import strict_claim
+from conveyor.context import JobContext
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import StaleLease
 from conveyor.model.job import JobState
 from conveyor.once import ONCE_NAMESPACE
-from conveyor.model.clock import ManualClock
-from conveyor.context import JobContext
 from conveyor.worker.rescue import rescue_expired
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import NewJob
 
 FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,

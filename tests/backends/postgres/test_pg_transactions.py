@@ -10,12 +10,12 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, current_job
+from conveyor.backends.claiming import strict_claim
+from conveyor.context import JobContext
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import JobState
-from conveyor.model.clock import ManualClock
 from conveyor.worker import WorkerConfig
-from conveyor.context import JobContext
-from conveyor.backends.claiming import strict_claim
 from conveyor.worker.rescue import rescue_expired
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import psycopg
+from pg_helpers import eventually, terminate
 
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import NewJob
-from pg_helpers import eventually, terminate
 
 POLL = 30.0  # what a worker would wait without a wake-up
 
@@ -56,8 +56,9 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
     import asyncio
 
     from conformance.helpers import error
-    from conveyor.backends.contract import Settlement
+
     from conveyor.backends.claiming import strict_claim
+    from conveyor.backends.contract import Settlement
     from conveyor.model.job import JobState
 
     backend = PostgresBackend(pg_url)

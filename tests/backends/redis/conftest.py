@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from backends_under_test import drop_redis_prefix
+from backends_under_test import redis_url as isolated_redis_url
+from redis_helpers import RedisServer, redis_server_binary
 
-from backends_under_test import drop_redis_prefix, redis_url as isolated_redis_url
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.clock import ManualClock
-from redis_helpers import RedisServer, redis_server_binary
 
 
 @pytest.fixture

@@ -111,7 +111,7 @@ class WorkerProcess:
             "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
         }
         self.log_path = log_path
-        self.log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
+        self.log = open(log_path, "wb")
         self.process = subprocess.Popen(
             [sys.executable, str(RUNNER), url, *args],
             stdout=self.log,

@@ -10,18 +10,18 @@ import time
 
 import pytest
 from redis.crc import key_slot
+from redis_helpers import RedisServer, free_port
+from sockets import tcp_ports_of
 
 from conveyor import Conveyor
 from conveyor.backends import backend_from_url
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import JobFilter, Lease, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.keys import id_from_rank
+from conveyor.model.clock import ManualClock
 from conveyor.model.errors import BackendUnavailable, ConfigurationError
 from conveyor.model.job import JobState, NewJob
-from conveyor.model.clock import ManualClock
-from conveyor.backends.claiming import strict_claim
-from redis_helpers import RedisServer, free_port
-from sockets import tcp_ports_of
 
 
 def job(n: int, queue: str = "default", **fields: object) -> NewJob:

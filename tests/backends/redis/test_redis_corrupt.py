@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import JobFilter, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.config import parse_redis_url
-from conveyor.backends.claiming import strict_claim
-from conveyor.model.job import JobState, NewJob
 from conveyor.model.clock import ManualClock
+from conveyor.model.job import JobState, NewJob
 from conveyor.worker.rescue import rescue_expired
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import FlowQuery, KeyLoad
 from conveyor.backends.redis import queries
 from conveyor.backends.redis.backend import RedisBackend
-from conveyor.backends.claiming import strict_claim
 from conveyor.model.job import NewJob
 
 

@@ -9,14 +9,14 @@ from contextlib import asynccontextmanager
 
 import pytest
 import redis.asyncio as aioredis
+from redis_helpers import RedisServer, eventually
 
 from conveyor import Conveyor
 from conveyor.backends.redis.liveness import ClientToken
 from conveyor.model.job import JobState
-from conveyor.worker import Worker, WorkerConfig
 from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.worker import Worker, WorkerConfig
 from conveyor.worker.liveness import announced_token
-from redis_helpers import RedisServer, eventually
 
 HOLDER = WorkerConfig(queues=("work",), poll_interval=0.05, lease=30)
 RESCUER = WorkerConfig(queues=("other",), poll_interval=0.05, lease=30)
@@ -104,7 +104,7 @@ async def test_after_a_server_restart_nobody_is_taken_for_dead(private_redis: Re
             async def new_run() -> bool:
                 try:
                     now = ClientToken.parse(await token_of(app, holder) or "")
-                except Exception:  # noqa: BLE001 - still reconnecting
+                except Exception:
                     return False
                 return now is not None and now.run_id != before.run_id
 

@@ -4,17 +4,16 @@ SIGKILLed worker loses nothing (its leased jobs are rescued and run elsewhere)."
 from __future__ import annotations
 
 import asyncio
-
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis_helpers import WorkerProcess, eventually
+from worker_runner import build_app, scratch_key
 
 from conveyor import Conveyor
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import ACTIVE_STATES, JobState
-from redis_helpers import WorkerProcess, eventually
-from worker_runner import build_app, scratch_key
 
 pytestmark = pytest.mark.slow
 JOBS = 5000

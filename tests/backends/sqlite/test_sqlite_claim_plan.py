@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Settlement
 from conveyor.backends.sqlite.store import Q, SqliteStore
-from conveyor.backends.claiming import strict_claim
 from conveyor.model.job import JobState, NewJob
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
+from conveyor.backends.sqlfiles import load_migrations
 from conveyor.backends.sqlite.store import SqliteStore
 from conveyor.model.job import JobState, NewJob
-from conveyor.backends.sqlfiles import load_migrations
 
 LARGEST_ROWID = 2**63 - 1
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Settlement
 from conveyor.backends.sqlite.store import SqliteStore
-from conveyor.backends.claiming import strict_claim
 from conveyor.model.job import JobState, NewJob
 
 IDS = ["plain", "nul\x00inside", "accents-é-ü", "emoji-\U0001f600", "last"]

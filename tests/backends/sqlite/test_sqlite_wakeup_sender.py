@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest

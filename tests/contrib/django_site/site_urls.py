@@ -1,5 +1,4 @@
 from django.urls import include, path
-
 from shop.views import place_order
 
 urlpatterns = [

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 from urllib.parse import parse_qs, urlsplit
 
-from conveyor.model.errors import ConfigurationError
 from conveyor.model.clock import Clock
+from conveyor.model.errors import ConfigurationError
 
 KINDS = ("args", "result")
 

@@ -17,8 +17,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from conveyor.model.clock import Clock
 from conveyor.backends.blobs import StoredBlob, is_of, job_digest
+from conveyor.model.clock import Clock
 
 _TEMP_PREFIX = ".tmp-"
 

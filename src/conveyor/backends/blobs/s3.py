@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
-from conveyor.model.errors import BackendUnavailable, ConfigurationError
-from conveyor.model.clock import Clock
 from conveyor.backends.blobs import StoredBlob, job_digest
+from conveyor.model.clock import Clock
+from conveyor.model.errors import BackendUnavailable, ConfigurationError
 
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 

@@ -15,9 +15,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from conveyor.model.errors import ConfigurationError
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.clock import Clock, system_clock
 from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
 from conveyor.backends.contract import (
     ClaimedJobs,
@@ -35,6 +32,9 @@ from conveyor.backends.contract import (
 from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.store import MemoryStore
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import Job, JobState, NewJob
 
 _stores: dict[str, MemoryStore] = {}
 _stores_lock = threading.Lock()

@@ -9,9 +9,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from conveyor.rules.dependencies import DEPENDENCY_FAILED, Start, dependency_error
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.model.lifecycle import Transition
+from conveyor.rules.dependencies import DEPENDENCY_FAILED, Start, dependency_error
 
 S = JobState
 

@@ -11,11 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from conveyor.rules.dependencies import resume_dependants
-from conveyor.model.errors import JobNotFound
-from conveyor.model.escaping import readable_text
-from conveyor.model.job import TERMINAL_STATES, Job, JobState
-from conveyor.model.lifecycle import Transition
+from conveyor.backends.codec import last_error_type
 from conveyor.backends.contract import (
     FlowLoads,
     FlowQuery,
@@ -26,11 +22,15 @@ from conveyor.backends.contract import (
     redrive_scope,
     waiting_scope,
 )
-from conveyor.backends.codec import last_error_type
 from conveyor.backends.filtering import job_matches
 from conveyor.backends.memory.dependants import MemoryDependants
 from conveyor.backends.memory.store import MemoryStore, Row
 from conveyor.backends.memory.stored_rows import as_number
+from conveyor.model.errors import JobNotFound
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.model.lifecycle import Transition
+from conveyor.rules.dependencies import resume_dependants
 
 S = JobState
 

@@ -4,8 +4,8 @@ backend's clock, as everywhere."""
 
 from __future__ import annotations
 
-from conveyor.backends.records import expiry, incremented
 from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.records import expiry, incremented
 
 
 def _live(

@@ -21,13 +21,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.rules.backpressure import raise_if_refused, shed_error
-from conveyor.model.errors import RefusedJob
-from conveyor.model.job import ACTIVE_STATES, AttemptError, Job, JobState, NewJob
-from conveyor.model.lifecycle import Transition, check, initial_state
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
-from conveyor.rules.dependencies import check_parents, release_dependants, start_of
-from conveyor.rules.fairness import VtimeAssigner, claimed_vtime
+from conveyor.backends.codec import COLUMNS, job_from_row
 from conveyor.backends.contract import (
     ClaimedJobs,
     ClaimRequest,
@@ -37,15 +32,20 @@ from conveyor.backends.contract import (
     LeaseQuery,
     Settlement,
 )
-from conveyor.backends.codec import COLUMNS, job_from_row
 from conveyor.backends.memory.blobs import BlobTable
-from conveyor.backends.memory.rate_lanes import first_in_lanes, next_token_at
 from conveyor.backends.memory.dependants import MemoryDependants, link, states_of
 from conveyor.backends.memory.expiries import ResultExpiries
 from conveyor.backends.memory.ordered import Lanes, OrderedIds
+from conveyor.backends.memory.rate_lanes import first_in_lanes, next_token_at
 from conveyor.backends.memory.slots import KeySlots
-from conveyor.backends.memory.stored_rows import as_number, is_live, past_retention
+from conveyor.backends.memory.stored_rows import is_live, past_retention
 from conveyor.backends.memory.wakeup import Wakeups
+from conveyor.model.errors import RefusedJob
+from conveyor.model.job import AttemptError, Job, JobState, NewJob
+from conveyor.model.lifecycle import Transition, check, initial_state
+from conveyor.rules.backpressure import raise_if_refused, shed_error
+from conveyor.rules.dependencies import check_parents, release_dependants, start_of
+from conveyor.rules.fairness import VtimeAssigner, claimed_vtime
 
 S = JobState
 Row = dict[str, Any]

@@ -16,10 +16,6 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from conveyor.model.errors import ConfigurationError, StaleLease
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.lifecycle import IllegalTransition
-from conveyor.model.version import __version__
 from conveyor.backends.contract import (
     ClaimedJobs,
     ClaimRequest,
@@ -29,15 +25,19 @@ from conveyor.backends.contract import (
     LeaseQuery,
     Settlement,
 )
-from conveyor.backends.sqlfiles import load_migrations
-from conveyor.backends.postgres.blobs import PostgresBlobStore
 from conveyor.backends.postgres import enqueue, liveness
+from conveyor.backends.postgres.blobs import PostgresBlobStore
 from conveyor.backends.postgres.connections import AsyncConn, log
 from conveyor.backends.postgres.inspector import PostgresInspector
 from conveyor.backends.postgres.lane import Busy
 from conveyor.backends.postgres.listener import Listener
 from conveyor.backends.postgres.records import PostgresRecords
 from conveyor.backends.postgres.rows import claim_order, job_from_row, jsonb
+from conveyor.backends.sqlfiles import load_migrations
+from conveyor.model.errors import ConfigurationError, StaleLease
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import IllegalTransition
+from conveyor.model.version import __version__
 
 
 class PostgresBackend(PostgresInspector, PostgresRecords):

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import psycopg
 
 from conveyor.backends.blobs import StoredBlob
-from conveyor.model.clock import Clock
 from conveyor.backends.sqlfiles import load_queries
+from conveyor.model.clock import Clock
 
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]

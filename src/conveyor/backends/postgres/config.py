@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from conveyor.model.errors import ConfigurationError
 from conveyor.backends import redact_url
+from conveyor.model.errors import ConfigurationError
 
 _LIBPQ_OPTIONS = frozenset(
     {

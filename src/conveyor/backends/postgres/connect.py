@@ -28,8 +28,8 @@ from urllib.parse import unquote, urlsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from conveyor.model.errors import BackendUnavailable, ConfigurationError
 from conveyor.backends.postgres.config import PostgresConfig
+from conveyor.model.errors import BackendUnavailable, ConfigurationError
 
 AsyncConn = psycopg.AsyncConnection[Any]
 

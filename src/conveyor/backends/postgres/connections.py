@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from conveyor.model.errors import BackendUnavailable
-from conveyor.model.clock import Clock, system_clock
 from conveyor.backends.postgres.config import parse_postgres_url
 from conveyor.backends.postgres.connect import first_connection
-from conveyor.backends.postgres.lane import Lane
 from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
+from conveyor.backends.postgres.lane import Lane
 from conveyor.backends.postgres.listener import Listener
 from conveyor.backends.postgres.rows import load_schema_queries, positional
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.errors import BackendUnavailable
 
 log = logging.getLogger("conveyor.postgres")
 T = TypeVar("T")

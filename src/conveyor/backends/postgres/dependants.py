@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from conveyor.rules.dependencies import check_parents, dependency_error, start_of
+from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.lifecycle import initial_state
-from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
+from conveyor.rules.dependencies import check_parents, dependency_error, start_of
 
 if TYPE_CHECKING:
     from conveyor.backends.postgres.connections import PostgresConnections

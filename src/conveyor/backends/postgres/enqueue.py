@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from conveyor.rules.backpressure import bounds_of, over_bound, raise_if_refused, shed_error
+from conveyor.backends.postgres.dependants import enqueue_with_parents, has_dependants
+from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
 from conveyor.model.errors import ConfigurationError, RefusedJob
-from conveyor.rules.fairness import spread, vtime_step
 from conveyor.model.job import Job, NewJob
 from conveyor.model.lifecycle import initial_state
 from conveyor.model.version import __version__
-from conveyor.backends.postgres.dependants import enqueue_with_parents, has_dependants
-from conveyor.backends.postgres.rows import job_from_row, jsonb, opt_float
+from conveyor.rules.backpressure import bounds_of, over_bound, raise_if_refused, shed_error
+from conveyor.rules.fairness import spread, vtime_step
 
 if TYPE_CHECKING:
     from conveyor.backends.postgres.connections import PostgresConnections

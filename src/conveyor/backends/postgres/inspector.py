@@ -6,9 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from conveyor.model.errors import JobNotFound
-from conveyor.model.job import TERMINAL_STATES, Job
-from conveyor.model.version import __version__
 from conveyor.backends.contract import (
     FlowLoads,
     FlowQuery,
@@ -21,6 +18,9 @@ from conveyor.backends.contract import (
 )
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.rows import filter_params, job_from_row
+from conveyor.model.errors import JobNotFound
+from conveyor.model.job import TERMINAL_STATES, Job
+from conveyor.model.version import __version__
 
 
 class PostgresInspector(PostgresConnections):

@@ -66,7 +66,7 @@ class Listener:
                 raise ConnectionError("the listening connection closed")
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a lost listener means polling, not a crash
+            except Exception as exc:
                 self.connected.clear()
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from conveyor.backends.records import expiry
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
+from conveyor.backends.records import expiry
 
 
 class PostgresRecords(PostgresConnections):

@@ -10,10 +10,10 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from conveyor.backends.claiming import claim_rank
-from conveyor.model.job import Job
-from conveyor.backends.contract import JobFilter, ascii_lower
 from conveyor.backends.codec import job_from_row as decode_row
+from conveyor.backends.contract import JobFilter, ascii_lower
 from conveyor.backends.sqlfiles import load_queries
+from conveyor.model.job import Job
 
 
 def load_schema_queries(schema: str, channel: str, done_channel: str = "") -> dict[str, str]:

@@ -21,8 +21,6 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import NoScriptError, ResponseError
 
-from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
-from conveyor.model.clock import Clock, system_clock
 from conveyor.backends import redact_url
 from conveyor.backends.contract import (
     ClaimedJobs,
@@ -36,18 +34,18 @@ from conveyor.backends.contract import (
     redrive_scope,
     waiting_scope,
 )
+from conveyor.backends.redis import liveness
+from conveyor.backends.redis.blobs import RedisBlobStore
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.config import connection_settings, parse_redis_url
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
-from conveyor.backends.redis.blobs import RedisBlobStore
-from conveyor.backends.redis.keys import Keys
-from conveyor.backends.redis import liveness
-from conveyor.backends.redis.lane import Command, Lane, ThreadLanes, first_error
-from conveyor.backends.redis.lua import script_source
-from conveyor.backends.redis.queries import JobQueries
 from conveyor.backends.redis.expiring import ResultExpiry
 from conveyor.backends.redis.following import Following
 from conveyor.backends.redis.inspector_reads import InspectorReads
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis.lane import Command, Lane, ThreadLanes, first_error
+from conveyor.backends.redis.lua import script_source
+from conveyor.backends.redis.queries import JobQueries
 from conveyor.backends.redis.records import RedisRecords
 from conveyor.backends.redis.script_args import (
     bulk_cancel_args,
@@ -60,6 +58,8 @@ from conveyor.backends.redis.script_args import (
     stale_settlements,
 )
 from conveyor.backends.redis.script_calls import Scripts
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
 
 __all__ = ["RedisBackend", "parse_redis_url"]
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.backends.blobs import StoredBlob, digest_of_key, is_of, job_digest
-from conveyor.model.clock import Clock
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
+from conveyor.model.clock import Clock
 
 # Thirty days: longer than the default retention of dead jobs (fourteen days),
 # so a job never outlives its blob.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conveyor.model.job import Job
 from conveyor.backends.codec import job_from_fields
+from conveyor.model.job import Job
 
 
 def float_arg(value: float) -> str:

@@ -16,8 +16,8 @@ import socket
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from conveyor.model.errors import ConfigurationError
 from conveyor.backends import redact_url
+from conveyor.model.errors import ConfigurationError
 
 _OPTIONS = {"prefix", "max_completed", "max_dead"}
 _KEEPALIVE = {

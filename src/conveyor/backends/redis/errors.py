@@ -6,15 +6,18 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from redis.exceptions import AuthenticationError, AuthenticationWrongNumberOfArgsError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from conveyor.backends import redact_url
 from conveyor.model.errors import BackendUnavailable, ConfigurationError, InvalidJob
 from conveyor.model.job import JobState
 from conveyor.model.lifecycle import IllegalTransition
-from conveyor.backends import redact_url
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,7 +63,7 @@ def translated(
         try:
             return await method(*args, **kwargs)
         except Exception as exc:
-            url: str = getattr(args[0], "url")
+            url: str = args[0].url
             conveyor_error = translate(url, exc)
             if conveyor_error is None:
                 raise

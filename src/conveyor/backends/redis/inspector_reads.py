@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.model.job import Job
-from conveyor.model.clock import Clock
-from conveyor.backends.contract import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.codec import job_from_fields
+from conveyor.backends.contract import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.queries import JobQueries
+from conveyor.model.clock import Clock
+from conveyor.model.job import Job
 
 
 class InspectorReads:

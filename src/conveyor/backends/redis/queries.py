@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from conveyor.model.errors import JobNotFound
-from conveyor.model.escaping import readable_text
-from conveyor.model.job import Job, JobState
+from conveyor.backends.codec import job_from_fields, last_error_type
 from conveyor.backends.contract import (
     FlowLoads,
     FlowQuery,
@@ -21,10 +19,12 @@ from conveyor.backends.contract import (
     ascii_lower,
     flow_loads_from_rows,
 )
-from conveyor.backends.codec import job_from_fields, last_error_type
 from conveyor.backends.filtering import job_matches
 from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
 from conveyor.backends.redis.script_calls import Scripts
+from conveyor.model.errors import JobNotFound
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import Job, JobState
 
 # The fields of a row a filter tests, in this order (5 and 6: see _rows).
 _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")

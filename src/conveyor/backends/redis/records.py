@@ -14,12 +14,12 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from conveyor.model.clock import Clock
 from conveyor.backends.records import expiry
 from conveyor.backends.redis.codec import float_arg, optional_arg
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.script_calls import Scripts
+from conveyor.model.clock import Clock
 
 NOT_AN_INTEGER = "CONVEYOR_NOT_AN_INTEGER"
 

@@ -11,18 +11,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.rules.backpressure import raise_if_refused, shed_error
 from conveyor.backends.claiming import claim_rank
-from conveyor.model.errors import InvalidJob, RefusedJob
-from conveyor.rules.fairness import vtime_step
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.lifecycle import IllegalTransition, initial_state
-from conveyor.model.version import __version__
 from conveyor.backends.contract import ClaimRequest, Settlement
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.lane import Command
 from conveyor.backends.redis.script_calls import ScriptCall
+from conveyor.model.errors import InvalidJob, RefusedJob
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import IllegalTransition, initial_state
+from conveyor.model.version import __version__
+from conveyor.rules.backpressure import raise_if_refused, shed_error
+from conveyor.rules.fairness import vtime_step
 
 ENQUEUE_CHUNK = 1000  # jobs per script call; several calls still go in one round trip
 

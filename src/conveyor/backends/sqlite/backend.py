@@ -16,11 +16,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from conveyor.backends.blobs.directory import DirectoryBlobStore
-from conveyor.model.errors import ConfigurationError
 from conveyor.backends import redact_url
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.clock import Clock, system_clock
+from conveyor.backends.blobs.directory import DirectoryBlobStore
 from conveyor.backends.contract import (
     ClaimedJobs,
     ClaimRequest,
@@ -35,10 +32,13 @@ from conveyor.backends.contract import (
     Settlement,
 )
 from conveyor.backends.sqlite import liveness, records
-from conveyor.backends.sqlite.store import ENDED, SqliteStore
 from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.backends.sqlite.store import ENDED, SqliteStore
 from conveyor.backends.sqlite.store_thread import StoreThread
 from conveyor.backends.sqlite.wakeup import WakeupListener, WakeupSender
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.errors import ConfigurationError
+from conveyor.model.job import Job, JobState, NewJob
 
 # The page cache of the backend's own connection, the one that claims (SQLite's default is
 # 2 MB, filled only as pages are read): a claim that rotates over fairness keys or queues

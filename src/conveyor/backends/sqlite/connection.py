@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from conveyor.model.errors import BackendUnavailable, ConfigurationError
-from conveyor.model.job import Job
 from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlfiles import load_migrations, load_queries
+from conveyor.model.errors import BackendUnavailable, ConfigurationError
+from conveyor.model.job import Job
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OFF"}

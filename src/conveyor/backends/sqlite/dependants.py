@@ -9,9 +9,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from conveyor.rules.dependencies import DependantRows, Start, dependency_error
-from conveyor.model.job import JobState
 from conveyor.backends.sqlite.connection import Q
+from conveyor.model.job import JobState
+from conveyor.rules.dependencies import DependantRows, Start, dependency_error
 
 
 def states_of(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:

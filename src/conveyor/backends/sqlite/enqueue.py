@@ -22,16 +22,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.rules.backpressure import bounds_of, raise_if_refused
-from conveyor.rules.dependencies import check_parents, start_of
-from conveyor.model.errors import RefusedJob
-from conveyor.rules.fairness import VtimeAssigner, as_vtime
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.lifecycle import initial_state
 from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import link, states_of
 from conveyor.backends.sqlite.room import Room
+from conveyor.model.errors import RefusedJob
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.lifecycle import initial_state
+from conveyor.rules.backpressure import bounds_of, raise_if_refused
+from conveyor.rules.dependencies import check_parents, start_of
+from conveyor.rules.fairness import VtimeAssigner, as_vtime
 
 
 class _IdTaken(Exception):

@@ -8,10 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from conveyor.model.errors import JobNotFound
-from conveyor.model.escaping import readable_text
-from conveyor.rules.dependencies import release_dependants, resume_dependants
-from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.backends.codec import job_from_row
 from conveyor.backends.contract import (
     FlowLoads,
     FlowQuery,
@@ -23,9 +20,12 @@ from conveyor.backends.contract import (
     redrive_scope,
     waiting_scope,
 )
-from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.model.errors import JobNotFound
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
+from conveyor.rules.dependencies import release_dependants, resume_dependants
 
 
 def _filter_params(where: JobFilter) -> dict[str, Any]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from conveyor.rules.backpressure import shed_error
-from conveyor.rules.dependencies import release_dependants
-from conveyor.model.errors import RefusedJob
-from conveyor.model.job import JobState, QueueBound
 from conveyor.backends.sqlite.connection import Q
 from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.model.errors import RefusedJob
+from conveyor.model.job import JobState, QueueBound
+from conveyor.rules.backpressure import shed_error
+from conveyor.rules.dependencies import release_dependants
 
 
 class Room:

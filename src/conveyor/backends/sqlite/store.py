@@ -15,11 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conveyor.model.escaping import readable_text
-from conveyor.model.job import Job, JobState, NewJob
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
-from conveyor.rules.dependencies import release_dependants
-from conveyor.rules.fairness import as_vtime, claimed_vtime
+from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
 from conveyor.backends.contract import (
     ClaimedJobs,
     ClaimRequest,
@@ -29,12 +26,14 @@ from conveyor.backends.contract import (
     LeaseQuery,
     Settlement,
 )
-from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
 from conveyor.backends.sqlite.connection import Q
-from conveyor.backends.sqlite.enqueue import enqueue_jobs
 from conveyor.backends.sqlite.dependants import SqliteDependants
+from conveyor.backends.sqlite.enqueue import enqueue_jobs
 from conveyor.backends.sqlite.inspector import SqliteInspector
-
+from conveyor.model.escaping import readable_text
+from conveyor.model.job import Job, JobState, NewJob
+from conveyor.rules.dependencies import release_dependants
+from conveyor.rules.fairness import as_vtime, claimed_vtime
 
 ENDED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 

@@ -48,7 +48,7 @@ class StoreThread:
             call, loop, future = item
             try:
                 result = call()
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+            except BaseException as exc:
                 _hand_back(loop, _set_exception, future, exc)
             else:
                 _hand_back(loop, _set_result, future, result)

@@ -13,8 +13,8 @@ from django.conf import settings as django_settings
 from django.db import close_old_connections, connections, transaction
 
 from conveyor.app import Conveyor
-from conveyor.model.errors import ConfigurationError
 from conveyor.handle import JobHandle, handles
+from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.task import Task
 

@@ -18,8 +18,8 @@ closes both at shutdown.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, AsyncContextManager, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Annotated, Any, AsyncContextManager
 
 from fastapi import Depends, FastAPI, Request
 from starlette.applications import Starlette

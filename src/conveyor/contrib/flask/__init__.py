@@ -22,8 +22,8 @@ import click
 from flask import Flask, current_app
 
 from conveyor.app import Conveyor
-from conveyor.model.errors import ConfigurationError
 from conveyor.contrib._commands import command_line, import_path_of
+from conveyor.model.errors import ConfigurationError
 
 __all__ = ["FlaskConveyor", "current_conveyor"]
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from conveyor.ops.loading import load_app
 from conveyor.observe.logs import configure_logging, flush_all
+from conveyor.ops.loading import load_app
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.pool.config import PoolConfig, rss_bytes
 from conveyor.worker.pool.process_exit import report_left_running, threads_left_running
@@ -117,7 +117,7 @@ def child_main(
             instrument(app, metrics=metrics, tracing=None)
             settings = config if isinstance(config, WorkerConfig) else config(app)
         status = asyncio.run(_child(app, settings, worker_id, conn, max_memory, gate))
-    except BaseException:  # noqa: BLE001 - report, then exit with the error status
+    except BaseException:
         # Before GO the supervisor is still starting: if it goes on, this child's error
         # is news; if it gave up, it says why itself (the same app failed it).
         if gate.wait() == GO:

@@ -390,7 +390,7 @@ class Supervisor:
             try:
                 released = await self._release_once(child, charge, how)
                 break
-            except Exception as exc:  # noqa: BLE001 - the backend may be briefly away
+            except Exception as exc:
                 failures += 1
                 if time.monotonic() > deadline:
                     log.error(
