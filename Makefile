@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench typecheck docs
+.PHONY: demo test test-fast bench lint format typecheck docs
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +26,17 @@ test-fast: $(BIN)/.installed  ## the quick ones, for the edit-test loop
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/throughput.py
+
+# What CI checks before the tests: ruff's lint and format, mypy over the package and the tests.
+LINTED := src tests benchmarks examples mkdocs_hooks.py .ci
+lint: $(BIN)/.installed  ## ruff (lint, format check) and mypy (package strict, tests)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy --strict src/conveyor
+
+format: $(BIN)/.installed  ## apply ruff's fixes and formatter
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy --strict src/conveyor
