@@ -45,6 +45,8 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from conveyor import Limits
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from conveyor import Conveyor
@@ -241,7 +243,7 @@ async def idle_cpu(url: str, seconds: float) -> tuple[float, int]:
     app = Conveyor(url)
     try:
 
-        @app.task(name="bench.throttled", queue="throttled", rate_limit="1/m")
+        @app.task(name="bench.throttled", queue="throttled", limits=Limits(rate_limit="1/m"))
         def throttled() -> None: ...
 
         await app.enqueue_many_async([throttled.message() for _ in range(1000)])

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from conveyor import Conveyor, JobState, current_job
+from conveyor import Conveyor, JobState, RetryOptions, current_job
 from conveyor.testing import TestClock, drain, use_memory
 
 
@@ -26,7 +26,7 @@ def one_test() -> float:
     app = Conveyor("memory://", clock=clock)
     with use_memory(app, clock):
 
-        @app.task(name="flaky", backoff_base=10)
+        @app.task(name="flaky", retry=RetryOptions(backoff_base=10))
         def flaky(n: int) -> int:
             if current_job().attempt < 3:
                 raise ConnectionError("not yet")

@@ -9,7 +9,7 @@ import asyncio
 import sys
 from datetime import timedelta
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.worker import Worker, WorkerConfig
 
 app = Conveyor(f"sqlite:///{sys.argv[1] if len(sys.argv) > 1 else 'quickstart.db'}")
@@ -20,7 +20,7 @@ def send_welcome(user_id: int, *, template: str = "welcome") -> str:
     return f"sent {template} mail to user {user_id}"
 
 
-@app.task(retry_on=(ConnectionError,), backoff_base=0.05)
+@app.task(retry_on=(ConnectionError,), retry=RetryOptions(backoff_base=0.05))
 async def fetch_avatar(user_id: int) -> str:
     if current_job().attempt == 1:
         raise ConnectionError("avatar service timed out")  # transient: retried

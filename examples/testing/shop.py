@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///shop-jobs.db"))
 ORDERS: dict[int, str] = {}
@@ -30,7 +30,7 @@ def mailer_send(to: str, text: str) -> None:
     OUTBOX.append(f"to {to}: {text}")
 
 
-@app.task(backoff_base=30, backoff_cap=60)
+@app.task(retry=RetryOptions(backoff_base=30, backoff_cap=60))
 def send_receipt(order_id: int, email: str) -> str:
     mailer_send(email, f"receipt for order {order_id}")
     if order_id >= 100:

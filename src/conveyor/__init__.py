@@ -18,6 +18,7 @@ from conveyor.model.version import __version__
 from conveyor.rules.adaptive import Adaptive
 from conveyor.rules.breakers import BreakerError
 from conveyor.rules.retry_budget import RetryBudget
+from conveyor.rules.task_options import Limits, PayloadOptions, RetryOptions
 from conveyor.task import Task
 from conveyor.workflows.canvas import chain, chord, group
 from conveyor.workflows.inputs import Failure
@@ -32,8 +33,11 @@ __all__ = [
     "Job",
     "JobContext",
     "JobState",
+    "Limits",
+    "PayloadOptions",
     "Retry",
     "RetryBudget",
+    "RetryOptions",
     "Snooze",
     "Task",
     "__version__",

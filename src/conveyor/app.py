@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import threading
 import weakref
@@ -11,7 +12,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from conveyor.admin.inspection import Inspection
 from conveyor.backends import backend_from_url, redact_url
 from conveyor.backends.blobs import BlobStore
 from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
@@ -31,15 +31,17 @@ from conveyor.payloads.claim_check import (
 )
 from conveyor.payloads.task_payload import payload_defaults
 from conveyor.rules.backpressure import enqueue_offering
-from conveyor.rules.concurrency import Adaptive, concurrency_rule
+from conveyor.rules.breakers import Breaker, BreakerRegistry
+from conveyor.rules.concurrency import task_rule
 from conveyor.rules.hygiene import PayloadHygiene
-from conveyor.rules.queues import FlowDeclarations, QueueSettingsRegistry
-from conveyor.rules.rate_limits import Limit, RateLimitRegistry
-from conveyor.rules.retry import RETRY_OPTIONS, task_retry_policy
-from conveyor.rules.retry_budget import RetryBudget
+from conveyor.rules.queues import OnFull, QueueSettings, QueueSettingsRegistry
+from conveyor.rules.rate_limits import Limit, RateLimit, RateLimitRegistry
+from conveyor.rules.retry import task_retry_policy
+from conveyor.rules.task_options import MOVED_OPTIONS, Limits, PayloadOptions, RetryOptions
 from conveyor.task import Task, TaskDefaults, key_templates, make_options, time_limits
 
 if TYPE_CHECKING:
+    from conveyor.admin.api import Admin, Jobs
     from conveyor.scheduling.schedules import Schedule
 
 P = ParamSpec("P")
@@ -55,7 +57,7 @@ class PeriodicDecorator(Protocol):
     def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
-class Conveyor(FlowDeclarations, Inspection):
+class Conveyor:
     """A Conveyor application. Nothing connects until first use.
 
     `version=` is your application's version (default: `$CONVEYOR_APP_VERSION`); each
@@ -105,6 +107,8 @@ class Conveyor(FlowDeclarations, Inspection):
         self.queues = QueueSettingsRegistry(
             self.rate_limits
         )  # flow control (conveyor.rules.queues)
+        # The circuit breakers (conveyor.rules.breakers), gates on its buckets.
+        self.breakers = BreakerRegistry(self.rate_limits)
         self._backends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Backend] = (
             weakref.WeakKeyDictionary()
         )
@@ -126,6 +130,62 @@ class Conveyor(FlowDeclarations, Inspection):
     def __repr__(self) -> str:
         return f"<Conveyor {redact_url(self.url)} tasks={len(self.tasks)}>"
 
+    # --- flow control: declarations -------------------------------------------------
+    def queue(
+        self,
+        name: str,
+        *,
+        aging: Duration | None = None,
+        max_waiting: int | None = None,
+        on_full: OnFull = "reject",
+        block_timeout: Duration = 30.0,
+        rate_limit: str | Limit | None = None,
+    ) -> QueueSettings:
+        """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
+        return self.queues.declare(
+            name,
+            aging=aging,
+            max_waiting=max_waiting,
+            on_full=on_full,
+            block_timeout=block_timeout,
+            rate_limit=rate_limit,
+        )
+
+    def rate_limit(self, key: str, limit: str | Limit, *, burst: int | None = None) -> RateLimit:
+        """Declare a bucket tasks share by `Limits(rate_key=)`: `"100/s"`, `"10/m"` or `Limit(...)`
+        (docs/flow-control.md)."""
+        return self.rate_limits.declare(key, limit, burst)
+
+    def breaker(
+        self, name: str, *, failures: int = 5, window: Duration = 60.0, cooldown: Duration = 30.0
+    ) -> Breaker:
+        """Declare a circuit breaker tasks sit behind by `Limits(breaker=name)`: open after
+        `failures` transient failures within `window`, one probe after `cooldown`
+        (docs/downstreams.md).
+
+        >>> app.breaker("stripe", failures=5, window=timedelta(seconds=60),
+        ...             cooldown=timedelta(seconds=30))
+        """
+        return self.breakers.declare(name, failures, window, cooldown)
+
+    # --- inspection ---------------------------------------------------------------------
+    # Built on first use: a worker never inspects jobs, and importing conveyor.admin.api
+    # (and audit.py with it) made every worker's start longer (2.4 % of the instructions
+    # from `conveyor worker` to its app loaded, counted with callgrind).
+    @functools.cached_property
+    def admin(self) -> Admin:
+        """The inspector API (async): list, count, redrive, purge... (docs/operations.md)."""
+        from conveyor.admin.api import Admin
+
+        return Admin(self)
+
+    @functools.cached_property
+    def jobs(self) -> Jobs:
+        """The inspector API's sync face."""
+        from conveyor.admin.api import Jobs
+
+        return Jobs(self)
+
     # --- tasks ------------------------------------------------------------------------
     @overload
     def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
@@ -140,56 +200,53 @@ class Conveyor(FlowDeclarations, Inspection):
         priority: int = 0,
         max_attempts: int = 20,
         timeout: Duration | None = None,
-        soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dead_on: tuple[type[BaseException], ...] = (),
-        backoff_base: Duration = 1.0,
-        backoff_cap: Duration = 600.0,
-        retry_budget: RetryBudget | None = None,
-        breaker: str | None = None,
         idempotency_key: str | None = None,
         fairness_key: str | None = None,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        max_running: int | None = None,
         result_ttl: Duration | None = None,
-        adaptive: bool | Adaptive | None = None,
-        claim_check_threshold: int | None = None,
-        max_payload: int | None = None,
-        redact: Sequence[str] = (),
-        payload_hygiene: str | None = None,
-        rate_limit: str | Limit | None = None,
-        rate_key: str | None = None,
+        retry: RetryOptions = RetryOptions(),
+        limits: Limits = Limits(),
+        payload: PayloadOptions = PayloadOptions(),
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, *fn: Callable[..., Any], **options: Any) -> Any:
         """Register a function as a task.
 
-        `retry_on=` lists the only errors that retry; `dead_on=` errors that never do.
-        By default TypeError, ValueError, LookupError and argument errors go dead at
-        once and everything else retries with exponential backoff and full jitter.
-        `retry_budget=RetryBudget(share=0.2)` caps the task's retries per window,
-        fleet-wide, so that retries do not become the outage (docs/downstreams.md).
+        `queue=`, `priority=` and `max_attempts=` are its jobs' defaults (each enqueue
+        may override them with `.options(...)`).
 
-        Time limits: past `soft_time_limit=` (`timeout=` is the same option, kept
-        for compatibility) `SoftTimeLimitExceeded` is raised inside the handler so it
-        can clean up; past `hard_time_limit=` the handler is stopped and the attempt
-        fails with `HardTimeLimitExceeded` (see `docs/pool.md` for how sync handlers
-        are stopped). Both retry or dead-letter by the task's policy.
+        Retries: `retry_on=` lists the only errors that retry; `dead_on=` errors that
+        never do. By default TypeError, ValueError, LookupError and argument errors go
+        dead at once and everything else retries with exponential backoff and full
+        jitter. `retry=RetryOptions(backoff_base=1, backoff_cap=600, budget=None)`
+        sets the backoff, and `budget=RetryBudget(share=0.2)` caps the task's retries
+        per window, fleet-wide, so that retries do not become the outage
+        (docs/downstreams.md).
+
+        Time limits: past `timeout=` (the soft limit) `SoftTimeLimitExceeded` is raised
+        inside the handler so it can clean up; past `hard_time_limit=` the handler is
+        stopped and the attempt fails with `HardTimeLimitExceeded` (see `docs/pool.md`
+        for how sync handlers are stopped). Both retry or dead-letter by the task's
+        policy.
 
         `idempotency_key=` is a template over the task's arguments
         (`"charge:{order_id}"`), rendered at enqueue and stored with the job:
         `current_job().idempotency_key`, the same on every attempt and after a
         redrive, to pass to providers (see docs/resilience.md). Default: the job id.
         `fairness_key=` is one too (`"tenant:{tenant_id}"`): claims rotate across a
-        queue's keys (docs/flow-control.md).
+        queue's keys (docs/flow-control.md). `result_ttl=` keeps a result that long
+        after the job completed (docs/workflows.md#results).
 
-        Payloads: `claim_check_threshold=`, `max_payload=`, `redact=`, `payload_hygiene=`
-        (docs/payloads.md). At most N running: `concurrency_key="user:{user_id}",
+        `limits=Limits(...)`: at most N running, `concurrency_key="user:{user_id}",
         concurrency_limit=N` or `max_running=N`; `adaptive=True` moves N by what the
-        downstream says (docs/downstreams.md). Rate limits: `rate_limit="10/s"`, `rate_key=`
-        (`app.rate_limit`, docs/flow-control.md); circuit breakers: `breaker=` (`app.breaker`).
+        downstream says (docs/downstreams.md); rate limits, `rate_limit="10/s"` or
+        `rate_key=` (`app.rate_limit`, docs/flow-control.md); a circuit breaker,
+        `breaker=` (`app.breaker`).
+
+        `payload=PayloadOptions(claim_check_threshold=, max_payload=, redact=,
+        hygiene=)`: the task's payload settings over the app's (docs/payloads.md).
         """
         if len(fn) > 1:
             raise TypeError("app.task takes at most one function")
@@ -206,14 +263,22 @@ class Conveyor(FlowDeclarations, Inspection):
         priority: int = 0,
         max_attempts: int = 20,
         timeout: Duration | None = None,
-        soft_time_limit: Duration | None = None,
         hard_time_limit: Duration | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        dead_on: tuple[type[BaseException], ...] = (),
         idempotency_key: str | None = None,
         fairness_key: str | None = None,
-        rate_limit: str | Limit | None = None,
-        rate_key: str | None = None,
-        **options: Any,  # see task_retry_policy, payload_defaults, concurrency_rule, breakers
+        result_ttl: Duration | None = None,
+        retry: RetryOptions = RetryOptions(),
+        limits: Limits = Limits(),
+        payload: PayloadOptions = PayloadOptions(),
+        **unknown: Any,
     ) -> Task[Any, Any]:
+        """The one place the task's options become its settings (`TaskDefaults`)."""
+        for option in unknown:
+            moved = MOVED_OPTIONS.get(option)
+            hint = f": it is {moved} now" if moved is not None else ""
+            raise TypeError(f"app.task() got an unexpected keyword argument {option!r}{hint}")
         if isinstance(fn, Task):
             raise ConfigurationError(
                 f"{fn.name} is already a task; put @app.periodic above @app.task, not below"
@@ -226,14 +291,40 @@ class Conveyor(FlowDeclarations, Inspection):
             max_attempts = valid.max_attempts(max_attempts)
         except InvalidJob as exc:
             raise ConfigurationError(f"task {task_name}: {exc}") from None
-        soft_s, hard_s = time_limits(task_name, timeout, soft_time_limit, hard_time_limit)
+        for group, kind in ((retry, RetryOptions), (limits, Limits), (payload, PayloadOptions)):
+            if not isinstance(group, kind):
+                raise ConfigurationError(
+                    f"task {task_name}: {kind.__name__}(...) expected, not {group!r}"
+                )
+        soft_s, hard_s = time_limits(task_name, timeout, hard_time_limit)
         templates = key_templates(task_name, fn, idempotency_key, fairness_key)
-        concurrency = concurrency_rule(task_name, fn, options)
-        retry = task_retry_policy(
-            task_name, **{k: options.pop(k) for k in RETRY_OPTIONS if k in options}
+        concurrency = task_rule(
+            task_name,
+            inspect.signature(fn),
+            limits.concurrency_key,
+            limits.concurrency_limit,
+            limits.max_running,
+            limits.adaptive,
         )
-        bucket = self.breakers.for_task(task_name, rate_limit, rate_key, options)
-        payload = payload_defaults(task_name, **options)
+        policy = task_retry_policy(
+            task_name,
+            retry_on=retry_on,
+            dead_on=dead_on,
+            backoff_base=retry.backoff_base,
+            backoff_cap=retry.backoff_cap,
+            retry_budget=retry.budget,
+        )
+        bucket = self.breakers.for_task(
+            task_name, limits.rate_limit, limits.rate_key, limits.breaker
+        )
+        payload_fields = payload_defaults(
+            task_name,
+            claim_check_threshold=payload.claim_check_threshold,
+            max_payload=payload.max_payload,
+            redact=payload.redact,
+            payload_hygiene=payload.hygiene,
+            result_ttl=result_ttl,
+        )
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise ConfigurationError(f"two tasks are named {task_name!r}; pass name= to one")
         defaults = TaskDefaults(
@@ -242,11 +333,11 @@ class Conveyor(FlowDeclarations, Inspection):
             max_attempts=max_attempts,
             timeout=soft_s,
             hard_time_limit=hard_s,
-            retry=retry,
+            retry=policy,
             rate_key=bucket,
             **templates,  # type: ignore[arg-type]
             concurrency=concurrency,
-            **payload,
+            **payload_fields,
         )
         task: Task[Any, Any] = Task(self, fn, task_name, defaults)
         self.tasks[task_name] = task

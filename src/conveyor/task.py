@@ -162,22 +162,18 @@ def job_id_of(parent: Any) -> str:
 def time_limits(
     task_name: str,
     timeout: Duration | None,
-    soft_time_limit: Duration | None,
     hard_time_limit: Duration | None,
 ) -> tuple[float | None, float | None]:
     """A task's (soft, hard) time limits in seconds, checked; `timeout=` is the soft one."""
-    if timeout is not None and soft_time_limit is not None:
-        raise ConfigurationError(f"task {task_name}: timeout= is soft_time_limit=; pass one")
-    soft = soft_time_limit if soft_time_limit is not None else timeout
-    soft_s = None if soft is None else to_seconds(soft)
+    soft_s = None if timeout is None else to_seconds(timeout)
     hard_s = None if hard_time_limit is None else to_seconds(hard_time_limit)
-    for label, limit in (("soft_time_limit", soft_s), ("hard_time_limit", hard_s)):
+    for label, limit in (("timeout", soft_s), ("hard_time_limit", hard_s)):
         if limit is not None and limit <= 0:
             raise ConfigurationError(f"task {task_name}: {label} must be positive")
     if soft_s is not None and hard_s is not None and hard_s <= soft_s:
         raise ConfigurationError(
             f"task {task_name}: hard_time_limit ({hard_s:g}s) must be longer than "
-            f"soft_time_limit ({soft_s:g}s), leaving the handler time to clean up"
+            f"timeout ({soft_s:g}s), leaving the handler time to clean up"
         )
     return soft_s, hard_s
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runs_log import record
 
-from conveyor import Adaptive, Conveyor, current_job
+from conveyor import Adaptive, Conveyor, Limits, RetryOptions, current_job
 from conveyor.rules.rate_limits import Limit
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///acceptance.db"))
@@ -29,7 +29,9 @@ def work(seconds: float) -> str:
 
 
 @app.task(
-    name="limited", queue="limited", rate_limit=Limit(LIMITED_RATE, per=1.0, burst=LIMITED_BURST)
+    name="limited",
+    queue="limited",
+    limits=Limits(rate_limit=Limit(LIMITED_RATE, per=1.0, burst=LIMITED_BURST)),
 )
 def limited() -> None:
     record("start")
@@ -46,7 +48,11 @@ def hang_first(seconds: float) -> str:
     return f"attempt {current_job().attempt}"
 
 
-@app.task(name="per_user", max_attempts=5, concurrency_key="user:{user}", concurrency_limit=2)
+@app.task(
+    name="per_user",
+    max_attempts=5,
+    limits=Limits(concurrency_key="user:{user}", concurrency_limit=2),
+)
 def per_user(user: int, seconds: float) -> None:
     """At most 2 running per user, across every worker (docs/flow-control.md)."""
     record("start")
@@ -54,14 +60,18 @@ def per_user(user: int, seconds: float) -> None:
     record("finish")
 
 
-@app.task(name="capped", max_attempts=5, max_running=3)
+@app.task(name="capped", max_attempts=5, limits=Limits(max_running=3))
 def capped(seconds: float) -> None:
     record("start")
     time.sleep(seconds)
     record("finish")
 
 
-@app.task(name="hang_keyed", max_attempts=5, concurrency_key="user:{user}", concurrency_limit=1)
+@app.task(
+    name="hang_keyed",
+    max_attempts=5,
+    limits=Limits(concurrency_key="user:{user}", concurrency_limit=1),
+)
 def hang_keyed(user: int, seconds: float) -> None:
     """One at a time per user; hangs for `seconds` on its first attempt only."""
     record("start")
@@ -122,10 +132,9 @@ app.breaker("downstream", failures=3, window=60, cooldown=2.0)
 @app.task(
     name="call_downstream",
     queue="downstream",
-    breaker="downstream",
     max_attempts=100,
-    backoff_base=0.05,
-    backoff_cap=0.2,
+    limits=Limits(breaker="downstream"),
+    retry=RetryOptions(backoff_base=0.05, backoff_cap=0.2),
 )
 def call_downstream() -> None:
     """One request per attempt, naming the attempt and when it was claimed; an HTTP
@@ -143,9 +152,8 @@ def call_downstream() -> None:
 @app.task(
     name="adaptive_call",
     max_attempts=1000,
-    backoff_base=0.05,
-    backoff_cap=0.2,
-    adaptive=Adaptive(min=1, max=40, start=6, window=1.0),
+    retry=RetryOptions(backoff_base=0.05, backoff_cap=0.2),
+    limits=Limits(adaptive=Adaptive(min=1, max=40, start=6, window=1.0)),
 )
 def adaptive_call() -> None:
     with urllib.request.urlopen(os.environ["DOWNSTREAM_URL"], timeout=30) as response:

@@ -11,7 +11,7 @@ import logging
 import pytest
 from helpers import error
 
-from conveyor import Adaptive, Conveyor
+from conveyor import Adaptive, Conveyor, Limits
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, JobFilter, KeyLimits, Settlement
 from conveyor.downstreams.adaptive_controller import NAMESPACE, AdaptiveController
@@ -194,7 +194,7 @@ async def test_the_latency_target_counts_as_a_signal(backend: Backend, clock: Ma
 async def test_claimers_are_held_to_the_decided_limit(
     app: Conveyor, backend: Backend, clock: ManualClock
 ) -> None:
-    @app.task(name="calls", adaptive=RULE)
+    @app.task(name="calls", limits=Limits(adaptive=RULE))
     async def calls(i: int) -> None: ...
 
     await app.enqueue_many_async([calls.message(i) for i in range(30)])
@@ -216,7 +216,7 @@ async def test_a_worker_warns_at_start_of_a_task_that_calls_out_with_no_limit(
     @app.task(name="unlimited", retry_on=(ConnectionError,))
     async def unlimited() -> None: ...
 
-    @app.task(name="limited", retry_on=(ConnectionError,), adaptive=True)
+    @app.task(name="limited", retry_on=(ConnectionError,), limits=Limits(adaptive=True))
     async def limited() -> None: ...
 
     with caplog.at_level(logging.WARNING, logger="conveyor.worker"):

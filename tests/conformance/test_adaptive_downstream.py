@@ -16,7 +16,7 @@ import time
 from conformance.helpers import RunningWorker
 from downstream_bounds import assert_near_capacity
 
-from conveyor import Adaptive, Conveyor
+from conveyor import Adaptive, Conveyor, Limits, RetryOptions
 from conveyor.worker import WorkerConfig
 
 CAPACITY = 20
@@ -57,9 +57,8 @@ async def test_the_fleet_settles_near_the_downstreams_capacity(live_app: Conveyo
         name="calls",
         queue="calls",
         max_attempts=1000,
-        backoff_base=0.01,
-        backoff_cap=0.05,
-        adaptive=Adaptive(min=1, max=40, window=1.0, start=12),
+        retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05),
+        limits=Limits(adaptive=Adaptive(min=1, max=40, window=1.0, start=12)),
     )
     async def calls(i: int) -> None:
         await downstream.call()

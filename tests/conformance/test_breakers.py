@@ -9,7 +9,7 @@ import time
 
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
-from conveyor import BreakerError, Conveyor
+from conveyor import BreakerError, Conveyor, Limits, RetryOptions
 from conveyor.backends.contract import Backend, ClaimedJobs, ClaimRequest, QueueQuota
 from conveyor.downstreams.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.downstreams.breaker_view import BreakerView
@@ -255,7 +255,11 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
     starts: list[float] = []
     others: list[float] = []
 
-    @live_app.task(name="tests.call", breaker="downstream", backoff_base=0.01, backoff_cap=0.05)
+    @live_app.task(
+        name="tests.call",
+        limits=Limits(breaker="downstream"),
+        retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05),
+    )
     async def call() -> None:
         starts.append(live_app.clock())
         if down.is_set():

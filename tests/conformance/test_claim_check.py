@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from helpers import RunningWorker, complete, wait_finished
 
-from conveyor import Conveyor
+from conveyor import Conveyor, PayloadOptions
 from conveyor.backends.blobs import blob_key
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, JobFilter
@@ -129,7 +129,7 @@ async def test_max_payload_refuses_the_whole_batch(backend_url: str) -> None:
         @app.task(name="cc.sized")
         def sized(data: str) -> None: ...
 
-        @app.task(name="cc.roomy", max_payload=100_000)
+        @app.task(name="cc.roomy", payload=PayloadOptions(max_payload=100_000))
         def roomy(data: str) -> None: ...
 
         with pytest.raises(PayloadTooLarge) as caught:

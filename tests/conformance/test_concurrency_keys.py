@@ -12,7 +12,7 @@ import pytest
 from conformance.helpers import RunningWorker, wait_finished
 from helpers import claim_one, complete, error, new_job
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.model.clock import ManualClock
@@ -186,10 +186,10 @@ async def test_keys_are_independent_and_jobs_without_a_key_are_not_held(backend:
 async def test_max_running_caps_a_task_and_the_key_is_rendered_from_arguments(
     app: Conveyor,
 ) -> None:
-    @app.task(max_running=2)
+    @app.task(limits=Limits(max_running=2))
     def export(n: int) -> None: ...
 
-    @app.task(concurrency_key="user:{user_id}", concurrency_limit=1)
+    @app.task(limits=Limits(concurrency_key="user:{user_id}", concurrency_limit=1))
     def sync(user_id: int, page: int) -> None: ...
 
     for n in range(5):
@@ -259,7 +259,7 @@ async def test_a_workflow_step_released_while_its_key_is_full_waits_for_a_slot(
 ) -> None:
     from conveyor import chain
 
-    @app.task(name="per_user", concurrency_key="user:{user}", concurrency_limit=1)
+    @app.task(name="per_user", limits=Limits(concurrency_key="user:{user}", concurrency_limit=1))
     def per_user(user: int) -> None: ...
 
     @app.task(name="first")
@@ -307,7 +307,7 @@ async def test_queue_stats_count_the_jobs_held_by_their_key(backend: Backend) ->
 async def test_a_worker_claims_its_keys_next_job_without_waiting_for_a_poll(
     live_app: Conveyor,
 ) -> None:
-    @live_app.task(name="one_at_a_time", max_running=1)
+    @live_app.task(name="one_at_a_time", limits=Limits(max_running=1))
     async def one_at_a_time(i: int) -> None: ...
 
     handles = await live_app.enqueue_many_async([one_at_a_time.message(i) for i in range(5)])

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from helpers import RunningWorker, wait_finished
 
-from conveyor import Conveyor
+from conveyor import Conveyor, RetryOptions
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 
@@ -22,7 +22,9 @@ async def versioned_app(backend_url: str) -> AsyncIterator[Conveyor]:
 
 
 async def test_failed_attempts_record_the_app_version(versioned_app: Conveyor) -> None:
-    @versioned_app.task(name="import_sku", max_attempts=2, backoff_base=0.01, backoff_cap=0.02)
+    @versioned_app.task(
+        name="import_sku", max_attempts=2, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.02)
+    )
     def import_sku(sku: str) -> None:
         raise ConnectionError(f"catalog down for {sku}")
 

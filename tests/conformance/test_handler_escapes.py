@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from helpers import RunningWorker, eventually, wait_finished
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.model.job import JobState
 from conveyor.observe.middleware import CallNext, ExecuteContext, MiddlewareContext
 from conveyor.worker import ExitStatus, WorkerConfig
 
 FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, lease=5)
-QUICK_RETRY: dict[str, Any] = {"backoff_base": 0.001, "backoff_cap": 0.01}
+QUICK_RETRY: dict[str, Any] = {"retry": RetryOptions(backoff_base=0.001, backoff_cap=0.01)}
 
 
 class HandlerAbort(BaseException):
@@ -50,8 +50,8 @@ ESCAPES: dict[str, tuple[Callable[[], BaseException], str, str]] = {
 KINDS = {
     "sync": (False, {}),
     "async": (True, {}),
-    "sync_with_limits": (False, {"soft_time_limit": 30, "hard_time_limit": 60}),
-    "async_with_limits": (True, {"soft_time_limit": 30, "hard_time_limit": 60}),
+    "sync_with_limits": (False, {"timeout": 30, "hard_time_limit": 60}),
+    "async_with_limits": (True, {"timeout": 30, "hard_time_limit": 60}),
 }
 
 

@@ -8,7 +8,7 @@ import asyncio
 
 from helpers import complete
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import QueuePlan
 from conveyor.backends.contract import Backend
 from conveyor.model.job import Job
@@ -33,7 +33,11 @@ async def reason(app: Conveyor, job_id: str) -> str | None:
 
 
 async def test_a_paused_queue_a_full_key_and_a_spent_bucket_each_say_so(app: Conveyor) -> None:
-    @app.task(name="sync", queue="accounts", concurrency_key="user:{user_id}", rate_limit="1/h")
+    @app.task(
+        name="sync",
+        queue="accounts",
+        limits=Limits(concurrency_key="user:{user_id}", rate_limit="1/h"),
+    )
     def sync(user_id: int) -> None: ...
 
     first, second, other = (

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from helpers import RunningWorker, claim_one, error, eventually, wait_finished
 
-from conveyor import Conveyor, Snooze, current_job
+from conveyor import Conveyor, RetryOptions, Snooze, current_job
 from conveyor.backends.contract import Backend, JobFilter, Settlement
 from conveyor.context import JobContext
 from conveyor.model.clock import ManualClock
@@ -203,7 +203,9 @@ async def test_once_waits_while_another_job_holds_the_key(
 async def test_once_refuses_a_ttl_shorter_than_the_job_may_still_run_and_defaults_to_it(
     app: Conveyor, backend: Backend, clock: ManualClock
 ) -> None:
-    first, second = await _two_attempts(app, backend, clock, backoff_base=1, backoff_cap=600)
+    first, second = await _two_attempts(
+        app, backend, clock, retry=RetryOptions(backoff_base=1, backoff_cap=600)
+    )
     first.retry_policy = second.retry_policy = app.tasks["pay"].defaults.retry
     effects: list[str] = []
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import RunningWorker, eventually, new_job
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
 from conveyor.model.clock import ManualClock
@@ -203,16 +203,16 @@ async def test_the_app_stores_each_jobs_bucket(app: Conveyor) -> None:
     app.rate_limit("stripe", "100/s", burst=20)
     app.queue("bulk", rate_limit="10/m")
 
-    @app.task(rate_key="stripe")
+    @app.task(limits=Limits(rate_key="stripe"))
     def charge() -> None: ...
 
-    @app.task(rate_limit="5/s", queue="mail")
+    @app.task(queue="mail", limits=Limits(rate_limit="5/s"))
     def send() -> None: ...
 
     @app.task(queue="bulk")
     def crunch() -> None: ...
 
-    @app.task(queue="bulk", rate_key="stripe")
+    @app.task(queue="bulk", limits=Limits(rate_key="stripe"))
     def refund() -> None: ...
 
     @app.task
@@ -250,7 +250,7 @@ async def test_throttled_jobs_are_counted_and_listed(backend: Backend, clock: Ma
 async def test_a_throttled_worker_sleeps_until_the_next_token(live_app: Conveyor) -> None:
     starts: list[float] = []
 
-    @live_app.task(name="tests.limited", rate_limit=Limit(4, per=1.0, burst=1))
+    @live_app.task(name="tests.limited", limits=Limits(rate_limit=Limit(4, per=1.0, burst=1)))
     def limited() -> None:
         starts.append(time.monotonic())
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from conformance.helpers import RunningWorker, eventually
 
-from conveyor import Conveyor, RetryBudget
+from conveyor import Conveyor, RetryBudget, RetryOptions
 from conveyor.backends.contract import Backend, JobFilter
 from conveyor.downstreams.retry_ledger import RetryLedger
 from conveyor.model.clock import ManualClock
@@ -27,9 +27,11 @@ async def test_retries_past_the_budget_are_spread_over_later_windows(
         name="flaky",
         queue="budget",
         max_attempts=5,
-        backoff_base=0.25,
-        backoff_cap=1.0,
-        retry_budget=RetryBudget(share=0, minimum=3, window=WINDOW),
+        retry=RetryOptions(
+            backoff_base=0.25,
+            backoff_cap=1.0,
+            budget=RetryBudget(share=0, minimum=3, window=WINDOW),
+        ),
     )
     async def flaky(i: int) -> None:
         raise ConnectionError("downstream down")
@@ -123,5 +125,7 @@ def test_a_budget_that_makes_no_sense_is_refused(options: dict[str, object]) -> 
 
 
 def test_a_task_option_that_is_not_a_budget_is_refused(app: Conveyor) -> None:
-    with pytest.raises(ConfigurationError, match=r"task charge: retry_budget= takes a RetryBudget"):
-        app.task(name="charge", retry_budget=0.2)(lambda: None)
+    with pytest.raises(
+        ConfigurationError, match=r"task charge: RetryOptions\(budget=\) takes a RetryBudget"
+    ):
+        app.task(name="charge", retry=RetryOptions(budget=0.2))(lambda: None)

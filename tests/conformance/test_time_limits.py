@@ -10,7 +10,7 @@ from collections import Counter
 
 from helpers import RunningWorker, eventually, wait_finished
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.model.errors import SoftTimeLimitExceeded
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, WorkerConfig
@@ -21,7 +21,7 @@ FAST = WorkerConfig(concurrency=4, poll_interval=0.05, rescue_interval=0.1, leas
 async def test_sync_soft_limit_raises_inside_the_handler(live_app: Conveyor) -> None:
     cleaned: list[int] = []
 
-    @live_app.task(name="spin", soft_time_limit=0.3, max_attempts=2, backoff_base=0.001)
+    @live_app.task(name="spin", timeout=0.3, max_attempts=2, retry=RetryOptions(backoff_base=0.001))
     def spin() -> str:
         try:
             while True:  # pure Python: the exception lands at the next bytecode
@@ -61,7 +61,7 @@ async def test_async_soft_limit_cancels_the_handler(live_app: Conveyor) -> None:
 
 
 async def test_handler_that_catches_the_soft_limit_may_still_return(live_app: Conveyor) -> None:
-    @live_app.task(name="partial", soft_time_limit=0.2)
+    @live_app.task(name="partial", timeout=0.2)
     def partial() -> str:
         try:
             while True:
@@ -78,7 +78,7 @@ async def test_handler_that_catches_the_soft_limit_may_still_return(live_app: Co
 async def test_hard_limit_stops_async_handler_that_ignores_the_soft_one(live_app: Conveyor) -> None:
     released = False
 
-    @live_app.task(name="stubborn", soft_time_limit=0.1, hard_time_limit=0.4, max_attempts=1)
+    @live_app.task(name="stubborn", timeout=0.1, hard_time_limit=0.4, max_attempts=1)
     async def stubborn() -> None:
         while not released:
             try:
@@ -101,7 +101,11 @@ async def test_hard_limit_of_sync_handler_is_recorded_and_reported(live_app: Con
     finished: list[int] = []
 
     @live_app.task(
-        name="runaway", soft_time_limit=0.1, hard_time_limit=0.4, max_attempts=2, backoff_base=0.001
+        name="runaway",
+        timeout=0.1,
+        hard_time_limit=0.4,
+        max_attempts=2,
+        retry=RetryOptions(backoff_base=0.001),
     )
     def runaway() -> None:
         while not release.is_set():
@@ -157,7 +161,7 @@ async def test_runaway_stops_a_worker_configured_to_be_replaced(live_app: Convey
 async def test_checkpoints_from_sync_and_async_handlers_reach_the_retry(live_app: Conveyor) -> None:
     seen: list[tuple[str, int, object]] = []
 
-    @live_app.task(name="sync_steps", backoff_base=0.001, max_attempts=3)
+    @live_app.task(name="sync_steps", max_attempts=3, retry=RetryOptions(backoff_base=0.001))
     def sync_steps() -> int:
         ctx = current_job()
         seen.append(("sync", ctx.attempt, ctx.last_checkpoint))
@@ -168,7 +172,7 @@ async def test_checkpoints_from_sync_and_async_handlers_reach_the_retry(live_app
                 raise ConnectionError("lost the GPU")
         return start
 
-    @live_app.task(name="async_steps", backoff_base=0.001, max_attempts=3)
+    @live_app.task(name="async_steps", max_attempts=3, retry=RetryOptions(backoff_base=0.001))
     async def async_steps() -> int:
         ctx = current_job()
         seen.append(("async", ctx.attempt, ctx.last_checkpoint))

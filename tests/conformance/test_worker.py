@@ -8,7 +8,7 @@ from collections import Counter
 
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
-from conveyor import Cancel, Conveyor, Retry, Snooze, current_job
+from conveyor import Cancel, Conveyor, Retry, RetryOptions, Snooze, current_job
 from conveyor.backends.contract import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
@@ -41,7 +41,7 @@ async def test_runs_sync_and_async_tasks_once_each(live_app: Conveyor) -> None:
 async def test_transient_error_retries_then_succeeds(live_app: Conveyor) -> None:
     attempts: list[int] = []
 
-    @live_app.task(name="flaky", backoff_base=0.01, backoff_cap=0.05)
+    @live_app.task(name="flaky", retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05))
     def flaky() -> str:
         attempts.append(current_job().attempt)
         if len(attempts) < 3:
@@ -78,7 +78,9 @@ async def test_error_classification(live_app: Conveyor) -> None:
         calls["never_key"] += 1
         raise KeyError("gone")
 
-    @live_app.task(name="poison", max_attempts=3, backoff_base=0.001, backoff_cap=0.01)
+    @live_app.task(
+        name="poison", max_attempts=3, retry=RetryOptions(backoff_base=0.001, backoff_cap=0.01)
+    )
     def poison() -> None:
         calls["poison"] += 1
         raise RuntimeError("always")

@@ -20,7 +20,7 @@ import httpx2
 import pytest
 import requests
 
-from conveyor import Conveyor, Retry
+from conveyor import Conveyor, Retry, RetryOptions
 from conveyor.contrib.http import (
     PermanentHTTPError,
     TransientHTTPError,
@@ -225,9 +225,8 @@ async def test_a_worker_dead_letters_4xx_and_retries_the_rest(
     @app.task(
         name="call",
         max_attempts=2,
-        backoff_base=0.01,
-        backoff_cap=0.02,
         retry_on=(TransientHTTPError,),
+        retry=RetryOptions(backoff_base=0.01, backoff_cap=0.02),
     )  # a narrow policy: timeouts must be listed
     def call(path: str) -> int:
         with http_outcomes():

@@ -8,13 +8,13 @@ import time
 
 from runs_log import record
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.model.errors import SoftTimeLimitExceeded
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///faults.db"))
 
 
-@app.task(name="work", max_attempts=5, backoff_base=0.01, backoff_cap=0.1)
+@app.task(name="work", max_attempts=5, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.1))
 def work(seconds: float) -> str:
     record("start")
     deadline = time.monotonic() + seconds
@@ -36,7 +36,7 @@ def held(gate: str) -> str:
     return f"attempt {current_job().attempt}"
 
 
-@app.task(name="poison", max_attempts=4, backoff_base=0.01, backoff_cap=0.05)
+@app.task(name="poison", max_attempts=4, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05))
 def poison() -> None:
     record("start")
     raise ConnectionError(f"poison pill, attempt {current_job().attempt}")
@@ -56,11 +56,10 @@ def leak(megabytes: int) -> str:
 
 @app.task(
     name="runaway",
-    soft_time_limit=0.3,
+    timeout=0.3,
     hard_time_limit=1.0,
     max_attempts=2,
-    backoff_base=0.01,
-    backoff_cap=0.05,
+    retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05),
 )
 def runaway() -> None:
     """Ignores its soft limit; only replacing its process stops it."""

@@ -14,7 +14,7 @@ import time
 
 from runs_log import record
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 
 app = Conveyor(os.environ.get("CONVEYOR_URL", "sqlite:///once.db"))
 CLAIM_LEASE = 3.0  # seconds a crashed run's claim keeps others from running the effect
@@ -26,7 +26,7 @@ def block_here() -> None:
     threading.Event().wait()  # until SIGKILL
 
 
-@app.task(name="charge", max_attempts=5, backoff_base=0.01, backoff_cap=0.05)
+@app.task(name="charge", max_attempts=5, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05))
 def charge(order_id: int) -> str:
     """The effect is an append to a file: outside any transaction, as a provider's is."""
     ctx = current_job()
@@ -40,7 +40,7 @@ def charge(order_id: int) -> str:
     return ctx.once_sync(f"charge:{order_id}", create_charge, lease=CLAIM_LEASE)
 
 
-@app.task(name="book", max_attempts=5, backoff_base=0.01, backoff_cap=0.05)
+@app.task(name="book", max_attempts=5, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.05))
 async def book(order_id: int, amount: int) -> str:
     """The effect is a row in the same PostgreSQL transaction as the done-mark."""
     ctx = current_job()

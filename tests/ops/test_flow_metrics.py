@@ -3,7 +3,7 @@ to the top N keys plus one series for the rest, and the jobs shed by full queues
 
 from __future__ import annotations
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import QueuePlan
 from conveyor.ops.queue_state import queue_state_text
 
@@ -17,7 +17,7 @@ def samples(text: bytes, prefix: str) -> dict[str, float]:
 
 
 async def test_per_key_gauges_name_the_top_keys_and_sum_the_rest(app: Conveyor) -> None:
-    @app.task(name="sync_user", queue="accounts", concurrency_key="user:{user_id}")
+    @app.task(name="sync_user", queue="accounts", limits=Limits(concurrency_key="user:{user_id}"))
     def sync_user(user_id: int) -> None: ...
 
     for user_id in (1, 1, 1, 2, 2, 3, 4):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from conformance.helpers import RunningWorker, eventually, wait_finished
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.model.job import Job, JobState
 from conveyor.observe.logs import (
     CorrelationIds,
@@ -52,7 +52,9 @@ async def test_handler_and_worker_lines_carry_the_job(app: Conveyor, captured: C
     app.middleware.append(CorrelationIds())
     task_log = logging.getLogger("myapp.billing")
 
-    @app.task(name="charge", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    @app.task(
+        name="charge", max_attempts=2, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.01)
+    )
     def charge(card: str) -> None:
         task_log.info("charging")
         if current_job().attempt == 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conformance.helpers import RunningWorker, eventually, wait_finished
 from prometheus_client import CollectorRegistry
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, Limits, RetryOptions, current_job
 from conveyor.backends.claiming import QueuePlan
 from conveyor.observe.metrics import JobMetrics, Metrics
 from conveyor.ops.queue_state import queue_state_text
@@ -21,7 +21,7 @@ async def test_outcomes_are_counted_by_queue_task_and_error_type(app: Conveyor) 
     @app.task(name="ok", queue="mail")
     def ok() -> None: ...
 
-    @app.task(name="flaky", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    @app.task(name="flaky", max_attempts=2, retry=RetryOptions(backoff_base=0.01, backoff_cap=0.01))
     def flaky() -> None:
         if current_job().attempt == 1:
             raise ConnectionError("later")
@@ -92,7 +92,7 @@ async def test_queue_state_gauges(app: Conveyor) -> None:
 
 
 async def test_throttled_jobs_are_a_gauge(app: Conveyor) -> None:
-    @app.task(name="charge", queue="payments", rate_limit="1/m")
+    @app.task(name="charge", queue="payments", limits=Limits(rate_limit="1/m"))
     def charge() -> None: ...
 
     @app.task(name="plain", queue="payments")
@@ -113,7 +113,7 @@ async def test_throttled_jobs_are_a_gauge(app: Conveyor) -> None:
 
 
 async def test_jobs_held_by_their_key_are_a_gauge(app: Conveyor) -> None:
-    @app.task(name="sync_user", queue="accounts", concurrency_key="user:{user_id}")
+    @app.task(name="sync_user", queue="accounts", limits=Limits(concurrency_key="user:{user_id}"))
     def sync_user(user_id: int) -> None: ...
 
     for user_id in (1, 1, 1, 2):
@@ -189,9 +189,11 @@ async def test_retries_the_budget_moved_are_counted(app: Conveyor) -> None:
     @app.task(
         name="down",
         max_attempts=2,
-        backoff_base=0.01,
-        backoff_cap=0.01,
-        retry_budget=RetryBudget(share=0, minimum=2, window=86_400),
+        retry=RetryOptions(
+            backoff_base=0.01,
+            backoff_cap=0.01,
+            budget=RetryBudget(share=0, minimum=2, window=86_400),
+        ),
     )
     def down() -> None:
         raise ConnectionError("down")

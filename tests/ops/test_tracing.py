@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from conveyor import Conveyor, current_job
+from conveyor import Conveyor, RetryOptions, current_job
 from conveyor.observe.tracing import Tracing
 from conveyor.worker import WorkerConfig
 
@@ -39,7 +39,12 @@ async def test_enqueue_and_attempts_are_one_trace(
     app.middleware.append(Tracing(provider))
     tracer = provider.get_tracer("test")
 
-    @app.task(name="send", queue="mail", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    @app.task(
+        name="send",
+        queue="mail",
+        max_attempts=2,
+        retry=RetryOptions(backoff_base=0.01, backoff_cap=0.01),
+    )
     def send(address: str) -> None:
         with tracer.start_as_current_span("smtp"):
             if current_job().attempt == 1:

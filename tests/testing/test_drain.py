@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from conveyor import Cancel, Conveyor, JobState, Snooze, current_job
+from conveyor import Cancel, Conveyor, JobState, RetryOptions, Snooze, current_job
 from conveyor.observe.middleware import CallNext, ExecuteContext, MiddlewareContext
 from conveyor.testing import TestClock, drain, drain_async, inline
 
@@ -19,7 +19,7 @@ def test_a_task_that_fails_twice_then_succeeds_runs_three_times(
 ) -> None:
     seen: list[tuple[int, float]] = []
 
-    @conveyor_app.task(backoff_base=10, backoff_cap=10)
+    @conveyor_app.task(retry=RetryOptions(backoff_base=10, backoff_cap=10))
     def flaky(n: int) -> int:
         seen.append((current_job().attempt, conveyor_clock.now))
         if len(seen) < 3:

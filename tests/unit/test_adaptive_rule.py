@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor import Adaptive, Conveyor
+from conveyor import Adaptive, Conveyor, Limits
 from conveyor.model.errors import ConfigurationError, SoftTimeLimitExceeded
 from conveyor.rules.adaptive import LimitState, WindowCounts, http_status
 from conveyor.worker.unlimited_calls import calls_out, unlimited_callers
@@ -80,10 +80,10 @@ def test_bad_options_are_refused(options: dict[str, object]) -> None:
 def test_the_task_option() -> None:
     app = Conveyor("memory://adaptive-rule")
 
-    @app.task(adaptive=True)
+    @app.task(limits=Limits(adaptive=True))
     def plain(n: int) -> None: ...
 
-    @app.task(adaptive=Adaptive(min=3, max=9), concurrency_key="shop:{shop}")
+    @app.task(limits=Limits(adaptive=Adaptive(min=3, max=9), concurrency_key="shop:{shop}"))
     def per_shop(shop: int) -> None: ...
 
     assert plain.defaults.concurrency is not None
@@ -100,7 +100,7 @@ def test_the_task_option() -> None:
         {"adaptive": 5},
     ):
         with pytest.raises(ConfigurationError):
-            app.task(**bad)(lambda: None)  # type: ignore[call-overload]
+            app.task(limits=Limits(**bad))(lambda: None)  # type: ignore[arg-type]
 
 
 def test_a_limit_state_survives_its_record_and_a_damaged_one_is_none() -> None:
@@ -116,13 +116,13 @@ def test_a_task_that_calls_out_with_no_limit_is_warned_about() -> None:
     @app.task(retry_on=(ConnectionError,))
     def unlimited(n: int) -> None: ...
 
-    @app.task(retry_on=(ConnectionError,), rate_limit="10/s")
+    @app.task(retry_on=(ConnectionError,), limits=Limits(rate_limit="10/s"))
     def rate_limited(n: int) -> None: ...
 
-    @app.task(retry_on=(TimeoutError,), adaptive=True)
+    @app.task(retry_on=(TimeoutError,), limits=Limits(adaptive=True))
     def adaptive(n: int) -> None: ...
 
-    @app.task(retry_on=(ConnectionError,), max_running=5)
+    @app.task(retry_on=(ConnectionError,), limits=Limits(max_running=5))
     def capped(n: int) -> None: ...
 
     @app.task

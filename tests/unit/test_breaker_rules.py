@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from conveyor import BreakerError, Conveyor, Retry, Snooze
+from conveyor import BreakerError, Conveyor, Limits, Retry, Snooze
 from conveyor.model.errors import ConfigurationError
 from conveyor.rules.breakers import (
     CLOSED,
@@ -29,10 +29,10 @@ def test_a_task_behind_a_breaker_carries_its_bucket() -> None:
     app = Conveyor("memory://breaker-rules")
     app.breaker("stripe", failures=5, window=timedelta(seconds=60), cooldown=timedelta(seconds=30))
 
-    @app.task(breaker="stripe")
+    @app.task(limits=Limits(breaker="stripe"))
     def charge() -> None: ...
 
-    @app.task(breaker="stripe", rate_key="stripe")
+    @app.task(limits=Limits(breaker="stripe", rate_key="stripe"))
     def refund() -> None: ...
 
     assert charge.defaults.rate_key == refund.defaults.rate_key == "stripe"
@@ -48,7 +48,7 @@ def test_a_breaker_and_its_rate_limit_are_one_gate() -> None:
     app.breaker("stripe")
     app.rate_limit("other", "5/s")
 
-    @app.task(breaker="stripe", rate_limit="100/s")
+    @app.task(limits=Limits(breaker="stripe", rate_limit="100/s"))
     def charge() -> None: ...
 
     assert app.breakers.claim_limits({}) == (
@@ -56,9 +56,9 @@ def test_a_breaker_and_its_rate_limit_are_one_gate() -> None:
         RateLimit("stripe", 100.0, 100),
     )
     with pytest.raises(ConfigurationError, match="two gates"):
-        app.task(breaker="stripe", rate_key="other")(lambda: None)
+        app.task(limits=Limits(breaker="stripe", rate_key="other"))(lambda: None)
     with pytest.raises(ConfigurationError, match="not declared"):
-        app.task(breaker="mailer")(lambda: None)
+        app.task(limits=Limits(breaker="mailer"))(lambda: None)
 
 
 @pytest.mark.parametrize(

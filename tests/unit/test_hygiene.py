@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor
+from conveyor import Conveyor, PayloadOptions
 from conveyor.cli.render import job_detail, job_json
 from conveyor.model.errors import ConfigurationError, SecretInPayload
 from conveyor.rules.hygiene import credential_kind, secret_key
@@ -132,7 +132,7 @@ def test_reject_mode_refuses_and_stores_nothing(tmp_path: Path) -> None:
         @app.task(name="pay")
         def pay(order: dict[str, object]) -> None: ...
 
-        @app.task(name="relaxed", payload_hygiene="off")
+        @app.task(name="relaxed", payload=PayloadOptions(hygiene="off"))
         def relaxed(token: str) -> None: ...
 
         with pytest.raises(SecretInPayload) as caught:
@@ -152,11 +152,11 @@ def test_bad_hygiene_options(tmp_path: Path) -> None:
         Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}", payload_hygiene="loud")
     app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}")
     with pytest.raises(ConfigurationError, match="redact= takes a tuple"):
-        app.task(name="x", redact="password")(lambda password: None)
+        app.task(name="x", payload=PayloadOptions(redact="password"))(lambda password: None)
 
 
 def test_redacted_and_flagged_arguments_are_masked_in_every_view(app: Conveyor) -> None:
-    @app.task(name="charge", redact=("card_ref", "pin"))
+    @app.task(name="charge", payload=PayloadOptions(redact=("card_ref", "pin")))
     def charge(
         card_ref: str,
         amount: int,

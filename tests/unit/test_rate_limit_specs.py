@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import ClaimBuckets
 from conveyor.cli.render import job_detail
 from conveyor.model.errors import ConfigurationError
@@ -81,11 +81,11 @@ def test_a_task_naming_an_undeclared_bucket_is_refused() -> None:
     app = Conveyor("memory://")
     with pytest.raises(ConfigurationError, match="rate_key 'stripe' is not declared"):
 
-        @app.task(rate_key="stripe")
+        @app.task(limits=Limits(rate_key="stripe"))
         def charge() -> None: ...
 
     # Declared with the task itself, the bucket is shared by name.
-    @app.task(rate_key="stripe", rate_limit="10/s")
+    @app.task(limits=Limits(rate_key="stripe", rate_limit="10/s"))
     def refund() -> None: ...
 
     assert app.rate_limits.get("stripe") == RateLimit("stripe", 10.0, 10)

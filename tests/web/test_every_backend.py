@@ -7,7 +7,7 @@ import re
 
 from dashboard_fixtures import csrf, job_url, local_client, queue_url, seed
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.admin.api import make_filter
 from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
@@ -43,7 +43,7 @@ def test_dashboard_flows_on_every_backend(any_app: Conveyor) -> None:
 def test_a_job_held_back_by_its_key_says_why_on_its_page(any_app: Conveyor) -> None:
     app = any_app
 
-    @app.task(concurrency_key="user:{user_id}", concurrency_limit=1)
+    @app.task(limits=Limits(concurrency_key="user:{user_id}", concurrency_limit=1))
     def sync_user(user_id: int) -> None: ...
 
     first, second = sync_user.enqueue(42), sync_user.enqueue(42)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from dashboard_fixtures import local_client
 
-from conveyor import Conveyor
+from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import QueuePlan
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.web import create_dashboard
@@ -27,10 +27,10 @@ KEY = "k:<script>alert(1)</script>"
 def declare(app: Conveyor) -> Conveyor:
     app.queue(HOSTILE, rate_limit="10/m", max_waiting=100, on_full="shed_oldest")
 
-    @app.task(name="sync", queue=HOSTILE, concurrency_key="k:{name}")
+    @app.task(name="sync", queue=HOSTILE, limits=Limits(concurrency_key="k:{name}"))
     def sync(name: str) -> None: ...
 
-    @app.task(name="ping", queue=HOSTILE, rate_limit="1/h")  # a bucket of its own
+    @app.task(name="ping", queue=HOSTILE, limits=Limits(rate_limit="1/h"))  # a bucket of its own
     def ping(n: int) -> None: ...
 
     return app

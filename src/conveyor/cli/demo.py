@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conveyor import RetryOptions
 from conveyor.admin.api import make_filter
 from conveyor.app import Conveyor
 from conveyor.context import current_job
@@ -74,7 +75,11 @@ def build_app(db_path: Path) -> Conveyor:
         return [len(thumb[0]), len(thumb)]
 
     # A flaky network call: transient, so it retries with a short backoff (0.2 s base).
-    @app.task(name="sync_crm_contact", backoff_base=0.2, backoff_cap=1.0, max_attempts=5)
+    @app.task(
+        name="sync_crm_contact",
+        max_attempts=5,
+        retry=RetryOptions(backoff_base=0.2, backoff_cap=1.0),
+    )
     async def sync_crm_contact(contact_id: int) -> dict[str, Any]:
         if current_job().attempt == 1:
             raise ConnectionError("crm.example.com refused the connection")

@@ -15,7 +15,7 @@ checked before any backend sees a job, so a bad value is one `InvalidJob` (a
   would forge lines in logs and the command line's output) or lone surrogates (not
   encodable as UTF-8).
 * `payload` size: at most the task's `max_payload` bytes of UTF-8 JSON (default 10 MB,
-  `Conveyor(max_payload=)`, `app.task(max_payload=)`): `PayloadTooLarge`.
+  `Conveyor(max_payload=)`, `app.task(payload=PayloadOptions(max_payload=))`): `PayloadTooLarge`.
 * `meta`: a JSON object of plain data, its numbers finite and its strings free of NUL
   (PostgreSQL's jsonb refuses \\u0000) and lone surrogates; `payload`: text without NUL.
 

@@ -1,6 +1,6 @@
 """Adaptive concurrency: a task's fleet-wide limit found by AIMD instead of set by hand.
 
-`@app.task(adaptive=True)` (or `adaptive=Adaptive(...)`) makes the task a concurrency
+`@app.task(limits=Limits(adaptive=True))` (or `adaptive=Adaptive(...)`) makes the task a concurrency
 key, as `max_running=N` does, whose N the workers move: up by `increase` after a
 window of successes that used the limit, down to `limit * decrease` after a window
 with a *signal*: an attempt that raised one of `signals` (by default `TimeoutError`,
@@ -152,7 +152,7 @@ def http_status(error: BaseException) -> int | None:
 
 
 def adaptive_rule(value: bool | Adaptive | None) -> Adaptive | None:
-    """`@app.task(adaptive=...)`: True for the defaults, an Adaptive, or off."""
+    """`Limits(adaptive=...)`: True for the defaults, an Adaptive, or off."""
     if value is None or value is False:
         return None
     if value is True:

@@ -3,7 +3,7 @@ failing, and let one probe through after a cooldown to find out if it is back.
 
 >>> app.breaker("stripe", failures=5, window=timedelta(seconds=60),
 ...             cooldown=timedelta(seconds=30))
->>> @app.task(breaker="stripe")
+>>> @app.task(limits=Limits(breaker="stripe"))
 ... async def charge(order_id: int) -> None: ...
 
 A breaker is a gate on a rate limit bucket of the same name (conveyor.rules.rate_limits):
@@ -32,7 +32,7 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.model import validation as valid
 from conveyor.model.clock import Duration, to_seconds
@@ -236,15 +236,15 @@ class BreakerRegistry:
         task_name: str,
         rate_limit: str | Limit | None,
         rate_key: str | None,
-        options: dict[str, Any],
+        breaker: str | None = None,
     ) -> str | None:
         """The bucket a task's jobs carry (RateLimitRegistry.for_task), which for a
-        task behind a breaker (`breaker=`, popped from the task's `options`) is the
-        breaker's own: one gate per downstream."""
-        breaker = options.pop("breaker", None)
+        task behind a breaker (`Limits(breaker=)`) is the breaker's own: one gate per
+        downstream."""
         if breaker is not None and not isinstance(breaker, str):
             raise ConfigurationError(
-                f"task {task_name}: breaker= takes the name of an app.breaker(...), not {breaker!r}"
+                f"task {task_name}: Limits(breaker=) takes the name of an app.breaker(...), "
+                f"not {breaker!r}"
             )
         if breaker is None:
             return self._limits.for_task(task_name, rate_limit, rate_key)

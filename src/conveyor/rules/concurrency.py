@@ -1,6 +1,6 @@
 """Per-key concurrency limits: at most N running jobs per key, across all workers.
 
-`@app.task(concurrency_key="user:{user_id}", concurrency_limit=1)` declares a key
+`@app.task(limits=Limits(concurrency_key="user:{user_id}", concurrency_limit=1))` declares a key
 (a template over the task's arguments, the rule of `conveyor.rules.idempotency_key`)
 and its limit; `max_running=5` caps the task as a whole (a fixed key,
 `MAX_RUNNING_PREFIX + task name`). The key and the limit are rendered at enqueue
@@ -23,15 +23,14 @@ the head job's own `concurrency_limit` hold slots.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from conveyor.model import validation as valid
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.job import Job, JobState
-from conveyor.rules.adaptive import Adaptive as Adaptive  # Adaptive: app.py's too
-from conveyor.rules.adaptive import adaptive_rule
+from conveyor.rules.adaptive import Adaptive, adaptive_rule
 from conveyor.rules.idempotency_key import KeyTemplate
 
 MAX_RUNNING_PREFIX = "task:"  # max_running=N is the key "task:<task name>", limit N
@@ -103,22 +102,6 @@ def task_rule(
         )
     except (ConfigurationError, InvalidJob, ValueError) as exc:
         raise ConfigurationError(f"task {task_name}: {exc}") from None
-
-
-def concurrency_rule(
-    task_name: str, fn: Callable[..., Any], options: dict[str, Any]
-) -> ConcurrencyRule | None:
-    """A task's rule, from its options (`concurrency_key`, `concurrency_limit`,
-    `max_running`, `adaptive`), which are taken out of `options`; checked
-    (ConfigurationError)."""
-    return task_rule(
-        task_name,
-        inspect.signature(fn),
-        *(
-            options.pop(o, None)
-            for o in ("concurrency_key", "concurrency_limit", "max_running", "adaptive")
-        ),
-    )
 
 
 def job_concurrency(

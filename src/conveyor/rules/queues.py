@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Literal, get_args
 
 from conveyor.model import validation as valid
 from conveyor.model.clock import Duration
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.job import NewJob, QueueBound
-from conveyor.rules.breakers import Breaker, BreakerRegistry
 from conveyor.rules.rate_limits import Limit, RateLimit, RateLimitRegistry, queue_key
 
 OnFull = Literal["reject", "block", "shed_oldest"]
@@ -138,52 +136,3 @@ class QueueSettingsRegistry:
         return any(
             self.get(job.queue).on_full == "block" for job in jobs if job.queue in self._settings
         )
-
-
-class FlowDeclarations:
-    """The flow-control declarations of an app (`Conveyor` has them)."""
-
-    queues: QueueSettingsRegistry
-    rate_limits: RateLimitRegistry
-
-    def queue(
-        self,
-        name: str,
-        *,
-        aging: Duration | None = None,
-        max_waiting: int | None = None,
-        on_full: OnFull = "reject",
-        block_timeout: Duration = 30.0,
-        rate_limit: str | Limit | None = None,
-    ) -> QueueSettings:
-        """Declare (or replace) a queue's settings: `QueueSettings`, docs/flow-control.md."""
-        return self.queues.declare(
-            name,
-            aging=aging,
-            max_waiting=max_waiting,
-            on_full=on_full,
-            block_timeout=block_timeout,
-            rate_limit=rate_limit,
-        )
-
-    def rate_limit(self, key: str, limit: str | Limit, *, burst: int | None = None) -> RateLimit:
-        """Declare a bucket tasks share by `rate_key=`: `"100/s"`, `"10/m"` or `Limit(...)`
-        (docs/flow-control.md)."""
-        return self.rate_limits.declare(key, limit, burst)
-
-    @cached_property
-    def breakers(self) -> BreakerRegistry:
-        """The app's circuit breakers (conveyor.rules.breakers), gates on its buckets."""
-        return BreakerRegistry(self.rate_limits)
-
-    def breaker(
-        self, name: str, *, failures: int = 5, window: Duration = 60.0, cooldown: Duration = 30.0
-    ) -> Breaker:
-        """Declare a circuit breaker tasks sit behind by `breaker=name`: open after
-        `failures` transient failures within `window`, one probe after `cooldown`
-        (docs/downstreams.md).
-
-        >>> app.breaker("stripe", failures=5, window=timedelta(seconds=60),
-        ...             cooldown=timedelta(seconds=30))
-        """
-        return self.breakers.declare(name, failures, window, cooldown)

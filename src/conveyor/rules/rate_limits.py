@@ -3,7 +3,7 @@ backend and spent inside the claim.
 
 A limit is declared on the app, which producers and workers both import: named and
 shared by several tasks (`app.rate_limit("stripe", "100/s")` and
-`@app.task(rate_key="stripe")`), on one task (`@app.task(rate_limit="10/s")`, bucket
+`@app.task(limits=Limits(rate_key="stripe"))`), on one task (`Limits(rate_limit="10/s")`, bucket
 `task:<name>`) or on a queue (`app.queue("bulk", rate_limit="10/s")`, bucket
 `queue:<name>`). Each job carries the name of its bucket (`rate_key`, stored with the
 job at enqueue); each claim carries the worker's declared limits (`ClaimRequest.rate_limits`).

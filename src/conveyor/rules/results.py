@@ -11,8 +11,9 @@ it to the backend with the completion; the backend stores the expiry,
 * reading the result (`JobHandle.result()`, a workflow member's parents' results)
   refuses it with `ResultExpired` once the app's clock reaches the expiry, and
   `Job.result_value` once the prune loop removed it: never a silent None;
-* the prune loop (`ClaimCheck.expire_results`, run after `prune_jobs`) clears
-  expired results by the index, and deletes those kept apart in the blob store;
+* the worker's result-expiry plug-in (conveyor.payloads.result_expiry), every
+  prune interval, clears expired results by the index (`ClaimCheck.expire_results`),
+  and deletes those kept apart in the blob store;
 * the job row stays, listed as completed, until retention prunes it.
 """
 

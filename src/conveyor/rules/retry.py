@@ -65,9 +65,6 @@ class RetryPolicy:
         return not isinstance(error, DETERMINISTIC_ERRORS)
 
 
-RETRY_OPTIONS = ("retry_on", "dead_on", "backoff_base", "backoff_cap", "retry_budget")
-
-
 def task_retry_policy(
     task_name: str,
     *,
@@ -77,7 +74,8 @@ def task_retry_policy(
     backoff_cap: Duration = 600.0,
     retry_budget: RetryBudget | None = None,
 ) -> RetryPolicy:
-    """The retry policy `@app.task(...)`'s options (`RETRY_OPTIONS`) describe, checked."""
+    """The retry policy `@app.task(...)`'s options describe (`retry_on=`, `dead_on=`,
+    `retry=RetryOptions(...)`), checked."""
     return RetryPolicy(
         base=to_seconds(backoff_base),
         cap=to_seconds(backoff_cap),

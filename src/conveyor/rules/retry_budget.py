@@ -6,7 +6,7 @@ fit are scheduled as usual (by the task's backoff) and the rest are scheduled la
 spread over a later window that has room: the job keeps its retry (it is not sent
 dead for it), and the dependency sees at most the budget's retries per window.
 
->>> @app.task(retry_budget=RetryBudget(share=0.2, minimum=10, window=60))
+>>> @app.task(retry=RetryOptions(budget=RetryBudget(share=0.2, minimum=10, window=60)))
 ... async def charge(order_id: int) -> None: ...
 
 In each window of `window` seconds, the task's retries may number
@@ -68,7 +68,9 @@ class RetryBudget:
 
 
 def checked_budget(owner: str, value: object) -> RetryBudget | None:
-    """`value` as a task's `retry_budget=`, or a clear error naming `owner`."""
+    """`value` as a task's `RetryOptions(budget=)`, or a clear error naming `owner`."""
     if value is None or isinstance(value, RetryBudget):
         return value
-    raise ConfigurationError(f"{owner}: retry_budget= takes a RetryBudget(...), not {value!r}")
+    raise ConfigurationError(
+        f"{owner}: RetryOptions(budget=) takes a RetryBudget(...), not {value!r}"
+    )

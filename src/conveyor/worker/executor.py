@@ -9,14 +9,11 @@ import json
 import logging
 import socket
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.contract import Settlement
 from conveyor.context import _CURRENT, JobContext
-from conveyor.downstreams.adaptive_controller import AdaptiveController
-from conveyor.downstreams.breaker_view import BreakerView
-from conveyor.downstreams.retry_ledger import RetryLedger
 from conveyor.model.errors import (
     ArgumentValidationError,
     CorruptPayload,
@@ -27,11 +24,9 @@ from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.model.outcomes import Cancel, Retry, Snooze
 from conveyor.model.version import __version__
 from conveyor.observe.middleware import ExecuteContext, MiddlewareContext, run_chain
-from conveyor.rules.adaptive import Adaptive
-from conveyor.rules.breakers import BreakerError, counts_as_failure
-from conveyor.rules.results import result_ttl_of
+from conveyor.plugins import WorkerPlugin, overriding
+from conveyor.rules.breakers import BreakerError
 from conveyor.rules.retry import RetryPolicy
-from conveyor.rules.retry_budget import RetryBudget
 from conveyor.worker.handler_call import (
     INTERRUPTS,
     HandlerOutcome,
@@ -42,7 +37,6 @@ from conveyor.worker.handler_call import (
 )
 from conveyor.worker.limits import run_async_limited, run_sync_limited
 from conveyor.worker.thread_bridge import ThreadBridge
-from conveyor.workflows.inputs import WORKFLOW_META_KEY, parent_inputs
 
 if TYPE_CHECKING:
     from conveyor.worker.app_protocol import WorkerApp
@@ -69,58 +63,45 @@ def decode_payload(job: Job, text: str | None = None) -> tuple[list[Any], dict[s
 
 
 class JobExecutor:
-    def __init__(self, app: WorkerApp, worker_id: str, threads: ThreadBridge) -> None:
+    """Runs one attempt and decides its settlement; the features around an attempt
+    are the `plugins` (conveyor.plugins), each called on the hooks it overrides."""
+
+    def __init__(
+        self,
+        app: WorkerApp,
+        worker_id: str,
+        threads: ThreadBridge,
+        plugins: Sequence[WorkerPlugin] = (),
+    ) -> None:
         self.app = app
         self.worker_id = worker_id
         self.threads = threads  # sync handlers run there
-        self.retry_ledger = RetryLedger(self._budget_of)
-        self.adaptive = AdaptiveController(self._adaptive_of)  # conveyor.rules.adaptive
-        self._deferred: set[str] = set()  # jobs whose retry the budget moved, until reported
-        self.breaker_view = BreakerView(app.breakers)
-        # Jobs behind a breaker whose attempt ended -> whether it counts as a failure.
-        self._breaker_failed: dict[str, bool] = {}
+        self.plugins = tuple(plugins)
+        self._before = overriding(self.plugins, "before_attempt")
+        self._leading = overriding(self.plugins, "leading_args")
+        self._handler_ended = overriding(self.plugins, "handler_ended")
+        self._completed = overriding(self.plugins, "completed")
+        self._attempt_failed = overriding(self.plugins, "attempt_failed")
+        self._retry_at = overriding(self.plugins, "retry_at")
+        self._after = overriding(self.plugins, "after_attempt")
+        self._deferred: set[str] = set()  # jobs whose retry a plugin moved, until reported
         # Told when a sync handler outlives its hard limit: its thread cannot be
         # stopped, only its process (the pool child replaces itself).
         self.on_runaway: Callable[[Job], None] = lambda job: None
 
-    def _budget_of(self, task_name: str) -> RetryBudget | None:
-        task = self.app.tasks.get(task_name)
-        return None if task is None else task.defaults.retry.budget
-
-    def _adaptive_of(self, task_name: str) -> Adaptive | None:
-        task = self.app.tasks.get(task_name)
-        rule = None if task is None else task.defaults.concurrency
-        return None if rule is None else rule.adaptive
-
     async def run(self, job: Job, ctx: JobContext) -> Settlement:
-        self.retry_ledger.started(job, self.app.clock())
-        self.adaptive.started(job, self.app.clock())
+        now = self.app.clock()
+        for plugin in self._before:
+            plugin.before_attempt(job, now)
         settlement = None
         try:
             settlement = await self._observed(job, ctx)
-            if job.id in self._breaker_failed:  # behind a breaker: a coroutine only then
-                await self._report_to_breaker(job)
         finally:
             self._deferred.discard(job.id)  # however the attempt ended
-            self._breaker_failed.pop(job.id, None)
-            signalled = self.adaptive.ended(job, settlement, self.app.clock())
-        if signalled:  # its slot is kept until the cut is written (signal_written)
-            await self.adaptive.signal_written()
+            waits = [w for p in self._after if (w := p.after_attempt(job, settlement)) is not None]
+        for wait in waits:
+            await wait
         return settlement
-
-    async def _report_to_breaker(self, job: Job) -> None:
-        failed = self._breaker_failed.pop(job.id, None)
-        breaker = self.breaker_view.breaker_of(job.rate_key)
-        if failed is None or breaker is None:
-            return
-        try:
-            await self.breaker_view.report(
-                await self.app.backend(), breaker, failed, self.app.clock()
-            )
-        except Exception as exc:
-            log.warning(
-                "breaker %s: could not count the outcome of job %s (%s)", breaker.name, job.id, exc
-            )
 
     async def _observed(self, job: Job, ctx: JobContext) -> Settlement:
         """`_run` inside the app's middleware."""
@@ -138,7 +119,7 @@ class JobExecutor:
             await run_chain(middleware, call, innermost)
         except INTERRUPTS as exc:
             if cancel_requested():
-                raise  # the worker is stopping this attempt: it decides (Worker._interrupted)
+                raise  # the worker is stopping this attempt: it decides (HeldJobs._interrupted)
             return self._middleware_failed(job, call, exc)
         except BaseException as exc:
             return self._middleware_failed(job, call, exc)
@@ -170,11 +151,10 @@ class JobExecutor:
             # Stored apart (claim_check): read back and checked; a missing or changed
             # blob is a CorruptPayload, a store that is down a retry.
             args, kwargs = decode_payload(job, await self.app.claim_check.arguments_text(job))
-            if WORKFLOW_META_KEY in job.meta:  # a workflow member: its parents' results first
-                args = [
-                    *await parent_inputs(await self.app.backend(), self.app.claim_check, job),
-                    *args,
-                ]
+            for plugin in self._leading:  # a workflow member: its parents' results first
+                leading = plugin.leading_args(job)
+                if leading is not None:
+                    args = [*await leading, *args]
             task.validate(tuple(args), kwargs)  # the enqueue's check: in C when it can be
         except (CorruptPayload, ArgumentValidationError) as exc:
             return self._failed(job, exc, policy, tb=traceback.format_exc())
@@ -196,24 +176,19 @@ class JobExecutor:
                 )
         finally:
             _CURRENT.reset(token)
-        behind_breaker = self.breaker_view.breaker_of(job.rate_key) is not None
         if isinstance(outcome, Returned):
-            if behind_breaker:
-                self._breaker_failed[job.id] = False
+            for plugin in self._handler_ended:
+                plugin.handler_ended(job, None, policy)
             result = self._encode(job, outcome.value)
             if result is not None:
                 result = await self.app.claim_check.stored_result(job, result)
-            # A TTL only for a result stored: a dropped one has no expiry to keep.
-            return Settlement(
-                job.id,
-                job.lease_token,
-                JobState.COMPLETED,
-                result=result,
-                result_ttl=None if result is None else result_ttl_of(job),
-            )
+            settlement = Settlement(job.id, job.lease_token, JobState.COMPLETED, result=result)
+            for plugin in self._completed:  # a result's expiry, say
+                settlement = plugin.completed(job, settlement)
+            return settlement
         error = outcome.error
-        if behind_breaker:
-            self._breaker_failed[job.id] = counts_as_failure(error, policy)
+        for plugin in self._handler_ended:
+            plugin.handler_ended(job, error, policy)
         try:
             return self._raised(job, ctx, error, policy)
         finally:
@@ -292,13 +267,16 @@ class JobExecutor:
         force_retry: bool = False,
     ) -> Settlement:
         err = self._error(job, exc, tb)
-        self.adaptive.failed(job, exc)
+        for plugin in self._attempt_failed:
+            plugin.attempt_failed(job, exc)
         transient = force_retry or policy.is_transient(exc)
         if transient and job.attempt < job.max_attempts:
             delay = policy.backoff(job.attempt) if after is None else after
             now = self.app.clock()
-            run_at, deferred = self.retry_ledger.retry_at(job, now + delay, now)
-            if deferred:
-                self._deferred.add(job.id)
+            run_at = now + delay
+            for plugin in self._retry_at:  # a retry budget may move it later
+                run_at, deferred = plugin.retry_at(job, run_at, now)
+                if deferred:
+                    self._deferred.add(job.id)
             return Settlement(job.id, job.lease_token, JobState.RETRYABLE, error=err, run_at=run_at)
         return Settlement(job.id, job.lease_token, JobState.DEAD, error=err)

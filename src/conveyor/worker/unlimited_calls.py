@@ -58,7 +58,7 @@ def unlimited_callers(
         warnings.append(
             f"task {task.name} retries on {network}, so it calls out, and it has no limit: "
             f"with concurrency {concurrency} this worker alone may make {concurrency} calls "
-            "at once, and every failure's retry adds to them. Give it adaptive=True, "
-            "max_running=, or rate_limit= (docs/downstreams.md)"
+            "at once, and every failure's retry adds to them. Give it limits=Limits(adaptive=True, "
+            "max_running= or rate_limit=) (docs/downstreams.md)"
         )
     return warnings
