@@ -1,8 +1,7 @@
 """`app.admin` and `app.jobs`, the inspector API (admin.py), built on first use.
 
 A worker never inspects jobs; importing admin.py, and audit.py with it, made every
-worker's start longer (2.4 % of the instructions from `conveyor worker` to its app
-loaded, counted with callgrind).
+worker's start longer (figures: docs/performance.md).
 """
 
 from __future__ import annotations

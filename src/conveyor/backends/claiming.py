@@ -151,7 +151,7 @@ class QueuePlan:
         granted = [0] * len(self.queues)
         # A heap of (-room below its share, -weight, index): its top is the queue the
         # slot goes to, as max() over all queues for each slot chose (a weighted
-        # worker's every claim built its quotas that way: 0.1-0.2 ms for 50 slots).
+        # worker's every claim built its quotas that way, too slowly: docs/performance.md).
         heap = [
             (-(share - h), -w, i) for i, (share, h, w) in enumerate(zip(shares, held, self.weights))
         ]

@@ -255,7 +255,7 @@ class JobExecutor:
             self._deferred.discard(job.id)  # no middleware is left to report it to
 
     def _encode(self, job: Job, result: Any) -> str | None:
-        if result is None:  # most handlers' value: json.dumps costs a few µs to say so
+        if result is None:  # most handlers' value: json.dumps is dearer to say so
             return "null"
         try:
             return json.dumps(result, allow_nan=False)

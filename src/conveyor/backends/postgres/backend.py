@@ -93,7 +93,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             return enqueue.enqueue_async(self, conn, jobs, now)
 
         try:
-            return await self._lane.run(insert)  # see lane.py: the pool costs ~50 µs
+            return await self._lane.run(insert)  # lane.py: a pool checkout is dear
         except Busy:
             return await self._run(insert)
 
@@ -167,8 +167,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
         async def op(conn: AsyncConn) -> ClaimedJobs:
             # One pipeline, so one round trip: on loopback no faster than two (psycopg's
-            # pipeline bookkeeping costs what the round trip saves), over a 5 ms link
-            # 5 ms less of each claim (benchmarks/delayed_link.py).
+            # pipeline bookkeeping costs what the round trip saves), over a slow link
+            # one round trip less per claim (docs/performance.md).
             async with conn.pipeline():
                 await conn.execute(self.q["stage_due_jobs"], {"now": now})
                 if new_buckets:  # once per bucket and process: a new bucket starts full

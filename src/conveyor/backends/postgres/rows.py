@@ -35,8 +35,8 @@ class Positional:
     """A query in the server's placeholders ($1, $2 ...) and the names of its
     parameters in that order, for a raw cursor, which sends the text as it is.
     psycopg turns named placeholders into these on every call once a text is longer
-    than it caches (4,096 bytes): the claims are, and that parse was 130-150 µs of
-    each claim's client CPU here (a claim of 50 costs the client about 2 ms)."""
+    than it caches (4,096 bytes): the claims are, and that parse was a good share of
+    each claim's client CPU (docs/performance.md)."""
 
     sql: str
     names: tuple[str, ...]

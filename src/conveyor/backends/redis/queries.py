@@ -31,7 +31,7 @@ _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 _WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
 # Jobs a counting script reads per call, so that each call holds the server a few
 # milliseconds: key_loads.lua reads one field a job; count_by_error.lua decodes a JSON
-# history (about 17 µs a job on the test machine).
+# history, the dearer read (docs/performance.md).
 _KEY_PAGE = 5000
 _ERROR_PAGE = 1000
 

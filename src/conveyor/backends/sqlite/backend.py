@@ -43,8 +43,8 @@ from conveyor.model.job import Job, JobState, NewJob
 # The page cache of the backend's own connection, the one that claims (SQLite's default is
 # 2 MB, filled only as pages are read): a claim that rotates over fairness keys or queues
 # reads rows spread over the file, and with 2 MB a queue of 100,000 jobs read most of them
-# back through the WAL on every claim (64 % of the plain claim's speed, 74-77 % with this:
-# docs/sqlite.md). The connections a sync facade's threads enqueue on keep the default.
+# back through the WAL on every claim (figures: docs/performance.md, docs/sqlite.md). The
+# connections a sync facade's threads enqueue on keep the default.
 CLAIMING_CACHE_MB = 32
 
 T = TypeVar("T")
