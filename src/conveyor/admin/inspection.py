@@ -1,6 +1,6 @@
-"""`app.admin` and `app.jobs`, the inspector API (admin.py), built on first use.
+"""`app.admin` and `app.jobs`, the inspector API (api.py), built on first use.
 
-A worker never inspects jobs; importing admin.py, and audit.py with it, made every
+A worker never inspects jobs; importing api.py, and observe/audit.py with it, made every
 worker's start longer (figures: docs/performance.md).
 """
 
