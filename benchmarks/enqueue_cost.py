@@ -257,12 +257,12 @@ def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> 
             f"{backend:9} floor: one write    | {spread(figures['floor1'])} |"
             f"{'':18} | {cpu('floor1')}",
             f"{backend:9} enqueue, sync API   | {spread(figures['sync'])} | "
-            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'])])} | {cpu('sync')}",
+            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'], strict=True)])} | {cpu('sync')}",
             f"{backend:9} enqueue, async API  | {spread(figures['async'])} | "
-            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'])])} | {cpu('async')}",
+            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'], strict=True)])} | {cpu('async')}",
             f"{backend:9} floor: batched 1000 | {spread(figures['floorN'])} |",
             f"{backend:9} enqueue_many 1000   | {spread(figures['bulk'])} | "
-            f"{ratios([a / b for a, b in zip(figures['bulk'], figures['floorN'])])}",
+            f"{ratios([a / b for a, b in zip(figures['bulk'], figures['floorN'], strict=True)])}",
         ]
         return lines
     finally:

@@ -156,8 +156,12 @@ async def enqueue_one_by_one(app: Conveyor, schema: str, base: str, n: int) -> d
                 rates["bare"].append(bare)
                 rates["ours_sync"].append(ours_sync)
     out = {name: statistics.median(values) for name, values in rates.items()}
-    out["ratio"] = statistics.median(o / b for o, b in zip(rates["ours"], rates["bare"]))
-    out["ratio_sync"] = statistics.median(o / b for o, b in zip(rates["ours_sync"], rates["bare"]))
+    out["ratio"] = statistics.median(
+        o / b for o, b in zip(rates["ours"], rates["bare"], strict=True)
+    )
+    out["ratio_sync"] = statistics.median(
+        o / b for o, b in zip(rates["ours_sync"], rates["bare"], strict=True)
+    )
     return out
 
 

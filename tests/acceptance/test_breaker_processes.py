@@ -148,7 +148,7 @@ def test_a_breaker_holds_a_failing_downstreams_jobs_across_processes(
     assert sorted(h.job for h in hits if h.status == 200) == sorted(calls)
     assert all(h.at >= recovered_at for h in hits if h.status == 200)
     # Each spell of the breaker: no claim while open, one (the probe) while half-open.
-    spells = list(zip(state.history, state.history[1:]))
+    spells = list(zip(state.history, state.history[1:], strict=False))
     assert spells, state.history
     for entered, left in spells:
         claimed = [h for h in hits if entered.at <= h.claimed_at < left.at]

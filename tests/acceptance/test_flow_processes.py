@@ -151,7 +151,7 @@ def test_aged_jobs_are_claimed_in_aging_order_by_several_processes(
     assert len(claims) == 2
     for batches in claims.values():
         ordered = [sorted(batch) for _, batch in sorted(batches.items())]
-        for earlier, later in zip(ordered, ordered[1:]):
+        for earlier, later in zip(ordered, ordered[1:], strict=False):
             assert earlier[-1] < later[0], (earlier, later)
 
 
@@ -315,7 +315,7 @@ def test_four_worker_processes_hold_a_rate_limit_over_every_10_s_window(
     while t + window <= starts[-1]:
         counts.append(bisect.bisect_left(starts, t + window) - bisect.bisect_left(starts, t))
         t += 0.05
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
     assert counts and all(abs(n - expected) <= 0.05 * expected for n in counts), (
         min(counts),
         max(counts),

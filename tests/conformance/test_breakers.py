@@ -304,7 +304,7 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
     state = await read_breaker(backend, "downstream")
     assert state.state == CLOSED
     # Open -> half-open -> open (probe failed) ... -> half-open -> closed.
-    spells = list(zip(state.history, state.history[1:]))
+    spells = list(zip(state.history, state.history[1:], strict=False))
     for entered, left in spells:
         within = [t for t in starts if entered.at <= t < left.at]
         if entered.target == OPEN:

@@ -196,7 +196,7 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
                 assert (model.lease_expires_at is not None) == (model.state is S.RUNNING)
                 before = self.last.get(job_id)
                 if before is not None:
-                    for was, now in zip(before, (real.state, model.state)):
+                    for was, now in zip(before, (real.state, model.state), strict=True):
                         assert was == now or in_one_step(was, now), (job_id, was, now)
                 self.last[job_id] = (real.state, model.state)
             assert self.both("count_jobs", JobFilter()) == len(self.ids)

@@ -211,7 +211,7 @@ async def test_catch_up_windows_tile_time_under_random_outages_and_overlaps(
     schedule = apps[0].schedules["tests.tick"]
     windows.sort(key=lambda run: run.tick)
     assert len(windows) > 20
-    for before, after in zip(windows, windows[1:]):  # contiguous: no hole, no overlap
+    for before, after in zip(windows, windows[1:], strict=False):  # contiguous: no hole, no overlap
         assert after.covers_from == at(schedule.next_tick(int(before.covers_to.timestamp())))
     for run in windows:
         assert run.tick == run.covers_to

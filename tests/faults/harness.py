@@ -399,10 +399,10 @@ def render_table() -> list[str]:
             )
             for r in TABLE[backend]
         ]
-        widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+        widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
         lines.append(f"backend: {backend}")
         for row in [header, *rows]:
-            lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths)))
+            lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)))
     if lines:
         lines.append(
             "* handler ran to its end twice: at-least-once after a kill between its return "

@@ -157,7 +157,7 @@ def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
         granted[i] += 1
     quotas = {q.name: q for q in plan.quotas(limit, running)}
     assert [quotas[name].quota for name in names] == [
-        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)
+        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names, strict=True)
     ]
 
 

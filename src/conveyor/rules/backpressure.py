@@ -134,7 +134,7 @@ async def enqueue_offering(
         except QueueFull as again:
             stored = again.jobs
             latest.update((r.id, r) for r in again.refused)
-        for i, job in zip(waiting, stored):
+        for i, job in zip(waiting, stored, strict=True):
             results[i] = job
         waiting = [i for i in waiting if results[i] is None]
     refused = [latest[batch[i].id] for i, job in enumerate(results) if job is None]

@@ -122,7 +122,7 @@ class Scheduler:
         plan = schedule.plan(state.last_tick, now)
         if plan.runs and schedule.overlap == "allow":
             enqueued = await self._enqueue(backend, schedule, plan.runs, now)
-            for run, job in zip(plan.runs, enqueued):
+            for run, job in zip(plan.runs, enqueued, strict=True):
                 state = state.fired(run, job.id, now)
             jobs.extend(enqueued)
         for planned in plan.runs if schedule.overlap != "allow" else ():
@@ -196,7 +196,7 @@ class Scheduler:
         # Through the app, so its middleware (tracing, metrics, correlation ids) sees
         # scheduled jobs as it sees every other enqueue; same backend underneath.
         jobs = [handle.job for handle in await self.app.enqueue_many_async(batch)]
-        for run, job in zip(runs, jobs):
+        for run, job in zip(runs, jobs, strict=True):
             log.info("schedule %s: tick %s -> job %s", schedule.name, iso(run.tick), job.id)
         return jobs
 

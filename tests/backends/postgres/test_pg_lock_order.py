@@ -27,7 +27,7 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
         for _ in range(5):
             orders = [rng.sample(leases, len(leases)) for _ in backends]
             replies = await asyncio.gather(
-                *(b.heartbeat_jobs(o, 60) for b, o in zip(backends, orders))
+                *(b.heartbeat_jobs(o, 60) for b, o in zip(backends, orders, strict=True))
             )
             assert all(not r.lost for r in replies)
         # Outcome writes racing heartbeats, each in its own order.
@@ -39,7 +39,7 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
                     for l in rng.sample(h, len(h))
                 ]
             )
-            for b, h in zip(backends[:2], halves)
+            for b, h in zip(backends[:2], halves, strict=True)
         ]
         beats = [b.heartbeat_jobs(rng.sample(leases, len(leases)), 60) for b in backends[2:]]
         results = await asyncio.gather(*settles, *beats)

@@ -81,7 +81,7 @@ class RedisBlobStore:
         self, client: Any, digests: Sequence[str], fields_of: Sequence[Sequence[Any]], kind: str
     ) -> int:
         async with client.pipeline(transaction=False) as pipe:
-            for digest, fields in zip(digests, fields_of):
+            for digest, fields in zip(digests, fields_of, strict=True):
                 doomed = [
                     f
                     for f in fields
