@@ -337,7 +337,8 @@ async def main() -> None:
             print(
                 f"  enqueue one by one at depth {args.bound - 1000:,}, "
                 f"{'max_waiting=' + format(args.bound, ',') if bounded else 'unbounded':>17}: "
-                f"{statistics.median(runs):>7,.0f} jobs/s  (runs {', '.join(f'{r:,.0f}' for r in runs)})"
+                f"{statistics.median(runs):>7,.0f} jobs/s"
+                f"  (runs {', '.join(f'{r:,.0f}' for r in runs)})"
             )
 
 

@@ -35,7 +35,8 @@ from conveyor.worker import Worker, WorkerConfig
 QUEUE = "bench"
 # Bare baseline: the same row, the same table, one INSERT, no dedup, no wake-up.
 BARE_INSERT = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, priority,
- max_attempts, run_at, created_at, meta) VALUES (%s, %s, 'noop', %s, 'available', 0, 20, %s, %s, '{{}}')"""
+ max_attempts, run_at, created_at, meta)
+ VALUES (%s, %s, 'noop', %s, 'available', 0, 20, %s, %s, '{{}}')"""
 # Fill for the claim-cost runs: rows in every state but available, plus `available` claimable.
 FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
  created_at, finished_at, attempt)
@@ -142,7 +143,7 @@ async def enqueue_one_by_one(app: Conveyor, schema: str, base: str, n: int) -> d
                 await noop.enqueue_async(i)
             ours = per_round / (time.perf_counter() - started)
             started = time.perf_counter()
-            for i in range(per_round):
+            for _ in range(per_round):
                 now = time.time()
                 await conn.execute(
                     sql, (uuid.uuid4().hex, QUEUE, '{"args":[0],"kwargs":{}}', now, now)

@@ -105,9 +105,9 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
         payload = noop_async.message(0).payload
         bare_key = backend.keys.base + "bench:bare"
         bare_rates, api_rates, backend_rates = [], [], []
-        for round_ in range(5):
+        for _round in range(5):
             t0 = time.perf_counter()
-            for i in range(n):
+            for _ in range(n):
                 await raw.lpush(bare_key, payload)
             bare_rates.append(n / (time.perf_counter() - t0))
             t0 = time.perf_counter()

@@ -3,9 +3,9 @@ served by uvicorn, with a real worker running the retried job.
 
 Saves screenshots of the main pages to $CONVEYOR_SCREENSHOTS when it is set
 (`CONVEYOR_SCREENSHOTS=docs/screenshots` refreshes the committed ones), else to
-the test's temporary folder, so a test run never changes the checkout. Needs /usr/bin/chromium and /usr/bin/chromedriver
-(Debian: apt-get install chromium chromium-driver); skips locally without
-them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
+the test's temporary folder, so a test run never changes the checkout. Needs
+/usr/bin/chromium and /usr/bin/chromedriver (Debian: apt-get install chromium
+chromium-driver); skips locally without them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
 """
 
 from __future__ import annotations
@@ -364,8 +364,8 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
             what="the bulk retry notice",
         )
         for job_id in ids["key"]:
-            deadline_poll(
-                lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]
+            deadline_poll(  # polls to the end before the loop moves on
+                lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]  # noqa: B023
                 what=f"{job_id} completed",
             )
 
@@ -512,8 +512,8 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
             )
             before = len(dashboard.responses)
             driver.get(attacker.url)  # type: ignore[attr-defined]
-            deadline_poll(
-                lambda: any(r[:2] == ("POST", "/jobs/bulk") for r in dashboard.responses[before:]),
+            deadline_poll(  # polls to the end before the loop moves on
+                lambda: any(r[:2] == ("POST", "/jobs/bulk") for r in dashboard.responses[before:]),  # noqa: B023
                 what="the attack page posted to the dashboard",
             )
             assert [r for r in dashboard.responses[before:] if r[0] == "POST"] == [

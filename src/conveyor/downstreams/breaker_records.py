@@ -5,8 +5,9 @@ transition (two workers counting the last failure at once open the breaker once)
 A change that opens a breaker also holds its rate limit bucket (Backend.
 hold_rate_bucket) for the breaker's cooldown: every claim of the bucket finds no
 token until then, whatever its worker's view of the breaker says, so opening stops
-the whole fleet's claims at once rather than at each worker's next refresh. The hold is a second write after the record's: a process
-that dies between the two leaves the other workers to their refresh (one second).
+the whole fleet's claims at once rather than at each worker's next refresh. The
+hold is a second write after the record's: a process that dies between the two
+leaves the other workers to their refresh (one second).
 """
 
 from __future__ import annotations

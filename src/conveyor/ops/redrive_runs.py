@@ -7,9 +7,10 @@ or the dashboard's redrive page start a *run*. A run is a shared record (namespa
 can show it, pause it, resume it or cancel it, and a run survives the process that
 drove it:
 
-* The process that starts (or resumes) a run drives it (`conveyor.ops.redrive_driver`): a token bucket lets
-  through `rate` jobs a second, each batch is one `redrive_jobs`, and once a second it
-  reads the states of the jobs it redrove. A redriven job that fails again (a retry
+* The process that starts (or resumes) a run drives it
+  (`conveyor.ops.redrive_driver`): a token bucket lets through `rate` jobs a
+  second, each batch is one `redrive_jobs`, and once a second it reads the
+  states of the jobs it redrove. A redriven job that fails again (a retry
   or dead) counts as failing, one that completes as succeeded; once `min_sample` have
   an outcome and more than `stop_if_failing` of them failed, the run stops itself.
   At most `window` redriven jobs wait for an outcome at once: with no worker taking

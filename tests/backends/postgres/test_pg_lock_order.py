@@ -35,8 +35,8 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
         settles = [
             b.settle_jobs(
                 [
-                    Settlement(l.job_id, l.token, JobState.COMPLETED, result="1")
-                    for l in rng.sample(h, len(h))
+                    Settlement(lease.job_id, lease.token, JobState.COMPLETED, result="1")
+                    for lease in rng.sample(h, len(h))
                 ]
             )
             for b, h in zip(backends[:2], halves, strict=True)

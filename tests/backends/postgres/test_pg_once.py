@@ -91,7 +91,7 @@ async def test_rollback_takes_the_mark_back_and_frees_the_key(
     with pytest.raises(ZeroDivisionError):
         async with ctx.transaction() as conn:
             await ctx.once("book:1", lambda: book_on(conn, "first"))
-            1 / 0  # a failure after the effect, before the commit
+            raise ZeroDivisionError  # a failure after the effect, before the commit
     assert rows(admin_conn, ledger) == []
     assert await state_of_key(app, "book:1") == "released"
     other = await claimed(app, "w2")

@@ -43,7 +43,7 @@ async def test_enqueue_joins_async_transaction(
             async with conn.transaction():
                 await conn.execute(f"INSERT INTO {orders} VALUES (2, 'rolled back')")
                 gone = await ship.options(connection=conn).enqueue_async(2)
-                1 / 0
+                raise ZeroDivisionError  # a failure inside the transaction
     finally:
         await conn.close()
     backend = await pg_app.backend()
@@ -89,7 +89,7 @@ def test_enqueue_joins_sync_transaction(
             with pytest.raises(ZeroDivisionError), conn.transaction():
                 conn.execute(f"INSERT INTO {orders} VALUES (2, 'rolled back')")
                 gone = ship.options(connection=conn).enqueue(2)
-                1 / 0
+                raise ZeroDivisionError  # a failure inside the transaction
         assert app.jobs.get(kept.id).state is JobState.AVAILABLE  # type: ignore[union-attr]
         assert all(app.jobs.get(h.id) is not None for h in batch)
         assert app.jobs.get(gone.id) is None

@@ -46,7 +46,8 @@ def store_name(url: str) -> str:
         raise ConfigurationError(f"not a memory URL: {url!r}")
     if parts.query or parts.fragment or "@" in parts.netloc:
         raise ConfigurationError(
-            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests ({ONE_PROCESS})"
+            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests"
+            f" ({ONE_PROCESS})"
         )
     return parts.netloc + parts.path
 
@@ -91,7 +92,7 @@ class MemoryBackend:
         return store_for(self.url)
 
     async def open(self) -> None:
-        self.store  # made now, and a store inherited through a fork refused now
+        _ = self.store  # made now, and a store inherited through a fork refused now
 
     def default_blob_store(self) -> MemoryBlobStore:
         """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""

@@ -225,8 +225,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         if not leases:
             return HeartbeatReply()
         params = {
-            "ids": [l.job_id for l in leases],
-            "tokens": [l.token for l in leases],
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
             "lease_expires_at": self.clock() + lease_seconds,
         }
 
@@ -237,7 +237,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         rows = await self._run(op)
         held = {job_id for job_id, _ in rows}
         return HeartbeatReply(
-            lost=frozenset(l.job_id for l in leases if l.job_id not in held),
+            lost=frozenset(lease.job_id for lease in leases if lease.job_id not in held),
             cancel_requested=frozenset(job_id for job_id, cancel in rows if cancel),
         )
 
@@ -376,7 +376,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             }
 
             async def op(conn: AsyncConn) -> int:
-                return (await conn.execute(self.q["prune_jobs"], params)).rowcount
+                # Run (and retried) by the _run below, within this iteration.
+                return (await conn.execute(self.q["prune_jobs"], params)).rowcount  # noqa: B023
 
             n = await self._run(op)
             total += n
