@@ -128,14 +128,14 @@ def test_a_breaker_holds_a_failing_downstreams_jobs_across_processes(
         # Other tasks' jobs run while it is open: all of them before the downstream is back.
         others = [h.id for h in app.enqueue_many([work.message(0.0) for _ in range(20)])]
         wait(
-            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others),
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others),  # type: ignore[union-attr]
             30,
             "the other task's jobs completed",
         )
         recovered_at = downstream.recovered_at()
         assert recovered_at is not None and time.time() < recovered_at
         wait(
-            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls),
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls),  # type: ignore[union-attr]
             60,
             "the backlog drained after the recovery",
         )

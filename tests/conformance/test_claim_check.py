@@ -160,7 +160,8 @@ async def test_deleting_a_job_deletes_its_blobs(clocked_app: Conveyor) -> None:
     assert deleted == [handles[0].id]
     kept = set()
     for h in handles[1:]:
-        job = await clocked_app.admin.get(h.id)
+        # Ignored for mypy: checked for None on the next line
+        job = await clocked_app.admin.get(h.id)  # type: ignore[assignment]
         assert job is not None
         ref = reference_in(job.payload)
         assert ref is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 from helpers import claim_one, new_job
@@ -21,7 +22,7 @@ from conveyor.rules.fairness import FAIRNESS_META_KEY
 CLAIMERS = 4
 
 
-async def flood(backend: Backend, key: str, n: int, **fields: object) -> None:
+async def flood(backend: Backend, key: str, n: int, **fields: Any) -> None:
     for start in range(0, n, 1000):
         await backend.enqueue_jobs(
             [

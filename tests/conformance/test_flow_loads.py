@@ -5,15 +5,16 @@ jobs, the totals, and the rate limit buckets throttled jobs wait for."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from helpers import complete, new_job
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
+from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad, NewJob
 from conveyor.model.job import JobState
 
 
-def keyed(key: str, limit: int, queue: str = "default", **fields: object) -> object:
+def keyed(key: str, limit: int, queue: str = "default", **fields: Any) -> NewJob:
     return new_job(queue=queue, concurrency_key=key, concurrency_limit=limit, **fields)
 
 

@@ -24,7 +24,7 @@ def dead_child(worker_id: str) -> Any:
     return _Child(
         slot=0,
         worker_id=worker_id,
-        process=process,
+        process=process,  # type: ignore[arg-type]  # a stand-in for the process
         conn=None,  # type: ignore[arg-type]
         started_at=0.0,
     )

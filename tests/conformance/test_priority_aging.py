@@ -78,7 +78,8 @@ async def test_aging_is_kept_through_retry_snooze_and_redrive(
     clock.advance(100)
     await backend.enqueue_jobs([new_job(id="other", priority=0, aging=A, run_at=clock.now - 350)])
     assert await claim_order(backend) == ["other", "aged"]
-    job = await backend.get_job("aged")
+    # Ignored for mypy: checked for None on the next line
+    job = await backend.get_job("aged")  # type: ignore[assignment]
     assert job is not None and job.aging == A
     await backend.settle_jobs([Settlement("aged", job.lease_token, JobState.DEAD)])
     [redriven] = await backend.redrive_jobs(JobFilter(ids=("aged",)), limit=1, dry_run=False)

@@ -265,11 +265,13 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         assert len(find_all(By.CSS_SELECTOR, "svg.chart")) == 3
         assert len(find_all(By.CSS_SELECTOR, "svg.chart rect.s-ok")) >= 59
         # Live refresh: a new job shows up without a reload...
-        driver.execute_script("""
+        driver.execute_script(  # type: ignore[attr-defined]
+            """
             window.polls = {asked: 0, swapped: 0};
             document.addEventListener('htmx:beforeRequest', () => window.polls.asked++);
             document.addEventListener('htmx:afterSwap', () => window.polls.swapped++);
-        """)  # type: ignore[attr-defined]
+        """
+        )
         waiting = lambda: find_all(By.CSS_SELECTOR, ".card .v")[0].text  # noqa: E731
         assert waiting() == "0"
         app.tasks["reports.build"].enqueue(99)
@@ -525,8 +527,10 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
             )
             name, value = cookie.split("=")
             assert {"name": name, "value": value, "domain": "127.0.0.1"}.items() <= next(
-                c for c in driver.get_cookies() if c["name"] == name
-            ).items()  # type: ignore[attr-defined]
+                c
+                for c in driver.get_cookies()  # type: ignore[attr-defined]
+                if c["name"] == name
+            ).items()
             assert app.jobs.count(dead) == 65
         # The operator's own page, in the same browser (cookie planted and all), still works.
         driver.get(server.url + "/jobs?state=dead")  # type: ignore[attr-defined]
@@ -541,8 +545,8 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
         driver.find_element(By.ID, "confirm-button").click()  # type: ignore[attr-defined]
         deadline_poll(
             lambda: (
-                "Deleted 65 of 65 job(s)." in driver.find_element(By.CSS_SELECTOR, ".flash").text
-            ),  # type: ignore[attr-defined]
+                "Deleted 65 of 65 job(s)." in driver.find_element(By.CSS_SELECTOR, ".flash").text  # type: ignore[attr-defined]
+            ),
             what="the operator's bulk delete",
         )
         assert app.jobs.count(dead) == 0

@@ -75,7 +75,8 @@ async def test_enqueue_during_an_outage_raises_backend_unavailable() -> None:
 async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock) -> None:
     other_url = redis_url.replace("prefix=", "prefix=other-")
     a, b = RedisBackend(redis_url, clock=clock), RedisBackend(other_url, clock=clock)
-    await a.open(), await b.open()
+    await a.open()
+    await b.open()
     try:
         await a.enqueue_jobs([job(1)])
         assert await b.get_job("job-1") is None
@@ -85,7 +86,8 @@ async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock
         assert await a.delete_all_keys() > 0
         assert await a.get_job("job-1") is None
     finally:
-        await a.close(), await b.close()
+        await a.close()
+        await b.close()
 
 
 async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,8 @@ async def _has(app: object, state: JobState, n: int) -> bool:
     return await app.admin.count(JobFilter(states=(state,))) >= n  # type: ignore[attr-defined]
 
 
-def _later(check: object) -> object:
+def _later(check: Callable[[], object]) -> Callable[[], Awaitable[bool]]:
     async def run() -> bool:
-        return bool(check())  # type: ignore[operator]
+        return bool(check())
 
     return run
