@@ -112,7 +112,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
     from bench_app import hang  # for its messages; this run's own app below
 
     from conveyor import Conveyor
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import JobState
     from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 

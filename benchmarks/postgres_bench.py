@@ -28,7 +28,7 @@ import psycopg
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
 

@@ -85,7 +85,7 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
     memory_url = f"{args.url}?prefix=bench-mem-{run_id}&max_completed={args.max_completed}"
     from bench_app import app, noop_async
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.backends.redis.backend import RedisBackend
     from conveyor.model.job import JobState
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 from conveyor.admin.inspection import Inspection
 from conveyor.backends import backend_from_url, redact_url
 from conveyor.backends.blobs import BlobStore
-from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
+from conveyor.backends.capabilities import BlockingEnqueue, TransactionalEnqueue
+from conveyor.backends.contract import Backend
 from conveyor.handle import JobHandle, handles, refusals_by_handle
 from conveyor.model import validation as valid
 from conveyor.model import version as versions

@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-from conveyor.backends.contract import Backend, CompleteInTransaction, Lease, RecordsInTransaction
+from conveyor.backends.capabilities import CompleteInTransaction, RecordsInTransaction
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Lease, RecordSwapIn
 from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import Job
@@ -190,7 +192,14 @@ class JobContext:
         else:
             records = self._records_in_transaction()
             if not await records.compare_and_set_record_in(
-                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+                RecordSwapIn(
+                    connection=conn,
+                    namespace=ONCE_NAMESPACE,
+                    key=key,
+                    expected=claim.text,
+                    value=done,
+                    ttl=ttl_s,
+                )
             ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))
@@ -225,7 +234,14 @@ class JobContext:
         else:
             records = self._records_in_transaction()
             if not records.compare_and_set_record_in_sync(
-                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+                RecordSwapIn(
+                    connection=conn,
+                    namespace=ONCE_NAMESPACE,
+                    key=key,
+                    expected=claim.text,
+                    value=done,
+                    ttl=ttl_s,
+                )
             ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))

@@ -7,7 +7,8 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from conveyor.backends.contract import Backend, FinishWakeups
+from conveyor.backends.capabilities import FinishWakeups
+from conveyor.backends.contract import Backend
 from conveyor.model.errors import CorruptJob, JobFailed, JobNotFound, QueueFull
 from conveyor.model.job import Job, JobState
 

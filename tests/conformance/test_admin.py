@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import claim_one, complete, error, new_job, state_of
 
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 

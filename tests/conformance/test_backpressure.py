@@ -12,7 +12,8 @@ import pytest
 from helpers import claim_one, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import QueueFull
 from conveyor.model.job import JobState, NewJob, QueueBound

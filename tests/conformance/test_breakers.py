@@ -10,7 +10,8 @@ import time
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
 from conveyor import BreakerError, Conveyor
-from conveyor.backends.contract import Backend, ClaimedJobs, ClaimRequest, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimedJobs, ClaimRequest, QueueQuota
 from conveyor.downstreams.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.downstreams.breaker_view import BreakerView
 from conveyor.model.clock import ManualClock

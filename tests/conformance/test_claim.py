@@ -8,7 +8,8 @@ from helpers import new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimRequest, JobFilter, QueueQuota
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -57,7 +58,7 @@ async def test_claim_only_named_queues_in_order(backend: Backend) -> None:
 
 
 async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import Settlement
 
     await backend.enqueue_jobs([new_job(id="f")])
     tokens = []

@@ -16,7 +16,8 @@ from helpers import RunningWorker, complete, wait_finished
 from conveyor import Conveyor
 from conveyor.backends.blobs import blob_key
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.cli.render import job_detail
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import PayloadTooLarge

@@ -35,7 +35,7 @@ from raw_store import RawValue, raw_store
 
 from conveyor import Conveyor
 from conveyor.backends.codec import COLUMNS
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 

@@ -9,7 +9,8 @@ import asyncio
 from helpers import complete, new_job
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import FlowLoads, FlowQuery, KeyLoad
 from conveyor.model.job import JobState
 
 
@@ -81,7 +82,7 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
     """Four producers at once over a queue of 20 that sheds: 120 jobs, 20 left waiting,
     so exactly 100 shed, counted by the enqueues that shed them; deleting the shed jobs
     (as pruning does) leaves the count."""
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import QueueBound
 
     bound = QueueBound(20, shed_oldest=True)

@@ -1,4 +1,4 @@
-"""A concurrency key's set limit (KeyLimits, what an adaptive task's controller writes,
+"""A concurrency key's set limit (FlowState, what an adaptive task's controller writes,
 conveyor.rules.adaptive): it replaces the limit the key's jobs were enqueued with, for every
 claimer; raising it unparks the key's next jobs at once, lowering it lets the running
 jobs finish and gives no slot until fewer than the new limit hold one."""
@@ -12,7 +12,8 @@ from helpers import complete, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, KeyLimits
+from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import Job, JobState
 
 S = JobState
@@ -35,7 +36,7 @@ async def fill(backend: Backend, n: int, limit: int = 1) -> None:
 
 
 async def test_every_backend_can_set_a_keys_limit(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     assert await backend.key_limit(KEY) is None
     await backend.set_key_limit(KEY, 4)
     assert await backend.key_limit(KEY) == 4
@@ -44,7 +45,7 @@ async def test_every_backend_can_set_a_keys_limit(backend: Backend) -> None:
 
 
 async def test_a_set_limit_replaces_the_jobs_own_for_several_claimers(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await backend.set_key_limit(KEY, 3)  # before the jobs: they are parked beyond it
     await fill(backend, 40, limit=1)
     ran = 0
@@ -63,7 +64,7 @@ async def test_a_set_limit_replaces_the_jobs_own_for_several_claimers(backend: B
 
 
 async def test_raising_the_limit_unparks_at_once(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await fill(backend, 20, limit=2)
     first = await claim(backend)
     assert [job.id for job in first] == ["j000", "j001"]
@@ -75,7 +76,7 @@ async def test_raising_the_limit_unparks_at_once(backend: Backend) -> None:
 
 
 async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await backend.set_key_limit(KEY, 6)
     await fill(backend, 20)
     running = await claim(backend)
@@ -93,7 +94,7 @@ async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(backen
 
 
 async def test_dropping_the_limit_goes_back_to_the_jobs_own(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await backend.set_key_limit(KEY, 1)
     await fill(backend, 10, limit=3)
     assert len(await claim(backend)) == 1
@@ -105,7 +106,7 @@ async def test_dropping_the_limit_goes_back_to_the_jobs_own(backend: Backend) ->
 
 
 async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await backend.set_key_limit(KEY, 5)
     await backend.enqueue_jobs(
         [new_job(id=f"o{i}", concurrency_key="other", concurrency_limit=1) for i in range(5)]
@@ -114,7 +115,7 @@ async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
 
 
 async def test_a_held_back_job_names_the_keys_set_limit(app: Conveyor, backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await fill(backend, 5, limit=1)
     await backend.set_key_limit(KEY, 2)
     assert len(await claim(backend)) == 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 from helpers import claim_one, complete, new_job, state_of
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Lease, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker.rescue import rescue_expired

@@ -21,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Lease, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.model.lifecycle import ALLOWED

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import claim_one, error, new_job
 
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.model.errors import JobNotFound
 from conveyor.model.job import JobState
 

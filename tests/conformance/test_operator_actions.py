@@ -10,7 +10,8 @@ from helpers import claim_one, error, new_job, state_of
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.names import AmbiguousTaskName

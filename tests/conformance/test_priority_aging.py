@@ -10,7 +10,8 @@ from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 

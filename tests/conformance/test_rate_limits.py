@@ -11,7 +11,8 @@ from helpers import RunningWorker, eventually, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimRequest, JobFilter, QueueQuota
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.rules.rate_limits import Limit, RateLimit

@@ -17,7 +17,8 @@ from helpers import RunningWorker, claim_one, complete, new_job, wait_finished
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.cli.render import job_detail
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed, ResultExpired

@@ -6,7 +6,8 @@ import pytest
 from helpers import claim_one, complete, error, new_job, state_of
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement, StateForcing
+from conveyor.backends.contract import Backend, StateForcing
+from conveyor.backends.params import Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.lifecycle import ALLOWED
@@ -160,7 +161,7 @@ async def test_handler_cancel_moves_running_job_to_cancelled(backend: Backend) -
 
 
 async def test_checkpoint_is_fenced(backend: Backend) -> None:
-    from conveyor.backends.contract import Lease
+    from conveyor.backends.params import Lease
 
     await backend.enqueue_jobs([new_job(id="cp")])
     job = await claim_one(backend)

@@ -23,7 +23,8 @@ from helpers import (
 
 from conveyor import Conveyor, Failure, chain, chord, group
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.handle import JobHandle
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed
@@ -257,7 +258,7 @@ async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conv
 
 # --- waiting for a result -----------------------------------------------------------------
 async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app: Conveyor) -> None:
-    from conveyor.backends.contract import FinishWakeups
+    from conveyor.backends.capabilities import FinishWakeups
 
     assert isinstance(backend, FinishWakeups)
     await backend.enqueue_jobs([new_job(id="w")])

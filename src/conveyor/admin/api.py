@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from conveyor.backends.contract import WAITING_STATES, Backend, JobFilter, KeyLimits, QueueStats
+from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.filtering import WAITING_STATES
+from conveyor.backends.params import JobFilter, QueueStats
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.names import match_task_name
@@ -156,7 +158,7 @@ class Admin:
             # An adaptive key's limit is the one its controller set (conveyor.rules.adaptive).
             limit = (
                 await backend.key_limit(job.concurrency_key)
-                if isinstance(backend, KeyLimits)
+                if isinstance(backend, FlowState)
                 else None
             )
             by_key = held_back(job, running, limit)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, RecordKey, RecordSwap
 from conveyor.model.job import JobState
 from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.ops.redrive_runs import DRIVER_LEASE, RUN_TTL, RUNS_NAMESPACE, RedriveRun, RunStatus
@@ -41,7 +41,7 @@ class Driver:
         """Read the run; if it is still ours and running: count outcomes, stop if too
         many fail, redrive what the bucket allows, write the run back."""
         backend = await self.app.backend()
-        text = await backend.get_record(RUNS_NAMESPACE, self.run_id)
+        text = await backend.get_record(RecordKey(namespace=RUNS_NAMESPACE, key=self.run_id))
         if text is None:
             raise LookupError(f"redrive run {self.run_id} is gone")
         run = RedriveRun.from_json(text)
@@ -138,13 +138,19 @@ class Driver:
         backend = await self.app.backend()
         for _ in range(20):
             if await backend.compare_and_set_record(
-                RUNS_NAMESPACE, self.run_id, text, updated.to_json(), ttl=RUN_TTL
+                RecordSwap(
+                    namespace=RUNS_NAMESPACE,
+                    key=self.run_id,
+                    expected=text,
+                    value=updated.to_json(),
+                    ttl=RUN_TTL,
+                )
             ):
                 if updated.status.finished:
                     await self._audit_end(updated)
                 return updated
             # Paused or cancelled meanwhile: keep their status, add our counts.
-            current = await backend.get_record(RUNS_NAMESPACE, self.run_id)
+            current = await backend.get_record(RecordKey(namespace=RUNS_NAMESPACE, key=self.run_id))
             if current is None:
                 raise LookupError(f"redrive run {self.run_id} is gone")
             theirs = RedriveRun.from_json(current)

@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from conveyor.backends.blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.model import validation as valid
 from conveyor.model.clock import Clock
 from conveyor.model.errors import ConfigurationError, CorruptPayload, ResultExpired

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.clock import Duration, to_epoch, to_seconds
 from conveyor.model.job import Job, JobState
 from conveyor.scheduling.scheduler import Scheduler, schedule_reports

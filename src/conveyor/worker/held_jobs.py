@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Lease, Settlement
 from conveyor.context import JobContext
 from conveyor.model.errors import CorruptJob
 from conveyor.model.job import AttemptError, Job, JobState

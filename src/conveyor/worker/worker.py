@@ -19,7 +19,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.contract import Backend, ClaimedJobs, Lease
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimedJobs, Lease, RecordWrite
 from conveyor.downstreams.breaker_view import REFRESH_INTERVAL
 from conveyor.downstreams.retry_ledger import SYNC_INTERVAL
 from conveyor.model.job import Job
@@ -423,7 +424,9 @@ class Worker(HeldJobs):
         records = self.minute_stats.take_dirty(self.app.clock())
         try:
             for key, value in records:
-                await self._backend.put_record(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
+                await self._backend.put_record(
+                    RecordWrite(namespace=STATS_NAMESPACE, key=key, value=value, ttl=RECORD_TTL)
+                )
         except BaseException:
             self.minute_stats.restore_dirty(records)
             raise

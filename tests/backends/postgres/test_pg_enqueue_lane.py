@@ -8,7 +8,7 @@ import asyncio
 import psycopg
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.backends.postgres.backend import PostgresBackend
 
 

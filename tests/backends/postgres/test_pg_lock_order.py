@@ -8,7 +8,7 @@ import asyncio
 import random
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Lease, Settlement
+from conveyor.backends.params import JobFilter, Lease, Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import JobState, NewJob
 

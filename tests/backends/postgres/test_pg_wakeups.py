@@ -58,7 +58,7 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
     from conformance.helpers import error
 
     from conveyor.backends.claiming import strict_claim
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import Settlement
     from conveyor.model.job import JobState
 
     backend = PostgresBackend(pg_url)

@@ -16,7 +16,7 @@ from sockets import tcp_ports_of
 from conveyor import Conveyor
 from conveyor.backends import backend_from_url
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Lease, Settlement
+from conveyor.backends.params import JobFilter, Lease, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.keys import id_from_rank
 from conveyor.model.clock import ManualClock

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Settlement
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.config import parse_redis_url
 from conveyor.model.clock import ManualClock

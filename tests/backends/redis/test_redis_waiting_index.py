@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Settlement
+from conveyor.backends.params import JobFilter, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState, NewJob

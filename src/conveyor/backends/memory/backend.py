@@ -16,7 +16,10 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
-from conveyor.backends.contract import (
+from conveyor.backends.memory import inspector, liveness, records
+from conveyor.backends.memory.blobs import MemoryBlobStore
+from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -27,11 +30,12 @@ from conveyor.backends.contract import (
     Lease,
     LeaseQuery,
     QueueStats,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
     Settlement,
 )
-from conveyor.backends.memory import inspector, liveness, records
-from conveyor.backends.memory.blobs import MemoryBlobStore
-from conveyor.backends.memory.store import MemoryStore
 from conveyor.model.clock import Clock, system_clock
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, JobState, NewJob
@@ -178,7 +182,7 @@ class MemoryBackend:
             holders = self.store.slots.holders.get(concurrency_key, {})
             return sum(job_id in self.store.running for job_id in holders)
 
-    # --- adaptive limits (KeyLimits) ---------------------------------------------------
+    # --- adaptive limits (FlowState) ---------------------------------------------------
     async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
         with self.store.lock:
             self.store.slots.set_limit(concurrency_key, limit)
@@ -225,35 +229,54 @@ class MemoryBackend:
         inspector.pause_queue(self.store, queue, paused)
 
     # --- shared records -------------------------------------------------------------
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         return records.get(self.store, namespace, key, self.clock())
 
     async def list_records(self, namespace: str) -> dict[str, str]:
         return records.list_all(self.store, namespace, self.clock())
 
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         records.put(self.store, namespace, key, value, ttl, self.clock())
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
 
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         return records.compare_and_set(
             self.store, namespace, key, expected, value, ttl, self.clock()
         )
 
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         return records.incr(self.store, namespace, key, amount, ttl, self.clock())
 
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         return records.delete(self.store, namespace, key, self.clock())
 
     # --- for the conformance suite (StateForcing) ----------------------------------------

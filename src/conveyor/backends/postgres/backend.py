@@ -16,13 +16,15 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     HeartbeatReply,
     HeldLease,
     Lease,
     LeaseQuery,
+    RecordIncrement,
+    RecordKey,
     Settlement,
 )
 from conveyor.backends.postgres import enqueue, liveness
@@ -275,14 +277,23 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             await asyncio.wait_for(listening.connected.wait(), min(timeout, 1.0))
         if fresh:  # its first connect says "look now" to everyone: this call looks anyway
             listening.event.clear()
-        await self.incr_record("finish_waiters", job_id, 1, ttl=max(timeout, 1.0) + 60)
+        await self.incr_record(
+            RecordIncrement(
+                namespace="finish_waiters", key=job_id, amount=1, ttl=max(timeout, 1.0) + 60
+            )
+        )
         try:
             job = await self.get_job(job_id)
             if job is not None and not job.is_finished:
                 await listening.wait(timeout)
         finally:
-            if await self.incr_record("finish_waiters", job_id, -1) <= 0:
-                await self.delete_record("finish_waiters", job_id)
+            if (
+                await self.incr_record(
+                    RecordIncrement(namespace="finish_waiters", key=job_id, amount=-1)
+                )
+                <= 0
+            ):
+                await self.delete_record(RecordKey(namespace="finish_waiters", key=job_id))
 
     # --- complete in transaction ------------------------------------------------------
     @asynccontextmanager

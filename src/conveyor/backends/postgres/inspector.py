@@ -6,16 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from conveyor.backends.contract import (
-    FlowLoads,
-    FlowQuery,
-    JobFilter,
-    QueueStats,
-    flow_loads_from_rows,
-    queue_stats_from_rows,
-    redrive_scope,
-    waiting_scope,
-)
+from conveyor.backends.filtering import redrive_scope, waiting_scope
+from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.rows import filter_params, job_from_row
 from conveyor.model.errors import JobNotFound

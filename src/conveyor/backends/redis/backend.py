@@ -22,7 +22,8 @@ from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import NoScriptError, ResponseError
 
 from conveyor.backends import redact_url
-from conveyor.backends.contract import (
+from conveyor.backends.filtering import redrive_scope, waiting_scope
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     HeartbeatReply,
@@ -31,8 +32,6 @@ from conveyor.backends.contract import (
     Lease,
     LeaseQuery,
     Settlement,
-    redrive_scope,
-    waiting_scope,
 )
 from conveyor.backends.redis import liveness
 from conveyor.backends.redis.blobs import RedisBlobStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.backends.codec import job_from_fields
-from conveyor.backends.contract import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.queries import JobQueries

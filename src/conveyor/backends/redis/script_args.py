@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends.claiming import claim_rank
-from conveyor.backends.contract import ClaimRequest, Settlement
+from conveyor.backends.params import ClaimRequest, Settlement
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.lane import Command

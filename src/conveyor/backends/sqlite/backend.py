@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from conveyor.backends import redact_url
 from conveyor.backends.blobs.directory import DirectoryBlobStore
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -29,6 +29,10 @@ from conveyor.backends.contract import (
     Lease,
     LeaseQuery,
     QueueStats,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
     Settlement,
 )
 from conveyor.backends.sqlite import liveness, records
@@ -286,35 +290,54 @@ class SqliteBackend:
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 
     # --- shared records -------------------------------------------------------------
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         return await self._on_thread(lambda s: records.get(s, namespace, key))
 
     async def list_records(self, namespace: str) -> dict[str, str]:
         return await self._on_thread(lambda s: records.list_all(s, namespace))
 
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         await self._on_thread(lambda s: records.put(s, namespace, key, value, ttl))
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         return await self._on_thread(lambda s: records.put_if_absent(s, namespace, key, value, ttl))
 
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         return await self._on_thread(
             lambda s: records.compare_and_set(s, namespace, key, expected, value, ttl)
         )
 
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         return await self._on_thread(lambda s: records.incr(s, namespace, key, amount, ttl))
 
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         return await self._on_thread(lambda s: records.delete(s, namespace, key))
 
     async def force_state(self, job_id: str, state: JobState) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
 from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     HeartbeatReply,
