@@ -9,7 +9,7 @@ from helpers import new_job
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import ClaimRequest, JobFilter, QueueQuota
+from conveyor.backends.params import ClaimRequest, JobFilter, QueuePause, QueueQuota
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -101,11 +101,11 @@ async def test_one_job_goes_to_exactly_one_worker(backend_url: str, clock: Manua
 
 async def test_paused_queue_is_not_claimed(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="p", queue="reports")])
-    await backend.pause_queue("reports", True)
+    await backend.pause_queue(QueuePause(queue="reports", paused=True))
     assert await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30)) == []
     stats = {s.queue: s for s in await backend.queue_stats()}
     assert stats["reports"].paused is True
-    await backend.pause_queue("reports", False)
+    await backend.pause_queue(QueuePause(queue="reports", paused=False))
     [job] = await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30))
     assert job.id == "p"
 
@@ -165,7 +165,7 @@ async def test_an_empty_or_short_queues_share_goes_to_the_others(backend: Backen
 async def test_a_paused_queues_share_goes_to_the_others(backend: Backend) -> None:
     await fill(backend, "a", 5)
     await fill(backend, "b", 5)
-    await backend.pause_queue("a", True)
+    await backend.pause_queue(QueuePause(queue="a", paused=True))
     jobs = await backend.fetch_jobs(quotas(4, a=3, b=1))
     assert [j.queue for j in jobs] == ["b"] * 4
 

@@ -35,7 +35,7 @@ from raw_store import RawValue, raw_store
 
 from conveyor import Conveyor
 from conveyor.backends.codec import COLUMNS
-from conveyor.backends.params import JobFilter
+from conveyor.backends.params import JobFilter, QueuePause
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 
@@ -91,7 +91,9 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
     raw = raw_store(backend_name, url)
     try:
         backend = await app.backend()
-        await backend.pause_queue(queue, True)  # the whole batch lands in one claim
+        await backend.pause_queue(
+            QueuePause(queue=queue, paused=True)
+        )  # the whole batch lands in one claim
         healthy = [f"{queue}-ok-{i}" for i in range(HEALTHY)]
         targets = {field: f"{queue}-bad-{field}" for field in values}
         await backend.enqueue_jobs(
@@ -126,7 +128,7 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
             scheduler=False,
         )
         async with RunningWorker(app, config):
-            await backend.pause_queue(queue, False)
+            await backend.pause_queue(QueuePause(queue=queue, paused=False))
             await eventually(lambda: _completed(backend, healthy), timeout=20)
             [later] = await backend.enqueue_jobs(
                 [

@@ -17,7 +17,7 @@ from raw_store import RawStore, RawValue
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, Settlement
+from conveyor.backends.params import JobFilter, QueuePause, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
@@ -357,7 +357,9 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
         return name
 
     backend = await live_app.backend()
-    await backend.pause_queue("default", True)  # all of it lands in one claim
+    await backend.pause_queue(
+        QueuePause(queue="default", paused=True)
+    )  # all of it lands in one claim
     names = [f"ok-{i}" for i in range(8)]
     await backend.enqueue_jobs(
         [
@@ -368,7 +370,7 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
     if not await _corrupt(raw_live, backend_name, "bad", field, value):
         return  # refused by the schema: checked in _corrupt
     async with RunningWorker(live_app, FAST) as worker:
-        await backend.pause_queue("default", False)
+        await backend.pause_queue(QueuePause(queue="default", paused=False))
         jobs = await wait_finished(live_app, [*names, "bad"])
         # The worker keeps claiming: a job enqueued afterwards runs.
         [later] = await backend.enqueue_jobs(

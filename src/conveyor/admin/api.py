@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from conveyor.backends.contract import Backend, FlowState
 from conveyor.backends.filtering import WAITING_STATES
-from conveyor.backends.params import JobFilter, QueueStats
+from conveyor.backends.params import JobFilter, QueuePause, QueueStats
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.names import match_task_name
@@ -316,11 +316,11 @@ class Admin:
 
     async def pause(self, queue: str, *, by: By = None) -> None:
         async with self.recording("pause", by=by, target=f"queue {queue}"):
-            await (await self.app.backend()).pause_queue(queue, True)
+            await (await self.app.backend()).pause_queue(QueuePause(queue=queue, paused=True))
 
     async def resume(self, queue: str, *, by: By = None) -> None:
         async with self.recording("resume", by=by, target=f"queue {queue}"):
-            await (await self.app.backend()).pause_queue(queue, False)
+            await (await self.app.backend()).pause_queue(QueuePause(queue=queue, paused=False))
 
     async def breakers(self) -> dict[str, BreakerState]:
         """Every circuit breaker the app declares or the store holds, by name."""

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor.backends.contract import Backend, FlowState
-from conveyor.backends.params import RecordIncrement, RecordKey, RecordSwap, Settlement
+from conveyor.backends.params import KeyLimit, RecordIncrement, RecordKey, RecordSwap, Settlement
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job, JobState
 from conveyor.rules.adaptive import Adaptive, LimitState, WindowCounts
@@ -301,7 +301,7 @@ class AdaptiveController:
 
     async def _apply(self, backend: FlowState, key: str, entry: _Key, limit: int) -> None:
         if entry.applied != limit:
-            await backend.set_key_limit(key, limit)
+            await backend.set_key_limit(KeyLimit(concurrency_key=key, limit=limit))
             entry.applied = limit
 
     def limits(self) -> dict[str, int]:

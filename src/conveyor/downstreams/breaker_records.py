@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from conveyor.backends.contract import Backend, SharedRecords
-from conveyor.backends.params import RecordKey, RecordSwap
+from conveyor.backends.params import BucketHold, RecordKey, RecordSwap
 from conveyor.rules.breakers import (
     CLOSED,
     NAMESPACE,
@@ -90,9 +90,13 @@ async def change_breaker(
         ):
             moved_at = new.history[-1].at if new.history else None
             if new.state == OPEN and new.opened_at is not None and new.opened_at != state.opened_at:
-                await backend.hold_rate_bucket(name, HELD_TOKENS, new.opened_at + hold)
+                await backend.hold_rate_bucket(
+                    BucketHold(key=name, tokens=HELD_TOKENS, until=new.opened_at + hold)
+                )
             elif new.state == CLOSED and state.state == OPEN and moved_at is not None:
-                await backend.hold_rate_bucket(name, float(BURST_MAX), moved_at)  # full
+                await backend.hold_rate_bucket(
+                    BucketHold(key=name, tokens=float(BURST_MAX), until=moved_at)
+                )  # full
             return new, True
     raise BreakerContended(f"breaker {name!r}: its record kept changing; try again")
 

@@ -20,6 +20,7 @@ from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
+    BucketHold,
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -27,8 +28,10 @@ from conveyor.backends.params import (
     HeartbeatReply,
     HeldLease,
     JobFilter,
+    KeyLimit,
     Lease,
     LeaseQuery,
+    QueuePause,
     QueueStats,
     RecordIncrement,
     RecordKey,
@@ -131,7 +134,8 @@ class MemoryBackend:
     ) -> bool:
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         with self.store.lock:
             self.store.buckets[key] = (tokens, until)
 
@@ -183,7 +187,8 @@ class MemoryBackend:
             return sum(job_id in self.store.running for job_id in holders)
 
     # --- adaptive limits (FlowState) ---------------------------------------------------
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         with self.store.lock:
             self.store.slots.set_limit(concurrency_key, limit)
         self.store.wakeups.notify()
@@ -225,7 +230,8 @@ class MemoryBackend:
         with self.store.lock:
             return self.store.paused.get(queue, False)
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         inspector.pause_queue(self.store, queue, paused)
 
     # --- shared records -------------------------------------------------------------

@@ -8,7 +8,14 @@ from typing import Any
 
 from conveyor.backends.filtering import redrive_scope, waiting_scope
 from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.params import (
+    FlowLoads,
+    FlowQuery,
+    JobFilter,
+    KeyLimit,
+    QueuePause,
+    QueueStats,
+)
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.rows import filter_params, job_from_row
 from conveyor.model.errors import JobNotFound
@@ -59,7 +66,8 @@ class PostgresInspector(PostgresConnections):
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return int((await self._fetch("running_of_key", {"key": concurrency_key}))[0][0])
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         params = {"key": concurrency_key, "limit": limit}
 
         async def op(conn: AsyncConn) -> None:
@@ -174,7 +182,9 @@ class PostgresInspector(PostgresConnections):
         rows = await self._fetch("queue_paused", {"queue": queue})
         return bool(rows and rows[0][0])
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
+
         async def op(conn: AsyncConn) -> None:
             await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})
             if not paused:

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from conveyor.backends.params import (
+    BucketHold,
     RecordIncrement,
     RecordKey,
     RecordSwap,
@@ -155,7 +156,8 @@ class PostgresRecords(PostgresConnections):
         row = await self._one("delete_record", self._params(namespace, key))
         return row is not None and bool(row[0])
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         params = {"name": key, "tokens": tokens, "until": until}
 
         async def op(conn: AsyncConn) -> None:

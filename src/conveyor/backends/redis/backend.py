@@ -31,6 +31,7 @@ from conveyor.backends.params import (
     JobFilter,
     Lease,
     LeaseQuery,
+    QueuePause,
     Settlement,
 )
 from conveyor.backends.redis import liveness
@@ -400,7 +401,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_id for job_id in ids if job_id in cancelled]
 
     @translated
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(self.keys.paused, queue, "1" if paused else "0")
             if not paused:  # idle workers may have work waiting in it

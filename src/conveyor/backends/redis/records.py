@@ -14,7 +14,14 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from conveyor.backends.params import RecordIncrement, RecordKey, RecordSwap, RecordWrite
+from conveyor.backends.params import (
+    BucketHold,
+    KeyLimit,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
+)
 from conveyor.backends.records import expiry
 from conveyor.backends.redis.codec import float_arg, optional_arg
 from conveyor.backends.redis.errors import translated
@@ -141,14 +148,16 @@ class RedisRecords:
         return bool(deleted)
 
     @translated
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         # One HSET: atomic against claim.lua, which reads and writes the same fields.
         await self.client.hset(
             self.keys.bucket(key),
             mapping={"tokens": float_arg(tokens), "updated_at": float_arg(until)},
         )
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         await self.scripts.call(
             "set_key_limit",
             [self.keys.key_limit(concurrency_key)],

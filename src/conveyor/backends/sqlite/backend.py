@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from conveyor.backends import redact_url
 from conveyor.backends.blobs.directory import DirectoryBlobStore
 from conveyor.backends.params import (
+    BucketHold,
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -26,8 +27,10 @@ from conveyor.backends.params import (
     HeartbeatReply,
     HeldLease,
     JobFilter,
+    KeyLimit,
     Lease,
     LeaseQuery,
+    QueuePause,
     QueueStats,
     RecordIncrement,
     RecordKey,
@@ -190,7 +193,8 @@ class SqliteBackend:
     ) -> bool:
         return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         await self._on_thread(lambda s: records.hold_bucket(s, key, tokens, until))
 
     async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
@@ -242,7 +246,8 @@ class SqliteBackend:
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return await self._on_thread(lambda s: s.count_running_of_key(concurrency_key))
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         await self._on_thread(lambda s: s.set_key_limit(concurrency_key, limit))
         if self._sender is not None:  # a raised limit may have unparked jobs
             self._sender.notify()
@@ -286,7 +291,8 @@ class SqliteBackend:
     async def queue_paused(self, queue: str) -> bool:
         return await self._on_thread(lambda s: s.queue_paused(queue))
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 
     # --- shared records -------------------------------------------------------------
