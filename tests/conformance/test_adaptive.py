@@ -14,7 +14,7 @@ from helpers import error
 from conveyor import Adaptive, Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, FlowState
-from conveyor.backends.params import JobFilter, RecordKey, Settlement
+from conveyor.backends.params import JobFilter, JobPage, RecordKey, Settlement
 from conveyor.downstreams.adaptive_controller import NAMESPACE, AdaptiveController
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
@@ -207,7 +207,7 @@ async def test_claimers_are_held_to_the_decided_limit(
         *(backend.fetch_jobs(strict_claim(["default"], 5, f"w{n}", 30.0)) for n in range(4))
     )
     assert sum(len(jobs) for jobs in claimed) == 3
-    running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=50)
+    running = await backend.list_jobs(JobPage(where=JobFilter(states=(S.RUNNING,)), limit=50))
     assert {job.concurrency_key for job in running} == {KEY}
 
 

@@ -6,7 +6,7 @@ import pytest
 from helpers import claim_one, complete, error, new_job, state_of
 
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -38,7 +38,7 @@ async def kill(
 
 async def test_redrive_dry_run_moves_nothing(backend: Backend, clock: ManualClock) -> None:
     ids = await kill(backend, clock, 3)
-    preview = await backend.redrive_jobs(DEAD, limit=10, dry_run=True)
+    preview = await backend.redrive_jobs(BulkAction(where=DEAD, limit=10, dry_run=True))
     assert sorted(j.id for j in preview) == sorted(ids)
     assert await backend.count_jobs(DEAD) == 3
 
@@ -47,7 +47,7 @@ async def test_redrive_in_batches_oldest_failure_first_with_fresh_attempts(
     backend: Backend, clock: ManualClock
 ) -> None:
     ids = await kill(backend, clock, 5)
-    first = await backend.redrive_jobs(DEAD, limit=2, dry_run=False)
+    first = await backend.redrive_jobs(BulkAction(where=DEAD, limit=2, dry_run=False))
     assert [j.id for j in first] == ids[:2]
     assert all(j.state is JobState.AVAILABLE and j.attempt == 0 for j in first)
     assert all(len(j.errors) == 1 for j in first)  # history is kept
@@ -61,15 +61,23 @@ async def test_redrive_by_task_queue_and_error_type(backend: Backend, clock: Man
     await kill(backend, clock, 2, task="b.task", type_="KeyError", prefix="b")
     await kill(backend, clock, 1, task="b.task", queue="other", type_="KeyError", prefix="c")
     by_type = await backend.redrive_jobs(
-        JobFilter(states=(JobState.DEAD,), error_type="KeyError"), limit=100, dry_run=True
+        BulkAction(
+            where=JobFilter(states=(JobState.DEAD,), error_type="KeyError"), limit=100, dry_run=True
+        )
     )
     assert sorted(j.id for j in by_type) == ["b0", "b1", "c0"]
     by_task_queue = await backend.redrive_jobs(
-        JobFilter(states=(JobState.DEAD,), tasks=("b.task",), queues=("default",)), 100, True
+        BulkAction(
+            where=JobFilter(states=(JobState.DEAD,), tasks=("b.task",), queues=("default",)),
+            limit=100,
+            dry_run=True,
+        )
     )
     assert sorted(j.id for j in by_task_queue) == ["b0", "b1"]
     moved = await backend.redrive_jobs(
-        JobFilter(states=(JobState.DEAD,), tasks=("a.task",)), 100, False
+        BulkAction(
+            where=JobFilter(states=(JobState.DEAD,), tasks=("a.task",)), limit=100, dry_run=False
+        )
     )
     assert sorted(j.id for j in moved) == ["a0", "a1"]
     assert await backend.count_jobs(DEAD) == 3
@@ -77,13 +85,15 @@ async def test_redrive_by_task_queue_and_error_type(backend: Backend, clock: Man
 
 async def test_redrive_refuses_active_states(backend: Backend) -> None:
     with pytest.raises(ValueError):
-        await backend.redrive_jobs(JobFilter(states=(JobState.RUNNING,)), 10, False)
+        await backend.redrive_jobs(
+            BulkAction(where=JobFilter(states=(JobState.RUNNING,)), limit=10, dry_run=False)
+        )
 
 
 async def test_delete_touches_only_finished_jobs(backend: Backend, clock: ManualClock) -> None:
     await kill(backend, clock, 2)
     await backend.enqueue_jobs([new_job(id="waiting")])
-    deleted = await backend.delete_jobs(JobFilter(), limit=100, dry_run=False)
+    deleted = await backend.delete_jobs(BulkAction(where=JobFilter(), limit=100, dry_run=False))
     assert sorted(deleted) == ["d0", "d1"]
     assert await backend.get_job("d0") is None
     assert await state_of(backend, "waiting") is JobState.AVAILABLE
@@ -130,10 +140,12 @@ async def test_list_and_count_with_filters(backend: Backend, clock: ManualClock)
     assert await backend.count_jobs(JobFilter(queues=("q2",))) == 1
     assert await backend.count_jobs(JobFilter(error_type="KeyError")) == 2
     assert await backend.count_jobs(JobFilter(ids=("x1", "d0", "zz"))) == 2
-    listed = await backend.list_jobs(JobFilter(states=(JobState.AVAILABLE,)), limit=10)
+    listed = await backend.list_jobs(
+        JobPage(where=JobFilter(states=(JobState.AVAILABLE,)), limit=10)
+    )
     assert sorted(j.id for j in listed) == ["x1", "x2"]
-    page1 = await backend.list_jobs(JobFilter(), limit=3, offset=0)
-    page2 = await backend.list_jobs(JobFilter(), limit=3, offset=3)
+    page1 = await backend.list_jobs(JobPage(where=JobFilter(), limit=3, offset=0))
+    page2 = await backend.list_jobs(JobPage(where=JobFilter(), limit=3, offset=3))
     assert len(page1) == 3 and len(page2) == 1
     assert {j.id for j in page1} | {j.id for j in page2} == {"d0", "d1", "x1", "x2"}
 
@@ -141,7 +153,12 @@ async def test_list_and_count_with_filters(backend: Backend, clock: ManualClock)
 async def test_delete_limit_counts_only_finished_jobs(backend: Backend, clock: ManualClock) -> None:
     await kill(backend, clock, 3)
     await backend.enqueue_jobs([new_job(id=f"active{i}") for i in range(5)])
-    deleted = await backend.delete_jobs(JobFilter(), limit=2, dry_run=False)
+    deleted = await backend.delete_jobs(BulkAction(where=JobFilter(), limit=2, dry_run=False))
     assert len(deleted) == 2 and set(deleted) <= {"d0", "d1", "d2"}
-    assert await backend.delete_jobs(JobFilter(states=(JobState.AVAILABLE,)), 100, False) == []
+    assert (
+        await backend.delete_jobs(
+            BulkAction(where=JobFilter(states=(JobState.AVAILABLE,)), limit=100, dry_run=False)
+        )
+        == []
+    )
     assert await backend.count_jobs(JobFilter(states=(JobState.AVAILABLE,))) == 5

@@ -17,7 +17,7 @@ from raw_store import RawStore, RawValue
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, QueuePause, Settlement
+from conveyor.backends.params import JobFilter, JobPage, QueuePause, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
@@ -150,7 +150,7 @@ async def test_listings_counts_and_stats_show_corrupt_jobs(
     if await raw.write("bad-state", "state", "paused"):
         stored.add("bad-state")
 
-    listed = await backend.list_jobs(JobFilter(), limit=50)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(), limit=50))
     corrupt = {job.id: job.corrupt for job in listed if job.corrupt}
     assert set(corrupt) == stored
     assert len(listed) == 5
@@ -160,9 +160,13 @@ async def test_listings_counts_and_stats_show_corrupt_jobs(
         assert bad_state.corrupt == "state: unknown state 'paused'"
     assert await backend.count_jobs(JobFilter()) == 5
     # Filters that read the damaged fields still answer.
-    assert [j.id for j in await backend.list_jobs(JobFilter(error_type="Oops"))] == []
+    assert [
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(error_type="Oops")))
+    ] == []
     assert await backend.count_jobs(JobFilter(error_type="Oops")) == 0
-    assert {j.id for j in await backend.list_jobs(JobFilter(args_contains="args"))} >= {"fine"}
+    assert {
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(args_contains="args")))
+    } >= {"fine"}
     for job_id in stored:
         job = await backend.get_job(job_id)
         assert job is not None and job.corrupt == corrupt[job_id]
@@ -261,7 +265,7 @@ async def test_a_claimed_job_whose_id_is_not_text_can_still_be_settled(
     assert len(jobs) == 3
     outcomes = [corrupt_outcome(j, clock.now, "w1") if j.corrupt else complete(j) for j in jobs]
     assert await backend.settle_jobs(outcomes) == []
-    listed = await backend.list_jobs(JobFilter(), limit=10)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(), limit=10))
     assert sorted(j.state for j in listed) == sorted(o.state for o in outcomes)
     assert {j.id for j in listed} == {j.id for j in jobs}
     for job in jobs:
@@ -322,7 +326,7 @@ async def test_dedup_and_prune_next_to_corrupt_finished_jobs(
     assert new.id == "new"
     clock.advance(7200)
     pruned = await backend.prune_jobs(clock.now, clock.now)
-    remaining = {j.id for j in await backend.list_jobs(JobFilter(), limit=10)}
+    remaining = {j.id for j in await backend.list_jobs(JobPage(where=JobFilter(), limit=10))}
     assert "new" in remaining and "old" not in remaining
     assert pruned == 3 - len(remaining)
 

@@ -10,7 +10,7 @@ from helpers import complete, new_job
 
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import FlowLoads, FlowQuery, KeyLoad
+from conveyor.backends.params import BulkAction, FlowLoads, FlowQuery, KeyLoad
 from conveyor.model.job import JobState
 
 
@@ -99,5 +99,8 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
     assert (stats["mail"].shed, stats["mail"].counts[JobState.AVAILABLE]) == (100, 20)
     assert stats["other"].shed == 0
     cancelled = JobFilter(states=(JobState.CANCELLED,), queues=("mail",))
-    assert len(await backend.delete_jobs(cancelled, 1000, False)) == 100
+    assert (
+        len(await backend.delete_jobs(BulkAction(where=cancelled, limit=1000, dry_run=False)))
+        == 100
+    )
     assert {s.queue: s.shed for s in await backend.queue_stats()}["mail"] == 100

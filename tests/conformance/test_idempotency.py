@@ -12,7 +12,7 @@ from helpers import RunningWorker, claim_one, error, eventually, wait_finished
 
 from conveyor import Conveyor, Snooze, current_job
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, RecordKey, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, RecordKey, Settlement
 from conveyor.context import JobContext
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import OnceWindowTooShort
@@ -66,7 +66,7 @@ async def test_fence_grows_on_every_claim_across_retry_rescue_and_redrive(
     await backend.settle_jobs(
         [Settlement(third.id, third.lease_token, JobState.DEAD, error=error(3))]
     )
-    [redriven] = await backend.redrive_jobs(DEAD, limit=10, dry_run=False)
+    [redriven] = await backend.redrive_jobs(BulkAction(where=DEAD, limit=10, dry_run=False))
     assert redriven.attempt == 0  # a redrive resets the attempts ...
     fourth = await claimed()
     assert fourth.attempt == 1

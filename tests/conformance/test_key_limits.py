@@ -13,7 +13,7 @@ from helpers import complete, new_job
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend, FlowState
-from conveyor.backends.params import JobFilter, KeyLimit
+from conveyor.backends.params import JobFilter, JobPage, KeyLimit
 from conveyor.model.job import Job, JobState
 
 S = JobState
@@ -25,7 +25,7 @@ async def claim(backend: Backend, n: int = 50, worker: str = "w1") -> list[Job]:
 
 
 async def running_of_key(backend: Backend) -> int:
-    running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=10_000)
+    running = await backend.list_jobs(JobPage(where=JobFilter(states=(S.RUNNING,)), limit=10_000))
     return sum(job.concurrency_key == KEY for job in running)
 
 
@@ -104,9 +104,9 @@ async def test_dropping_the_limit_goes_back_to_the_jobs_own(backend: Backend) ->
     assert len(await claim(backend)) == 1
     await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=None))
     assert len(await claim(backend)) == 2
-    assert Counter(job.state for job in await backend.list_jobs(JobFilter(), limit=100)) == Counter(
-        {S.RUNNING: 3, S.AVAILABLE: 7}
-    )
+    assert Counter(
+        job.state for job in await backend.list_jobs(JobPage(where=JobFilter(), limit=100))
+    ) == Counter({S.RUNNING: 3, S.AVAILABLE: 7})
 
 
 async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:

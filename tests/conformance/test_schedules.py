@@ -20,7 +20,7 @@ from helpers import RunningWorker, complete, eventually
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, RecordWrite
+from conveyor.backends.params import JobFilter, JobPage, RecordWrite
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.scheduling.scheduler import Scheduler, schedule_reports
@@ -70,7 +70,7 @@ async def run_all(backend: Backend, executions: Counter[str]) -> list[Job]:
 
 
 async def jobs_of(backend: Backend) -> list[Job]:
-    return await backend.list_jobs(JobFilter(tasks=("tests.tick",)), limit=10_000)
+    return await backend.list_jobs(JobPage(where=JobFilter(tasks=("tests.tick",)), limit=10_000))
 
 
 def run_of(job: Job) -> ScheduledRun:

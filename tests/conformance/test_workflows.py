@@ -24,7 +24,7 @@ from helpers import (
 from conveyor import Conveyor, Failure, chain, chord, group
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, Settlement
 from conveyor.handle import JobHandle
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed
@@ -291,7 +291,9 @@ async def test_redriving_a_dead_member_resumes_what_it_cancelled(backend: Backen
     await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
     await backend.settle_jobs([complete(b, "2")])  # ends while c is already cancelled
     assert [await state_of(backend, i) for i in "cd"] == [S.CANCELLED, S.CANCELLED]
-    [redriven] = await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    [redriven] = await backend.redrive_jobs(
+        BulkAction(where=JobFilter(ids=("a",)), limit=10, dry_run=False)
+    )
     assert redriven.state is S.AVAILABLE
     c, d = await backend.get_job("c"), await backend.get_job("d")
     assert c is not None and c.state is S.BLOCKED and c.finished_at is None
@@ -317,16 +319,18 @@ async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(backen
     await backend.settle_jobs(
         [Settlement(j.id, j.lease_token, S.DEAD, error=error(1)) for j in jobs]
     )
-    await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=("a",)), limit=10, dry_run=False))
     assert await state_of(backend, "c") is S.CANCELLED  # b is still dead
-    await backend.redrive_jobs(JobFilter(ids=("b",)), 10, dry_run=False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=("b",)), limit=10, dry_run=False))
     c = await backend.get_job("c")
     assert c is not None and c.state is S.BLOCKED
 
 
 async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
-    assert await backend.cancel_jobs(JobFilter(queues=("default",)), 10, dry_run=False) == ["a"]
+    assert await backend.cancel_jobs(
+        BulkAction(where=JobFilter(queues=("default",)), limit=10, dry_run=False)
+    ) == ["a"]
     b = await backend.get_job("b")
     assert b is not None and b.state is S.CANCELLED
     assert [(e.type, e.message) for e in b.errors] == [

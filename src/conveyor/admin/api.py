@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from conveyor.backends.contract import Backend, FlowState
 from conveyor.backends.filtering import WAITING_STATES
-from conveyor.backends.params import JobFilter, QueuePause, QueueStats
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, QueuePause, QueueStats
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.names import match_task_name
@@ -184,8 +184,10 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if after is None:
-            return await backend.list_jobs(where, limit, offset)
-        return await backend.list_jobs(where, limit, offset, after=after)
+            return await backend.list_jobs(JobPage(where=where, limit=limit, offset=offset))
+        return await backend.list_jobs(
+            JobPage(where=where, limit=limit, offset=offset, after=after)
+        )
 
     async def count(self, where: JobFilter = JobFilter()) -> int:
         return await (await self.app.backend()).count_jobs(await self.resolve(where))
@@ -233,9 +235,9 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if dry_run:
-            return await backend.redrive_jobs(where, limit, True)
+            return await backend.redrive_jobs(BulkAction(where=where, limit=limit, dry_run=True))
         async with self.recording("redrive", by=by, where=where) as act:
-            jobs = await backend.redrive_jobs(where, limit, False)
+            jobs = await backend.redrive_jobs(BulkAction(where=where, limit=limit, dry_run=False))
             act.add([j.id for j in jobs])
         return jobs
 
@@ -246,9 +248,9 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if dry_run:
-            return await backend.delete_jobs(where, limit, True)
+            return await backend.delete_jobs(BulkAction(where=where, limit=limit, dry_run=True))
         async with self.recording("delete", by=by, where=where) as act:
-            ids = await backend.delete_jobs(where, limit, False)
+            ids = await backend.delete_jobs(BulkAction(where=where, limit=limit, dry_run=False))
             act.add(ids)
         await self._delete_blobs(ids)
         return ids
@@ -284,7 +286,9 @@ class Admin:
             return await backend.count_jobs(scoped)
         async with self.recording("purge", by=by, target=f"queue {queue}", where=scoped) as act:
             while True:
-                ids = await backend.cancel_jobs(scoped, PURGE_BATCH, False)
+                ids = await backend.cancel_jobs(
+                    BulkAction(where=scoped, limit=PURGE_BATCH, dry_run=False)
+                )
                 act.add(ids)
                 if len(ids) < PURGE_BATCH:
                     break

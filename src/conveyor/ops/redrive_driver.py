@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from conveyor.backends.params import JobFilter, RecordKey, RecordSwap
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, RecordKey, RecordSwap
 from conveyor.model.job import JobState
 from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.ops.redrive_runs import DRIVER_LEASE, RUN_TTL, RUNS_NAMESPACE, RedriveRun, RunStatus
@@ -100,7 +100,7 @@ class Driver:
         if n <= 0 or self.exhausted:
             return 0
         backend = await self.app.backend()
-        jobs = await backend.redrive_jobs(run.where, n, False)
+        jobs = await backend.redrive_jobs(BulkAction(where=run.where, limit=n, dry_run=False))
         self.tokens -= len(jobs)
         self.watching.update({j.id: len(j.errors) for j in jobs})
         if len(jobs) < n:
@@ -118,7 +118,9 @@ class Driver:
             chunk = ids[start : start + 500]
             found = {
                 j.id: j
-                for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                for j in await backend.list_jobs(
+                    JobPage(where=JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                )
             }
             for job_id in chunk:
                 job = found.get(job_id)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from conveyor.backends.blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter
+from conveyor.backends.params import JobFilter, JobPage
 from conveyor.model import validation as valid
 from conveyor.model.clock import Clock
 from conveyor.model.errors import ConfigurationError, CorruptPayload, ResultExpired
@@ -293,7 +293,10 @@ class ClaimCheck:
         for start in range(0, len(job_ids), _SWEEP_BATCH):
             chunk = job_ids[start : start + _SWEEP_BATCH]
             alive = {
-                j.id for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                j.id
+                for j in await backend.list_jobs(
+                    JobPage(where=JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                )
             }
             gone += [i for i in chunk if i not in alive]
         return await store.delete_job_blobs(gone) if gone else 0

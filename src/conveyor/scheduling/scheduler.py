@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, RecordKey, RecordWrite
+from conveyor.backends.params import JobFilter, JobPage, RecordKey, RecordWrite
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import ACTIVE_STATES, Job, NewJob
 from conveyor.scheduling.schedules import SCHEDULE_META_KEY, Run, Schedule, ScheduledRun, iso
@@ -178,7 +178,7 @@ class Scheduler:
         if not state.recent_job_ids:
             return False
         active = await backend.list_jobs(
-            JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1
+            JobPage(where=JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1)
         )
         return bool(active)
 

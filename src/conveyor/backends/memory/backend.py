@@ -21,6 +21,7 @@ from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
     BucketHold,
+    BulkAction,
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -28,6 +29,7 @@ from conveyor.backends.params import (
     HeartbeatReply,
     HeldLease,
     JobFilter,
+    JobPage,
     KeyLimit,
     Lease,
     LeaseQuery,
@@ -173,9 +175,13 @@ class MemoryBackend:
         with store.lock:
             return store.job(job_id)
 
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
-    ) -> list[Job]:
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         return inspector.list_jobs(self.store, where, limit, offset, after)
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -200,13 +206,16 @@ class MemoryBackend:
     async def cancel_job(self, job_id: str) -> Job | None:
         return inspector.cancel_job(self.store, job_id, self.clock())
 
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.redrive_jobs(self.store, where, limit, dry_run, self.clock())
 
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.delete_jobs(self.store, where, limit, dry_run)
 
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.cancel_jobs(self.store, where, limit, dry_run, self.clock())
 
     async def task_names(self, where: JobFilter) -> list[str]:

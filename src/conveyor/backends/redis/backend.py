@@ -24,11 +24,11 @@ from redis.exceptions import NoScriptError, ResponseError
 from conveyor.backends import redact_url
 from conveyor.backends.filtering import redrive_scope, waiting_scope
 from conveyor.backends.params import (
+    BulkAction,
     ClaimedJobs,
     ClaimRequest,
     HeartbeatReply,
     HeldLease,
-    JobFilter,
     Lease,
     LeaseQuery,
     QueuePause,
@@ -361,7 +361,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return job_from_reply(row) if row else None
 
     @translated
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = redrive_scope(where)
         ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
@@ -372,7 +373,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_from_reply(row) for row in rows]
 
     @translated
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
         if not finished:
             return []  # active jobs are never deleted
@@ -384,7 +386,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_id for job_id in ids if job_id in deleted]
 
     @translated
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = waiting_scope(where)
         if scoped is None:
             return []

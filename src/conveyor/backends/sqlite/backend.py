@@ -20,6 +20,7 @@ from conveyor.backends import redact_url
 from conveyor.backends.blobs.directory import DirectoryBlobStore
 from conveyor.backends.params import (
     BucketHold,
+    BulkAction,
     ClaimedJobs,
     ClaimRequest,
     FlowLoads,
@@ -27,6 +28,7 @@ from conveyor.backends.params import (
     HeartbeatReply,
     HeldLease,
     JobFilter,
+    JobPage,
     KeyLimit,
     Lease,
     LeaseQuery,
@@ -235,9 +237,13 @@ class SqliteBackend:
     async def get_job(self, job_id: str) -> Job | None:
         return await self._on_thread(lambda s: s.get_job(job_id))
 
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
-    ) -> list[Job]:
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         return await self._on_thread(lambda s: s.list_jobs(where, limit, offset, after=after))
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -261,13 +267,15 @@ class SqliteBackend:
             self._done_sender.notify()
         return job
 
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         jobs = await self._on_thread(lambda s: s.redrive_jobs(where, limit, dry_run))
         if jobs and not dry_run and self._sender is not None:
             self._sender.notify()
         return jobs
 
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return await self._on_thread(lambda s: s.delete_jobs(where, limit, dry_run))
 
     async def dependants_of(self, job_id: str) -> list[str]:
@@ -276,7 +284,8 @@ class SqliteBackend:
     async def parents_of(self, job_id: str) -> list[str]:
         return await self._on_thread(lambda s: SqliteDependants(s.conn, 0.0).parents(job_id))
 
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return await self._on_thread(lambda s: s.cancel_jobs(where, limit, dry_run))
 
     async def task_names(self, where: JobFilter) -> list[str]:
