@@ -188,7 +188,7 @@ def settle_calls(
         if s.refund_attempt:
             release += [s.job_id, s.token, s.state.value, run_at]
         else:
-            error = None if s.error is None else json.dumps(s.error.to_dict())
+            error = None if s.error is None else s.error.to_json()
             fail += [s.job_id, s.token, s.state.value, run_at, optional_arg(error)]
     calls: list[ScriptCall] = []
     if len(complete) > 3:
