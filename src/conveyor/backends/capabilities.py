@@ -1,6 +1,7 @@
-"""Optional capabilities beyond the contract (`conveyor.backends.contract`): each a
+"""Optional capabilities beyond the contract (`conveyor.backends.contract`), each a
 protocol the core asks for with `isinstance(backend, Protocol)`, saying clearly when a
-backend lacks it. docs/architecture.md, "The backend seam", says what each one promises."""
+backend lacks it; and the conformance suite's test hook. docs/architecture.md, "The
+backend seam", says what each one promises."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from conveyor.backends.params import EnqueueIn, FinishWait, RecordSwapIn, TransactionalCompletion
+from conveyor.backends.params import (
+    EnqueueIn,
+    FinishWait,
+    ForcedState,
+    RecordSwapIn,
+    TransactionalCompletion,
+)
 from conveyor.model.job import Job, NewJob
 
 
@@ -84,3 +91,10 @@ class FinishWakeups(Protocol):
 
     async def wait_for_finish(self, finish_wait: FinishWait) -> None:
         """Return once the job has ended or may have (a hint), or after the timeout."""
+
+
+@runtime_checkable
+class StateForcing(Protocol):
+    """Test hook for the conformance suite: a raw state write through the storage guard."""
+
+    async def force_state(self, forced_state: ForcedState) -> None: ...

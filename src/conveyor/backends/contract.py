@@ -7,33 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from conveyor.backends.params import (
-    BucketHold,
-    BulkAction,
-    CheckpointWrite,
-    ClaimedJobs,
-    ClaimRequest,
-    FlowLoads,
-    FlowQuery,
-    ForcedState,
-    Heartbeat,
-    HeartbeatReply,
-    HeldLease,
-    JobFilter,
-    JobPage,
-    JobWait,
-    KeyLimit,
-    LeaseQuery,
-    QueuePause,
-    QueueStats,
-    RecordIncrement,
-    RecordKey,
-    RecordSwap,
-    RecordWrite,
-    ResultSweep,
-    Retention,
-    Settlement,
-)
+from conveyor.backends import params
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job, NewJob
 
@@ -52,28 +26,28 @@ class JobLifecycle(Protocol):
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         """Insert jobs in one round trip; a duplicate returns the existing job."""
 
-    async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
+    async def fetch_jobs(self, request: params.ClaimRequest) -> params.ClaimedJobs:
         """Stage due jobs, then claim as `request` says, atomically."""
 
-    async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
+    async def settle_jobs(self, settlements: Sequence[params.Settlement]) -> list[str]:
         """Apply attempt outcomes; return the ids whose token was stale."""
 
-    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: params.Heartbeat) -> params.HeartbeatReply:
         """Extend the leases still held; say which are lost or asked to cancel."""
 
-    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+    async def checkpoint_job(self, checkpoint_write: params.CheckpointWrite) -> bool:
         """Store JSON progress fenced by the lease; False if the lease was lost."""
 
-    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+    async def wait_for_jobs(self, job_wait: params.JobWait) -> None:
         """Return when new work may be there (a hint) or after the timeout."""
 
-    async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
+    async def find_leases(self, query: params.LeaseQuery) -> list[params.HeldLease]:
         """Running jobs whose lease expired or whose worker is gone."""
 
-    async def prune_jobs(self, retention: Retention) -> int:
+    async def prune_jobs(self, retention: params.Retention) -> int:
         """Delete finished jobs past retention, never inside a live `unique_for` window."""
 
-    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+    async def expire_results(self, result_sweep: params.ResultSweep) -> list[str]:
         """Clear expired results (found by an index); return those jobs' ids."""
 
     async def get_job(self, job_id: str) -> Job | None: ...
@@ -83,23 +57,23 @@ class JobLifecycle(Protocol):
 class Inspector(Protocol):
     """What operators read and do."""
 
-    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+    async def list_jobs(self, job_page: params.JobPage) -> list[Job]:
         """One page of the jobs matching a filter, newest enqueued first."""
 
-    async def count_jobs(self, where: JobFilter) -> int: ...
+    async def count_jobs(self, where: params.JobFilter) -> int: ...
     async def cancel_job(self, job_id: str) -> Job | None:
         """Cancel a waiting job; flag a running one (cooperative). None if unknown."""
 
-    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: params.BulkAction) -> list[Job]:
         """Send dead (or cancelled) jobs back to available, oldest failure first."""
 
-    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+    async def delete_jobs(self, bulk_action: params.BulkAction) -> list[str]:
         """Delete finished jobs (never active ones); return their ids."""
 
-    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+    async def cancel_jobs(self, bulk_action: params.BulkAction) -> list[str]:
         """Cancel waiting jobs in one atomic step; return their ids."""
 
-    async def task_names(self, where: JobFilter) -> list[str]:
+    async def task_names(self, where: params.JobFilter) -> list[str]:
         """The distinct task names of the jobs matching `where`, sorted."""
 
     async def dependants_of(self, job_id: str) -> list[str]:
@@ -108,21 +82,21 @@ class Inspector(Protocol):
     async def parents_of(self, job_id: str) -> list[str]:
         """The ids of the jobs this one was enqueued to wait on, as given."""
 
-    async def queue_stats(self) -> list[QueueStats]: ...
+    async def queue_stats(self) -> list[params.QueueStats]: ...
 
 
 @runtime_checkable
 class FlowState(Protocol):
     """Flow control's state: pauses, rate buckets, key limits and what they hold back."""
 
-    async def pause_queue(self, queue_pause: QueuePause) -> None: ...
+    async def pause_queue(self, queue_pause: params.QueuePause) -> None: ...
     async def queue_paused(self, queue: str) -> bool:
         """Whether `queue` is paused (one flag read)."""
 
-    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+    async def hold_rate_bucket(self, bucket_hold: params.BucketHold) -> None:
         """Store a rate limit bucket's tokens as of a time that may be ahead."""
 
-    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+    async def set_key_limit(self, key_limit: params.KeyLimit) -> None:
         """Hold a concurrency key to a limit from now on (None: its jobs' own)."""
 
     async def key_limit(self, concurrency_key: str) -> int | None:
@@ -131,7 +105,7 @@ class FlowState(Protocol):
     async def count_running_of_key(self, concurrency_key: str) -> int:
         """How many jobs of a concurrency key run now."""
 
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+    async def flow_loads(self, query: params.FlowQuery) -> params.FlowLoads:
         """What holds a queue's jobs back: top keys by running and held, buckets."""
 
 
@@ -139,33 +113,26 @@ class FlowState(Protocol):
 class SharedRecords(Protocol):
     """Text values under (namespace, key), shared by every worker, each verb atomic."""
 
-    async def get_record(self, record_key: RecordKey) -> str | None: ...
+    async def get_record(self, record_key: params.RecordKey) -> str | None: ...
     async def list_records(self, namespace: str) -> dict[str, str]:
         """Every live (key -> value) of a namespace."""
 
-    async def put_record(self, record_write: RecordWrite) -> None:
+    async def put_record(self, record_write: params.RecordWrite) -> None:
         """Store the value, replacing any previous one (and its TTL)."""
 
-    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+    async def put_record_if_absent(self, record_write: params.RecordWrite) -> bool:
         """Store the value only if no live record has that key; True if stored."""
 
-    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+    async def compare_and_set_record(self, record_swap: params.RecordSwap) -> bool:
         """Replace the record only if it is now the expected value; True if replaced."""
 
-    async def incr_record(self, record_increment: RecordIncrement) -> int:
+    async def incr_record(self, record_increment: params.RecordIncrement) -> int:
         """Add to an integer record (absent counts as 0); return the new value."""
 
-    async def delete_record(self, record_key: RecordKey) -> bool:
+    async def delete_record(self, record_key: params.RecordKey) -> bool:
         """Delete the record; True if a live one was there."""
 
 
 @runtime_checkable
 class Backend(JobLifecycle, Inspector, FlowState, SharedRecords, Protocol):
     """Everything a backend does: the four roles."""
-
-
-@runtime_checkable
-class StateForcing(Protocol):
-    """Test hook for the conformance suite: a raw state write through the storage guard."""
-
-    async def force_state(self, forced_state: ForcedState) -> None: ...
