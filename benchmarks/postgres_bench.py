@@ -28,7 +28,7 @@ import psycopg
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.params import JobFilter, QueuePause
+from conveyor.backends.params import JobFilter, JobWait, QueuePause
 from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
 
@@ -75,7 +75,9 @@ def serve(url: str, concurrency: int, poll: float) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         backend = await app.backend()
-        await backend.wait_for_jobs((QUEUE,), 0)  # listener connected before "ready"
+        await backend.wait_for_jobs(
+            JobWait(queues=(QUEUE,), timeout=0)
+        )  # listener connected before "ready"
         print("ready", flush=True)
         await worker.run()
         await app.aclose()

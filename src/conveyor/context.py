@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 
 from conveyor.backends.capabilities import CompleteInTransaction, RecordsInTransaction
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import Lease, RecordSwapIn
+from conveyor.backends.params import CheckpointWrite, Lease, RecordSwapIn, TransactionalCompletion
 from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import Job
@@ -119,7 +119,9 @@ class JobContext:
         """Store JSON progress durably, fenced by this attempt's lease."""
         encoded = json.dumps(state, allow_nan=False)
         prog = None if progress is None else json.dumps({"fraction": progress, "message": message})
-        if not await self.backend.checkpoint_job(self.lease, encoded, prog):
+        if not await self.backend.checkpoint_job(
+            CheckpointWrite(lease=self.lease, checkpoint=encoded, progress=prog)
+        ):
             self.lease_lost = True
             raise StaleLease(f"job {self.id}: lease lost, checkpoint rejected")
         self.last_checkpoint = state
@@ -132,7 +134,9 @@ class JobContext:
 
     async def progress_async(self, fraction: float, message: str | None = None) -> None:
         prog = json.dumps({"fraction": fraction, "message": message})
-        if not await self.backend.checkpoint_job(self.lease, None, prog):
+        if not await self.backend.checkpoint_job(
+            CheckpointWrite(lease=self.lease, checkpoint=None, progress=prog)
+        ):
             self.lease_lost = True
             raise StaleLease(f"job {self.id}: lease lost, progress rejected")
 
@@ -296,7 +300,11 @@ class JobContext:
         """
         try:
             async with self._transactional().complete_in_transaction(
-                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+                TransactionalCompletion(
+                    lease=self.lease,
+                    result=json.dumps(result, allow_nan=False),
+                    result_ttl=result_ttl_of(self.job),
+                )
             ) as conn:
                 self._open_transaction = conn
                 try:
@@ -321,7 +329,11 @@ class JobContext:
         """
         try:
             with self._transactional().complete_in_transaction_sync(
-                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+                TransactionalCompletion(
+                    lease=self.lease,
+                    result=json.dumps(result, allow_nan=False),
+                    result_ttl=result_ttl_of(self.job),
+                )
             ) as conn:
                 self._open_transaction_sync = conn
                 try:

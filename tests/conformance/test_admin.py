@@ -6,7 +6,7 @@ import pytest
 from helpers import claim_one, complete, error, new_job, state_of
 
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Retention, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -108,13 +108,20 @@ async def test_prune_keeps_dead_longer_than_completed(backend: Backend, clock: M
         await backend.settle_jobs([complete(await claim_one(backend))])
     clock.advance(3600)
     # completed older than 1 s are pruned; dead only older than 1 day; a live unique window stays.
-    pruned = await backend.prune_jobs(completed_before=clock.now - 1, dead_before=clock.now - 86400)
+    pruned = await backend.prune_jobs(
+        Retention(completed_before=clock.now - 1, dead_before=clock.now - 86400)
+    )
     assert pruned == 1
     assert await backend.get_job("ok") is None
     assert await backend.get_job("uniq") is not None
     assert await backend.get_job("dead0") is not None
     clock.advance(86400)
-    assert await backend.prune_jobs(clock.now - 1, clock.now - 86400) == 2
+    assert (
+        await backend.prune_jobs(
+            Retention(completed_before=clock.now - 1, dead_before=clock.now - 86400)
+        )
+        == 2
+    )
 
 
 async def test_stats_counts_and_oldest_age(backend: Backend, clock: ManualClock) -> None:

@@ -9,7 +9,7 @@ from helpers import new_job
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import ClaimRequest, JobFilter, QueuePause, QueueQuota
+from conveyor.backends.params import ClaimRequest, JobFilter, JobWait, QueuePause, QueueQuota
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -118,10 +118,12 @@ async def test_wait_for_jobs_wakes_on_enqueue_from_another_client(
         waiting_backend = await consumer.backend()
         producing_backend = await producer.backend()
         # Prime the listener, then wait with a long timeout: the enqueue must cut it short.
-        await waiting_backend.wait_for_jobs(["default"], 0.01)
+        await waiting_backend.wait_for_jobs(JobWait(queues=["default"], timeout=0.01))
         loop = asyncio.get_running_loop()
         started = loop.time()
-        waiter = asyncio.create_task(waiting_backend.wait_for_jobs(["default"], 20.0))
+        waiter = asyncio.create_task(
+            waiting_backend.wait_for_jobs(JobWait(queues=["default"], timeout=20.0))
+        )
         await producing_backend.enqueue_jobs([new_job(id="wake")])
         await asyncio.wait_for(waiter, 5.0)
         assert loop.time() - started < 5.0

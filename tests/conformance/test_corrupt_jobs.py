@@ -17,7 +17,7 @@ from raw_store import RawStore, RawValue
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, JobPage, QueuePause, Settlement
+from conveyor.backends.params import JobFilter, JobPage, QueuePause, Retention, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
@@ -325,7 +325,7 @@ async def test_dedup_and_prune_next_to_corrupt_finished_jobs(
     [new] = await backend.enqueue_jobs([new_job(id="new", unique_key="k")])
     assert new.id == "new"
     clock.advance(7200)
-    pruned = await backend.prune_jobs(clock.now, clock.now)
+    pruned = await backend.prune_jobs(Retention(completed_before=clock.now, dead_before=clock.now))
     remaining = {j.id for j in await backend.list_jobs(JobPage(where=JobFilter(), limit=10))}
     assert "new" in remaining and "old" not in remaining
     assert pruned == 3 - len(remaining)

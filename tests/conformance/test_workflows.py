@@ -24,7 +24,7 @@ from helpers import (
 from conveyor import Conveyor, Failure, chain, chord, group
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import BulkAction, JobFilter, Settlement
+from conveyor.backends.params import BulkAction, FinishWait, JobFilter, Settlement
 from conveyor.handle import JobHandle
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed
@@ -263,7 +263,7 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
     assert isinstance(backend, FinishWakeups)
     await backend.enqueue_jobs([new_job(id="w")])
     job = await claim_one(backend)
-    waiter = asyncio.create_task(backend.wait_for_finish("w", 30))
+    waiter = asyncio.create_task(backend.wait_for_finish(FinishWait(job_id="w", timeout=30)))
     # Settled only once the waiter has looked and parked: a settle before it would end
     # the wait by its look, and the wake-up would go untested.
     await eventually(lambda: finish_waiter_parked(backend, "w"))
@@ -273,7 +273,7 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
     await asyncio.wait_for(waiter, 10)
     assert time.monotonic() - began < 5  # woken, not the 30 s timeout
     # Already ended: returns at once.
-    await asyncio.wait_for(backend.wait_for_finish("w", 30), 5)
+    await asyncio.wait_for(backend.wait_for_finish(FinishWait(job_id="w", timeout=30)), 5)
     handle = JobHandle(app, await backend.get_job("w"))  # type: ignore[arg-type]
     assert await handle.result_async(5) == 7
 

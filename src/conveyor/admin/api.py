@@ -18,9 +18,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.contract import Backend
 from conveyor.backends.filtering import WAITING_STATES
-from conveyor.backends.params import BulkAction, JobFilter, JobPage, QueuePause, QueueStats
+from conveyor.backends.params import (
+    BulkAction,
+    JobFilter,
+    JobPage,
+    QueuePause,
+    QueueStats,
+    Retention,
+)
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.names import match_task_name
@@ -156,11 +163,7 @@ class Admin:
         if job.concurrency_key is not None:
             running = await backend.count_running_of_key(job.concurrency_key)
             # An adaptive key's limit is the one its controller set (conveyor.rules.adaptive).
-            limit = (
-                await backend.key_limit(job.concurrency_key)
-                if isinstance(backend, FlowState)
-                else None
-            )
+            limit = await backend.key_limit(job.concurrency_key)
             by_key = held_back(job, running, limit)
         if by_key is not None:
             reasons.append(by_key)
@@ -343,7 +346,9 @@ class Admin:
         """Delete finished jobs past retention, clear results past their result_ttl,
         then delete blobs whose job is gone."""
         backend = await self.app.backend()
-        pruned = await backend.prune_jobs(completed_before, dead_before)
+        pruned = await backend.prune_jobs(
+            Retention(completed_before=completed_before, dead_before=dead_before)
+        )
         await self.app.claim_check.expire_results(backend, self.app.clock())
         await self.app.claim_check.sweep_orphans(backend, self.app.clock())
         return pruned

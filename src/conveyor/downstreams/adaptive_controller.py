@@ -1,6 +1,6 @@
 """The workers' side of adaptive concurrency (conveyor.rules.adaptive): outcomes counted per
 key and window in the shared records, one decision per window fleet-wide, the limit
-written to the backend, which holds every claimer to it (FlowState).
+written to the backend, which holds every claimer to it (FlowState.set_key_limit).
 
 Each key has one record, its `LimitState` (limit, version, when decided). A worker
 counts its attempts' outcomes in memory and, every `sync_interval` seconds, adds them
@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.contract import Backend
 from conveyor.backends.params import KeyLimit, RecordIncrement, RecordKey, RecordSwap, Settlement
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job, JobState
@@ -69,7 +69,6 @@ class AdaptiveController:
     def __init__(self, rule_of: Callable[[str], Adaptive | None]) -> None:
         self._rule_of = rule_of
         self._keys: dict[str, _Key] = {}
-        self._unsupported_logged = False
         # Set when an attempt ends with a counted signal: the sync loop runs at once,
         # so the fleet cuts within a round trip instead of at the window's end.
         self.signalled = asyncio.Event()
@@ -163,13 +162,6 @@ class AdaptiveController:
 
     async def sync(self, backend: Backend, now: float) -> None:
         """Flush this worker's counts, read each key's state, decide where due."""
-        if not isinstance(backend, FlowState):
-            if not self._unsupported_logged:
-                self._unsupported_logged = True
-                log.warning(
-                    "this backend cannot set a key's limit: adaptive tasks keep their start limit"
-                )
-            return
         for key, entry in list(self._keys.items()):
             if (
                 not entry.started
@@ -196,7 +188,6 @@ class AdaptiveController:
         return state
 
     async def _sync_key(self, backend: Backend, key: str, entry: _Key, now: float) -> None:
-        assert isinstance(backend, FlowState)
         cached = entry.state
         if (
             cached is not None
@@ -271,7 +262,6 @@ class AdaptiveController:
         now: float,
     ) -> bool:
         """Write the next state if `state` is still the fleet's; True if written."""
-        assert isinstance(backend, FlowState)
         limit = entry.rule.next_limit(state.limit, window, saturated, _after_cut(state))
         decided = LimitState(
             limit, state.version + 1, now, now if limit < state.limit else state.cut_at
@@ -299,7 +289,7 @@ class AdaptiveController:
         await self._apply(backend, key, entry, limit)
         return True
 
-    async def _apply(self, backend: FlowState, key: str, entry: _Key, limit: int) -> None:
+    async def _apply(self, backend: Backend, key: str, entry: _Key, limit: int) -> None:
         if entry.applied != limit:
             await backend.set_key_limit(KeyLimit(concurrency_key=key, limit=limit))
             entry.applied = limit

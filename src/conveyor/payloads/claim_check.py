@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from conveyor.backends.blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
 from conveyor.backends.contract import Backend
-from conveyor.backends.params import JobFilter, JobPage
+from conveyor.backends.params import JobFilter, JobPage, ResultSweep
 from conveyor.model import validation as valid
 from conveyor.model.clock import Clock
 from conveyor.model.errors import ConfigurationError, CorruptPayload, ResultExpired
@@ -277,7 +277,7 @@ class ClaimCheck:
         the jobs are still listed. Returns how many were cleared."""
         cleared = 0
         while True:
-            ids = await backend.expire_results(now, EXPIRE_BATCH)
+            ids = await backend.expire_results(ResultSweep(now=now, limit=EXPIRE_BATCH))
             if ids:
                 await (await self.store(backend)).delete_job_blobs(ids, kind="result")
             cleared += len(ids)

@@ -22,16 +22,20 @@ from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
     BucketHold,
     BulkAction,
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FinishWait,
     FlowLoads,
     FlowQuery,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
     JobFilter,
     JobPage,
+    JobWait,
     KeyLimit,
-    Lease,
     LeaseQuery,
     QueuePause,
     QueueStats,
@@ -39,11 +43,13 @@ from conveyor.backends.params import (
     RecordKey,
     RecordSwap,
     RecordWrite,
+    ResultSweep,
+    Retention,
     Settlement,
 )
 from conveyor.model.clock import Clock, system_clock
 from conveyor.model.errors import ConfigurationError
-from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.job import Job, NewJob
 
 _stores: dict[str, MemoryStore] = {}
 _stores_lock = threading.Lock()
@@ -128,12 +134,16 @@ class MemoryBackend:
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         return self.store.settle_jobs(settlements, self.clock())
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
 
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
     async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
@@ -141,10 +151,12 @@ class MemoryBackend:
         with self.store.lock:
             self.store.buckets[key] = (tokens, until)
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+        timeout = job_wait.timeout
         self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
 
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         seen = self.store.finished.generation  # before looking: an end after it wakes us
         job = self.store.job(job_id)
         if job is not None and not job.is_finished:
@@ -154,10 +166,12 @@ class MemoryBackend:
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         return self.store.find_leases(query)
 
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         return self.store.prune_jobs(completed_before, dead_before, self.clock())
 
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
         return self.store.expire_results(now, limit)
 
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
@@ -295,6 +309,7 @@ class MemoryBackend:
         return records.delete(self.store, namespace, key, self.clock())
 
     # --- for the conformance suite (StateForcing) ----------------------------------------
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: a raw state write, refused unless the transition is in the table."""
+        job_id, state = forced_state.job_id, forced_state.state
         self.store.force_state(job_id, state)

@@ -25,13 +25,17 @@ from conveyor.backends import redact_url
 from conveyor.backends.filtering import redrive_scope, waiting_scope
 from conveyor.backends.params import (
     BulkAction,
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
-    Lease,
+    JobWait,
     LeaseQuery,
     QueuePause,
+    Retention,
     Settlement,
 )
 from conveyor.backends.redis import liveness
@@ -253,7 +257,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return stale_settlements(settlements, replies)
 
     @translated
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         if not leases:
             return HeartbeatReply()
         args: list[str | int] = [float_arg(self.clock() + lease_seconds)]
@@ -263,9 +268,12 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return HeartbeatReply(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
     @translated
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         stored = await self.scripts.call(
             "checkpoint",
             [self.keys.queues],
@@ -273,8 +281,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         )
         return bool(stored)
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
         """Block on the queues' wake lists (BLPOP) until a hint or `timeout`."""
+        queues, timeout = job_wait.queues, job_wait.timeout
         if timeout <= 0 or not queues:
             return
         try:
@@ -305,7 +314,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         ]
 
     @translated
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         total = 0
         for queue in sorted(await self.client.smembers(self.keys.queues)):
             for state, before in (
@@ -414,8 +424,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
             await pipe.execute()
 
     @translated
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
+        job_id, state = forced_state.job_id, forced_state.state
         await self.scripts.call("force_state", [self.keys.queues], [job_id, state.value])
 
     # --- tests and operations --------------------------------------------------------

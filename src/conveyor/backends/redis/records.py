@@ -1,6 +1,6 @@
 """The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
 atomic under any number of concurrent writers; and a concurrency key's set limit
-(KeyLimits, conveyor.rules.adaptive), small shared state of the same kind: a string beside
+(FlowState.set_key_limit, conveyor.rules.adaptive), small shared state of the same kind: a string beside
 the key's slots, read by the rebalance in every script that moves a keyed job
 (_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
 

@@ -21,16 +21,20 @@ from conveyor.backends.blobs.directory import DirectoryBlobStore
 from conveyor.backends.params import (
     BucketHold,
     BulkAction,
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FinishWait,
     FlowLoads,
     FlowQuery,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
     JobFilter,
     JobPage,
+    JobWait,
     KeyLimit,
-    Lease,
     LeaseQuery,
     QueuePause,
     QueueStats,
@@ -38,6 +42,8 @@ from conveyor.backends.params import (
     RecordKey,
     RecordSwap,
     RecordWrite,
+    ResultSweep,
+    Retention,
     Settlement,
 )
 from conveyor.backends.sqlite import liveness, records
@@ -187,24 +193,30 @@ class SqliteBackend:
             self._sender.notify()
         return stale
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         return await self._on_thread(lambda s: s.heartbeat_jobs(leases, lease_seconds))
 
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
 
     async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
         key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         await self._on_thread(lambda s: records.hold_bucket(s, key, tokens, until))
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+        timeout = job_wait.timeout
         if self._listener is None:
             self._listener = WakeupListener(self.path)
         await self._listener.wait(timeout)
 
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         if self._done_listener is None:  # listening before looking: no end is missed
             self._done_listener = WakeupListener(self.path, "done")
         job = await self.get_job(job_id)
@@ -215,10 +227,12 @@ class SqliteBackend:
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         return await self._on_thread(lambda s: s.find_leases(query))
 
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
 
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
         return await self._on_thread(lambda s: s.expire_results(now, limit))
 
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
@@ -355,6 +369,7 @@ class SqliteBackend:
         namespace, key = record_key.namespace, record_key.key
         return await self._on_thread(lambda s: records.delete(s, namespace, key))
 
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
+        job_id, state = forced_state.job_id, forced_state.state
         await self._on_thread(lambda s: s.force_state(job_id, state))
