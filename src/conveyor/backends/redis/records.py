@@ -1,8 +1,8 @@
 """The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
 atomic under any number of concurrent writers; and a concurrency key's set limit
-(FlowState.set_key_limit, conveyor.rules.adaptive), small shared state of the same kind: a string beside
-the key's slots, read by the rebalance in every script that moves a keyed job
-(_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
+(FlowState.set_key_limit, conveyor.rules.adaptive), small shared state of the same
+kind: a string beside the key's slots, read by the rebalance in every script that moves
+a keyed job (_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
 
 TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
 clock): each namespace is a hash of values plus a zset of expiry times.
