@@ -219,7 +219,7 @@ def cpu(figure: str) -> str:
 
 def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> list[str]:
     from conveyor import Conveyor
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
 
     tmp = tempfile.mkdtemp(prefix="conveyor-enqueue-")
     url, floor = setup(backend, tmp, synchronous)

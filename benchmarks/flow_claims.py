@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import Job, JobState, NewJob, QueueBound
 from conveyor.rules.rate_limits import RateLimit
 from conveyor.worker import Worker, WorkerConfig

@@ -112,7 +112,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
     from bench_app import hang  # for its messages; this run's own app below
 
     from conveyor import Conveyor
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter, JobPage
     from conveyor.model.job import JobState
     from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 
@@ -153,7 +153,9 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             )
             took.append(time.monotonic() - killed_at)
             victim.wait(10)
-            for job in await backend.list_jobs(JobFilter(queues=(queue,)), 100):
+            for job in await backend.list_jobs(
+                JobPage(where=JobFilter(queues=(queue,)), limit=100)
+            ):
                 await backend.cancel_job(job.id)
         if took:
             result["kill -> 8 jobs available"] = (

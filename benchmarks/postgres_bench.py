@@ -28,7 +28,7 @@ import psycopg
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, JobWait, QueuePause
 from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
 
@@ -76,7 +76,9 @@ def serve(url: str, concurrency: int, poll: float) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         backend = await app.backend()
-        await backend.wait_for_jobs((QUEUE,), 0)  # listener connected before "ready"
+        await backend.wait_for_jobs(
+            JobWait(queues=(QUEUE,), timeout=0)
+        )  # listener connected before "ready"
         print("ready", flush=True)
         await worker.run()
         await app.aclose()
@@ -193,7 +195,7 @@ async def drain(
 ) -> float:
     await clear(conn, schema)
     backend = await app.backend()
-    await backend.pause_queue(QUEUE, True)
+    await backend.pause_queue(QueuePause(queue=QUEUE, paused=True))
     # -c 200 as in benchmarks/throughput.py: bigger claim and ack batches per round trip.
     procs = start_workers(url, n_workers, concurrency=200)
     try:
@@ -201,7 +203,7 @@ async def drain(
         for start in range(0, n_jobs, 1000):
             await app.enqueue_many_async([noop.message(i) for i in range(start, start + 1000)])
         started = time.perf_counter()
-        await backend.pause_queue(QUEUE, False)
+        await backend.pause_queue(QueuePause(queue=QUEUE, paused=False))
         done = JobFilter(states=(JobState.COMPLETED,))
         while await backend.count_jobs(done) < n_jobs:
             await asyncio.sleep(0.1)  # each count scans the table: poll gently, it competes

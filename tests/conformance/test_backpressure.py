@@ -13,7 +13,8 @@ import pytest
 from helpers import claim_one, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import QueueFull
 from conveyor.model.job import JobState, NewJob, QueueBound
@@ -135,7 +136,8 @@ async def test_the_app_rejects_with_the_depth_on_both_facades(app: Conveyor) -> 
         await asyncio.to_thread(app.enqueue_many, [send.message(4), send.message(5)])
     assert caught.value.jobs == [None, None]
     assert {first.id, second.id} == {
-        j.id for j in await (await app.backend()).list_jobs(JobFilter(queues=("mail",)))
+        j.id
+        for j in await (await app.backend()).list_jobs(JobPage(where=JobFilter(queues=("mail",))))
     }
 
 

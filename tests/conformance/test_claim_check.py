@@ -16,7 +16,8 @@ from helpers import RunningWorker, complete, wait_finished
 from conveyor import Conveyor
 from conveyor.backends.blobs import blob_key
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter
 from conveyor.cli.render import job_detail
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import PayloadTooLarge
@@ -184,7 +185,9 @@ async def test_prune_deletes_orphans_past_their_grace(
     jobs = {j.id: j for j in await backend.fetch_jobs(strict_claim(["default"], 2, "w1", 30.0))}
     await backend.settle_jobs([complete(jobs[gone.id])])
     # Deleted behind Conveyor's back (as retention does): its blob is left.
-    assert await backend.delete_jobs(JobFilter(ids=(gone.id,)), 10, False) == [gone.id]
+    assert await backend.delete_jobs(
+        BulkAction(where=JobFilter(ids=(gone.id,)), limit=10, dry_run=False)
+    ) == [gone.id]
     kept_key = reference_in(jobs[kept.id].payload).key  # type: ignore[union-attr]
     assert len(await _blob_keys(clocked_app)) == 3
     clock.advance(599)

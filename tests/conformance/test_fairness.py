@@ -13,7 +13,8 @@ from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.job import JobState

@@ -11,7 +11,8 @@ from helpers import claim_one, complete, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 from conveyor.worker.pool.config import PoolConfig

@@ -10,7 +10,8 @@ import pytest
 from helpers import RunningWorker, eventually
 
 from conveyor import Conveyor, RetryBudget
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.downstreams.retry_ledger import RetryLedger
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError

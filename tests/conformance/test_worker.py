@@ -10,7 +10,7 @@ from typing import Any
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
 from conveyor import Cancel, Conveyor, Retry, Snooze, current_job
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.handle import JobHandle
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig

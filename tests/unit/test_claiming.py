@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conveyor.backends.claiming import QueuePlan, claim_in_passes, parse_queues
-from conveyor.backends.contract import ClaimRequest, QueueQuota
+from conveyor.backends.params import ClaimRequest, QueueQuota
 
 
 def test_strict_order_gives_every_queue_the_whole_claim() -> None:

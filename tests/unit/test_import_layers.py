@@ -352,7 +352,7 @@ def test_the_documented_verbs_are_the_roles_verbs() -> None:
             for name, value in vars(role).items()
             if callable(value) and not name.startswith("_")
         ]
-        for role in (base.JobLifecycle, base.Inspector, base.SharedRecords)
+        for role in (base.JobLifecycle, base.Inspector, base.FlowState, base.SharedRecords)
     }
     assert documented == declared
 

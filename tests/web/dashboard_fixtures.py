@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, JobState
 
 LOCAL = ("127.0.0.1", 50123)

@@ -27,6 +27,7 @@ from dashboard_fixtures import kill, make_app
 
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
+from conveyor.backends.params import RecordWrite
 from conveyor.observe.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
 from conveyor.web import create_dashboard
 from conveyor.worker import Worker, WorkerConfig
@@ -146,7 +147,12 @@ def seed_history(app: Conveyor) -> None:
                 },
             }
             await backend.put_record(
-                STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record), ttl=3900
+                RecordWrite(
+                    namespace=STATS_NAMESPACE,
+                    key=f"{start:012d}:history",
+                    value=json.dumps(record),
+                    ttl=3900,
+                )
             )
         await app.aclose()
 

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from conveyor.backends.contract import ClaimRequest, QueueQuota
+from conveyor.backends.params import ClaimRequest, QueueQuota
 from conveyor.model.validation import RUN_AT_MAX
 from conveyor.rules.rate_limits import TOKEN_SLACK, RateLimit, next_token_at, refill
 

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.context import _CURRENT, JobContext
 from conveyor.downstreams.adaptive_controller import AdaptiveController
 from conveyor.downstreams.breaker_view import BreakerView

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Heartbeat, Lease, Settlement
 from conveyor.context import JobContext
 from conveyor.model.errors import CorruptJob
 from conveyor.model.job import AttemptError, Job, JobState
@@ -193,7 +194,7 @@ class HeldJobs:
         if not self.config.heartbeats or not self._unsettled or self._backend is None:
             return
         reply = await self._backend.heartbeat_jobs(
-            list(self._unsettled.values()), self.config.lease
+            Heartbeat(leases=list(self._unsettled.values()), lease_seconds=self.config.lease)
         )
         for job_id in reply.lost:
             running = self._running.get(job_id)

@@ -19,7 +19,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.contract import Backend, ClaimedJobs, Lease
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimedJobs, JobWait, Lease, RecordWrite, Retention
 from conveyor.downstreams.breaker_view import REFRESH_INTERVAL
 from conveyor.downstreams.retry_ledger import SYNC_INTERVAL
 from conveyor.model.job import Job
@@ -331,7 +332,9 @@ class Worker(HeldJobs):
                     continue
                 if len(jobs) < want:
                     waiter = asyncio.create_task(
-                        self._backend.wait_for_jobs(self.config.queues, self._idle_wait(jobs))
+                        self._backend.wait_for_jobs(
+                            JobWait(queues=self.config.queues, timeout=self._idle_wait(jobs))
+                        )
                     )
                     # A breaker turning half-open or closed has work for this claim,
                     # and so has a key's slot passed on by a settle.
@@ -423,7 +426,9 @@ class Worker(HeldJobs):
         records = self.minute_stats.take_dirty(self.app.clock())
         try:
             for key, value in records:
-                await self._backend.put_record(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
+                await self._backend.put_record(
+                    RecordWrite(namespace=STATS_NAMESPACE, key=key, value=value, ttl=RECORD_TTL)
+                )
         except BaseException:
             self.minute_stats.restore_dirty(records)
             raise
@@ -446,7 +451,10 @@ class Worker(HeldJobs):
         assert self._backend is not None
         now = self.app.clock()
         pruned = await self._backend.prune_jobs(
-            now - self.config.completed_retention, now - self.config.dead_retention
+            Retention(
+                completed_before=now - self.config.completed_retention,
+                dead_before=now - self.config.dead_retention,
+            )
         )
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)

@@ -15,7 +15,7 @@ import pytest
 from pg_helpers import eventually
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 
 RUNNER = Path(__file__).with_name("pg_worker_main.py")

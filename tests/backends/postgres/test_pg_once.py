@@ -12,6 +12,7 @@ import pytest
 
 from conveyor import Conveyor, Retry
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.params import RecordKey
 from conveyor.context import JobContext
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import StaleLease
@@ -41,7 +42,7 @@ async def pay_jobs(app: Conveyor, n: int = 1) -> None:
 
 
 async def state_of_key(app: Conveyor, key: str) -> str | None:
-    text = await (await app.backend()).get_record(ONCE_NAMESPACE, key)
+    text = await (await app.backend()).get_record(RecordKey(namespace=ONCE_NAMESPACE, key=key))
     return None if text is None else str(json.loads(text)["state"])
 
 

@@ -12,7 +12,7 @@ from redis_helpers import WorkerProcess, eventually
 from worker_runner import build_app, scratch_key
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import ACTIVE_STATES, JobState
 
 pytestmark = pytest.mark.slow

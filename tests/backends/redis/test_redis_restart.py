@@ -13,7 +13,7 @@ import pytest
 from redis_helpers import RedisServer, WorkerProcess, eventually, redis_server_binary
 from worker_runner import build_app
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.errors import BackendUnavailable
 from conveyor.model.job import ACTIVE_STATES, JobState
 

@@ -11,7 +11,8 @@ from psycopg.types.json import Jsonb
 
 from conveyor.backends.claiming import claim_rank
 from conveyor.backends.codec import job_from_row as decode_row
-from conveyor.backends.contract import JobFilter, ascii_lower
+from conveyor.backends.filtering import ascii_lower
+from conveyor.backends.params import JobFilter
 from conveyor.backends.sqlfiles import load_queries
 from conveyor.model.job import Job
 

@@ -11,15 +11,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from conveyor.backends.codec import job_from_fields, last_error_type
-from conveyor.backends.contract import (
-    FlowLoads,
-    FlowQuery,
-    JobFilter,
-    QueueStats,
-    ascii_lower,
-    flow_loads_from_rows,
-)
-from conveyor.backends.filtering import job_matches
+from conveyor.backends.filtering import ascii_lower, job_matches
+from conveyor.backends.folding import flow_loads_from_rows
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
 from conveyor.backends.redis.script_calls import Scripts
 from conveyor.model.errors import JobNotFound
