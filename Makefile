@@ -29,10 +29,20 @@ bench: $(BIN)/.installed
 
 # What CI checks before the tests: ruff's lint and format, mypy over the package and the tests.
 LINTED := src tests benchmarks examples mkdocs_hooks.py .ci
+# The test directories, each checked on its own (tests/mypy.ini says why); tests/typing holds
+# deliberate type errors, which tests/unit/test_typing.py checks mypy reports.
+TEST_DIRS = $(sort $(shell find tests -name '*.py' -not -path 'tests/typing/*' \
+	-not -path '*/django_site/*/*' -printf '%h\n'))
 lint: $(BIN)/.installed  ## ruff (lint, format check) and mypy (package strict, tests)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy --strict src/conveyor
+	@set -e; for dir in $(TEST_DIRS); do \
+	  echo "mypy $$dir"; \
+	  MYPYPATH=$$dir:tests $(BIN)/mypy --config-file tests/mypy.ini --no-error-summary \
+	    $$(find $$dir -maxdepth 1 -name '*.py') \
+	    $$(find $$dir -mindepth 2 -maxdepth 2 -name __init__.py -printf '%h\n'); \
+	done
 
 format: $(BIN)/.installed  ## apply ruff's fixes and formatter
 	$(BIN)/ruff check --fix $(LINTED)

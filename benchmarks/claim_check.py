@@ -26,7 +26,7 @@ from pathlib import Path
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import JobState
 
 HUGE = 2**40

@@ -278,7 +278,7 @@ def main() -> None:
                 per_job = {}
                 for code in codes:
                     base_worker, base_server, base_wall = (
-                        statistics.median(c) for c in zip(*base[code])
+                        statistics.median(c) for c in zip(*base[code], strict=True)
                     )
                     worker = [(w - base_worker) / args.jobs * 1e6 for w, _, _ in runs[code]]
                     server = [(s - base_server) / args.jobs * 1e6 for _, s, _ in runs[code]]
@@ -296,7 +296,8 @@ def main() -> None:
                     )
                 if args.against is not None:
                     ratios = [
-                        ours / theirs for ours, theirs in zip(per_job[None], per_job[args.against])
+                        ours / theirs
+                        for ours, theirs in zip(per_job[None], per_job[args.against], strict=True)
                     ]
                     print(
                         f"{'':9} {'ratio':7} | {min(ratios):8.2f} {statistics.median(ratios):8.2f} "

@@ -250,7 +250,7 @@ def report(backend: str, rates: dict[str, list[float]]) -> None:
             f" {max(values):9,.0f} |"
         )
         if name != "floor":
-            ratio = [v / f for v, f in zip(values, floor)]
+            ratio = [v / f for v, f in zip(values, floor, strict=True)]
             line += f" {min(ratio):5.2f} {statistics.median(ratio):5.2f} {max(ratio):5.2f}"
         print(line, flush=True)
 

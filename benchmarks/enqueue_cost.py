@@ -219,7 +219,7 @@ def cpu(figure: str) -> str:
 
 def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> list[str]:
     from conveyor import Conveyor
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
 
     tmp = tempfile.mkdtemp(prefix="conveyor-enqueue-")
     url, floor = setup(backend, tmp, synchronous)
@@ -250,19 +250,22 @@ def measure(backend: str, jobs: int, repeat: int, synchronous: str = "full") -> 
             )
             figures["floorN"].append(rate(1000, timed(lambda: floor.bulk(1000))))
             messages = [task.message(i) for i in range(1000)]
-            figures["bulk"].append(rate(1000, timed(lambda: app.enqueue_many(messages))))
+            # timed() calls the lambda before the loop moves on.
+            figures["bulk"].append(rate(1000, timed(lambda: app.enqueue_many(messages))))  # noqa: B023
         stored = app.jobs.count(JobFilter(queues=("bench",)))
         assert stored == repeat * (2 * jobs + 1000), (stored, repeat, jobs)
         lines = [
             f"{backend:9} floor: one write    | {spread(figures['floor1'])} |"
             f"{'':18} | {cpu('floor1')}",
             f"{backend:9} enqueue, sync API   | {spread(figures['sync'])} | "
-            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'])])} | {cpu('sync')}",
+            f"{ratios([a / b for a, b in zip(figures['sync'], figures['floor1'], strict=True)])}"
+            f" | {cpu('sync')}",
             f"{backend:9} enqueue, async API  | {spread(figures['async'])} | "
-            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'])])} | {cpu('async')}",
+            f"{ratios([a / b for a, b in zip(figures['async'], figures['floor1'], strict=True)])}"
+            f" | {cpu('async')}",
             f"{backend:9} floor: batched 1000 | {spread(figures['floorN'])} |",
             f"{backend:9} enqueue_many 1000   | {spread(figures['bulk'])} | "
-            f"{ratios([a / b for a, b in zip(figures['bulk'], figures['floorN'])])}",
+            f"{ratios([a / b for a, b in zip(figures['bulk'], figures['floorN'], strict=True)])}",
         ]
         return lines
     finally:

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import Job, JobState, NewJob, QueueBound
 from conveyor.rules.rate_limits import RateLimit
 from conveyor.worker import Worker, WorkerConfig
@@ -339,7 +339,8 @@ async def main() -> None:
             print(
                 f"  enqueue one by one at depth {args.bound - 1000:,}, "
                 f"{'max_waiting=' + format(args.bound, ',') if bounded else 'unbounded':>17}: "
-                f"{statistics.median(runs):>7,.0f} jobs/s  (runs {', '.join(f'{r:,.0f}' for r in runs)})"
+                f"{statistics.median(runs):>7,.0f} jobs/s"
+                f"  (runs {', '.join(f'{r:,.0f}' for r in runs)})"
             )
 
 

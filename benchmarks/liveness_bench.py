@@ -112,7 +112,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
     from bench_app import hang  # for its messages; this run's own app below
 
     from conveyor import Conveyor
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter, JobPage
     from conveyor.model.job import JobState
     from conveyor.worker.liveness import WORKERS_NAMESPACE, announced_token
 
@@ -139,7 +139,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             )
             victim = start(url, queue)
             await wait_for(
-                lambda: _equals(count(queue, JobState.RUNNING), JOBS),
+                lambda: _equals(count(queue, JobState.RUNNING), JOBS),  # noqa: B023 (awaited in this iteration)
                 60,
                 "the victim to run its jobs",
                 interval=0.05,
@@ -147,17 +147,20 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             killed_at = time.monotonic()
             victim.send_signal(signal.SIGKILL)
             await wait_for(
-                lambda: _equals(count(queue, JobState.AVAILABLE), JOBS),
+                lambda: _equals(count(queue, JobState.AVAILABLE), JOBS),  # noqa: B023 (awaited in this iteration)
                 30,
                 "the jobs to be available again",
             )
             took.append(time.monotonic() - killed_at)
             victim.wait(10)
-            for job in await backend.list_jobs(JobFilter(queues=(queue,)), 100):
+            for job in await backend.list_jobs(
+                JobPage(where=JobFilter(queues=(queue,)), limit=100)
+            ):
                 await backend.cancel_job(job.id)
         if took:
             result["kill -> 8 jobs available"] = (
-                f"p50 {percentile(took, 50) * 1000:.0f} ms, p95 {percentile(took, 95) * 1000:.0f} ms,"
+                f"p50 {percentile(took, 50) * 1000:.0f} ms,"
+                f" p95 {percentile(took, 95) * 1000:.0f} ms,"
                 f" max {max(took) * 1000:.0f} ms over {len(took)} kills"
             )
         false_rescues = 0
@@ -168,7 +171,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             )
             victim = start(url, queue)
             await wait_for(
-                lambda: _equals(count(queue, JobState.RUNNING), JOBS),
+                lambda: _equals(count(queue, JobState.RUNNING), JOBS),  # noqa: B023 (awaited in this iteration)
                 60,
                 "the frozen worker to run its jobs",
                 interval=0.05,
@@ -177,7 +180,7 @@ async def bench_backend(name: str, url: str, args: argparse.Namespace) -> dict[s
             await asyncio.sleep(5.0)
             victim.send_signal(signal.SIGCONT)
             await wait_for(
-                lambda: _equals(count(queue, JobState.COMPLETED), JOBS),
+                lambda: _equals(count(queue, JobState.COMPLETED), JOBS),  # noqa: B023 (awaited in this iteration)
                 60,
                 "the frozen worker's jobs to complete",
                 interval=0.05,

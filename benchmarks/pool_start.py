@@ -53,7 +53,7 @@ def pool_children(pid: int) -> list[int]:
 
 def start_times(app: object, since: float) -> dict[str, float]:
     """First started_at per worker id, among jobs started after `since`."""
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import JobState
 
     first: dict[str, float] = {}
@@ -80,7 +80,7 @@ def wait_until(check, timeout: float = 60.0, interval: float = 0.005):  # type: 
 def one_round(url: str, processes: int) -> tuple[float, float, float | None]:
     from bench_app import app, hang
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
 
     # The last round's backlog (most of its 4,000 jobs never ran) is cancelled, then
     # everything finished is deleted: on a shared server's default schema, rounds
@@ -173,7 +173,7 @@ def main() -> None:
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
 
     app.jobs.count()  # create the schema outside the timings
     rows: dict[str, list[float]] = {"single": [], "first": [], "both": [], "replaced": []}

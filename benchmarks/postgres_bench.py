@@ -28,14 +28,15 @@ import psycopg
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, JobWait, QueuePause
 from conveyor.model.job import JobState
 from conveyor.worker import Worker, WorkerConfig
 
 QUEUE = "bench"
 # Bare baseline: the same row, the same table, one INSERT, no dedup, no wake-up.
 BARE_INSERT = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, priority,
- max_attempts, run_at, created_at, meta) VALUES (%s, %s, 'noop', %s, 'available', 0, 20, %s, %s, '{{}}')"""
+ max_attempts, run_at, created_at, meta)
+ VALUES (%s, %s, 'noop', %s, 'available', 0, 20, %s, %s, '{{}}')"""
 # Fill for the claim-cost runs: rows in every state but available, plus `available` claimable.
 FILL = """INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts, run_at,
  created_at, finished_at, attempt)
@@ -75,7 +76,9 @@ def serve(url: str, concurrency: int, poll: float) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         backend = await app.backend()
-        await backend.wait_for_jobs((QUEUE,), 0)  # listener connected before "ready"
+        await backend.wait_for_jobs(
+            JobWait(queues=(QUEUE,), timeout=0)
+        )  # listener connected before "ready"
         print("ready", flush=True)
         await worker.run()
         await app.aclose()
@@ -142,7 +145,7 @@ async def enqueue_one_by_one(app: Conveyor, schema: str, base: str, n: int) -> d
                 await noop.enqueue_async(i)
             ours = per_round / (time.perf_counter() - started)
             started = time.perf_counter()
-            for i in range(per_round):
+            for _ in range(per_round):
                 now = time.time()
                 await conn.execute(
                     sql, (uuid.uuid4().hex, QUEUE, '{"args":[0],"kwargs":{}}', now, now)
@@ -156,8 +159,12 @@ async def enqueue_one_by_one(app: Conveyor, schema: str, base: str, n: int) -> d
                 rates["bare"].append(bare)
                 rates["ours_sync"].append(ours_sync)
     out = {name: statistics.median(values) for name, values in rates.items()}
-    out["ratio"] = statistics.median(o / b for o, b in zip(rates["ours"], rates["bare"]))
-    out["ratio_sync"] = statistics.median(o / b for o, b in zip(rates["ours_sync"], rates["bare"]))
+    out["ratio"] = statistics.median(
+        o / b for o, b in zip(rates["ours"], rates["bare"], strict=True)
+    )
+    out["ratio_sync"] = statistics.median(
+        o / b for o, b in zip(rates["ours_sync"], rates["bare"], strict=True)
+    )
     return out
 
 
@@ -188,7 +195,7 @@ async def drain(
 ) -> float:
     await clear(conn, schema)
     backend = await app.backend()
-    await backend.pause_queue(QUEUE, True)
+    await backend.pause_queue(QueuePause(queue=QUEUE, paused=True))
     # -c 200 as in benchmarks/throughput.py: bigger claim and ack batches per round trip.
     procs = start_workers(url, n_workers, concurrency=200)
     try:
@@ -196,7 +203,7 @@ async def drain(
         for start in range(0, n_jobs, 1000):
             await app.enqueue_many_async([noop.message(i) for i in range(start, start + 1000)])
         started = time.perf_counter()
-        await backend.pause_queue(QUEUE, False)
+        await backend.pause_queue(QueuePause(queue=QUEUE, paused=False))
         done = JobFilter(states=(JobState.COMPLETED,))
         while await backend.count_jobs(done) < n_jobs:
             await asyncio.sleep(0.1)  # each count scans the table: poll gently, it competes

@@ -85,7 +85,7 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
     memory_url = f"{args.url}?prefix=bench-mem-{run_id}&max_completed={args.max_completed}"
     from bench_app import app, noop_async
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter, JobPage
     from conveyor.backends.redis.backend import RedisBackend
     from conveyor.model.job import JobState
 
@@ -105,9 +105,9 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
         payload = noop_async.message(0).payload
         bare_key = backend.keys.base + "bench:bare"
         bare_rates, api_rates, backend_rates = [], [], []
-        for round_ in range(5):
+        for _round in range(5):
             t0 = time.perf_counter()
-            for i in range(n):
+            for _ in range(n):
                 await raw.lpush(bare_key, payload)
             bare_rates.append(n / (time.perf_counter() - t0))
             t0 = time.perf_counter()
@@ -185,7 +185,10 @@ async def bench(args: argparse.Namespace) -> list[tuple[str, str]]:
             elapsed = time.perf_counter() - (first_seen or time.perf_counter())
             stop_workers(procs)
             assert await backend.count_jobs(JobFilter()) == args.jobs
-            firsts = {j.attempt for j in await backend.list_jobs(completed, limit=args.jobs)}
+            firsts = {
+                j.attempt
+                for j in await backend.list_jobs(JobPage(where=completed, limit=args.jobs))
+            }
             assert firsts == {1}, firsts
             rows.append(
                 (

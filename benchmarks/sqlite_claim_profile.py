@@ -139,8 +139,8 @@ def main() -> None:
                     f"wall {_spread(wall[mode])} µs/job"
                 )
                 if mode != "plain":
-                    by_cpu = [p / f for p, f in zip(cpu["plain"], cpu[mode])]
-                    by_wall = [p / f for p, f in zip(wall["plain"], wall[mode])]
+                    by_cpu = [p / f for p, f in zip(cpu["plain"], cpu[mode], strict=True)]
+                    by_wall = [p / f for p, f in zip(wall["plain"], wall[mode], strict=True)]
                     print(
                         f"  {waiting:>9,} {mode} / plain, by round: CPU "
                         f"{', '.join(f'{r:.0%}' for r in by_cpu)}; wall "

@@ -101,7 +101,7 @@ def main() -> None:
     os.environ["CONVEYOR_URL"] = url
     from bench_app import app, noop_async, noop_sync
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import JobState
 
     rows: list[tuple[str, str]] = []
@@ -213,7 +213,7 @@ def pickup(app: object, url: str, task: object, samples: int, rate: float) -> tu
         job = handle.refresh()
         assert job.started_at is not None and job.attempt == 1, job
         latencies.append((job.started_at - job.created_at) * 1000)
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
 
     app.jobs.delete(JobFilter(ids=tuple(h.id for h in handles)), limit=samples)  # type: ignore[attr-defined]
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)

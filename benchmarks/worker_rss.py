@@ -69,7 +69,7 @@ def unfinished(url: str) -> int:
     these: Redis keeps only the newest `max_completed` (100,000) completed jobs."""
     import bench_app
 
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import JobState
 
     bench_app.app.rebind(url)

@@ -30,7 +30,7 @@ from flow_claims import cleanup, isolated
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import JobState, NewJob
 
 PAYLOAD = '{"args":[],"kwargs":{}}'

@@ -41,7 +41,11 @@ def dataset(samples: int = 256, seed: int = 7) -> list[tuple[list[float], float]
     rows = []
     for _ in range(samples):
         x = [rng.uniform(-1, 1) for _ in TRUE_WEIGHTS]
-        y = sum(w * xi for w, xi in zip(TRUE_WEIGHTS, x)) + TRUE_BIAS + rng.gauss(0, 0.05)
+        y = (
+            sum(w * xi for w, xi in zip(TRUE_WEIGHTS, x, strict=True))
+            + TRUE_BIAS
+            + rng.gauss(0, 0.05)
+        )
         rows.append((x, y))
     return rows
 
@@ -61,14 +65,14 @@ def run_epoch(
         rows = [data[i] for i in order[start : start + batch]]
         grad_w, grad_b = [0.0] * len(weights), 0.0
         for x, y in rows:
-            error = sum(w * xi for w, xi in zip(weights, x)) + bias - y
-            grad_w = [g + error * xi for g, xi in zip(grad_w, x)]
+            error = sum(w * xi for w, xi in zip(weights, x, strict=True)) + bias - y
+            grad_w = [g + error * xi for g, xi in zip(grad_w, x, strict=True)]
             grad_b += error
-        weights = [w - lr * g / len(rows) for w, g in zip(weights, grad_w)]
+        weights = [w - lr * g / len(rows) for w, g in zip(weights, grad_w, strict=True)]
         bias -= lr * grad_b / len(rows)
-    loss = sum((sum(w * xi for w, xi in zip(weights, x)) + bias - y) ** 2 for x, y in data) / len(
-        data
-    )
+    loss = sum(
+        (sum(w * xi for w, xi in zip(weights, x, strict=True)) + bias - y) ** 2 for x, y in data
+    ) / len(data)
     return {"epoch": epoch + 1, "weights": weights, "bias": bias, "loss": loss}
 
 

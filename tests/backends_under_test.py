@@ -16,11 +16,12 @@ import importlib.util
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
-IsolatedUrl = Callable[[Path], Awaitable[str]]
-Cleanup = Callable[[str], Awaitable[None]]
+IsolatedUrl = Callable[[Path], Coroutine[Any, Any, str]]  # asyncio.run takes a coroutine
+Cleanup = Callable[[str], Coroutine[Any, Any, None]]
 
 REDIS_URL = os.environ.get("CONVEYOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get(

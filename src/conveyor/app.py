@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overl
 
 from conveyor.backends import backend_from_url, redact_url
 from conveyor.backends.blobs import BlobStore
-from conveyor.backends.contract import Backend, BlockingEnqueue, TransactionalEnqueue
+from conveyor.backends.capabilities import BlockingEnqueue, TransactionalEnqueue
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import EnqueueIn
 from conveyor.handle import JobHandle, handles, refusals_by_handle
 from conveyor.model import validation as valid
 from conveyor.model import version as versions
@@ -490,7 +492,7 @@ class Conveyor:
         def stored(jobs: Sequence[NewJob]) -> Awaitable[list[Job]]:
             if transactional is None:  # (then there is no connection: checked above)
                 return backend.enqueue_jobs(jobs)
-            return transactional.enqueue_jobs_in(connection, jobs)
+            return transactional.enqueue_jobs_in(EnqueueIn(connection=connection, jobs=jobs))
 
         async def enqueue(jobs: Sequence[NewJob]) -> list[Job]:
             return await stored(await self.claim_check.offload(jobs))  # big payloads first

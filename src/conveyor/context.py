@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-from conveyor.backends.contract import Backend, CompleteInTransaction, Lease, RecordsInTransaction
+from conveyor.backends.capabilities import CompleteInTransaction, RecordsInTransaction
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import CheckpointWrite, Lease, RecordSwapIn, TransactionalCompletion
 from conveyor.model.clock import Duration, to_seconds
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import Job
@@ -117,7 +119,9 @@ class JobContext:
         """Store JSON progress durably, fenced by this attempt's lease."""
         encoded = json.dumps(state, allow_nan=False)
         prog = None if progress is None else json.dumps({"fraction": progress, "message": message})
-        if not await self.backend.checkpoint_job(self.lease, encoded, prog):
+        if not await self.backend.checkpoint_job(
+            CheckpointWrite(lease=self.lease, checkpoint=encoded, progress=prog)
+        ):
             self.lease_lost = True
             raise StaleLease(f"job {self.id}: lease lost, checkpoint rejected")
         self.last_checkpoint = state
@@ -130,7 +134,9 @@ class JobContext:
 
     async def progress_async(self, fraction: float, message: str | None = None) -> None:
         prog = json.dumps({"fraction": fraction, "message": message})
-        if not await self.backend.checkpoint_job(self.lease, None, prog):
+        if not await self.backend.checkpoint_job(
+            CheckpointWrite(lease=self.lease, checkpoint=None, progress=prog)
+        ):
             self.lease_lost = True
             raise StaleLease(f"job {self.id}: lease lost, progress rejected")
 
@@ -190,7 +196,14 @@ class JobContext:
         else:
             records = self._records_in_transaction()
             if not await records.compare_and_set_record_in(
-                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+                RecordSwapIn(
+                    connection=conn,
+                    namespace=ONCE_NAMESPACE,
+                    key=key,
+                    expected=claim.text,
+                    value=done,
+                    ttl=ttl_s,
+                )
             ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))
@@ -225,7 +238,14 @@ class JobContext:
         else:
             records = self._records_in_transaction()
             if not records.compare_and_set_record_in_sync(
-                conn, ONCE_NAMESPACE, key, claim.text, done, ttl_s
+                RecordSwapIn(
+                    connection=conn,
+                    namespace=ONCE_NAMESPACE,
+                    key=key,
+                    expected=claim.text,
+                    value=done,
+                    ttl=ttl_s,
+                )
             ):
                 raise Retry(reason=_claim_lost(key))
             self._marked_in_transaction.append((claim, lease_s))
@@ -280,7 +300,11 @@ class JobContext:
         """
         try:
             async with self._transactional().complete_in_transaction(
-                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+                TransactionalCompletion(
+                    lease=self.lease,
+                    result=json.dumps(result, allow_nan=False),
+                    result_ttl=result_ttl_of(self.job),
+                )
             ) as conn:
                 self._open_transaction = conn
                 try:
@@ -305,7 +329,11 @@ class JobContext:
         """
         try:
             with self._transactional().complete_in_transaction_sync(
-                self.lease, json.dumps(result, allow_nan=False), result_ttl_of(self.job)
+                TransactionalCompletion(
+                    lease=self.lease,
+                    result=json.dumps(result, allow_nan=False),
+                    result_ttl=result_ttl_of(self.job),
+                )
             ) as conn:
                 self._open_transaction_sync = conn
                 try:

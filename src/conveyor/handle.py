@@ -7,7 +7,9 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from conveyor.backends.contract import Backend, FinishWakeups
+from conveyor.backends.capabilities import FinishWakeups
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import FinishWait
 from conveyor.model.errors import CorruptJob, JobFailed, JobNotFound, QueueFull
 from conveyor.model.job import Job, JobState
 
@@ -91,7 +93,9 @@ class JobHandle(Generic[R]):
             if left is not None and left <= 0:
                 raise TimeoutError(f"job {self.id} still {job.state.value} after {timeout}s")
             if wakes is not None:  # a hint, so a bounded wait: a lost one costs a second
-                await wakes.wait_for_finish(self.id, 1.0 if left is None else min(left, 1.0))
+                await wakes.wait_for_finish(
+                    FinishWait(job_id=self.id, timeout=1.0 if left is None else min(left, 1.0))
+                )
                 continue
             await asyncio.sleep(delay if left is None else min(delay, left))
             delay = min(delay * 2, 0.25)

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from conveyor.backends.contract import SharedRecords
+from conveyor.backends.params import RecordKey, RecordSwap, RecordWrite
 from conveyor.model import validation as valid
 from conveyor.model.clock import Clock
 from conveyor.model.errors import InvalidJob, OnceWindowTooShort
@@ -112,9 +113,11 @@ class OnceStore:
         another attempt (of this job or another) holds a live claim on it."""
         for _ in range(_CLAIM_TRIES):
             mine = self._claim_text(lease)
-            if await self.records.put_record_if_absent(ONCE_NAMESPACE, key, mine, ttl=lease):
+            if await self.records.put_record_if_absent(
+                RecordWrite(namespace=ONCE_NAMESPACE, key=key, value=mine, ttl=lease)
+            ):
                 return Claimed(key, mine)
-            current = await self.records.get_record(ONCE_NAMESPACE, key)
+            current = await self.records.get_record(RecordKey(namespace=ONCE_NAMESPACE, key=key))
             if current is None:
                 continue  # expired or deleted since: try to take it again
             record = _parse(key, current)
@@ -123,7 +126,9 @@ class OnceStore:
                 return AlreadyDone(key, record.get("result"))
             if state == "released":
                 if await self.records.compare_and_set_record(
-                    ONCE_NAMESPACE, key, current, mine, ttl=lease
+                    RecordSwap(
+                        namespace=ONCE_NAMESPACE, key=key, expected=current, value=mine, ttl=lease
+                    )
                 ):
                     return Claimed(key, mine)
                 continue
@@ -160,15 +165,23 @@ class OnceStore:
         (or ran) the effect too, which is said loudly: the claim's lease was too short."""
         records = self.records
         if await records.compare_and_set_record(
-            ONCE_NAMESPACE, claim.key, claim.text, done, ttl=ttl
+            RecordSwap(
+                namespace=ONCE_NAMESPACE, key=claim.key, expected=claim.text, value=done, ttl=ttl
+            )
         ):
             return
         for _ in range(_CLAIM_TRIES):
-            current = await records.get_record(ONCE_NAMESPACE, claim.key)
+            current = await records.get_record(RecordKey(namespace=ONCE_NAMESPACE, key=claim.key))
             state = None if current is None else _parse(claim.key, current).get("state")
             if state is None or state == "released":
                 if await records.compare_and_set_record(
-                    ONCE_NAMESPACE, claim.key, current, done, ttl=ttl
+                    RecordSwap(
+                        namespace=ONCE_NAMESPACE,
+                        key=claim.key,
+                        expected=current,
+                        value=done,
+                        ttl=ttl,
+                    )
                 ):
                     return
                 continue
@@ -188,7 +201,13 @@ class OnceStore:
         released = _encode({"state": "released", "job": self.job_id, "fence": self.fence})
         try:
             await self.records.compare_and_set_record(
-                ONCE_NAMESPACE, claim.key, claim.text, released, ttl=lease
+                RecordSwap(
+                    namespace=ONCE_NAMESPACE,
+                    key=claim.key,
+                    expected=claim.text,
+                    value=released,
+                    ttl=lease,
+                )
             )
         except Exception as exc:
             log.warning(

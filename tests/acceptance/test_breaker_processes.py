@@ -128,14 +128,14 @@ def test_a_breaker_holds_a_failing_downstreams_jobs_across_processes(
         # Other tasks' jobs run while it is open: all of them before the downstream is back.
         others = [h.id for h in app.enqueue_many([work.message(0.0) for _ in range(20)])]
         wait(
-            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others),
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in others),  # type: ignore[union-attr]
             30,
             "the other task's jobs completed",
         )
         recovered_at = downstream.recovered_at()
         assert recovered_at is not None and time.time() < recovered_at
         wait(
-            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls),
+            lambda: all(app.jobs.get(i).state is JobState.COMPLETED for i in calls),  # type: ignore[union-attr]
             60,
             "the backlog drained after the recovery",
         )
@@ -148,7 +148,7 @@ def test_a_breaker_holds_a_failing_downstreams_jobs_across_processes(
     assert sorted(h.job for h in hits if h.status == 200) == sorted(calls)
     assert all(h.at >= recovered_at for h in hits if h.status == 200)
     # Each spell of the breaker: no claim while open, one (the probe) while half-open.
-    spells = list(zip(state.history, state.history[1:]))
+    spells = list(zip(state.history, state.history[1:], strict=False))
     assert spells, state.history
     for entered, left in spells:
         claimed = [h for h in hits if entered.at <= h.claimed_at < left.at]

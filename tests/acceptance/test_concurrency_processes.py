@@ -78,7 +78,8 @@ def test_worker_processes_never_run_more_than_a_keys_limit(
     from jobs_app import capped, per_user
 
     by_user = {
-        user: enqueue(url, lambda u=user: [per_user.message(u, 0.1) for _ in range(12)])
+        # Ignored for mypy: a lambda binding its loop value by default
+        user: enqueue(url, lambda u=user: [per_user.message(u, 0.1) for _ in range(12)])  # type: ignore[misc]
         for user in (1, 2, 3)
     }
     task_jobs = enqueue(url, lambda: [capped.message(0.1) for _ in range(15)])

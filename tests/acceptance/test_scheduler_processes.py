@@ -15,7 +15,7 @@ import pytest
 from acceptance_support import HERE, Runs, WorkerProcess
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 
 pytestmark = pytest.mark.slow
 

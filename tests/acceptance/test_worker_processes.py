@@ -10,7 +10,7 @@ import pytest
 from acceptance_support import Runs, WorkerProcess
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 
 pytestmark = pytest.mark.slow

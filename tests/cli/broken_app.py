@@ -1,3 +1,4 @@
 """An app module whose own import fails: the CLI must say which import, in one line."""
 
-import conveyor_tests_dependency_that_is_not_installed  # noqa: F401
+# Ignored for mypy: this app exists to fail this import
+import conveyor_tests_dependency_that_is_not_installed  # type: ignore[import-not-found]  # noqa: F401

@@ -44,27 +44,27 @@ def test_a_worker_and_the_commands_next_to_corrupt_jobs(
 
     worker = cli.start_worker("-c", "4", "--poll", "0.1")
     wait_until(
-        lambda: all(inspector.jobs.get(j).is_finished for j in [*healthy, bad_meta, deep]),
+        lambda: all(inspector.jobs.get(j).is_finished for j in [*healthy, bad_meta, deep]),  # type: ignore[union-attr]
         "the healthy and the corrupt jobs finished",
     )
     later = cli.enqueue("add", "40", "2")  # the worker keeps claiming
-    wait_until(lambda: inspector.jobs.get(later).is_finished, "a job enqueued afterwards ran")
+    wait_until(lambda: inspector.jobs.get(later).is_finished, "a job enqueued afterwards ran")  # type: ignore[union-attr]
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     for job_id in [*healthy, later]:
-        assert inspector.jobs.get(job_id).state is JobState.COMPLETED
+        assert inspector.jobs.get(job_id).state is JobState.COMPLETED  # type: ignore[union-attr]
     meta_job, deep_job = inspector.jobs.get(bad_meta), inspector.jobs.get(deep)
-    assert (meta_job.state, meta_job.attempt, meta_job.errors[-1].type) == (
+    assert (meta_job.state, meta_job.attempt, meta_job.errors[-1].type) == (  # type: ignore[union-attr]
         JobState.DEAD,
         1,
         "CorruptJob",
     )
-    assert (deep_job.state, deep_job.attempt, deep_job.errors[-1].type) == (
+    assert (deep_job.state, deep_job.attempt, deep_job.errors[-1].type) == (  # type: ignore[union-attr]
         JobState.DEAD,
         1,
         "CorruptPayload",
     )
-    assert "nested too deeply" in deep_job.errors[-1].message
+    assert "nested too deeply" in deep_job.errors[-1].message  # type: ignore[union-attr]
     assert f"job {bad_meta} (add) cannot be read, so it is not run" in worker.log()
 
     listing = cli("jobs", "list").ok().out

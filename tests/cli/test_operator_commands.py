@@ -17,7 +17,7 @@ from test_admin_commands import make_dead, rows
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, JobState
 
 ME = f"{getpass.getuser()}@{socket.gethostname()}"

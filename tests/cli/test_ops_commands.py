@@ -84,8 +84,8 @@ def test_worker_json_logs_and_metrics_port(cli: Cli, inspector: Conveyor) -> Non
     worker = cli.start_worker("--poll", "0.1", "--log-format", "json", "--metrics-port", str(port))
     wait_until(
         lambda: (
-            inspector.jobs.get(poison).state is JobState.DEAD
-            and inspector.jobs.get(add).state is JobState.COMPLETED
+            inspector.jobs.get(poison).state is JobState.DEAD  # type: ignore[union-attr]
+            and inspector.jobs.get(add).state is JobState.COMPLETED  # type: ignore[union-attr]
         ),
         "both jobs finished",
     )
@@ -133,8 +133,8 @@ def test_a_pool_serves_its_childrens_metrics_on_one_port_and_logs_json(
     )
     wait_until(
         lambda: (
-            all(inspector.jobs.get(j).state is JobState.COMPLETED for j in adds)
-            and inspector.jobs.get(poison).state is JobState.DEAD
+            all(inspector.jobs.get(j).state is JobState.COMPLETED for j in adds)  # type: ignore[union-attr]
+            and inspector.jobs.get(poison).state is JobState.DEAD  # type: ignore[union-attr]
         ),
         "6 jobs completed and 1 dead by the pool",
     )
@@ -162,7 +162,7 @@ def test_a_pool_serves_its_childrens_metrics_on_one_port_and_logs_json(
 def test_a_pool_childs_text_lines_name_the_child_and_the_job(cli: Cli, inspector: Conveyor) -> None:
     poison = cli.enqueue("parse_total", "twelve")
     worker = cli.start_worker("-p", "1", "-c", "1", "--poll", "0.1")
-    wait_until(lambda: inspector.jobs.get(poison).state is JobState.DEAD, "the pool to run the job")
+    wait_until(lambda: inspector.jobs.get(poison).state is JobState.DEAD, "the pool to run the job")  # type: ignore[union-attr]
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
     # The pool's children log as a single worker does (the same set-up), plus their pid.

@@ -15,7 +15,7 @@ def test_workers_and_throughput_of_a_running_worker(cli: Cli, inspector: Conveyo
     assert cli("workers").ok().out == "no live worker\n"
     jobs = [cli.enqueue("add", str(n), "1") for n in range(3)] + [cli.enqueue("parse_total", "x")]
     worker = cli.start_worker("-c", "2", "--poll", "0.1")
-    wait_until(lambda: all(inspector.jobs.get(j).is_finished for j in jobs), "4 jobs finished")
+    wait_until(lambda: all(inspector.jobs.get(j).is_finished for j in jobs), "4 jobs finished")  # type: ignore[union-attr]
     [record] = [json.loads(line) for line in cli("workers", "--json").ok().out.splitlines()]
     assert record["pid"] == worker.proc.pid and record["concurrency"] == 2
     assert record["queues"] == ["default", "emails"] and record["stopping"] is False
@@ -31,5 +31,5 @@ def test_workers_and_throughput_of_a_running_worker(cli: Cli, inspector: Conveyo
     assert sum(int(r[2]) for r in rows) == 1 and sum(int(r[3]) for r in rows) == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
-    assert inspector.jobs.get(jobs[-1]).state is JobState.DEAD
+    assert inspector.jobs.get(jobs[-1]).state is JobState.DEAD  # type: ignore[union-attr]
     assert cli("workers").ok().out == "no live worker\n"  # it removed its record

@@ -72,7 +72,7 @@ def test_workers_schedule_by_default_and_not_with_no_scheduler(
 ) -> None:
     quiet = start(cli, "worker", "scheduled_app:app", "--no-scheduler", "--poll", "0.1")
     job = cli("enqueue", "--app", "scheduled_app:app", "add", "1", "2").ok().out.strip()
-    wait_until(lambda: inspector.jobs.get(job).state is JobState.COMPLETED, "the add job done")
+    wait_until(lambda: inspector.jobs.get(job).state is JobState.COMPLETED, "the add job done")  # type: ignore[union-attr]
     quiet.signal(signal.SIGTERM)
     assert quiet.wait() == 0, quiet.log()
     assert "scheduler started" not in quiet.log()

@@ -19,11 +19,11 @@ def test_drained_worker_exits_despite_a_thread_its_handler_left_running(
 ) -> None:
     job_id = cli("enqueue", "--app", "thread_app:app", "leave_thread").ok().out.strip()
     worker = cli.start_worker("--poll", "0.1", *pool, app="thread_app:app")
-    wait_until(lambda: inspector.jobs.get(job_id).state is JobState.COMPLETED, "job completed")
+    wait_until(lambda: inspector.jobs.get(job_id).state is JobState.COMPLETED, "job completed")  # type: ignore[union-attr]
 
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0, worker.log()  # 0: drained, as documented
     log = worker.log()
     assert "stopped (drained)" in log
     assert "1 thread(s) left running: stray-forever" in log
-    assert inspector.jobs.get(job_id).result_value == "started"
+    assert inspector.jobs.get(job_id).result_value == "started"  # type: ignore[union-attr]

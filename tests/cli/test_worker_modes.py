@@ -35,10 +35,12 @@ def producer(url: str) -> Iterator[Conveyor]:
     app = Conveyor(url)
 
     @app.task(name="add")
-    def add(a: int, b: int) -> int: ...
+    # Ignored for mypy: a task declared by name: its body runs elsewhere
+    def add(a: int, b: int) -> int: ...  # type: ignore[empty-body]
 
     @app.task(name="parse_total")
-    def parse_total(text: str) -> float: ...
+    # Ignored for mypy: a task declared by name: its body runs elsewhere
+    def parse_total(text: str) -> float: ...  # type: ignore[empty-body]
 
     yield app
     app.close()
@@ -76,8 +78,8 @@ def test_burst_exits_4_when_a_job_ended_dead(url: str, producer: Conveyor) -> No
     run = conveyor(url, "worker", "example_app:app", "--burst", "--poll", "30")
     assert run.returncode == 4, run.stderr
     assert "1 job(s) ended dead during this run" in run.stderr
-    assert producer.jobs.get(good.id).state is JobState.COMPLETED
-    assert producer.jobs.get(bad.id).state is JobState.DEAD
+    assert producer.jobs.get(good.id).state is JobState.COMPLETED  # type: ignore[union-attr]
+    assert producer.jobs.get(bad.id).state is JobState.DEAD  # type: ignore[union-attr]
 
 
 def test_max_jobs_runs_that_many_then_exits(url: str, producer: Conveyor) -> None:
@@ -121,7 +123,8 @@ def test_reload_restarts_the_worker_on_a_code_change(url: str, tmp_path: Path) -
     producer = Conveyor(url)
 
     @producer.task(name="version")
-    def version() -> str: ...
+    # Ignored for mypy: a task declared by name: its body runs elsewhere
+    def version() -> str: ...  # type: ignore[empty-body]
 
     log_path = tmp_path / "worker.log"
     env = {**os.environ, "CONVEYOR_URL": url, "PYTHONUNBUFFERED": "1"}

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, Job, JobState, NewJob
 
 _ids = itertools.count(1)

@@ -1,7 +1,7 @@
 """Write into one stored field of a job behind Conveyor's back, as another program, a
 manual edit or a damaged store could: raw SQL on SQLite and PostgreSQL, a raw HSET
-on Redis, a direct write into the row on memory. The tests of corrupt jobs (test_corrupt_jobs.py, test_corrupt_fuzz.py)
-use it to show that one bad job never touches another.
+on Redis, a direct write into the row on memory. The tests of corrupt jobs
+(test_corrupt_jobs.py, test_corrupt_fuzz.py) use it to show that one bad job never touches another.
 
 Each store takes what its schema lets through: SQLite takes anything in any column
 (the writer also sets its CHECK constraints and the state trigger aside, as a tool

@@ -13,7 +13,8 @@ from helpers import error
 
 from conveyor import Adaptive, Conveyor, Limits
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, KeyLimits, Settlement
+from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.params import JobFilter, JobPage, RecordKey, Settlement
 from conveyor.downstreams.adaptive_controller import NAMESPACE, AdaptiveController
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
@@ -81,7 +82,7 @@ class Fleet:
         await self.two.sync(self.backend, self.clock())
 
     async def state(self) -> LimitState:
-        text = await self.backend.get_record(NAMESPACE, KEY)
+        text = await self.backend.get_record(RecordKey(namespace=NAMESPACE, key=KEY))
         assert text is not None
         state = LimitState.decode(text)
         assert state is not None
@@ -103,7 +104,7 @@ async def test_the_fleet_starts_at_start_and_the_backend_holds_it(
     fleet.run(fleet.one)
     await fleet.sync()
     assert (await fleet.state()).limit == 2 and (await fleet.state()).version == 0
-    assert isinstance(backend, KeyLimits) and await backend.key_limit(KEY) == 2
+    assert isinstance(backend, FlowState) and await backend.key_limit(KEY) == 2
 
 
 async def test_successes_that_use_the_limit_add_one_per_window_up_to_max(
@@ -123,7 +124,7 @@ async def test_successes_that_use_the_limit_add_one_per_window_up_to_max(
             fleet.run(fleet.two)
         limits.append(((await fleet.window()).limit, 0))
     assert [limit for limit, _ in limits[7:]] == [4, 5, 6, 6]
-    assert isinstance(backend, KeyLimits) and await backend.key_limit(KEY) == 6
+    assert isinstance(backend, FlowState) and await backend.key_limit(KEY) == 6
 
 
 async def test_a_signal_cuts_the_limit_at_once_by_the_factor_once_per_window(
@@ -145,7 +146,7 @@ async def test_a_signal_cuts_the_limit_at_once_by_the_factor_once_per_window(
     await fleet.sync()
     state = await fleet.state()
     assert (state.limit, state.version, state.cut_at) == (3, before + 1, clock())
-    assert isinstance(backend, KeyLimits) and await backend.key_limit(KEY) == 3
+    assert isinstance(backend, FlowState) and await backend.key_limit(KEY) == 3
     assert fleet.one.limits() == fleet.two.limits() == {KEY: 3}
     # The window right after the cut never cuts again: its signals may be those of
     # the jobs the old limit let in, still leaving.
@@ -206,7 +207,7 @@ async def test_claimers_are_held_to_the_decided_limit(
         *(backend.fetch_jobs(strict_claim(["default"], 5, f"w{n}", 30.0)) for n in range(4))
     )
     assert sum(len(jobs) for jobs in claimed) == 3
-    running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=50)
+    running = await backend.list_jobs(JobPage(where=JobFilter(states=(S.RUNNING,)), limit=50))
     assert {job.concurrency_key for job in running} == {KEY}
 
 

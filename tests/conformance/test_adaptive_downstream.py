@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from conformance.helpers import RunningWorker
 from downstream_bounds import assert_near_capacity
+from helpers import RunningWorker
 
 from conveyor import Adaptive, Conveyor, Limits, RetryOptions
 from conveyor.worker import WorkerConfig

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from helpers import claim_one, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import QueueFull
 from conveyor.model.job import JobState, NewJob, QueueBound
@@ -21,7 +23,7 @@ from conveyor.rules.backpressure import SHED_ERROR_TYPE
 WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 
 
-def bounded(job_id: str, most: int, shed: bool = False, **fields: object) -> NewJob:
+def bounded(job_id: str, most: int, shed: bool = False, **fields: Any) -> NewJob:
     return new_job(id=job_id, bound=QueueBound(most, shed_oldest=shed), **fields)
 
 
@@ -134,7 +136,8 @@ async def test_the_app_rejects_with_the_depth_on_both_facades(app: Conveyor) -> 
         await asyncio.to_thread(app.enqueue_many, [send.message(4), send.message(5)])
     assert caught.value.jobs == [None, None]
     assert {first.id, second.id} == {
-        j.id for j in await (await app.backend()).list_jobs(JobFilter(queues=("mail",)))
+        j.id
+        for j in await (await app.backend()).list_jobs(JobPage(where=JobFilter(queues=("mail",))))
     }
 
 
@@ -153,7 +156,8 @@ async def test_block_waits_for_room(app: Conveyor, backend: Backend) -> None:
         offers += 1
         return await enqueue(jobs)
 
-    backend.enqueue_jobs = counted  # type: ignore[method-assign]
+    # Ignored for mypy: a counting wrapper in place of the verb
+    backend.enqueue_jobs = counted  # type: ignore[assignment, method-assign]
     blocked = asyncio.create_task(send.enqueue_async(2))
     while offers < 2:  # refused once, offered again: it waits
         await asyncio.sleep(0.005)

@@ -10,7 +10,8 @@ import time
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
 from conveyor import BreakerError, Conveyor, Limits, RetryOptions
-from conveyor.backends.contract import Backend, ClaimedJobs, ClaimRequest, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BucketHold, ClaimedJobs, ClaimRequest, QueueQuota
 from conveyor.downstreams.breaker_records import close_by_hand, open_by_hand, read_breaker
 from conveyor.downstreams.breaker_view import BreakerView
 from conveyor.model.clock import ManualClock
@@ -152,7 +153,7 @@ async def test_a_held_bucket_refills_from_the_end_of_its_hold(
             )
         )
 
-    await backend.hold_rate_bucket("stripe", 0.5, clock() + 10)
+    await backend.hold_rate_bucket(BucketHold(key="stripe", tokens=0.5, until=clock() + 10))
     assert await claim() == 0
     clock.advance(10)
     assert await claim() == 0  # half a token at the end of the hold
@@ -308,7 +309,7 @@ async def test_a_worker_holds_a_failing_downstreams_jobs_and_drains_them_after(
     state = await read_breaker(backend, "downstream")
     assert state.state == CLOSED
     # Open -> half-open -> open (probe failed) ... -> half-open -> closed.
-    spells = list(zip(state.history, state.history[1:]))
+    spells = list(zip(state.history, state.history[1:], strict=False))
     for entered, left in spells:
         within = [t for t in starts if entered.at <= t < left.at]
         if entered.target == OPEN:

@@ -8,7 +8,8 @@ from helpers import new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, ClaimRequest, JobFilter, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimRequest, JobFilter, JobWait, QueuePause, QueueQuota
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -57,7 +58,7 @@ async def test_claim_only_named_queues_in_order(backend: Backend) -> None:
 
 
 async def test_fencing_token_changes_on_every_claim(backend: Backend) -> None:
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import Settlement
 
     await backend.enqueue_jobs([new_job(id="f")])
     tokens = []
@@ -100,11 +101,11 @@ async def test_one_job_goes_to_exactly_one_worker(backend_url: str, clock: Manua
 
 async def test_paused_queue_is_not_claimed(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="p", queue="reports")])
-    await backend.pause_queue("reports", True)
+    await backend.pause_queue(QueuePause(queue="reports", paused=True))
     assert await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30)) == []
     stats = {s.queue: s for s in await backend.queue_stats()}
     assert stats["reports"].paused is True
-    await backend.pause_queue("reports", False)
+    await backend.pause_queue(QueuePause(queue="reports", paused=False))
     [job] = await backend.fetch_jobs(strict_claim(["reports"], 10, "w1", 30))
     assert job.id == "p"
 
@@ -117,10 +118,12 @@ async def test_wait_for_jobs_wakes_on_enqueue_from_another_client(
         waiting_backend = await consumer.backend()
         producing_backend = await producer.backend()
         # Prime the listener, then wait with a long timeout: the enqueue must cut it short.
-        await waiting_backend.wait_for_jobs(["default"], 0.01)
+        await waiting_backend.wait_for_jobs(JobWait(queues=["default"], timeout=0.01))
         loop = asyncio.get_running_loop()
         started = loop.time()
-        waiter = asyncio.create_task(waiting_backend.wait_for_jobs(["default"], 20.0))
+        waiter = asyncio.create_task(
+            waiting_backend.wait_for_jobs(JobWait(queues=["default"], timeout=20.0))
+        )
         await producing_backend.enqueue_jobs([new_job(id="wake")])
         await asyncio.wait_for(waiter, 5.0)
         assert loop.time() - started < 5.0
@@ -164,7 +167,7 @@ async def test_an_empty_or_short_queues_share_goes_to_the_others(backend: Backen
 async def test_a_paused_queues_share_goes_to_the_others(backend: Backend) -> None:
     await fill(backend, "a", 5)
     await fill(backend, "b", 5)
-    await backend.pause_queue("a", True)
+    await backend.pause_queue(QueuePause(queue="a", paused=True))
     jobs = await backend.fetch_jobs(quotas(4, a=3, b=1))
     assert [j.queue for j in jobs] == ["b"] * 4
 

@@ -16,7 +16,8 @@ from helpers import RunningWorker, complete, wait_finished
 from conveyor import Conveyor, PayloadOptions
 from conveyor.backends.blobs import blob_key
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter
 from conveyor.cli.render import job_detail
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import PayloadTooLarge
@@ -160,7 +161,8 @@ async def test_deleting_a_job_deletes_its_blobs(clocked_app: Conveyor) -> None:
     assert deleted == [handles[0].id]
     kept = set()
     for h in handles[1:]:
-        job = await clocked_app.admin.get(h.id)
+        # Ignored for mypy: checked for None on the next line
+        job = await clocked_app.admin.get(h.id)  # type: ignore[assignment]
         assert job is not None
         ref = reference_in(job.payload)
         assert ref is not None
@@ -183,7 +185,9 @@ async def test_prune_deletes_orphans_past_their_grace(
     jobs = {j.id: j for j in await backend.fetch_jobs(strict_claim(["default"], 2, "w1", 30.0))}
     await backend.settle_jobs([complete(jobs[gone.id])])
     # Deleted behind Conveyor's back (as retention does): its blob is left.
-    assert await backend.delete_jobs(JobFilter(ids=(gone.id,)), 10, False) == [gone.id]
+    assert await backend.delete_jobs(
+        BulkAction(where=JobFilter(ids=(gone.id,)), limit=10, dry_run=False)
+    ) == [gone.id]
     kept_key = reference_in(jobs[kept.id].payload).key  # type: ignore[union-attr]
     assert len(await _blob_keys(clocked_app)) == 3
     clock.advance(599)

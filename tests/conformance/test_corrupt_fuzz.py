@@ -35,7 +35,7 @@ from raw_store import RawValue, raw_store
 
 from conveyor import Conveyor
 from conveyor.backends.codec import COLUMNS
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, JobPage, QueuePause
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 
@@ -91,7 +91,9 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
     raw = raw_store(backend_name, url)
     try:
         backend = await app.backend()
-        await backend.pause_queue(queue, True)  # the whole batch lands in one claim
+        await backend.pause_queue(
+            QueuePause(queue=queue, paused=True)
+        )  # the whole batch lands in one claim
         healthy = [f"{queue}-ok-{i}" for i in range(HEALTHY)]
         targets = {field: f"{queue}-bad-{field}" for field in values}
         await backend.enqueue_jobs(
@@ -126,7 +128,7 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
             scheduler=False,
         )
         async with RunningWorker(app, config):
-            await backend.pause_queue(queue, False)
+            await backend.pause_queue(QueuePause(queue=queue, paused=False))
             await eventually(lambda: _completed(backend, healthy), timeout=20)
             [later] = await backend.enqueue_jobs(
                 [
@@ -148,7 +150,10 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
         assert len(bad_calls) == len(set(bad_calls))  # no damaged job ran twice
         assert len(other_calls) <= 1 and (not other_calls or "payload" in written)
 
-        listed = {j.id: j for j in await backend.list_jobs(JobFilter(queues=(queue,)), limit=1000)}
+        listed = {
+            j.id: j
+            for j in await backend.list_jobs(JobPage(where=JobFilter(queues=(queue,)), limit=1000))
+        }
         assert await backend.count_jobs(JobFilter(queues=(queue,))) == len(listed)
         await backend.queue_stats()
         for field, job_id in targets.items():
@@ -156,7 +161,7 @@ async def scenario(url: str, backend_name: str, values: dict[str, RawValue]) -> 
             if job is None:  # renamed: its id was the field written (SQL backends)
                 assert field == "id" and field in written
                 [job] = await backend.list_jobs(
-                    JobFilter(queues=(queue,), args_contains='"bad","id"'), limit=5
+                    JobPage(where=JobFilter(queues=(queue,), args_contains='"bad","id"'), limit=5)
                 )
             ran = bad_calls.count(field) + (len(other_calls) if field == "payload" else 0)
             where = f"{field}={values[field]!r} -> {job}"

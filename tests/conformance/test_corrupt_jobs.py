@@ -16,7 +16,8 @@ from raw_store import RawStore, RawValue
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, QueuePause, Retention, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
@@ -149,7 +150,7 @@ async def test_listings_counts_and_stats_show_corrupt_jobs(
     if await raw.write("bad-state", "state", "paused"):
         stored.add("bad-state")
 
-    listed = await backend.list_jobs(JobFilter(), limit=50)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(), limit=50))
     corrupt = {job.id: job.corrupt for job in listed if job.corrupt}
     assert set(corrupt) == stored
     assert len(listed) == 5
@@ -159,9 +160,13 @@ async def test_listings_counts_and_stats_show_corrupt_jobs(
         assert bad_state.corrupt == "state: unknown state 'paused'"
     assert await backend.count_jobs(JobFilter()) == 5
     # Filters that read the damaged fields still answer.
-    assert [j.id for j in await backend.list_jobs(JobFilter(error_type="Oops"))] == []
+    assert [
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(error_type="Oops")))
+    ] == []
     assert await backend.count_jobs(JobFilter(error_type="Oops")) == 0
-    assert {j.id for j in await backend.list_jobs(JobFilter(args_contains="args"))} >= {"fine"}
+    assert {
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(args_contains="args")))
+    } >= {"fine"}
     for job_id in stored:
         job = await backend.get_job(job_id)
         assert job is not None and job.corrupt == corrupt[job_id]
@@ -260,7 +265,7 @@ async def test_a_claimed_job_whose_id_is_not_text_can_still_be_settled(
     assert len(jobs) == 3
     outcomes = [corrupt_outcome(j, clock.now, "w1") if j.corrupt else complete(j) for j in jobs]
     assert await backend.settle_jobs(outcomes) == []
-    listed = await backend.list_jobs(JobFilter(), limit=10)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(), limit=10))
     assert sorted(j.state for j in listed) == sorted(o.state for o in outcomes)
     assert {j.id for j in listed} == {j.id for j in jobs}
     for job in jobs:
@@ -320,8 +325,8 @@ async def test_dedup_and_prune_next_to_corrupt_finished_jobs(
     [new] = await backend.enqueue_jobs([new_job(id="new", unique_key="k")])
     assert new.id == "new"
     clock.advance(7200)
-    pruned = await backend.prune_jobs(clock.now, clock.now)
-    remaining = {j.id for j in await backend.list_jobs(JobFilter(), limit=10)}
+    pruned = await backend.prune_jobs(Retention(completed_before=clock.now, dead_before=clock.now))
+    remaining = {j.id for j in await backend.list_jobs(JobPage(where=JobFilter(), limit=10))}
     assert "new" in remaining and "old" not in remaining
     assert pruned == 3 - len(remaining)
 
@@ -356,7 +361,9 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
         return name
 
     backend = await live_app.backend()
-    await backend.pause_queue("default", True)  # all of it lands in one claim
+    await backend.pause_queue(
+        QueuePause(queue="default", paused=True)
+    )  # all of it lands in one claim
     names = [f"ok-{i}" for i in range(8)]
     await backend.enqueue_jobs(
         [
@@ -367,7 +374,7 @@ async def test_the_worker_runs_the_batch_and_kills_only_the_corrupt_job(
     if not await _corrupt(raw_live, backend_name, "bad", field, value):
         return  # refused by the schema: checked in _corrupt
     async with RunningWorker(live_app, FAST) as worker:
-        await backend.pause_queue("default", False)
+        await backend.pause_queue(QueuePause(queue="default", paused=False))
         jobs = await wait_finished(live_app, [*names, "bad"])
         # The worker keeps claiming: a job enqueued afterwards runs.
         [later] = await backend.enqueue_jobs(

@@ -8,7 +8,8 @@ from helpers import claim_one, complete, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -100,7 +101,7 @@ async def test_unique_key_dedups_and_unique_for_extends_past_completion(
 async def test_unique_key_does_not_block_after_dead(backend: Backend) -> None:
     from helpers import error
 
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import Settlement
 
     [first] = await backend.enqueue_jobs([new_job(unique_key="pay:1", unique_for=3600)])
     job = await claim_one(backend)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError, InvalidJob
 from conveyor.model.job import JobState
@@ -21,7 +23,7 @@ from conveyor.rules.fairness import FAIRNESS_META_KEY
 CLAIMERS = 4
 
 
-async def flood(backend: Backend, key: str, n: int, **fields: object) -> None:
+async def flood(backend: Backend, key: str, n: int, **fields: Any) -> None:
     for start in range(0, n, 1000):
         await backend.enqueue_jobs(
             [

@@ -5,15 +5,17 @@ jobs, the totals, and the rate limit buckets throttled jobs wait for."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from helpers import complete, new_job
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, FlowLoads, FlowQuery, KeyLoad
-from conveyor.model.job import JobState
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, FlowLoads, FlowQuery, KeyLoad
+from conveyor.model.job import JobState, NewJob
 
 
-def keyed(key: str, limit: int, queue: str = "default", **fields: object) -> object:
+def keyed(key: str, limit: int, queue: str = "default", **fields: Any) -> NewJob:
     return new_job(queue=queue, concurrency_key=key, concurrency_limit=limit, **fields)
 
 
@@ -81,7 +83,7 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
     """Four producers at once over a queue of 20 that sheds: 120 jobs, 20 left waiting,
     so exactly 100 shed, counted by the enqueues that shed them; deleting the shed jobs
     (as pruning does) leaves the count."""
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import QueueBound
 
     bound = QueueBound(20, shed_oldest=True)
@@ -98,5 +100,8 @@ async def test_every_job_a_full_queue_sheds_is_counted_once(backend: Backend) ->
     assert (stats["mail"].shed, stats["mail"].counts[JobState.AVAILABLE]) == (100, 20)
     assert stats["other"].shed == 0
     cancelled = JobFilter(states=(JobState.CANCELLED,), queues=("mail",))
-    assert len(await backend.delete_jobs(cancelled, 1000, False)) == 100
+    assert (
+        len(await backend.delete_jobs(BulkAction(where=cancelled, limit=1000, dry_run=False)))
+        == 100
+    )
     assert {s.queue: s.shed for s in await backend.queue_stats()}["mail"] == 100

@@ -11,7 +11,8 @@ import pytest
 from helpers import RunningWorker, claim_one, error, eventually, wait_finished
 
 from conveyor import Conveyor, RetryOptions, Snooze, current_job
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter, RecordKey, Settlement
 from conveyor.context import JobContext
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import OnceWindowTooShort
@@ -65,7 +66,7 @@ async def test_fence_grows_on_every_claim_across_retry_rescue_and_redrive(
     await backend.settle_jobs(
         [Settlement(third.id, third.lease_token, JobState.DEAD, error=error(3))]
     )
-    [redriven] = await backend.redrive_jobs(DEAD, limit=10, dry_run=False)
+    [redriven] = await backend.redrive_jobs(BulkAction(where=DEAD, limit=10, dry_run=False))
     assert redriven.attempt == 0  # a redrive resets the attempts ...
     fourth = await claimed()
     assert fourth.attempt == 1
@@ -217,7 +218,10 @@ async def test_once_refuses_a_ttl_shorter_than_the_job_may_still_run_and_default
     window = 30 + 14 * 24 * 3600
     with pytest.raises(OnceWindowTooShort, match=f"ttl >= {window}"):
         await first.once("k", effect, ttl=timedelta(days=14))
-    assert effects == [] and await backend.get_record(ONCE_NAMESPACE, "k") is None
+    assert (
+        effects == []
+        and await backend.get_record(RecordKey(namespace=ONCE_NAMESPACE, key="k")) is None
+    )
     assert await first.once("k", effect) == "ok"  # no ttl: exactly the window
     clock.advance(window - 1)
     assert await second.once("k", effect) == "ok" and effects == ["ran"]
@@ -293,7 +297,7 @@ async def test_once_whose_claim_expired_during_the_effect_still_marks_a_free_key
     assert await first.once("k", slow, lease=2) == "ok"
     assert await second.once("k", slow, lease=2) == "ok"  # done: not run again
     assert clock.now == started + 3  # the effect ran once
-    record = await backend.get_record(ONCE_NAMESPACE, "k")
+    record = await backend.get_record(RecordKey(namespace=ONCE_NAMESPACE, key="k"))
     assert record is not None and '"state":"done"' in record
 
 
@@ -332,7 +336,7 @@ async def test_once_twice_at_a_time_with_one_key_in_one_attempt_is_refused(
         await gate.wait()
 
     running = asyncio.create_task(first.once("k", wait))
-    while await backend.get_record(ONCE_NAMESPACE, "k") is None:
+    while await backend.get_record(RecordKey(namespace=ONCE_NAMESPACE, key="k")) is None:
         await asyncio.sleep(0.01)
     with pytest.raises(RuntimeError, match="already running in this attempt"):
         await first.once("k", wait)

@@ -1,4 +1,4 @@
-"""A concurrency key's set limit (KeyLimits, what an adaptive task's controller writes,
+"""A concurrency key's set limit (FlowState, what an adaptive task's controller writes,
 conveyor.rules.adaptive): it replaces the limit the key's jobs were enqueued with, for every
 claimer; raising it unparks the key's next jobs at once, lowering it lets the running
 jobs finish and gives no slot until fewer than the new limit hold one."""
@@ -12,7 +12,8 @@ from helpers import complete, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, KeyLimits
+from conveyor.backends.contract import Backend, FlowState
+from conveyor.backends.params import JobFilter, JobPage, KeyLimit
 from conveyor.model.job import Job, JobState
 
 S = JobState
@@ -24,7 +25,7 @@ async def claim(backend: Backend, n: int = 50, worker: str = "w1") -> list[Job]:
 
 
 async def running_of_key(backend: Backend) -> int:
-    running = await backend.list_jobs(JobFilter(states=(S.RUNNING,)), limit=10_000)
+    running = await backend.list_jobs(JobPage(where=JobFilter(states=(S.RUNNING,)), limit=10_000))
     return sum(job.concurrency_key == KEY for job in running)
 
 
@@ -35,17 +36,19 @@ async def fill(backend: Backend, n: int, limit: int = 1) -> None:
 
 
 async def test_every_backend_can_set_a_keys_limit(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     assert await backend.key_limit(KEY) is None
-    await backend.set_key_limit(KEY, 4)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=4))
     assert await backend.key_limit(KEY) == 4
-    await backend.set_key_limit(KEY, None)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=None))
     assert await backend.key_limit(KEY) is None
 
 
 async def test_a_set_limit_replaces_the_jobs_own_for_several_claimers(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
-    await backend.set_key_limit(KEY, 3)  # before the jobs: they are parked beyond it
+    assert isinstance(backend, FlowState)
+    await backend.set_key_limit(
+        KeyLimit(concurrency_key=KEY, limit=3)
+    )  # before the jobs: they are parked beyond it
     await fill(backend, 40, limit=1)
     ran = 0
     for round_ in range(30):
@@ -63,11 +66,13 @@ async def test_a_set_limit_replaces_the_jobs_own_for_several_claimers(backend: B
 
 
 async def test_raising_the_limit_unparks_at_once(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await fill(backend, 20, limit=2)
     first = await claim(backend)
     assert [job.id for job in first] == ["j000", "j001"]
-    await backend.set_key_limit(KEY, 7)  # no job moved: the write itself unparks
+    await backend.set_key_limit(
+        KeyLimit(concurrency_key=KEY, limit=7)
+    )  # no job moved: the write itself unparks
     more = await claim(backend)
     assert [job.id for job in more] == [f"j{i:03}" for i in range(2, 7)]
     assert await claim(backend) == []
@@ -75,12 +80,12 @@ async def test_raising_the_limit_unparks_at_once(backend: Backend) -> None:
 
 
 async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
-    await backend.set_key_limit(KEY, 6)
+    assert isinstance(backend, FlowState)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=6))
     await fill(backend, 20)
     running = await claim(backend)
     assert len(running) == 6
-    await backend.set_key_limit(KEY, 2)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=2))
     assert await running_of_key(backend) == 6  # the running jobs go on
     # Four of the six end: still 2 hold slots, so nothing new starts.
     assert await backend.settle_jobs([complete(job) for job in running[:4]]) == []
@@ -93,20 +98,20 @@ async def test_lowering_the_limit_takes_no_slot_back_and_refills_below_it(backen
 
 
 async def test_dropping_the_limit_goes_back_to_the_jobs_own(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
-    await backend.set_key_limit(KEY, 1)
+    assert isinstance(backend, FlowState)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=1))
     await fill(backend, 10, limit=3)
     assert len(await claim(backend)) == 1
-    await backend.set_key_limit(KEY, None)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=None))
     assert len(await claim(backend)) == 2
-    assert Counter(job.state for job in await backend.list_jobs(JobFilter(), limit=100)) == Counter(
-        {S.RUNNING: 3, S.AVAILABLE: 7}
-    )
+    assert Counter(
+        job.state for job in await backend.list_jobs(JobPage(where=JobFilter(), limit=100))
+    ) == Counter({S.RUNNING: 3, S.AVAILABLE: 7})
 
 
 async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
-    await backend.set_key_limit(KEY, 5)
+    assert isinstance(backend, FlowState)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=5))
     await backend.enqueue_jobs(
         [new_job(id=f"o{i}", concurrency_key="other", concurrency_limit=1) for i in range(5)]
     )
@@ -114,9 +119,9 @@ async def test_other_keys_keep_their_own_limit(backend: Backend) -> None:
 
 
 async def test_a_held_back_job_names_the_keys_set_limit(app: Conveyor, backend: Backend) -> None:
-    assert isinstance(backend, KeyLimits)
+    assert isinstance(backend, FlowState)
     await fill(backend, 5, limit=1)
-    await backend.set_key_limit(KEY, 2)
+    await backend.set_key_limit(KeyLimit(concurrency_key=KEY, limit=2))
     assert len(await claim(backend)) == 2
     waiting = await backend.get_job("j004")
     assert waiting is not None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from helpers import claim_one, complete, new_job, state_of
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Heartbeat, Lease, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker.rescue import rescue_expired
@@ -16,7 +17,9 @@ async def test_heartbeat_extends_the_lease(backend: Backend, clock: ManualClock)
     job = await claim_one(backend, lease=10)
     for _ in range(5):
         clock.advance(8)
-        reply = await backend.heartbeat_jobs([Lease(job.id, job.lease_token)], 10)
+        reply = await backend.heartbeat_jobs(
+            Heartbeat(leases=[Lease(job.id, job.lease_token)], lease_seconds=10)
+        )
         assert reply.lost == frozenset() and reply.cancel_requested == frozenset()
         assert await rescue_expired(backend, backend.clock()) == []
     stored = await backend.get_job("h")
@@ -42,7 +45,9 @@ async def test_expired_lease_is_rescued_and_the_old_owner_fenced(
     second = await claim_one(backend, worker="live-worker")
     assert second.attempt == 2
     # The first worker comes back: its heartbeat and its ack are both refused.
-    reply = await backend.heartbeat_jobs([Lease(first.id, first.lease_token)], 10)
+    reply = await backend.heartbeat_jobs(
+        Heartbeat(leases=[Lease(first.id, first.lease_token)], lease_seconds=10)
+    )
     assert reply.lost == frozenset({"e"})
     assert await backend.settle_jobs([complete(first, '"late"')]) == ["e"]
     assert await backend.settle_jobs([complete(second, '"on time"')]) == []
@@ -78,7 +83,9 @@ async def test_cancel_running_job_is_a_request_seen_by_heartbeat(backend: Backen
     job = await claim_one(backend)
     flagged = await backend.cancel_job("run")
     assert flagged is not None and flagged.state is JobState.RUNNING and flagged.cancel_requested
-    reply = await backend.heartbeat_jobs([Lease(job.id, job.lease_token)], 10)
+    reply = await backend.heartbeat_jobs(
+        Heartbeat(leases=[Lease(job.id, job.lease_token)], lease_seconds=10)
+    )
     assert reply.cancel_requested == frozenset({"run"}) and reply.lost == frozenset()
 
 

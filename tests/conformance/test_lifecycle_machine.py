@@ -21,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, Heartbeat, JobFilter, Lease, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.model.lifecycle import ALLOWED
@@ -152,7 +153,10 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
             job_id = data.draw(st.sampled_from(sorted(self.old_tokens)))
             stale = Settlement(job_id, self.old_tokens[job_id], S.COMPLETED, result="2")
             assert self.both("settle_jobs", [stale]) == [job_id]
-            reply = self.both("heartbeat_jobs", [Lease(job_id, self.old_tokens[job_id])], LEASE)
+            reply = self.both(
+                "heartbeat_jobs",
+                Heartbeat(leases=[Lease(job_id, self.old_tokens[job_id])], lease_seconds=LEASE),
+            )
             assert job_id in reply.lost
 
         @precondition(lambda self: self.in_state(S.RUNNING))
@@ -160,7 +164,10 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
         def heartbeat(self, data: st.DataObject) -> None:
             job_id = data.draw(st.sampled_from(self.in_state(S.RUNNING)))
             job = self.run(self.model.get_job(job_id))
-            reply = self.both("heartbeat_jobs", [Lease(job_id, job.lease_token)], LEASE)
+            reply = self.both(
+                "heartbeat_jobs",
+                Heartbeat(leases=[Lease(job_id, job.lease_token)], lease_seconds=LEASE),
+            )
             assert not reply.lost
 
         @rule(seconds=st.sampled_from([1.0, 4.0, 11.0]))
@@ -184,7 +191,10 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
 
         @rule(limit=st.integers(1, 3), state=st.sampled_from([S.DEAD, S.CANCELLED]))
         def redrive(self, limit: int, state: JobState) -> None:
-            self.both("redrive_jobs", JobFilter(states=(state,)), limit, False)
+            self.both(
+                "redrive_jobs",
+                BulkAction(where=JobFilter(states=(state,)), limit=limit, dry_run=False),
+            )
 
         @invariant()
         def the_backend_holds_what_the_model_holds(self) -> None:
@@ -196,7 +206,7 @@ def lifecycle_machine(backend_name: str) -> type[RuleBasedStateMachine]:
                 assert (model.lease_expires_at is not None) == (model.state is S.RUNNING)
                 before = self.last.get(job_id)
                 if before is not None:
-                    for was, now in zip(before, (real.state, model.state)):
+                    for was, now in zip(before, (real.state, model.state), strict=True):
                         assert was == now or in_one_step(was, now), (job_id, was, now)
                 self.last[job_id] = (real.state, model.state)
             assert self.both("count_jobs", JobFilter()) == len(self.ids)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import claim_one, error, new_job
 
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
 from conveyor.model.errors import JobNotFound
 from conveyor.model.job import JobState
 
@@ -26,10 +27,12 @@ async def test_args_contains_matches_a_substring_of_the_arguments_json(backend: 
         ]
     )
     assert await backend.count_jobs(JobFilter(args_contains="alice@")) == 1
-    listed = await backend.list_jobs(JobFilter(args_contains="42"), limit=10)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(args_contains="42"), limit=10))
     assert sorted(j.id for j in listed) == ["a", "c", "d"]
     # Case-sensitive, and combined with the other fields.
-    assert [j.id for j in await backend.list_jobs(JobFilter(args_contains="Alice"))] == ["c"]
+    assert [
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(args_contains="Alice")))
+    ] == ["c"]
     both = JobFilter(args_contains="42", tasks=("tests.noop",))
     assert await backend.count_jobs(both) == 2
     assert await backend.count_jobs(JobFilter(args_contains="nobody")) == 0
@@ -49,8 +52,12 @@ async def test_args_contains_narrows_redrive_and_delete(backend: Backend) -> Non
             ]
         )
     dead_one = JobFilter(states=(JobState.DEAD,), args_contains="[1]")
-    assert [j.id for j in await backend.redrive_jobs(dead_one, 10, dry_run=True)] == ["k1"]
-    assert await backend.delete_jobs(JobFilter(args_contains="[2]"), 10, dry_run=False) == ["k2"]
+    assert [
+        j.id for j in await backend.redrive_jobs(BulkAction(where=dead_one, limit=10, dry_run=True))
+    ] == ["k1"]
+    assert await backend.delete_jobs(
+        BulkAction(where=JobFilter(args_contains="[2]"), limit=10, dry_run=False)
+    ) == ["k2"]
     assert await backend.count_jobs(JobFilter(states=(JobState.DEAD,))) == 2
 
 
@@ -61,24 +68,31 @@ async def test_cursor_pages_walk_newest_first_without_gaps_or_repeats(backend: B
             [new_job(id=job_id, queue="even" if int(job_id[1:]) % 2 == 0 else "odd")]
         )
     seen: list[str] = []
-    page = await backend.list_jobs(JobFilter(), limit=5)
+    page = await backend.list_jobs(JobPage(where=JobFilter(), limit=5))
     while page:
         seen.extend(j.id for j in page)
-        page = await backend.list_jobs(JobFilter(), limit=5, after=page[-1].id)
+        page = await backend.list_jobs(JobPage(where=JobFilter(), limit=5, after=page[-1].id))
     assert seen == list(reversed(ids))
 
     # The cursor combines with a filter: the page after p14 within queue "even".
-    evens = await backend.list_jobs(JobFilter(queues=("even",)), limit=3, after="p14")
+    evens = await backend.list_jobs(
+        JobPage(where=JobFilter(queues=("even",)), limit=3, after="p14")
+    )
     assert [j.id for j in evens] == ["p12", "p10", "p08"]
     # A cursor taken from another filter's listing still says where to start.
-    assert [j.id for j in await backend.list_jobs(JobFilter(queues=("even",)), 2, after="p13")] == [
+    assert [
+        j.id
+        for j in await backend.list_jobs(
+            JobPage(where=JobFilter(queues=("even",)), limit=2, after="p13")
+        )
+    ] == [
         "p12",
         "p10",
     ]
-    assert await backend.list_jobs(JobFilter(), limit=5, after="p00") == []
+    assert await backend.list_jobs(JobPage(where=JobFilter(), limit=5, after="p00")) == []
 
 
 async def test_cursor_of_a_vanished_job_raises_job_not_found(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="only")])
     with pytest.raises(JobNotFound):
-        await backend.list_jobs(JobFilter(), limit=5, after="never-was")
+        await backend.list_jobs(JobPage(where=JobFilter(), limit=5, after="never-was"))

@@ -11,7 +11,9 @@ import pytest
 from helpers import RunningWorker, claim_one, eventually, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
+from conveyor.backends.capabilities import LivenessHold, WorkerLiveness
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import RecordWrite
 from conveyor.model.job import Job, JobState
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.worker import WorkerConfig
@@ -51,7 +53,9 @@ class FakeTime:
 
 async def announce(backend: Backend, worker_id: str, token: str | None, **fields: object) -> str:
     record = json.dumps({"id": worker_id, LIVENESS_FIELD: token, **fields})
-    await backend.put_record(WORKERS_NAMESPACE, worker_id, record, ttl=60)
+    await backend.put_record(
+        RecordWrite(namespace=WORKERS_NAMESPACE, key=worker_id, value=record, ttl=60)
+    )
     return record
 
 

@@ -10,7 +10,8 @@ from helpers import claim_one, error, new_job, state_of
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.names import AmbiguousTaskName
@@ -90,15 +91,23 @@ async def test_cancel_jobs_cancels_only_waiting_jobs_of_the_filter(
         "elsewhere": "available",
     }
     in_q = JobFilter(queues=("q",))
-    assert sorted(await backend.cancel_jobs(in_q, 100, dry_run=True)) == ["avail", "retry", "sched"]
+    assert sorted(await backend.cancel_jobs(BulkAction(where=in_q, limit=100, dry_run=True))) == [
+        "avail",
+        "retry",
+        "sched",
+    ]
     assert await state_of(backend, "avail") is JobState.AVAILABLE  # a dry run changes nothing
     assert (
-        await backend.cancel_jobs(JobFilter(queues=("q",), states=(JobState.RUNNING,)), 100, False)
+        await backend.cancel_jobs(
+            BulkAction(
+                where=JobFilter(queues=("q",), states=(JobState.RUNNING,)), limit=100, dry_run=False
+            )
+        )
         == []
     )
-    first = await backend.cancel_jobs(in_q, 2, False)
+    first = await backend.cancel_jobs(BulkAction(where=in_q, limit=2, dry_run=False))
     assert len(first) == 2
-    rest = await backend.cancel_jobs(in_q, 100, False)
+    rest = await backend.cancel_jobs(BulkAction(where=in_q, limit=100, dry_run=False))
     assert sorted(first + rest) == ["avail", "retry", "sched"]
     after = {j: (await state_of(backend, j)).value for j in before}
     assert after == {**before, "sched": "cancelled", "retry": "cancelled", "avail": "cancelled"}
@@ -107,7 +116,7 @@ async def test_cancel_jobs_cancels_only_waiting_jobs_of_the_filter(
     cancelled = await backend.get_job("avail")
     assert cancelled is not None and cancelled.finished_at == clock()
     # Cancelled jobs leave the claim: nothing of q is claimable now.
-    assert await backend.cancel_jobs(in_q, 100, False) == []
+    assert await backend.cancel_jobs(BulkAction(where=in_q, limit=100, dry_run=False)) == []
 
 
 async def test_task_names_are_distinct_sorted_and_filtered(
@@ -132,9 +141,11 @@ async def test_error_type_filter_ignores_ascii_case(backend: Backend, clock: Man
     for spelling in ("KeyError", "keyerror", "KEYERROR", "kEyErRoR"):
         where = JobFilter(states=(JobState.DEAD,), error_type=spelling)
         assert await backend.count_jobs(where) == 2, spelling
-        assert sorted(j.id for j in await backend.list_jobs(where)) == ["k1", "k2"]
+        assert sorted(j.id for j in await backend.list_jobs(JobPage(where=where))) == ["k1", "k2"]
     assert await backend.count_jobs(JobFilter(error_type="Key")) == 0  # whole name only
-    moved = await backend.redrive_jobs(JobFilter(error_type="valueerror"), 10, False)
+    moved = await backend.redrive_jobs(
+        BulkAction(where=JobFilter(error_type="valueerror"), limit=10, dry_run=False)
+    )
     assert [j.id for j in moved] == ["v1"]
 
 

@@ -11,7 +11,8 @@ from helpers import claim_one, complete, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
 from conveyor.worker.pool.config import PoolConfig
@@ -24,7 +25,7 @@ def dead_child(worker_id: str) -> Any:
     return _Child(
         slot=0,
         worker_id=worker_id,
-        process=process,
+        process=process,  # type: ignore[arg-type]  # a stand-in for the process
         conn=None,  # type: ignore[arg-type]
         started_at=0.0,
     )

@@ -10,7 +10,8 @@ from helpers import claim_one, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, JobFilter, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 
@@ -78,10 +79,13 @@ async def test_aging_is_kept_through_retry_snooze_and_redrive(
     clock.advance(100)
     await backend.enqueue_jobs([new_job(id="other", priority=0, aging=A, run_at=clock.now - 350)])
     assert await claim_order(backend) == ["other", "aged"]
-    job = await backend.get_job("aged")
+    # Ignored for mypy: checked for None on the next line
+    job = await backend.get_job("aged")  # type: ignore[assignment]
     assert job is not None and job.aging == A
     await backend.settle_jobs([Settlement("aged", job.lease_token, JobState.DEAD)])
-    [redriven] = await backend.redrive_jobs(JobFilter(ids=("aged",)), limit=1, dry_run=False)
+    [redriven] = await backend.redrive_jobs(
+        BulkAction(where=JobFilter(ids=("aged",)), limit=1, dry_run=False)
+    )
     assert redriven.aging == A and redriven.state is JobState.AVAILABLE
 
 

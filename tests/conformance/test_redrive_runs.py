@@ -8,7 +8,8 @@ from helpers import claim_one, error, new_job
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.ops.redrive_driver import Driver
@@ -68,7 +69,7 @@ async def test_a_run_redrives_at_its_rate(
     after = await driver.step()
     assert (after.redriven, after.pending, after.remaining) == (5, 5, 5)
     assert await backend.count_jobs(DEAD) == 5
-    moved = await backend.list_jobs(JobFilter(states=(JobState.AVAILABLE,)))
+    moved = await backend.list_jobs(JobPage(where=JobFilter(states=(JobState.AVAILABLE,))))
     assert len(moved) == 5 and all(j.attempt == 0 and len(j.errors) == 1 for j in moved)
 
 

@@ -17,7 +17,8 @@ from helpers import RunningWorker, claim_one, complete, new_job, wait_finished
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ResultSweep, Retention, Settlement
 from conveyor.cli.render import job_detail
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed, ResultExpired
@@ -61,13 +62,16 @@ async def test_the_completion_stores_the_expiry_and_the_prune_clears_it_once(
     assert t0.result_value == "t0" and not t0.result_expired(clock.now + 59)
     assert t0.result_expired(clock.now + 60)  # from its expiry on, by the reader's clock
     assert plain is not None and plain.result_expires_at is None
-    assert await backend.expire_results(finished_at + 59, 100) == []
+    assert await backend.expire_results(ResultSweep(now=finished_at + 59, limit=100)) == []
     # Two prune loops at once: each result is cleared by exactly one of them.
     first, second = await asyncio.gather(
-        backend.expire_results(finished_at + 61, 100), backend.expire_results(finished_at + 61, 100)
+        backend.expire_results(ResultSweep(now=finished_at + 61, limit=100)),
+        backend.expire_results(ResultSweep(now=finished_at + 61, limit=100)),
     )
     assert sorted(first + second) == [f"t{i}" for i in range(6)]
-    assert await backend.expire_results(finished_at + 10**6, 100) == []  # never revisited
+    assert (
+        await backend.expire_results(ResultSweep(now=finished_at + 10**6, limit=100)) == []
+    )  # never revisited
     t0 = await backend.get_job("t0")
     assert t0 is not None and t0.state is S.COMPLETED and t0.result is None
     assert t0.result_expires_at == finished_at + 60  # the job says why its result is gone
@@ -84,7 +88,7 @@ async def test_expire_results_takes_at_most_its_limit(backend: Backend, clock: M
         [Settlement(j.id, j.lease_token, S.COMPLETED, result="1", result_ttl=1.0) for j in jobs]
     )
     later = clock.now + 2
-    batches = [await backend.expire_results(later, 2) for _ in range(4)]
+    batches = [await backend.expire_results(ResultSweep(now=later, limit=2)) for _ in range(4)]
     assert [len(b) for b in batches] == [2, 2, 1, 0]
     assert sorted(i for b in batches for i in b) == [f"b{i}" for i in range(5)]
 
@@ -107,9 +111,9 @@ async def test_a_result_dropped_or_deleted_with_its_job_has_nothing_to_expire(
     dropped = await backend.get_job("dropped")
     assert dropped is not None and dropped.result_expires_at is None  # no result: no expiry
     assert dropped.result_value is None
-    await backend.prune_jobs(completed_before=clock.now + 1, dead_before=clock.now)
+    await backend.prune_jobs(Retention(completed_before=clock.now + 1, dead_before=clock.now))
     assert await backend.get_job("deleted") is None
-    assert await backend.expire_results(clock.now + 61, 100) == []
+    assert await backend.expire_results(ResultSweep(now=clock.now + 61, limit=100)) == []
 
 
 # --- through the app: options, reads, the prune loop ----------------------------------

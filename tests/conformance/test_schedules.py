@@ -19,7 +19,8 @@ from helpers import RunningWorker, complete, eventually
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, RecordWrite
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import Job, JobState
 from conveyor.scheduling.scheduler import Scheduler, schedule_reports
@@ -69,7 +70,7 @@ async def run_all(backend: Backend, executions: Counter[str]) -> list[Job]:
 
 
 async def jobs_of(backend: Backend) -> list[Job]:
-    return await backend.list_jobs(JobFilter(tasks=("tests.tick",)), limit=10_000)
+    return await backend.list_jobs(JobPage(where=JobFilter(tasks=("tests.tick",)), limit=10_000))
 
 
 def run_of(job: Job) -> ScheduledRun:
@@ -129,7 +130,9 @@ async def test_a_stalled_replica_does_not_refire_a_completed_tick(
     clock.advance(30 * MINUTE)
     # The slow replica read the state before that tick was fired, and acts on it only
     # now, long after the tick's job completed.
-    await backend.put_record(SCHEDULES_NAMESPACE, "tests.tick", stale["tests.tick"])
+    await backend.put_record(
+        RecordWrite(namespace=SCHEDULES_NAMESPACE, key="tests.tick", value=stale["tests.tick"])
+    )
     enqueued = await slow_scheduler.tick()
     assert [j.id for j in enqueued][0] == job.id  # it tried, and got the finished job back
     await run_all(backend, executions)
@@ -163,7 +166,11 @@ async def test_once_per_tick_survives_stale_state_restarts_and_random_interleavi
     for _ in range(100):
         clock.advance(rng.choice([1, 20, 59, 61, 120, 121, 300]))
         if snapshots and rng.random() < 0.2:
-            await backend.put_record(SCHEDULES_NAMESPACE, "tests.tick", rng.choice(snapshots))
+            await backend.put_record(
+                RecordWrite(
+                    namespace=SCHEDULES_NAMESPACE, key="tests.tick", value=rng.choice(snapshots)
+                )
+            )
         if rng.random() < 0.1:
             i = rng.randrange(3)
             schedulers[i] = Scheduler(apps[i])  # a restart: no memory but the backend
@@ -211,7 +218,7 @@ async def test_catch_up_windows_tile_time_under_random_outages_and_overlaps(
     schedule = apps[0].schedules["tests.tick"]
     windows.sort(key=lambda run: run.tick)
     assert len(windows) > 20
-    for before, after in zip(windows, windows[1:]):  # contiguous: no hole, no overlap
+    for before, after in zip(windows, windows[1:], strict=False):  # contiguous: no hole, no overlap
         assert after.covers_from == at(schedule.next_tick(int(before.covers_to.timestamp())))
     for run in windows:
         assert run.tick == run.covers_to

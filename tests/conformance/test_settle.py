@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from helpers import claim_one, complete, error, new_job, state_of
 
+from conveyor.backends.capabilities import StateForcing
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, Settlement, StateForcing
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import CheckpointWrite, ForcedState, Settlement
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.model.lifecycle import ALLOWED
@@ -160,15 +162,21 @@ async def test_handler_cancel_moves_running_job_to_cancelled(backend: Backend) -
 
 
 async def test_checkpoint_is_fenced(backend: Backend) -> None:
-    from conveyor.backends.contract import Lease
+    from conveyor.backends.params import Lease
 
     await backend.enqueue_jobs([new_job(id="cp")])
     job = await claim_one(backend)
     assert await backend.checkpoint_job(
-        Lease(job.id, job.lease_token), '{"epoch": 3}', '{"fraction": 0.3, "message": "epoch 3"}'
+        CheckpointWrite(
+            lease=Lease(job.id, job.lease_token),
+            checkpoint='{"epoch": 3}',
+            progress='{"fraction": 0.3, "message": "epoch 3"}',
+        )
     )
     assert not await backend.checkpoint_job(
-        Lease(job.id, job.lease_token + 1), '{"epoch": 9}', None
+        CheckpointWrite(
+            lease=Lease(job.id, job.lease_token + 1), checkpoint='{"epoch": 9}', progress=None
+        )
     )
     await backend.settle_jobs(
         [Settlement(job.id, job.lease_token, JobState.AVAILABLE, refund_attempt=True)]
@@ -218,5 +226,5 @@ async def test_storage_rejects_illegal_transitions(
     for target in targets:
         with pytest.raises(Exception, match="illegal"):
             assert isinstance(backend, StateForcing)
-            await backend.force_state("g", target)
+            await backend.force_state(ForcedState(job_id="g", state=target))
         assert await state_of(backend, "g") is source

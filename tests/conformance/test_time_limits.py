@@ -7,10 +7,12 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 from helpers import RunningWorker, eventually, wait_finished
 
 from conveyor import Conveyor, RetryOptions, current_job
+from conveyor.handle import JobHandle
 from conveyor.model.errors import SoftTimeLimitExceeded
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, WorkerConfig
@@ -184,7 +186,10 @@ async def test_checkpoints_from_sync_and_async_handlers_reach_the_retry(live_app
                 raise ConnectionError("lost the GPU")
         return start
 
-    handles = [await sync_steps.enqueue_async(), await async_steps.enqueue_async()]
+    handles: list[JobHandle[Any]] = [
+        await sync_steps.enqueue_async(),
+        await async_steps.enqueue_async(),
+    ]
     async with RunningWorker(live_app, FAST):
         jobs = await wait_finished(live_app, [h.id for h in handles])
     assert sorted(seen) == [

@@ -11,7 +11,8 @@ import pytest
 from helpers import claim_one, new_job
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConveyorError, InvalidJob
 from conveyor.model.job import JobState, NewJob

@@ -10,7 +10,8 @@ from helpers import RunningWorker, eventually, new_job, wait_finished
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import parse_queues
-from conveyor.backends.contract import Backend, ClaimRequest, QueueQuota
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import ClaimRequest, QueueQuota
 from conveyor.worker import WorkerConfig
 
 WEIGHTS = "critical=6,default=3,bulk=1"

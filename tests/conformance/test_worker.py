@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from typing import Any
 
 from helpers import RunningWorker, eventually, new_job, wait_finished
 
 from conveyor import Cancel, Conveyor, Retry, RetryOptions, Snooze, current_job
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
+from conveyor.handle import JobHandle
 from conveyor.model.job import JobState
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
@@ -29,7 +31,7 @@ async def test_runs_sync_and_async_tasks_once_each(live_app: Conveyor) -> None:
         runs["greet"] += 1
         return f"hi {name}{punct}"
 
-    handles = [await add.enqueue_async(i, i) for i in range(20)]
+    handles: list[JobHandle[Any]] = [await add.enqueue_async(i, i) for i in range(20)]
     handles.append(await greet.enqueue_async("ana", punct="?"))
     async with RunningWorker(live_app, FAST):
         jobs = await wait_finished(live_app, [h.id for h in handles])
@@ -363,7 +365,8 @@ async def test_stop_does_not_wait_on_a_maintenance_pass_that_lost_its_cancel(
             pass  # what the lost cancel looks like from here: the call just returns
 
     worker = Worker(live_app, WorkerConfig(concurrency=1, poll_interval=0.05, rescue_interval=60))
-    worker._rescue = rescue_losing_its_cancel
+    # Ignored for mypy: a stand-in for the worker's rescue
+    worker._rescue = rescue_losing_its_cancel  # type: ignore[method-assign]
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(entered.wait(), 10)
     worker.stop()

@@ -10,7 +10,8 @@ from typing import Any
 from helpers import wait_finished
 
 from conveyor import Conveyor, RetryOptions
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.job import Job, JobState
 from conveyor.plugins import WorkerPlugin, overriding
 from conveyor.rules.retry import RetryPolicy

@@ -23,7 +23,8 @@ from helpers import (
 
 from conveyor import Conveyor, Failure, chain, chord, group
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Backend, JobFilter, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import BulkAction, FinishWait, JobFilter, Settlement
 from conveyor.handle import JobHandle
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import InvalidJob, JobFailed
@@ -257,12 +258,12 @@ async def test_cancelling_a_workflow_cancels_what_has_not_started(live_app: Conv
 
 # --- waiting for a result -----------------------------------------------------------------
 async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app: Conveyor) -> None:
-    from conveyor.backends.contract import FinishWakeups
+    from conveyor.backends.capabilities import FinishWakeups
 
     assert isinstance(backend, FinishWakeups)
     await backend.enqueue_jobs([new_job(id="w")])
     job = await claim_one(backend)
-    waiter = asyncio.create_task(backend.wait_for_finish("w", 30))
+    waiter = asyncio.create_task(backend.wait_for_finish(FinishWait(job_id="w", timeout=30)))
     # Settled only once the waiter has looked and parked: a settle before it would end
     # the wait by its look, and the wake-up would go untested.
     await eventually(lambda: finish_waiter_parked(backend, "w"))
@@ -272,8 +273,9 @@ async def test_result_wakes_at_the_end_instead_of_polling(backend: Backend, app:
     await asyncio.wait_for(waiter, 10)
     assert time.monotonic() - began < 5  # woken, not the 30 s timeout
     # Already ended: returns at once.
-    await asyncio.wait_for(backend.wait_for_finish("w", 30), 5)
-    handle = JobHandle(app, await backend.get_job("w"))  # type: ignore[arg-type]
+    await asyncio.wait_for(backend.wait_for_finish(FinishWait(job_id="w", timeout=30)), 5)
+    # Ignored for mypy: the handle of a job read back
+    handle = JobHandle(app, await backend.get_job("w"))  # type: ignore[arg-type, var-annotated]
     assert await handle.result_async(5) == 7
 
 
@@ -290,7 +292,9 @@ async def test_redriving_a_dead_member_resumes_what_it_cancelled(backend: Backen
     await backend.settle_jobs([Settlement(a.id, a.lease_token, S.DEAD, error=error(1))])
     await backend.settle_jobs([complete(b, "2")])  # ends while c is already cancelled
     assert [await state_of(backend, i) for i in "cd"] == [S.CANCELLED, S.CANCELLED]
-    [redriven] = await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    [redriven] = await backend.redrive_jobs(
+        BulkAction(where=JobFilter(ids=("a",)), limit=10, dry_run=False)
+    )
     assert redriven.state is S.AVAILABLE
     c, d = await backend.get_job("c"), await backend.get_job("d")
     assert c is not None and c.state is S.BLOCKED and c.finished_at is None
@@ -316,16 +320,18 @@ async def test_a_redrive_leaves_cancelled_what_another_parent_still_fails(backen
     await backend.settle_jobs(
         [Settlement(j.id, j.lease_token, S.DEAD, error=error(1)) for j in jobs]
     )
-    await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=("a",)), limit=10, dry_run=False))
     assert await state_of(backend, "c") is S.CANCELLED  # b is still dead
-    await backend.redrive_jobs(JobFilter(ids=("b",)), 10, dry_run=False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=("b",)), limit=10, dry_run=False))
     c = await backend.get_job("c")
     assert c is not None and c.state is S.BLOCKED
 
 
 async def test_a_bulk_cancel_of_waiting_parents_cancels_their_dependants(backend: Backend) -> None:
     await backend.enqueue_jobs([new_job(id="a"), new_job(id="b", depends_on=("a",))])
-    assert await backend.cancel_jobs(JobFilter(queues=("default",)), 10, dry_run=False) == ["a"]
+    assert await backend.cancel_jobs(
+        BulkAction(where=JobFilter(queues=("default",)), limit=10, dry_run=False)
+    ) == ["a"]
     b = await backend.get_job("b")
     assert b is not None and b.state is S.CANCELLED
     assert [(e.type, e.message) for e in b.errors] == [

@@ -240,7 +240,7 @@ async def test_a_worker_dead_letters_4xx_and_retries_the_rest(
     running = asyncio.create_task(worker.run())
 
     async def all_finished() -> dict[str, Any] | None:
-        jobs = {p: await app.admin.get(i) for p, i in zip(paths, ids)}
+        jobs = {p: await app.admin.get(i) for p, i in zip(paths, ids, strict=True)}
         return jobs if all(j is not None and j.is_finished for j in jobs.values()) else None
 
     deadline = time.monotonic() + 30

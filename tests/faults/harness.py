@@ -46,7 +46,8 @@ def group_pids(pgid: int) -> list[int]:
 
 def cli_available() -> bool:
     """True once `conveyor worker` (src/conveyor/cli) has the pool options."""
-    path = Path(__import__("conveyor").__file__).parent / "cli" / "commands_worker.py"
+    # Ignored for mypy: set by the harness before this runs
+    path = Path(__import__("conveyor").__file__).parent / "cli" / "commands_worker.py"  # type: ignore[arg-type]
     return path.exists() and "--max-tasks-per-child" in path.read_text()
 
 
@@ -399,10 +400,10 @@ def render_table() -> list[str]:
             )
             for r in TABLE[backend]
         ]
-        widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+        widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
         lines.append(f"backend: {backend}")
         for row in [header, *rows]:
-            lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths)))
+            lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)))
     if lines:
         lines.append(
             "* handler ran to its end twice: at-least-once after a kill between its return "

@@ -28,7 +28,8 @@ async def serve(worker: Worker) -> ExitStatus:
     try:
         return await worker.run()
     finally:
-        await worker.app.aclose()
+        # Ignored for mypy: the app behind WorkerApp has aclose()
+        await worker.app.aclose()  # type: ignore[attr-defined]
 
 
 def main() -> int:

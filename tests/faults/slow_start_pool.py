@@ -29,7 +29,8 @@ def run() -> int:
             out.write(f"{self.pid}\n")
         time.sleep(1.0)
 
-    SpawnProcess.start = slow_start  # type: ignore[method-assign]
+    # Ignored for mypy: patched for spawn processes only
+    SpawnProcess.start = slow_start  # type: ignore[assignment, method-assign]
     threading.Thread(target=threading.Event().wait, name="idle", daemon=True).start()
     return main(sys.argv[1:])
 

@@ -18,6 +18,7 @@ from harness import Row, Runs, WorkerGroup, jobs_of, report, start, wait_finishe
 from polling import poll
 
 from conveyor import Conveyor
+from conveyor.backends.params import RecordKey
 from conveyor.model.job import JobState
 from conveyor.once import ONCE_NAMESPACE
 
@@ -49,7 +50,9 @@ def once_record(url: str, key: str) -> dict[str, object] | None:
     async def read() -> str | None:
         app = Conveyor(url)
         try:
-            return await (await app.backend()).get_record(ONCE_NAMESPACE, key)
+            return await (await app.backend()).get_record(
+                RecordKey(namespace=ONCE_NAMESPACE, key=key)
+            )
         finally:
             await app.aclose()
 

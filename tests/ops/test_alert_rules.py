@@ -15,7 +15,7 @@ from backends_under_test import service_missing
 from prometheus_client import CollectorRegistry
 
 from conveyor.admin.api import WorkerInfo
-from conveyor.backends.contract import QueueStats
+from conveyor.backends.params import QueueStats
 from conveyor.model.job import Job, JobState
 from conveyor.observe.metrics import JobMetrics
 from conveyor.ops.queue_state import _Snapshot

@@ -1,8 +1,8 @@
-"""The README's performance commands still run: each benchmark behind its figures, at a
+"""The commands of docs/performance.md still run: each benchmark behind its figures, at a
 size that only shows it works (a few dozen to a few hundred jobs), against the real
 servers. Each benchmark checks on its own that every job it enqueued ran, or was stored,
 exactly once, and fails otherwise; this test asserts it exited 0 and printed its rows.
-No figure is read: speed is shown by the benchmarks themselves (README, "Performance")."""
+No figure is read: speed is shown by the benchmarks themselves (docs/performance.md)."""
 
 from __future__ import annotations
 

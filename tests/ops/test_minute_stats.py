@@ -7,7 +7,7 @@ import math
 from conformance.helpers import RunningWorker, eventually, wait_finished
 
 from conveyor import Conveyor
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.observe.minute_stats import Latency, MinuteRecorder, merge_records, minute_of
 from conveyor.worker import WorkerConfig

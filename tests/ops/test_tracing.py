@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from conformance.helpers import RunningWorker, wait_finished
@@ -56,7 +57,7 @@ async def test_enqueue_and_attempts_are_one_trace(
         await wait_finished(app, [handle.id])
 
     spans = exporter.get_finished_spans()
-    by_name: dict[str, list[object]] = {}
+    by_name: dict[str, list[Any]] = {}  # spans, read by attribute as the test needs
     for span in spans:
         by_name.setdefault(span.name, []).append(span)
     [producer] = by_name["send mail"]

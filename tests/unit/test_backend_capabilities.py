@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from conveyor.backends import backend_from_url
-from conveyor.backends.contract import (
-    Backend,
+from conveyor.backends.capabilities import (
     BlockingEnqueue,
     CompleteInTransaction,
     RecordsInTransaction,
     TransactionalEnqueue,
 )
+from conveyor.backends.contract import Backend
 
 CAPABILITIES = (TransactionalEnqueue, CompleteInTransaction, RecordsInTransaction, BlockingEnqueue)
 

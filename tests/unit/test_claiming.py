@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conveyor.backends.claiming import QueuePlan, claim_in_passes, parse_queues
-from conveyor.backends.contract import ClaimRequest, QueueQuota
+from conveyor.backends.params import ClaimRequest, QueueQuota
 
 
 def test_strict_order_gives_every_queue_the_whole_claim() -> None:
@@ -157,7 +157,7 @@ def test_each_free_slot_goes_to_the_queue_furthest_below_its_share(
         granted[i] += 1
     quotas = {q.name: q for q in plan.quotas(limit, running)}
     assert [quotas[name].quota for name in names] == [
-        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names)
+        min(g, quotas[name].ceiling or 0) for g, name in zip(granted, names, strict=True)
     ]
 
 

@@ -44,7 +44,8 @@ def test_periodic(tmp_path: Path) -> None:
         "sync_accounts",
         "  every 0:05:00; misfire=catch_up overlap=skip",
         "  next  2026-03-29 05:05:00 UTC",
-        "  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed, covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z",
+        "  last  2026-03-29T05:00:00Z  job cron:sync_accounts:2026-03-29T05:00:00Z  completed,"
+        " covering 2026-03-28T23:05:00Z .. 2026-03-29T05:00:00Z",
     ]
 
 

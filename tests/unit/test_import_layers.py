@@ -303,7 +303,7 @@ def layer_of(module: str, layers: list[list[str]], packages: set[str]) -> int | 
                 parts, have = name.split("."), module.split(".")
                 hit = len(have) >= len(parts) and all(
                     p == h or (p == "*" and ".".join(have[: i + 1]) in packages)
-                    for i, (p, h) in enumerate(zip(parts, have))
+                    for i, (p, h) in enumerate(zip(parts, have, strict=False))
                 )
             if hit and (best is None or len(name.split(".")) > best[0]):
                 best = (len(name.split(".")), number)
@@ -352,7 +352,7 @@ def test_the_documented_verbs_are_the_roles_verbs() -> None:
             for name, value in vars(role).items()
             if callable(value) and not name.startswith("_")
         ]
-        for role in (base.JobLifecycle, base.Inspector, base.SharedRecords)
+        for role in (base.JobLifecycle, base.Inspector, base.FlowState, base.SharedRecords)
     }
     assert documented == declared
 

@@ -89,17 +89,19 @@ def test_fall_back_fires_a_fixed_time_once_at_its_first_occurrence() -> None:
 def test_hour_wildcard_schedules_keep_their_spacing_through_both_transitions() -> None:
     hourly = schedule("@hourly", tz="Europe/Madrid")
     fall = hourly.upcoming(utc("2026-10-24T22:00:00"), 26)
-    assert {b - a for a, b in zip(fall, fall[1:])} == {3600}  # 25 hours that day, each fires
+    assert {b - a for a, b in zip(fall, fall[1:], strict=False)} == {
+        3600
+    }  # 25 hours that day, each fires
     assert local(hourly, [iso(t) for t in fall[1:4]]) == [
         "10-25 02:00+0200",
         "10-25 02:00+0100",
         "10-25 03:00+0100",
     ]
     spring = hourly.upcoming(utc("2026-03-28T22:00:00"), 24)
-    assert {b - a for a, b in zip(spring, spring[1:])} == {3600}  # 23 hours that day
+    assert {b - a for a, b in zip(spring, spring[1:], strict=False)} == {3600}  # 23 hours that day
     quarter = schedule("*/15 * * * *", tz="America/New_York")
     around = quarter.upcoming(utc("2026-11-01T04:50:00"), 12)  # 01:00-02:00 EDT then EST
-    assert {b - a for a, b in zip(around, around[1:])} == {900}
+    assert {b - a for a, b in zip(around, around[1:], strict=False)} == {900}
 
 
 def test_new_york_transitions() -> None:

@@ -80,5 +80,7 @@ SELECT id FROM things
 WHERE colour = 'red' -- a trailing comment ends at its line
 """)
     assert load_queries(package) == {
-        "list_red": "SELECT id FROM things\nWHERE colour = 'red' -- a trailing comment ends at its line",
+        "list_red": (
+            "SELECT id FROM things\nWHERE colour = 'red' -- a trailing comment ends at its line"
+        ),
     }

@@ -16,7 +16,7 @@ def test_concurrent_first_opens_of_a_new_file_all_succeed(tmp_path: Path) -> Non
     for round_ in range(40):
         path = str(tmp_path / f"fresh-{round_}.db")
 
-        def open_and_migrate() -> None:
+        def open_and_migrate(path: str = path) -> None:
             try:
                 store = SqliteStore(path, time.time)
                 store.migrate()

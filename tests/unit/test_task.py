@@ -42,7 +42,8 @@ def test_bad_arguments_fail_at_enqueue(app: Conveyor) -> None:
     def needs_int(user_id: int) -> None: ...
 
     with pytest.raises(ArgumentValidationError, match="missing a required argument"):
-        needs_int.message()
+        # Ignored for mypy: the missing argument is the point of the test
+        needs_int.message()  # type: ignore[call-arg]
     with pytest.raises(SerializationError, match="cannot be stored as JSON"):
         needs_int.message(object())  # type: ignore[arg-type]
     with pytest.raises(SerializationError):
@@ -126,7 +127,8 @@ def test_unopenable_sqlite_file_is_backend_unavailable(tmp_path: Path) -> None:
 
 def _signatures() -> list[object]:
     def positional_only(a, b=2, /, c=3): ...  # type: ignore[no-untyped-def]
-    def keyword_only(user_id: int, *, template: str = "welcome") -> str: ...
+    # Ignored for mypy: a task declared by name: its body runs elsewhere
+    def keyword_only(user_id: int, *, template: str = "welcome") -> str: ...  # type: ignore[empty-body]
     def star(a, *args, d, **kwargs): ...  # type: ignore[no-untyped-def]
     def nothing() -> None: ...
 
@@ -159,12 +161,14 @@ def test_the_argument_checker_accepts_exactly_what_signature_bind_accepts(fn: ob
     assert check is not None
     for args, kwargs in CALLS:
         try:
-            signature.bind(*args, **kwargs)
+            # Ignored for mypy: the table's kwargs are dicts, typed object
+            signature.bind(*args, **kwargs)  # type: ignore[arg-type]
             expected = True
         except TypeError:
             expected = False
         try:
-            check(*args, **kwargs)
+            # Ignored for mypy: the table's kwargs are dicts, typed object
+            check(*args, **kwargs)  # type: ignore[arg-type]
             got = True
         except TypeError:
             got = False

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, JobState
 
 LOCAL = ("127.0.0.1", 50123)
@@ -54,7 +54,10 @@ async def kill(app: Conveyor, queue: str, error_type: str, message: str) -> list
                     app.clock(),
                     error_type,
                     message,
-                    traceback=f'Traceback (most recent call last):\n  File "tasks.py", line 9\n{error_type}: {message}\n',
+                    traceback=(
+                        'Traceback (most recent call last):\n  File "tasks.py", line 9\n'
+                        f"{error_type}: {message}\n"
+                    ),
                     worker_id="test-worker",
                     host="h1",
                     version="0.1.0",

@@ -3,9 +3,9 @@ served by uvicorn, with a real worker running the retried job.
 
 Saves screenshots of the main pages to $CONVEYOR_SCREENSHOTS when it is set
 (`CONVEYOR_SCREENSHOTS=docs/screenshots` refreshes the committed ones), else to
-the test's temporary folder, so a test run never changes the checkout. Needs /usr/bin/chromium and /usr/bin/chromedriver
-(Debian: apt-get install chromium chromium-driver); skips locally without
-them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
+the test's temporary folder, so a test run never changes the checkout. Needs
+/usr/bin/chromium and /usr/bin/chromedriver (Debian: apt-get install chromium
+chromium-driver); skips locally without them and fails in CI (CONVEYOR_REQUIRE_SERVICES=1).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dashboard_fixtures import kill, make_app
 
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
+from conveyor.backends.params import RecordWrite
 from conveyor.observe.minute_stats import BUCKETS, STATS_NAMESPACE, minute_of
 from conveyor.web import create_dashboard
 from conveyor.worker import Worker, WorkerConfig
@@ -146,7 +147,12 @@ def seed_history(app: Conveyor) -> None:
                 },
             }
             await backend.put_record(
-                STATS_NAMESPACE, f"{start:012d}:history", json.dumps(record), ttl=3900
+                RecordWrite(
+                    namespace=STATS_NAMESPACE,
+                    key=f"{start:012d}:history",
+                    value=json.dumps(record),
+                    ttl=3900,
+                )
             )
         await app.aclose()
 
@@ -265,11 +271,13 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
         assert len(find_all(By.CSS_SELECTOR, "svg.chart")) == 3
         assert len(find_all(By.CSS_SELECTOR, "svg.chart rect.s-ok")) >= 59
         # Live refresh: a new job shows up without a reload...
-        driver.execute_script("""
+        driver.execute_script(  # type: ignore[attr-defined]
+            """
             window.polls = {asked: 0, swapped: 0};
             document.addEventListener('htmx:beforeRequest', () => window.polls.asked++);
             document.addEventListener('htmx:afterSwap', () => window.polls.swapped++);
-        """)  # type: ignore[attr-defined]
+        """
+        )
         waiting = lambda: find_all(By.CSS_SELECTOR, ".card .v")[0].text  # noqa: E731
         assert waiting() == "0"
         app.tasks["reports.build"].enqueue(99)
@@ -364,8 +372,8 @@ def test_operator_fixes_a_bad_day_from_the_browser(tmp_path: Path, chrome: objec
             what="the bulk retry notice",
         )
         for job_id in ids["key"]:
-            deadline_poll(
-                lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]
+            deadline_poll(  # polls to the end before the loop moves on
+                lambda: app.jobs.get(job_id).state.value == "completed",  # type: ignore[union-attr]  # noqa: B023
                 what=f"{job_id} completed",
             )
 
@@ -512,8 +520,8 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
             )
             before = len(dashboard.responses)
             driver.get(attacker.url)  # type: ignore[attr-defined]
-            deadline_poll(
-                lambda: any(r[:2] == ("POST", "/jobs/bulk") for r in dashboard.responses[before:]),
+            deadline_poll(  # polls to the end before the loop moves on
+                lambda: any(r[:2] == ("POST", "/jobs/bulk") for r in dashboard.responses[before:]),  # noqa: B023
                 what="the attack page posted to the dashboard",
             )
             assert [r for r in dashboard.responses[before:] if r[0] == "POST"] == [
@@ -525,8 +533,10 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
             )
             name, value = cookie.split("=")
             assert {"name": name, "value": value, "domain": "127.0.0.1"}.items() <= next(
-                c for c in driver.get_cookies() if c["name"] == name
-            ).items()  # type: ignore[attr-defined]
+                c
+                for c in driver.get_cookies()  # type: ignore[attr-defined]
+                if c["name"] == name
+            ).items()
             assert app.jobs.count(dead) == 65
         # The operator's own page, in the same browser (cookie planted and all), still works.
         driver.get(server.url + "/jobs?state=dead")  # type: ignore[attr-defined]
@@ -541,8 +551,8 @@ def test_a_page_on_another_localhost_port_cannot_act(tmp_path: Path, chrome: obj
         driver.find_element(By.ID, "confirm-button").click()  # type: ignore[attr-defined]
         deadline_poll(
             lambda: (
-                "Deleted 65 of 65 job(s)." in driver.find_element(By.CSS_SELECTOR, ".flash").text
-            ),  # type: ignore[attr-defined]
+                "Deleted 65 of 65 job(s)." in driver.find_element(By.CSS_SELECTOR, ".flash").text  # type: ignore[attr-defined]
+            ),
             what="the operator's bulk delete",
         )
         assert app.jobs.count(dead) == 0

@@ -13,7 +13,7 @@ from dashboard_fixtures import job_url, local_client
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import AttemptError, JobState
 from conveyor.web import create_dashboard
 

@@ -20,7 +20,7 @@ from dashboard_fixtures import csrf, local_client, seed
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 from conveyor.web import create_dashboard
 

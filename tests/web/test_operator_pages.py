@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import RecordWrite, ResultSweep, Settlement
 from conveyor.model.job import AttemptError, JobState
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.ops.redrive_runs import RedriveRun, Runs, RunStatus
@@ -138,7 +138,9 @@ def test_a_draining_worker_shows_as_draining(
     }
 
     async def announce(backend):  # type: ignore[no-untyped-def]
-        await backend.put_record(WORKERS_NAMESPACE, "w1", json.dumps(record), ttl=60)
+        await backend.put_record(
+            RecordWrite(namespace=WORKERS_NAMESPACE, key="w1", value=json.dumps(record), ttl=60)
+        )
 
     run(app, announce)
     page = client.get("/workers").text
@@ -385,7 +387,7 @@ def test_job_page_says_how_long_a_result_is_kept_and_when_it_expired(
                 for j in claimed
             ]
         )
-        assert await backend.expire_results(app.clock() + 60, 10) == [ids[1]]
+        assert await backend.expire_results(ResultSweep(now=app.clock() + 60, limit=10)) == [ids[1]]
         return ids
 
     kept, expired = run(app, complete_both)

@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.admin.api import make_filter
+from conveyor.backends.params import RecordWrite
 from conveyor.web import create_dashboard
 
 
@@ -117,13 +118,15 @@ def test_workers_page_lists_live_workers(app: Conveyor, client: TestClient) -> N
     async def announce() -> None:
         backend = await app.backend()
         await backend.put_record(
-            "workers",
-            "w-1",
-            '{"id": "w-1", "host": "box", "pid": 4242, '
-            '"queues": ["mail"], "concurrency": 8, "in_flight": 3, '
-            '"started_at": 0, "last_heartbeat": 0, "version": "9.9", '
-            '"stopping": false}',
-            ttl=60,
+            RecordWrite(
+                namespace="workers",
+                key="w-1",
+                value='{"id": "w-1", "host": "box", "pid": 4242, '
+                '"queues": ["mail"], "concurrency": 8, "in_flight": 3, '
+                '"started_at": 0, "last_heartbeat": 0, "version": "9.9", '
+                '"stopping": false}',
+                ttl=60,
+            )
         )
         await app.aclose()
 

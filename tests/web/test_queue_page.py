@@ -17,6 +17,7 @@ from dashboard_fixtures import local_client
 
 from conveyor import Conveyor, Limits
 from conveyor.backends.claiming import QueuePlan
+from conveyor.backends.params import RecordWrite
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.web import create_dashboard
 
@@ -52,20 +53,22 @@ def fill(app: Conveyor) -> None:
         )
         assert sorted(job.task for job in claimed) == ["ping", "sync", "sync"]
         await backend.put_record(
-            WORKERS_NAMESPACE,
-            "w1",
-            json.dumps(
-                {
-                    "id": "w1",
-                    "host": "h",
-                    "pid": 1,
-                    "queues": [HOSTILE, "mail"],
-                    "queue_weights": [6, 1],
-                    "concurrency": 4,
-                    "stopping": False,
-                }
-            ),
-            ttl=600,
+            RecordWrite(
+                namespace=WORKERS_NAMESPACE,
+                key="w1",
+                value=json.dumps(
+                    {
+                        "id": "w1",
+                        "host": "h",
+                        "pid": 1,
+                        "queues": [HOSTILE, "mail"],
+                        "queue_weights": [6, 1],
+                        "concurrency": 4,
+                        "stopping": False,
+                    }
+                ),
+                ttl=600,
+            )
         )
         await app.aclose()
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conveyor.admin.api import WorkerInfo
-from conveyor.backends.contract import QueueStats
+from conveyor.backends.params import QueueStats
 from conveyor.model.escaping import printable
 from conveyor.model.job import Job, JobState
 from conveyor.observe.minute_stats import Minute, QueueMinute

@@ -18,7 +18,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from conveyor.backends.contract import WAITING_STATES, Backend, JobFilter, KeyLimits, QueueStats
+from conveyor.backends.contract import Backend
+from conveyor.backends.filtering import WAITING_STATES
+from conveyor.backends.params import (
+    BulkAction,
+    JobFilter,
+    JobPage,
+    QueuePause,
+    QueueStats,
+    Retention,
+)
 from conveyor.downstreams.breaker_records import close_by_hand, fleet_breakers, open_by_hand
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
 from conveyor.model.names import match_task_name
@@ -154,11 +163,7 @@ class Admin:
         if job.concurrency_key is not None:
             running = await backend.count_running_of_key(job.concurrency_key)
             # An adaptive key's limit is the one its controller set (conveyor.rules.adaptive).
-            limit = (
-                await backend.key_limit(job.concurrency_key)
-                if isinstance(backend, KeyLimits)
-                else None
-            )
+            limit = await backend.key_limit(job.concurrency_key)
             by_key = held_back(job, running, limit)
         if by_key is not None:
             reasons.append(by_key)
@@ -182,8 +187,10 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if after is None:
-            return await backend.list_jobs(where, limit, offset)
-        return await backend.list_jobs(where, limit, offset, after=after)
+            return await backend.list_jobs(JobPage(where=where, limit=limit, offset=offset))
+        return await backend.list_jobs(
+            JobPage(where=where, limit=limit, offset=offset, after=after)
+        )
 
     async def count(self, where: JobFilter = JobFilter()) -> int:
         return await (await self.app.backend()).count_jobs(await self.resolve(where))
@@ -231,9 +238,9 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if dry_run:
-            return await backend.redrive_jobs(where, limit, True)
+            return await backend.redrive_jobs(BulkAction(where=where, limit=limit, dry_run=True))
         async with self.recording("redrive", by=by, where=where) as act:
-            jobs = await backend.redrive_jobs(where, limit, False)
+            jobs = await backend.redrive_jobs(BulkAction(where=where, limit=limit, dry_run=False))
             act.add([j.id for j in jobs])
         return jobs
 
@@ -244,9 +251,9 @@ class Admin:
         backend = await self.app.backend()
         where = await self.resolve(where)
         if dry_run:
-            return await backend.delete_jobs(where, limit, True)
+            return await backend.delete_jobs(BulkAction(where=where, limit=limit, dry_run=True))
         async with self.recording("delete", by=by, where=where) as act:
-            ids = await backend.delete_jobs(where, limit, False)
+            ids = await backend.delete_jobs(BulkAction(where=where, limit=limit, dry_run=False))
             act.add(ids)
         await self._delete_blobs(ids)
         return ids
@@ -282,7 +289,9 @@ class Admin:
             return await backend.count_jobs(scoped)
         async with self.recording("purge", by=by, target=f"queue {queue}", where=scoped) as act:
             while True:
-                ids = await backend.cancel_jobs(scoped, PURGE_BATCH, False)
+                ids = await backend.cancel_jobs(
+                    BulkAction(where=scoped, limit=PURGE_BATCH, dry_run=False)
+                )
                 act.add(ids)
                 if len(ids) < PURGE_BATCH:
                     break
@@ -314,11 +323,11 @@ class Admin:
 
     async def pause(self, queue: str, *, by: By = None) -> None:
         async with self.recording("pause", by=by, target=f"queue {queue}"):
-            await (await self.app.backend()).pause_queue(queue, True)
+            await (await self.app.backend()).pause_queue(QueuePause(queue=queue, paused=True))
 
     async def resume(self, queue: str, *, by: By = None) -> None:
         async with self.recording("resume", by=by, target=f"queue {queue}"):
-            await (await self.app.backend()).pause_queue(queue, False)
+            await (await self.app.backend()).pause_queue(QueuePause(queue=queue, paused=False))
 
     async def breakers(self) -> dict[str, BreakerState]:
         """Every circuit breaker the app declares or the store holds, by name."""
@@ -337,7 +346,9 @@ class Admin:
         """Delete finished jobs past retention, clear results past their result_ttl,
         then delete blobs whose job is gone."""
         backend = await self.app.backend()
-        pruned = await backend.prune_jobs(completed_before, dead_before)
+        pruned = await backend.prune_jobs(
+            Retention(completed_before=completed_before, dead_before=dead_before)
+        )
         await self.app.claim_check.expire_results(backend, self.app.clock())
         await self.app.claim_check.sweep_orphans(backend, self.app.clock())
         return pruned

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from conveyor.backends.contract import ClaimRequest, QueueQuota
+from conveyor.backends.params import ClaimRequest, QueueQuota
 from conveyor.model.validation import RUN_AT_MAX
 from conveyor.rules.rate_limits import TOKEN_SLACK, RateLimit, next_token_at, refill
 
@@ -92,7 +92,7 @@ class QueuePlan:
         """The plan as `-q` spells it: `a,b` or `a=6,b=3`."""
         if self.weights is None:
             return ",".join(self.queues)
-        return ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights))
+        return ",".join(f"{q}={w:g}" for q, w in zip(self.queues, self.weights, strict=True))
 
     def request(
         self,
@@ -129,14 +129,14 @@ class QueuePlan:
     def _claim_shares(self, limit: int) -> list[int]:
         assert self.weights is not None
         total = sum(self.weights)
-        owed = [o + limit * w / total for o, w in zip(self._owed, self.weights)]
+        owed = [o + limit * w / total for o, w in zip(self._owed, self.weights, strict=True)]
         granted = [math.floor(o) for o in owed]
         # Whole jobs left over go to the queues owed the largest fractions.
         for i in sorted(range(len(owed)), key=lambda i: granted[i] - owed[i])[
             : limit - sum(granted)
         ]:
             granted[i] += 1
-        self._owed = [o - g for o, g in zip(owed, granted)]
+        self._owed = [o - g for o, g in zip(owed, granted, strict=True)]
         return granted
 
     def _slot_shares(
@@ -151,9 +151,10 @@ class QueuePlan:
         granted = [0] * len(self.queues)
         # A heap of (-room below its share, -weight, index): its top is the queue the
         # slot goes to, as max() over all queues for each slot chose (a weighted
-        # worker's every claim built its quotas that way: 0.1-0.2 ms for 50 slots).
+        # worker's every claim built its quotas that way, too slowly: docs/performance.md).
         heap = [
-            (-(share - h), -w, i) for i, (share, h, w) in enumerate(zip(shares, held, self.weights))
+            (-(share - h), -w, i)
+            for i, (share, h, w) in enumerate(zip(shares, held, self.weights, strict=True))
         ]
         heapq.heapify(heap)
         for _ in range(limit):
@@ -161,8 +162,10 @@ class QueuePlan:
             granted[i] += 1
             heapq.heapreplace(heap, (-(shares[i] - held[i] - granted[i]), minus_weight, i))
         reach = slots - (len(self.queues) - 1)
-        ceilings = [max(0, max(math.ceil(share), reach) - h) for share, h in zip(shares, held)]
-        return [min(g, c) for g, c in zip(granted, ceilings)], list(ceilings)
+        ceilings = [
+            max(0, max(math.ceil(share), reach) - h) for share, h in zip(shares, held, strict=True)
+        ]
+        return [min(g, c) for g, c in zip(granted, ceilings, strict=True)], list(ceilings)
 
     def weights_at(self, i: int) -> float:
         return 1.0 if self.weights is None else self.weights[i]

@@ -1,19 +1,14 @@
-"""The params objects and replies of the backend verbs (`conveyor.backends.contract`),
-and the rules every backend applies to them the same way: which jobs a bulk
-cancel or a redrive acts on, how an error type is folded, how queue stats are
-built from rows. Plain frozen data: no backend and no protocol here."""
+"""The params objects and replies of the backend verbs (`conveyor.backends.contract`):
+plain frozen data, no backend, no protocol and no rule here."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.model.escaping import readable_text
-from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.model.job import AttemptError, Job, JobState, NewJob
 from conveyor.rules.rate_limits import RateLimit
-
-_STATE_NAMES = {state.value: state for state in JobState}
 
 
 # --- params and replies ----------------------------------------------------------
@@ -139,30 +134,178 @@ class JobFilter:
     args_contains: str | None = None
 
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+# --- the params of the verbs that take more than one thing ------------------------
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Extend `leases` by `lease_seconds` from now (`heartbeat_jobs`)."""
+
+    leases: Sequence[Lease]
+    lease_seconds: float
 
 
-def ascii_lower(text: str) -> str:
-    """Lower-case ASCII letters only, as SQLite's lower() does: every backend folds
-    the error type the same way, whatever the database's locale."""
-    return text.translate(_ASCII_LOWER)
+@dataclass(frozen=True, slots=True)
+class CheckpointWrite:
+    """A running job's JSON checkpoint and progress, fenced by its lease."""
+
+    lease: Lease
+    checkpoint: str | None
+    progress: str | None
 
 
-def waiting_scope(where: JobFilter) -> JobFilter | None:
-    """The filter `cancel_jobs` acts on: its waiting states (every waiting state by
-    default), or None when it names none (nothing to cancel)."""
-    states = tuple(s for s in (where.states or WAITING_STATES) if s in WAITING_STATES)
-    return replace(where, states=states) if states else None
+@dataclass(frozen=True, slots=True)
+class JobWait:
+    """Wait for new work on `queues`, at most `timeout` seconds (a hint)."""
+
+    queues: Sequence[str]
+    timeout: float
 
 
-def redrive_scope(where: JobFilter) -> JobFilter:
-    """The filter a redrive acts on: dead jobs by default; only dead or cancelled ones
-    may be redriven. Every backend calls this, so they refuse the same inputs."""
-    states = where.states or (JobState.DEAD,)
-    if not set(states) <= {JobState.DEAD, JobState.CANCELLED}:
-        raise ValueError("only dead or cancelled jobs can be redriven")
-    return replace(where, states=states)
+@dataclass(frozen=True, slots=True)
+class FinishWait:
+    """Wait for job `job_id` to end, at most `timeout` seconds (a hint)."""
+
+    job_id: str
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Prune completed jobs finished before `completed_before`, dead ones before
+    `dead_before`."""
+
+    completed_before: float
+    dead_before: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResultSweep:
+    """Clear at most `limit` results whose expiry is `now` or earlier."""
+
+    now: float
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedState:
+    """Test hook: write `state` on job `job_id`, through the storage guard."""
+
+    job_id: str
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of the jobs matching `where`, newest enqueued first: `after` is the
+    id of the last job of the previous page (keyset), `offset` rows to skip."""
+
+    where: JobFilter
+    limit: int = 50
+    offset: int = 0
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkAction:
+    """An operator's action on at most `limit` jobs matching `where`; `dry_run` says
+    which jobs it would act on and changes nothing."""
+
+    where: JobFilter
+    limit: int
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePause:
+    """Pause (`paused=True`) or resume `queue`."""
+
+    queue: str
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BucketHold:
+    """Rate limit bucket `key` holding `tokens` as of `until` (a time that may be ahead)."""
+
+    key: str
+    tokens: float
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimit:
+    """A concurrency key's limit set from outside its jobs (None: its jobs' own)."""
+
+    concurrency_key: str
+    limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """Names one shared record."""
+
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordWrite:
+    """A shared record's new `value`, expiring `ttl` seconds after it is written."""
+
+    namespace: str
+    key: str
+    value: str
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSwap:
+    """Write `value` only if the record is now `expected` (None: absent)."""
+
+    namespace: str
+    key: str
+    expected: str | None
+    value: str
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIncrement:
+    """Add `amount` to an integer record; `ttl` applies when the record is created."""
+
+    namespace: str
+    key: str
+    amount: int = 1
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueIn:
+    """Enqueue `jobs` on the caller's own `connection`, inside its transaction."""
+
+    connection: Any
+    jobs: Sequence[NewJob]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalCompletion:
+    """Complete the job of `lease` with `result` (kept `result_ttl` seconds) in a
+    transaction that commits only while the lease is current."""
+
+    lease: Lease
+    result: str | None = None
+    result_ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSwapIn:
+    """`RecordSwap` on the caller's own `connection`, inside its transaction."""
+
+    connection: Any
+    namespace: str
+    key: str
+    expected: str | None
+    value: str
+    ttl: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,83 +362,3 @@ class FlowLoads:
     held: int = 0  # available jobs parked behind their key
     keys: int = 0  # keys with a running or a held job
     buckets: tuple[tuple[str, int], ...] = ()
-
-
-def flow_loads_from_rows(
-    top: int, key_rows: Iterable[Sequence[Any]], bucket_rows: Iterable[Sequence[Any]] = ()
-) -> FlowLoads:
-    """FlowLoads from rows (key, running, held) and (bucket, throttled jobs); a key or
-    a bucket may come in several rows (summed). Every backend ranks through here."""
-    loads: dict[str, list[int]] = {}
-    for key, running, held in key_rows:
-        entry = loads.setdefault(readable_text(key), [0, 0])
-        entry[0] += int(running)
-        entry[1] += int(held)
-    keyed = [KeyLoad(k, r, h) for k, (r, h) in sorted(loads.items()) if r or h]
-    buckets = _per_queue(bucket_rows)  # summed by name, as readable text
-    return FlowLoads(
-        by_running=tuple(
-            sorted((k for k in keyed if k.running), key=lambda k: (-k.running, k.key))[:top]
-        ),
-        by_held=tuple(sorted((k for k in keyed if k.held), key=lambda k: (-k.held, k.key))[:top]),
-        running=sum(k.running for k in keyed),
-        held=sum(k.held for k in keyed),
-        keys=len(keyed),
-        buckets=tuple(
-            sorted(((b, n) for b, n in buckets.items() if n), key=lambda item: (-item[1], item[0]))
-        ),
-    )
-
-
-def queue_stats_from_rows(
-    now: float,
-    counts_by_queue_and_state: Iterable[Sequence[Any]],
-    oldest_available_by_queue: Iterable[Sequence[Any]],
-    queue_flags: Iterable[Sequence[Any]],
-    throttled_by_queue: Iterable[Sequence[Any]] = (),
-    parked_by_queue: Iterable[Sequence[Any]] = (),
-    shed_by_queue: Iterable[Sequence[Any]] = (),
-) -> list[QueueStats]:
-    """Stats from rows: (queue, state, count), (queue, earliest available run_at),
-    (queue, paused), (queue, available jobs with a rate limit bucket), (queue, available
-    jobs parked behind their concurrency key), (queue, jobs shed ever). Shared so every
-    backend lists the same queues: those with jobs, a pause flag or shed jobs, by name.
-
-    Values a corrupt job may have put there never fail the stats: a state that is
-    not one of JobState is counted in no state (listings show such a job, marked
-    corrupt), a queue name that is not text is shown as readable text, an earliest
-    run_at that is not a number gives no age."""
-    counts: dict[str, dict[JobState, int]] = {}
-    for queue, state, n in counts_by_queue_and_state:
-        known = _STATE_NAMES.get(state) if isinstance(state, str) else None
-        if known is not None:
-            by_state = counts.setdefault(readable_text(queue), {})
-            by_state[known] = by_state.get(known, 0) + n
-    oldest = {
-        readable_text(queue): float(run_at)
-        for queue, run_at in oldest_available_by_queue
-        if isinstance(run_at, (int, float))
-    }
-    paused = {readable_text(queue): bool(flag) for queue, flag in queue_flags}
-    throttled, parked = _per_queue(throttled_by_queue), _per_queue(parked_by_queue)
-    shed = _per_queue(shed_by_queue)
-    return [
-        QueueStats(
-            queue=name,
-            counts=counts.get(name, {}),
-            oldest_available_age=None if name not in oldest else max(0.0, now - oldest[name]),
-            paused=paused.get(name, False),
-            throttled=throttled.get(name, 0),
-            held_by_key=parked.get(name, 0),
-            shed=shed.get(name, 0),
-        )
-        for name in sorted(set(counts) | set(paused) | set(shed))
-    ]
-
-
-def _per_queue(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
-    """(queue, count) rows summed by queue, its name as readable text."""
-    out: dict[str, int] = {}
-    for queue, n in rows:
-        out[readable_text(queue)] = out.get(readable_text(queue), 0) + int(n)
-    return out

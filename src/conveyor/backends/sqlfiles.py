@@ -34,7 +34,7 @@ def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
         else:
             # Its comments stay out of it too: psycopg caches its parsing of a query
             # text only up to 4,096 bytes, and the comments took the plain claim past
-            # that (it was parsed again on every call: about 55 µs of client CPU).
+            # that (it was parsed again on every call; docs/performance.md).
             queries[name] = _COMMENT_LINE.sub("", body).strip().rstrip(";")
     texts = [*queries.values(), *fragments.values()]
     for name in fragments:

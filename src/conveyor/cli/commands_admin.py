@@ -9,7 +9,7 @@ import argparse
 
 from conveyor.admin.api import make_filter
 from conveyor.app import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.cli import commands_redrive, render
 from conveyor.cli.exits import OK, CliError
 from conveyor.cli.loading import open_backend

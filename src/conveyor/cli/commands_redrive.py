@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from conveyor.app import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.cli import render
 from conveyor.cli.exits import FAILURE, INTERRUPTED, OK, CliError
 from conveyor.cli.parsing import positive_int

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from conveyor.backends.contract import QueueStats
+from conveyor.backends.params import QueueStats
 from conveyor.model import jsontext
 from conveyor.model.job import Job, JobState
 from conveyor.observe.timeline import Event

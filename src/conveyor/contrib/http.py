@@ -81,7 +81,7 @@ def raise_for_status(response: R, *, max_retry_after: Duration = DEFAULT_MAX_RET
 
     >>> charge = raise_for_status(client.post("/v1/charges", data=form)).json()
     """
-    status = int(response.status_code)
+    status = int(getattr(response, "status_code"))  # noqa: B009 (R is any response type)
     if status < 400:
         return response
     url = _shown_url(response)

@@ -1,6 +1,6 @@
 """The workers' side of adaptive concurrency (conveyor.rules.adaptive): outcomes counted per
 key and window in the shared records, one decision per window fleet-wide, the limit
-written to the backend, which holds every claimer to it (KeyLimits).
+written to the backend, which holds every claimer to it (FlowState.set_key_limit).
 
 Each key has one record, its `LimitState` (limit, version, when decided). A worker
 counts its attempts' outcomes in memory and, every `sync_interval` seconds, adds them
@@ -29,7 +29,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.backends.contract import Backend, KeyLimits, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import KeyLimit, RecordIncrement, RecordKey, RecordSwap, Settlement
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job, JobState
 from conveyor.rules.adaptive import Adaptive, LimitState, WindowCounts
@@ -68,7 +69,6 @@ class AdaptiveController:
     def __init__(self, rule_of: Callable[[str], Adaptive | None]) -> None:
         self._rule_of = rule_of
         self._keys: dict[str, _Key] = {}
-        self._unsupported_logged = False
         # Set when an attempt ends with a counted signal: the sync loop runs at once,
         # so the fleet cuts within a round trip instead of at the window's end.
         self.signalled = asyncio.Event()
@@ -162,13 +162,6 @@ class AdaptiveController:
 
     async def sync(self, backend: Backend, now: float) -> None:
         """Flush this worker's counts, read each key's state, decide where due."""
-        if not isinstance(backend, KeyLimits):
-            if not self._unsupported_logged:
-                self._unsupported_logged = True
-                log.warning(
-                    "this backend cannot set a key's limit: adaptive tasks keep their start limit"
-                )
-            return
         for key, entry in list(self._keys.items()):
             if (
                 not entry.started
@@ -180,12 +173,14 @@ class AdaptiveController:
             await self._sync_key(backend, key, entry, now)
 
     async def _read(self, backend: Backend, key: str, entry: _Key, now: float) -> LimitState:
-        text = await backend.get_record(NAMESPACE, key)
+        text = await backend.get_record(RecordKey(namespace=NAMESPACE, key=key))
         state = None if text is None else LimitState.decode(text)
         if state is None:  # the first worker to run the key, or a damaged record
             fresh = LimitState(entry.rule.start, 0, now, 0.0).encode()
-            await backend.compare_and_set_record(NAMESPACE, key, text, fresh, ttl=STATE_TTL)
-            text = await backend.get_record(NAMESPACE, key)
+            await backend.compare_and_set_record(
+                RecordSwap(namespace=NAMESPACE, key=key, expected=text, value=fresh, ttl=STATE_TTL)
+            )
+            text = await backend.get_record(RecordKey(namespace=NAMESPACE, key=key))
             state = None if text is None else LimitState.decode(text)
             if state is None:
                 raise RuntimeError(f"the adaptive state of key {key} cannot be stored")
@@ -193,7 +188,6 @@ class AdaptiveController:
         return state
 
     async def _sync_key(self, backend: Backend, key: str, entry: _Key, now: float) -> None:
-        assert isinstance(backend, KeyLimits)
         cached = entry.state
         if (
             cached is not None
@@ -216,7 +210,12 @@ class AdaptiveController:
             return
         window = WindowCounts(
             *[
-                int(await backend.get_record(NAMESPACE, _count_key(key, state.version, count)) or 0)
+                int(
+                    await backend.get_record(
+                        RecordKey(namespace=NAMESPACE, key=_count_key(key, state.version, count))
+                    )
+                    or 0
+                )
                 for count in COUNTS
             ]
         )
@@ -236,7 +235,12 @@ class AdaptiveController:
                 amount = getattr(pending, count)
                 if amount:
                     await backend.incr_record(
-                        NAMESPACE, _count_key(key, state.version, count), amount, ttl=ttl
+                        RecordIncrement(
+                            namespace=NAMESPACE,
+                            key=_count_key(key, state.version, count),
+                            amount=amount,
+                            ttl=ttl,
+                        )
                     )
                     setattr(pending, count, 0)
                     signalled = signalled or count == "signals"
@@ -258,13 +262,18 @@ class AdaptiveController:
         now: float,
     ) -> bool:
         """Write the next state if `state` is still the fleet's; True if written."""
-        assert isinstance(backend, KeyLimits)
         limit = entry.rule.next_limit(state.limit, window, saturated, _after_cut(state))
         decided = LimitState(
             limit, state.version + 1, now, now if limit < state.limit else state.cut_at
         )
         if not await backend.compare_and_set_record(
-            NAMESPACE, key, entry.text, decided.encode(), ttl=STATE_TTL
+            RecordSwap(
+                namespace=NAMESPACE,
+                key=key,
+                expected=entry.text,
+                value=decided.encode(),
+                ttl=STATE_TTL,
+            )
         ):
             return False
         entry.state, entry.text = decided, decided.encode()
@@ -280,9 +289,9 @@ class AdaptiveController:
         await self._apply(backend, key, entry, limit)
         return True
 
-    async def _apply(self, backend: KeyLimits, key: str, entry: _Key, limit: int) -> None:
+    async def _apply(self, backend: Backend, key: str, entry: _Key, limit: int) -> None:
         if entry.applied != limit:
-            await backend.set_key_limit(key, limit)
+            await backend.set_key_limit(KeyLimit(concurrency_key=key, limit=limit))
             entry.applied = limit
 
     def limits(self) -> dict[str, int]:

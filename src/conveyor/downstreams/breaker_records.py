@@ -5,8 +5,9 @@ transition (two workers counting the last failure at once open the breaker once)
 A change that opens a breaker also holds its rate limit bucket (Backend.
 hold_rate_bucket) for the breaker's cooldown: every claim of the bucket finds no
 token until then, whatever its worker's view of the breaker says, so opening stops
-the whole fleet's claims at once rather than at each worker's next refresh. The hold is a second write after the record's: a process
-that dies between the two leaves the other workers to their refresh (one second).
+the whole fleet's claims at once rather than at each worker's next refresh. The
+hold is a second write after the record's: a process that dies between the two
+leaves the other workers to their refresh (one second).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from conveyor.backends.contract import Backend, SharedRecords
+from conveyor.backends.params import BucketHold, RecordKey, RecordSwap
 from conveyor.rules.breakers import (
     CLOSED,
     NAMESPACE,
@@ -50,7 +52,7 @@ async def read_breakers(records: SharedRecords) -> dict[str, BreakerState]:
 
 
 async def read_breaker(records: SharedRecords, name: str) -> BreakerState:
-    return BreakerState.decode(await records.get_record(NAMESPACE, name))
+    return BreakerState.decode(await records.get_record(RecordKey(namespace=NAMESPACE, key=name)))
 
 
 async def fleet_breakers(
@@ -79,17 +81,23 @@ async def change_breaker(
     changed it). An opening holds the bucket for `hold` seconds; a close from open
     (by hand) lets it go at once, full (its burst, as a claim refills it)."""
     for _ in range(CAS_ATTEMPTS):
-        text = await backend.get_record(NAMESPACE, name)
+        text = await backend.get_record(RecordKey(namespace=NAMESPACE, key=name))
         state = BreakerState.decode(text)
         new = change(state)
         if new is None:
             return state, False
-        if await backend.compare_and_set_record(NAMESPACE, name, text, new.encode()):
+        if await backend.compare_and_set_record(
+            RecordSwap(namespace=NAMESPACE, key=name, expected=text, value=new.encode())
+        ):
             moved_at = new.history[-1].at if new.history else None
             if new.state == OPEN and new.opened_at is not None and new.opened_at != state.opened_at:
-                await backend.hold_rate_bucket(name, HELD_TOKENS, new.opened_at + hold)
+                await backend.hold_rate_bucket(
+                    BucketHold(key=name, tokens=HELD_TOKENS, until=new.opened_at + hold)
+                )
             elif new.state == CLOSED and state.state == OPEN and moved_at is not None:
-                await backend.hold_rate_bucket(name, float(BURST_MAX), moved_at)  # full
+                await backend.hold_rate_bucket(
+                    BucketHold(key=name, tokens=float(BURST_MAX), until=moved_at)
+                )  # full
             return new, True
     raise BreakerContended(f"breaker {name!r}: its record kept changing; try again")
 

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.downstreams.adaptive_controller import AdaptiveController
 from conveyor.downstreams.breaker_view import REFRESH_INTERVAL, BreakerView
 from conveyor.downstreams.retry_ledger import SYNC_INTERVAL, RetryLedger

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conveyor.backends.contract import SharedRecords
+from conveyor.backends.params import RecordIncrement
 from conveyor.model.job import Job
 from conveyor.rules.retry_budget import RetryBudget
 
@@ -125,7 +126,12 @@ class RetryLedger:
                 count.pending = 0
                 try:
                     count.fleet = await records.incr_record(
-                        NAMESPACE, f"{task}:{index}:{kind}", amount, ttl=ttl
+                        RecordIncrement(
+                            namespace=NAMESPACE,
+                            key=f"{task}:{index}:{kind}",
+                            amount=amount,
+                            ttl=ttl,
+                        )
                     )
                 except BaseException:
                     count.pending += amount  # counted again at the next sync

@@ -70,6 +70,10 @@ class AttemptError:
             "app_version": self.app_version,
         }
 
+    def to_json(self) -> str:
+        """The error record as stored with the job: the one place its JSON is built."""
+        return json.dumps(self.to_dict())
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptError:
         return cls(

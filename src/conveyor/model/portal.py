@@ -112,9 +112,9 @@ class Portal:
 class _Call:
     """One coroutine run on the portal's loop for a waiting thread: what
     `asyncio.run_coroutine_threadsafe(...).result()` does, without its concurrent
-    future and the callbacks chaining it to the task (a no-op call cost 83 µs of CPU
-    that way here, 68 this way; every call of the sync facade pays it, each enqueue of
-    a Django view among them). As there, a call whose wait times out keeps running."""
+    future and the callbacks chaining it to the task, which cost CPU that every call of
+    the sync facade pays (figures: docs/performance.md). As there, a call whose wait
+    times out keeps running."""
 
     __slots__ = ("_coro", "_done", "_value", "_error")
 

@@ -35,7 +35,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.backends.contract import JobFilter, SharedRecords
+from conveyor.backends.contract import SharedRecords
+from conveyor.backends.params import JobFilter, RecordKey, RecordSwap, RecordWrite
 from conveyor.model.clock import Clock
 
 log = logging.getLogger("conveyor.audit")
@@ -206,7 +207,11 @@ class AuditTrail:
             count=pending.count,
             note=pending.note,
         )
-        await self.records.put_record(slot_namespace(at), entry.key, entry.to_json(), ttl=RETENTION)
+        await self.records.put_record(
+            RecordWrite(
+                namespace=slot_namespace(at), key=entry.key, value=entry.to_json(), ttl=RETENTION
+            )
+        )
         await self.index(pending.ids, entry.key)
         return entry
 
@@ -218,11 +223,17 @@ class AuditTrail:
     async def _index(self, job_id: str, key: str) -> None:
         # Compare-and-set, so two actions on one job at once both stay on its timeline.
         for _ in range(10):
-            current = await self.records.get_record(JOBS_NAMESPACE, job_id)
+            current = await self.records.get_record(RecordKey(namespace=JOBS_NAMESPACE, key=job_id))
             refs = _refs(current)
             value = json.dumps((refs + [key])[-JOB_REFS:])
             if await self.records.compare_and_set_record(
-                JOBS_NAMESPACE, job_id, current, value, ttl=RETENTION
+                RecordSwap(
+                    namespace=JOBS_NAMESPACE,
+                    key=job_id,
+                    expected=current,
+                    value=value,
+                    ttl=RETENTION,
+                )
             ):
                 return
         log.warning("audit: job %r kept changing; entry %s not on its timeline", job_id, key)
@@ -260,9 +271,13 @@ class AuditTrail:
     async def for_job(self, job_id: str) -> list[AuditEntry]:
         """The entries that touched `job_id`, oldest first."""
         found = []
-        for key in _refs(await self.records.get_record(JOBS_NAMESPACE, job_id)):
+        for key in _refs(
+            await self.records.get_record(RecordKey(namespace=JOBS_NAMESPACE, key=job_id))
+        ):
             try:
-                text = await self.records.get_record(slot_namespace(key_time(key)), key)
+                text = await self.records.get_record(
+                    RecordKey(namespace=slot_namespace(key_time(key)), key=key)
+                )
             except ValueError:
                 continue
             entry = None if text is None else _parse(key, text)

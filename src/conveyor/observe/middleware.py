@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import Settlement
     from conveyor.model.job import Job, NewJob
 
 

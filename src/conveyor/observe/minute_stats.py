@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.model.job import Job, JobState
 
 STATS_NAMESPACE = "stats"

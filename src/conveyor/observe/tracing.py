@@ -64,11 +64,11 @@ class Tracing:
     def _off(self) -> bool:
         """True while nothing would record a span: no provider given and none set
         globally (the API's placeholder) or the API's no-op one. Then the middleware
-        only passes the call on: building spans nobody records cost about a third of
-        a no-op job's time in the worker (benchmarks/cost_per_job.py --profile). Read
+        only passes the call on: building spans nobody records was a large share of a
+        no-op job's time in the worker (docs/performance.md). Read
         again after OFF_RECHECK seconds, since an SDK may be set up after the app is
         made: reading it costs an environment lookup (the API checks
-        OTEL_PYTHON_TRACER_PROVIDER each time), a few µs that every job paid. The
+        OTEL_PYTHON_TRACER_PROVIDER each time), which every job paid. The
         trace context still travels through such a process (`_pass_on`)."""
         if self._own_provider:
             return False

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import WAITING_STATES, FlowLoads, FlowQuery, QueueStats
+from conveyor.backends.filtering import WAITING_STATES
+from conveyor.backends.params import FlowLoads, FlowQuery, QueueStats
 from conveyor.model.job import JobState
 from conveyor.rules.queues import QueueSettings
 from conveyor.rules.rate_limits import describe

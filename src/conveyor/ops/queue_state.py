@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from conveyor.backends.contract import FlowLoads, FlowQuery, KeyLoad
+from conveyor.backends.params import FlowLoads, FlowQuery, KeyLoad
 from conveyor.model.job import JobState
 from conveyor.rules.breakers import STATES, BreakerState
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from conveyor.app import Conveyor
-    from conveyor.backends.contract import QueueStats
+    from conveyor.backends.params import QueueStats
     from conveyor.model.workers import WorkerInfo
 
 

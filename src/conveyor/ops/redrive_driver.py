@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, RecordKey, RecordSwap
 from conveyor.model.job import JobState
 from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 from conveyor.ops.redrive_runs import DRIVER_LEASE, RUN_TTL, RUNS_NAMESPACE, RedriveRun, RunStatus
@@ -41,7 +41,7 @@ class Driver:
         """Read the run; if it is still ours and running: count outcomes, stop if too
         many fail, redrive what the bucket allows, write the run back."""
         backend = await self.app.backend()
-        text = await backend.get_record(RUNS_NAMESPACE, self.run_id)
+        text = await backend.get_record(RecordKey(namespace=RUNS_NAMESPACE, key=self.run_id))
         if text is None:
             raise LookupError(f"redrive run {self.run_id} is gone")
         run = RedriveRun.from_json(text)
@@ -100,7 +100,7 @@ class Driver:
         if n <= 0 or self.exhausted:
             return 0
         backend = await self.app.backend()
-        jobs = await backend.redrive_jobs(run.where, n, False)
+        jobs = await backend.redrive_jobs(BulkAction(where=run.where, limit=n, dry_run=False))
         self.tokens -= len(jobs)
         self.watching.update({j.id: len(j.errors) for j in jobs})
         if len(jobs) < n:
@@ -118,7 +118,9 @@ class Driver:
             chunk = ids[start : start + 500]
             found = {
                 j.id: j
-                for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                for j in await backend.list_jobs(
+                    JobPage(where=JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                )
             }
             for job_id in chunk:
                 job = found.get(job_id)
@@ -138,13 +140,19 @@ class Driver:
         backend = await self.app.backend()
         for _ in range(20):
             if await backend.compare_and_set_record(
-                RUNS_NAMESPACE, self.run_id, text, updated.to_json(), ttl=RUN_TTL
+                RecordSwap(
+                    namespace=RUNS_NAMESPACE,
+                    key=self.run_id,
+                    expected=text,
+                    value=updated.to_json(),
+                    ttl=RUN_TTL,
+                )
             ):
                 if updated.status.finished:
                     await self._audit_end(updated)
                 return updated
             # Paused or cancelled meanwhile: keep their status, add our counts.
-            current = await backend.get_record(RUNS_NAMESPACE, self.run_id)
+            current = await backend.get_record(RecordKey(namespace=RUNS_NAMESPACE, key=self.run_id))
             if current is None:
                 raise LookupError(f"redrive run {self.run_id} is gone")
             theirs = RedriveRun.from_json(current)

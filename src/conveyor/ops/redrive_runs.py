@@ -7,9 +7,10 @@ or the dashboard's redrive page start a *run*. A run is a shared record (namespa
 can show it, pause it, resume it or cancel it, and a run survives the process that
 drove it:
 
-* The process that starts (or resumes) a run drives it (`conveyor.ops.redrive_driver`): a token bucket lets
-  through `rate` jobs a second, each batch is one `redrive_jobs`, and once a second it
-  reads the states of the jobs it redrove. A redriven job that fails again (a retry
+* The process that starts (or resumes) a run drives it
+  (`conveyor.ops.redrive_driver`): a token bucket lets through `rate` jobs a
+  second, each batch is one `redrive_jobs`, and once a second it reads the
+  states of the jobs it redrove. A redriven job that fails again (a retry
   or dead) counts as failing, one that completes as succeeded; once `min_sample` have
   an outcome and more than `stop_if_failing` of them failed, the run stops itself.
   At most `window` redriven jobs wait for an outcome at once: with no worker taking
@@ -39,7 +40,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.contract import JobFilter, redrive_scope
+from conveyor.backends.filtering import redrive_scope
+from conveyor.backends.params import JobFilter, RecordKey, RecordSwap, RecordWrite
 from conveyor.model.job import JobState
 from conveyor.observe.audit import Actor, AuditTrail, PendingAction
 
@@ -195,7 +197,9 @@ class Runs:
         return await self.app.backend()
 
     async def get(self, run_id: str) -> RedriveRun | None:
-        text = await (await self._records()).get_record(RUNS_NAMESPACE, run_id)
+        text = await (await self._records()).get_record(
+            RecordKey(namespace=RUNS_NAMESPACE, key=run_id)
+        )
         return None if text is None else RedriveRun.from_json(text)
 
     async def all(self) -> list[RedriveRun]:
@@ -251,7 +255,9 @@ class Runs:
             note=f"rate {format_rate(rate)}, stop if more than {stop_if_failing:.0%} fail again",
         )
         run = replace(run, audit_key=entry)
-        await (await self._records()).put_record(RUNS_NAMESPACE, run.id, run.to_json(), ttl=RUN_TTL)
+        await (await self._records()).put_record(
+            RecordWrite(namespace=RUNS_NAMESPACE, key=run.id, value=run.to_json(), ttl=RUN_TTL)
+        )
         return run
 
     async def pause(self, run_id: str, *, by: Actor | str | None = None) -> RedriveRun:
@@ -278,7 +284,13 @@ class Runs:
                     run, driver=driver, driver_until=now + DRIVER_LEASE, updated_at=now
                 )
                 if await backend.compare_and_set_record(
-                    RUNS_NAMESPACE, run.id, run.to_json(), claimed.to_json(), ttl=RUN_TTL
+                    RecordSwap(
+                        namespace=RUNS_NAMESPACE,
+                        key=run.id,
+                        expected=run.to_json(),
+                        value=claimed.to_json(),
+                        ttl=RUN_TTL,
+                    )
                 ):
                     adopted.append(claimed)
         return adopted
@@ -295,7 +307,7 @@ class Runs:
 
         backend = await self._records()
         for _ in range(20):
-            text = await backend.get_record(RUNS_NAMESPACE, run_id)
+            text = await backend.get_record(RecordKey(namespace=RUNS_NAMESPACE, key=run_id))
             if text is None:
                 raise LookupError(
                     f"no redrive run {run_id!r} (finished runs are kept {RUN_TTL / 86400:.0f} days)"
@@ -319,7 +331,13 @@ class Runs:
                 reason="" if status is RunStatus.RUNNING else f"{verb} by {as_actor(by).name}",
             )
             if await backend.compare_and_set_record(
-                RUNS_NAMESPACE, run_id, text, changed.to_json(), ttl=RUN_TTL
+                RecordSwap(
+                    namespace=RUNS_NAMESPACE,
+                    key=run_id,
+                    expected=text,
+                    value=changed.to_json(),
+                    ttl=RUN_TTL,
+                )
             ):
                 await self._audit(f"redrive run {verb}", as_actor(by), changed)
                 return changed

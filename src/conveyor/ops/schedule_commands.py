@@ -62,14 +62,14 @@ def format_reports(reports: Sequence[ScheduleReport]) -> str:
     if not reports:
         return "no schedules declared"
     blocks: list[str] = []
-    for r, data in zip(reports, describe_reports(reports)):
+    for r, data in zip(reports, describe_reports(reports), strict=True):
         s = r.schedule
         lines = [
             s.name if s.name == s.task else f"{s.name}  (task {s.task})",
             f"  {s.timing.describe()}; misfire={s.misfire} overlap={s.overlap}"
             + (f" jitter={s.jitter}s" if s.jitter else ""),
         ]
-        for utc, local in zip(r.upcoming, r.upcoming_local):
+        for utc, local in zip(r.upcoming, r.upcoming_local, strict=True):
             zone = "" if s.zone == "UTC" else f"   {local:%Y-%m-%d %H:%M %Z} ({s.zone})"
             lines.append(f"  next  {utc:%Y-%m-%d %H:%M:%S} UTC{zone}")
         last = data["last_run"]

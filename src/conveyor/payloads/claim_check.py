@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from conveyor.backends.blobs import BlobStore, ProvidesBlobStore, blob_key, blob_store_from_url
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, ResultSweep
 from conveyor.model import validation as valid
 from conveyor.model.clock import Clock
 from conveyor.model.errors import ConfigurationError, CorruptPayload, ResultExpired
@@ -276,7 +277,7 @@ class ClaimCheck:
         the jobs are still listed. Returns how many were cleared."""
         cleared = 0
         while True:
-            ids = await backend.expire_results(now, EXPIRE_BATCH)
+            ids = await backend.expire_results(ResultSweep(now=now, limit=EXPIRE_BATCH))
             if ids:
                 await (await self.store(backend)).delete_job_blobs(ids, kind="result")
             cleared += len(ids)
@@ -292,7 +293,10 @@ class ClaimCheck:
         for start in range(0, len(job_ids), _SWEEP_BATCH):
             chunk = job_ids[start : start + _SWEEP_BATCH]
             alive = {
-                j.id for j in await backend.list_jobs(JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                j.id
+                for j in await backend.list_jobs(
+                    JobPage(where=JobFilter(ids=tuple(chunk)), limit=len(chunk))
+                )
             }
             gone += [i for i in chunk if i not in alive]
         return await store.delete_job_blobs(gone) if gone else 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.job import Job
 from conveyor.payloads.claim_check import ClaimCheck
 from conveyor.plugins import WorkerPlugin

@@ -24,7 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job
 from conveyor.rules.rate_limits import RateLimit

@@ -15,13 +15,12 @@ running from it; the next enqueue then finds it full.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from conveyor.model.errors import QueueFull, RefusedJob
-from conveyor.model.job import Job, NewJob, QueueBound
+from conveyor.model.job import AttemptError, Job, NewJob, QueueBound
 from conveyor.model.version import __version__
 
 if TYPE_CHECKING:
@@ -33,20 +32,14 @@ _LONGEST_PAUSE = 0.25  # between offers of a blocked job: the most a producer ov
 
 def shed_error(queue: str, max_waiting: int, now: float) -> str:
     """The error record (AttemptError's JSON) a shed job keeps: why it was cancelled."""
-    return json.dumps(
-        {
-            "attempt": 0,
-            "at": now,
-            "type": SHED_ERROR_TYPE,
-            "message": f"shed: queue {queue!r} held {max_waiting} waiting jobs (max_waiting) "
-            "when a newer job came, and its policy is shed_oldest",
-            "traceback": "",
-            "worker_id": "",
-            "host": "",
-            "version": __version__,
-            "app_version": "",
-        }
-    )
+    return AttemptError(
+        attempt=0,
+        at=now,
+        type=SHED_ERROR_TYPE,
+        message=f"shed: queue {queue!r} held {max_waiting} waiting jobs (max_waiting) "
+        "when a newer job came, and its policy is shed_oldest",
+        version=__version__,
+    ).to_json()
 
 
 def bounds_of(jobs: Sequence[NewJob]) -> dict[str, QueueBound]:
@@ -134,7 +127,7 @@ async def enqueue_offering(
         except QueueFull as again:
             stored = again.jobs
             latest.update((r.id, r) for r in again.refused)
-        for i, job in zip(waiting, stored):
+        for i, job in zip(waiting, stored, strict=True):
             results[i] = job
         waiting = [i for i in waiting if results[i] is None]
     refused = [latest[batch[i].id] for i, job in enumerate(results) if job is None]

@@ -16,13 +16,12 @@ one here. tests/conformance/test_workflows.py holds all four to the same answers
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from conveyor.model.errors import InvalidJob
-from conveyor.model.job import JobState, NewJob
+from conveyor.model.job import AttemptError, JobState, NewJob
 from conveyor.model.version import __version__
 
 S = JobState
@@ -32,19 +31,13 @@ _FAILED = (S.DEAD, S.CANCELLED)
 
 def dependency_error(parent_id: str, parent_state: str, now: float) -> str:
     """The error record (AttemptError's JSON) a dependant cancelled by its parent keeps."""
-    return json.dumps(
-        {
-            "attempt": 0,
-            "at": now,
-            "type": DEPENDENCY_FAILED,
-            "message": f"parent job {parent_id} ended {parent_state}",
-            "traceback": "",
-            "worker_id": "",
-            "host": "",
-            "version": __version__,
-            "app_version": "",
-        }
-    )
+    return AttemptError(
+        attempt=0,
+        at=now,
+        type=DEPENDENCY_FAILED,
+        message=f"parent job {parent_id} ended {parent_state}",
+        version=__version__,
+    ).to_json()
 
 
 def parents_of(depends_on: Sequence[str]) -> tuple[str, ...]:

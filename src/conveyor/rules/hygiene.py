@@ -126,7 +126,7 @@ def secret_key(key: str) -> bool:
         return False
     if any(p in _SECRET_WORDS for p in parts):
         return True
-    return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
+    return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False))
 
 
 def _luhn(digits: str) -> bool:

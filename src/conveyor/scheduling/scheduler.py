@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from conveyor.backends.contract import Backend, JobFilter
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import JobFilter, JobPage, RecordKey, RecordWrite
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import ACTIVE_STATES, Job, NewJob
 from conveyor.scheduling.schedules import SCHEDULE_META_KEY, Run, Schedule, ScheduledRun, iso
@@ -122,7 +123,7 @@ class Scheduler:
         plan = schedule.plan(state.last_tick, now)
         if plan.runs and schedule.overlap == "allow":
             enqueued = await self._enqueue(backend, schedule, plan.runs, now)
-            for run, job in zip(plan.runs, enqueued):
+            for run, job in zip(plan.runs, enqueued, strict=True):
                 state = state.fired(run, job.id, now)
             jobs.extend(enqueued)
         for planned in plan.runs if schedule.overlap != "allow" else ():
@@ -165,9 +166,11 @@ class Scheduler:
     async def _save(self, backend: Backend, name: str, state: ScheduleState) -> ScheduleState:
         # Re-read just before writing and write the merge: another replica may have
         # written since our read, and its progress must not be undone.
-        latest = await backend.get_record(SCHEDULES_NAMESPACE, name)
+        latest = await backend.get_record(RecordKey(namespace=SCHEDULES_NAMESPACE, key=name))
         merged = state.merge(None if latest is None else ScheduleState.from_json(latest))
-        await backend.put_record(SCHEDULES_NAMESPACE, name, merged.to_json())
+        await backend.put_record(
+            RecordWrite(namespace=SCHEDULES_NAMESPACE, key=name, value=merged.to_json())
+        )
         return merged
 
     async def _busy(self, backend: Backend, state: ScheduleState) -> bool:
@@ -175,7 +178,7 @@ class Scheduler:
         if not state.recent_job_ids:
             return False
         active = await backend.list_jobs(
-            JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1
+            JobPage(where=JobFilter(states=tuple(ACTIVE_STATES), ids=state.recent_job_ids), limit=1)
         )
         return bool(active)
 
@@ -196,7 +199,7 @@ class Scheduler:
         # Through the app, so its middleware (tracing, metrics, correlation ids) sees
         # scheduled jobs as it sees every other enqueue; same backend underneath.
         jobs = [handle.job for handle in await self.app.enqueue_many_async(batch)]
-        for run, job in zip(runs, jobs):
+        for run, job in zip(runs, jobs, strict=True):
             log.info("schedule %s: tick %s -> job %s", schedule.name, iso(run.tick), job.id)
         return jobs
 

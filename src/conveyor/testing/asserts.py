@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.backends.contract import WAITING_STATES, JobFilter
+from conveyor.backends.filtering import WAITING_STATES
+from conveyor.backends.params import JobFilter
 from conveyor.model.errors import CorruptPayload
 from conveyor.model.job import Job
 from conveyor.task import Task

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, JobPage
 from conveyor.model.clock import Duration, to_epoch, to_seconds
 from conveyor.model.job import Job, JobState
 from conveyor.scheduling.scheduler import Scheduler, schedule_reports
@@ -140,7 +140,9 @@ async def _all_queues(app: Conveyor) -> list[str]:
 
 async def _next_job(app: Conveyor) -> float | None:
     backend = await app.backend()
-    waiting = await backend.list_jobs(JobFilter(states=_WAITING_LATER), limit=1_000_000)
+    waiting = await backend.list_jobs(
+        JobPage(where=JobFilter(states=_WAITING_LATER), limit=1_000_000)
+    )
     return min((job.run_at for job in waiting), default=None)
 
 

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from conveyor.admin.api import RETRYABLE_BY_OPERATOR, make_filter
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import ACTIVE_STATES, TERMINAL_STATES, JobState
 from conveyor.observe.audit import Actor
 from conveyor.ops.redrive_runs import Runs, parse_rate, parse_share

@@ -16,7 +16,8 @@ log = logging.getLogger("conveyor.dashboard")
 
 
 def record_action(user: str, action: str, target: str, result: str) -> None:
-    """One line per operator action: `alice bulk retry every job matching state=dead: Retried 12 of 12 job(s)`."""
+    """One line per operator action, e.g.
+    `alice bulk retry every job matching state=dead: Retried 12 of 12 job(s)`."""
     audit_log.info(
         "%s %s %s: %s",
         printable(user),

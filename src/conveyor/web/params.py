@@ -21,7 +21,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 
 from conveyor.admin.api import make_filter
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 
 PAGE_SIZES = (25, 50, 100, 200)

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from conveyor.backends.contract import QueueStats
+from conveyor.backends.params import QueueStats
 from conveyor.model import jsontext
 from conveyor.model.job import Job, JobState
 from conveyor.model.workers import WorkerInfo

@@ -8,7 +8,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from conveyor.backends.contract import Backend, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Settlement
 
 log = logging.getLogger("conveyor.worker")
 

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.context import _CURRENT, JobContext
 from conveyor.model.errors import (
     ArgumentValidationError,
@@ -230,7 +230,7 @@ class JobExecutor:
             self._deferred.discard(job.id)  # no middleware is left to report it to
 
     def _encode(self, job: Job, result: Any) -> str | None:
-        if result is None:  # most handlers' value: json.dumps costs a few µs to say so
+        if result is None:  # most handlers' value: json.dumps is dearer to say so
             return "null"
         try:
             return json.dumps(result, allow_nan=False)

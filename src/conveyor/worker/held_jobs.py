@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conveyor.backends.contract import Backend, Lease, Settlement
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import Heartbeat, Lease, Settlement
 from conveyor.context import JobContext
 from conveyor.model.errors import CorruptJob
 from conveyor.model.job import AttemptError, Job, JobState
@@ -215,7 +216,9 @@ class HeldJobs:
     async def heartbeat(self) -> None:
         if not self.config.heartbeats or not self.unsettled or self.backend is None:
             return
-        reply = await self.backend.heartbeat_jobs(list(self.unsettled.values()), self.config.lease)
+        reply = await self.backend.heartbeat_jobs(
+            Heartbeat(leases=list(self.unsettled.values()), lease_seconds=self.config.lease)
+        )
         for job_id in reply.lost:
             running = self.running.get(job_id)
             self.unsettled.pop(job_id, None)

@@ -25,7 +25,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from conveyor.backends.contract import Backend, WorkerLiveness
+from conveyor.backends.capabilities import WorkerLiveness
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import RecordSwap
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.worker.rescue import release_worker_jobs
 
@@ -105,7 +107,13 @@ async def rescue_dead_workers(
     for worker_id, record in watch.observe({w: records[w] for w in dead}):
         # The record changes first: from then on nobody judges that token again.
         if await backend.compare_and_set_record(
-            WORKERS_NAMESPACE, worker_id, record, without_token(record), ttl=_TOMBSTONE_TTL
+            RecordSwap(
+                namespace=WORKERS_NAMESPACE,
+                key=worker_id,
+                expected=record,
+                value=without_token(record),
+                ttl=_TOMBSTONE_TTL,
+            )
         ):
             watch.unreleased.add(worker_id)
         # else another rescuer won, or the worker announced meanwhile: alive after all

@@ -13,7 +13,9 @@ import json
 import logging
 from collections.abc import Callable
 
-from conveyor.backends.contract import Backend, LivenessHold, WorkerLiveness
+from conveyor.backends.capabilities import LivenessHold, WorkerLiveness
+from conveyor.backends.contract import Backend
+from conveyor.backends.params import RecordKey, RecordWrite
 from conveyor.model.clock import Clock
 from conveyor.model.workers import WORKERS_NAMESPACE
 from conveyor.worker.config import WorkerConfig
@@ -61,7 +63,9 @@ class Presence:
         nobody takes the signal's end for a death."""
         assert self._backend is not None
         try:
-            await self._backend.delete_record(WORKERS_NAMESPACE, self.worker_id)
+            await self._backend.delete_record(
+                RecordKey(namespace=WORKERS_NAMESPACE, key=self.worker_id)
+            )
         except Exception:
             pass
         if self.hold is not None:
@@ -93,10 +97,12 @@ class Presence:
             self.claims_allowed.clear()  # until the record stops naming the old one
         fields = {**self.record(), LIVENESS_FIELD: token}
         await self._backend.put_record(
-            WORKERS_NAMESPACE,
-            self.worker_id,
-            json.dumps(fields),
-            ttl=self.config.heartbeat_every * 3,
+            RecordWrite(
+                namespace=WORKERS_NAMESPACE,
+                key=self.worker_id,
+                value=json.dumps(fields),
+                ttl=self.config.heartbeat_every * 3,
+            )
         )
         self.announced_token = token
         if self.hold is None or self.hold.token == token:

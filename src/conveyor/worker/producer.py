@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal
 
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.contract import ClaimedJobs
+from conveyor.backends.params import ClaimedJobs, JobWait
 from conveyor.model.clock import Clock
 from conveyor.plugins import WorkerPlugin, overriding
 from conveyor.rules.rate_limits import RateLimit
@@ -162,7 +162,9 @@ class Producer:
                     continue
                 if len(jobs) < want:
                     waiter = asyncio.create_task(
-                        backend.wait_for_jobs(config.queues, self._idle_wait(jobs))
+                        backend.wait_for_jobs(
+                            JobWait(queues=config.queues, timeout=self._idle_wait(jobs))
+                        )
                     )
                     # A plugin's change (a breaker turning half-open or closed) has work
                     # for this claim, and so has a key's slot passed on by a settle.

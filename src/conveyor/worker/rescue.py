@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conveyor.backends.contract import HeldLease, JobLifecycle, LeaseQuery, Settlement
+from conveyor.backends.contract import JobLifecycle
+from conveyor.backends.params import HeldLease, LeaseQuery, Settlement
 from conveyor.model.errors import LeaseExpired, WorkerLost
 from conveyor.model.job import AttemptError, JobState
 from conveyor.model.version import __version__

@@ -5,12 +5,12 @@ to the event loop in batches.
 and one `call_soon_threadsafe` (a write to the loop's wake-up socket, and a read of
 it) per call. Handing the endings back in batches (each thread puts what its call
 returned on a list and wakes the loop only if no wake-up is pending, so one wake-up
-carries every call that ended meanwhile) took that to about 20 µs per no-op call on
-this machine's 2 cores, but `ThreadPoolExecutor.submit` itself stayed: a
+carries every call that ended meanwhile) cut that by a good part on this machine's
+2 cores, but `ThreadPoolExecutor.submit` itself stayed: a
 `Future` with its `Condition`, a work item, and an idle-thread `Semaphore` taken and
 given back, all Python code under locks, on both sides of every call. Here a call
-is one put on a `queue.SimpleQueue` (C) taken by a waiting thread: about 5-8 µs per
-no-op call in all. The threads are started as calls need them, up to `max_threads`,
+is one put on a `queue.SimpleQueue` (C) taken by a waiting thread, a fraction of the
+cost (docs/performance.md). The threads are started as calls need them, up to `max_threads`,
 named `conveyor-job_N` and not daemons, as the executor's were (process_exit.py
 decides what a process leaving them behind does).
 """

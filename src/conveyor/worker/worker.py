@@ -20,6 +20,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.contract import Backend
+from conveyor.backends.params import RecordWrite, Retention
 from conveyor.model.job import Job
 from conveyor.model.version import __version__
 from conveyor.observe.minute_stats import RECORD_TTL, STATS_NAMESPACE, MinuteRecorder
@@ -286,7 +287,9 @@ class Worker:
         records = self.minute_stats.take_dirty(self.app.clock())
         try:
             for key, value in records:
-                await self._backend.put_record(STATS_NAMESPACE, key, value, ttl=RECORD_TTL)
+                await self._backend.put_record(
+                    RecordWrite(namespace=STATS_NAMESPACE, key=key, value=value, ttl=RECORD_TTL)
+                )
         except BaseException:
             self.minute_stats.restore_dirty(records)
             raise
@@ -301,7 +304,10 @@ class Worker:
         assert self._backend is not None
         now = self.app.clock()
         pruned = await self._backend.prune_jobs(
-            now - self.config.completed_retention, now - self.config.dead_retention
+            Retention(
+                completed_before=now - self.config.completed_retention,
+                dead_before=now - self.config.dead_retention,
+            )
         )
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)

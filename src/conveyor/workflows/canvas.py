@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from conveyor.model.errors import InvalidJob
 from conveyor.model.job import NewJob
@@ -39,7 +39,7 @@ class Group:
     members: tuple[Node, ...]
 
 
-Node = Union[Signature, Chain, Group]
+Node = Signature | Chain | Group
 
 
 def _node(item: Any) -> Node:

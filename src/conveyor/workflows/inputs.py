@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.params import JobFilter
+from conveyor.backends.params import JobFilter, JobPage
 from conveyor.model.errors import CorruptPayload, ResultExpired
 from conveyor.model.job import Job, JobState
 from conveyor.rules.dependencies import parents_of
@@ -59,7 +59,9 @@ async def parent_inputs(backend: Backend, claim_check: ClaimCheck, job: Job) -> 
     # One read for every parent (a chord's callback may have thousands).
     found = {
         p.id: p
-        for p in await backend.list_jobs(JobFilter(ids=parents_of(parents)), limit=len(parents))
+        for p in await backend.list_jobs(
+            JobPage(where=JobFilter(ids=parents_of(parents)), limit=len(parents))
+        )
     }
     values = [await _value_of(claim_check, job, parent, found.get(parent)) for parent in parents]
     return [values[0] if mode == ONE_RESULT and values else values]

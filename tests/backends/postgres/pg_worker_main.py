@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from conveyor import Conveyor, current_job
+from conveyor.backends.params import JobWait
 from conveyor.worker import ExitStatus, Worker, WorkerConfig
 
 
@@ -70,7 +71,9 @@ async def main() -> int:
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
     loop.add_signal_handler(signal.SIGINT, worker.stop)
     backend = await app.backend()
-    await backend.wait_for_jobs(("default",), 0)  # start the listener before "ready"
+    await backend.wait_for_jobs(
+        JobWait(queues=("default",), timeout=0)
+    )  # start the listener before "ready"
     print("ready", flush=True)
     status = await worker.run()
     await app.aclose()

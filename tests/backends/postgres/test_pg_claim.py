@@ -7,7 +7,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.backends.postgres.rows import Positional, positional
 from conveyor.model.clock import ManualClock

@@ -8,7 +8,7 @@ import asyncio
 import psycopg
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter, JobPage
 from conveyor.backends.postgres.backend import PostgresBackend
 
 
@@ -35,7 +35,7 @@ async def test_a_terminated_lane_connection_is_replaced_and_nothing_is_lost(
         assert len(killed) >= 2  # the lane's connection and the pool's
         handles = [await noop.enqueue_async(n) for n in range(1, 21)]  # type: ignore[attr-defined]
         backend = await app.backend()
-        stored = await backend.list_jobs(JobFilter(), limit=100)
+        stored = await backend.list_jobs(JobPage(where=JobFilter(), limit=100))
         assert sorted(j.id for j in stored) == sorted([first.id, *(h.id for h in handles)])
     finally:
         await app.aclose()

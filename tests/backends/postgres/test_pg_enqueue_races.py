@@ -35,7 +35,9 @@ async def test_concurrent_enqueues_of_one_unique_key_make_one_job(
                 )
                 for i in range(8)
             ]
-            results = await asyncio.gather(*(b.enqueue_jobs([j]) for b, j in zip(backends, jobs)))
+            results = await asyncio.gather(
+                *(b.enqueue_jobs([j]) for b, j in zip(backends, jobs, strict=True))
+            )
             winners = {r[0].id for r in results}
             assert len(winners) == 1, winners
             assert admin_conn.execute(

@@ -13,7 +13,7 @@ from pg_helpers import RunningWorker, eventually, terminate, wait_finished
 from pg_server import PrivateServer
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.errors import BackendUnavailable
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig

@@ -12,7 +12,7 @@ from backends_under_test import POSTGRES_URL
 from pg_helpers import terminate
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.backends.postgres import hot_pool
 from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
 

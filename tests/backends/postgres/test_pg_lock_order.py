@@ -8,7 +8,7 @@ import asyncio
 import random
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Lease, Settlement
+from conveyor.backends.params import Heartbeat, JobFilter, Lease, Settlement
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import JobState, NewJob
 
@@ -27,7 +27,10 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
         for _ in range(5):
             orders = [rng.sample(leases, len(leases)) for _ in backends]
             replies = await asyncio.gather(
-                *(b.heartbeat_jobs(o, 60) for b, o in zip(backends, orders))
+                *(
+                    b.heartbeat_jobs(Heartbeat(leases=o, lease_seconds=60))
+                    for b, o in zip(backends, orders, strict=True)
+                )
             )
             assert all(not r.lost for r in replies)
         # Outcome writes racing heartbeats, each in its own order.
@@ -35,13 +38,16 @@ async def test_concurrent_heartbeats_and_settles_in_any_order_do_not_deadlock(pg
         settles = [
             b.settle_jobs(
                 [
-                    Settlement(l.job_id, l.token, JobState.COMPLETED, result="1")
-                    for l in rng.sample(h, len(h))
+                    Settlement(lease.job_id, lease.token, JobState.COMPLETED, result="1")
+                    for lease in rng.sample(h, len(h))
                 ]
             )
-            for b, h in zip(backends[:2], halves)
+            for b, h in zip(backends[:2], halves, strict=True)
         ]
-        beats = [b.heartbeat_jobs(rng.sample(leases, len(leases)), 60) for b in backends[2:]]
+        beats = [
+            b.heartbeat_jobs(Heartbeat(leases=rng.sample(leases, len(leases)), lease_seconds=60))
+            for b in backends[2:]
+        ]
         results = await asyncio.gather(*settles, *beats)
         assert results[0] == [] and results[1] == []  # nothing stale
         assert await backends[0].count_jobs(JobFilter(states=(JobState.COMPLETED,))) == 600

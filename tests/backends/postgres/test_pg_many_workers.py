@@ -15,7 +15,7 @@ import pytest
 from pg_helpers import eventually
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import JobState
 
 RUNNER = Path(__file__).with_name("pg_worker_main.py")
@@ -43,7 +43,7 @@ class Workers:
             assert proc.stdout is not None
             line = proc.stdout.readline()  # blocks until "ready" (or the process died)
             assert line.strip() == "ready", (
-                f"worker did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
+                f"worker did not start: {proc.stderr.read() if proc.poll() is not None else ''}"  # type: ignore[union-attr]
             )
             assert time.monotonic() < deadline
 
@@ -51,7 +51,7 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        codes = []
+        codes: list[int | None] = []
         for proc in self.procs:
             try:
                 codes.append(proc.wait(30))
@@ -80,7 +80,8 @@ def app_with_record_task(pg_url: str) -> Conveyor:
     app = Conveyor(pg_url)
 
     @app.task(name="record")
-    async def record(n: int, sleep: float = 0.0) -> int: ...
+    # Ignored for mypy: a task declared by name: its body runs elsewhere
+    async def record(n: int, sleep: float = 0.0) -> int: ...  # type: ignore[empty-body]
 
     return app
 

@@ -12,6 +12,7 @@ import pytest
 
 from conveyor import Conveyor, Retry
 from conveyor.backends.claiming import strict_claim
+from conveyor.backends.params import RecordKey
 from conveyor.context import JobContext
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import StaleLease
@@ -41,7 +42,7 @@ async def pay_jobs(app: Conveyor, n: int = 1) -> None:
 
 
 async def state_of_key(app: Conveyor, key: str) -> str | None:
-    text = await (await app.backend()).get_record(ONCE_NAMESPACE, key)
+    text = await (await app.backend()).get_record(RecordKey(namespace=ONCE_NAMESPACE, key=key))
     return None if text is None else str(json.loads(text)["state"])
 
 
@@ -91,7 +92,7 @@ async def test_rollback_takes_the_mark_back_and_frees_the_key(
     with pytest.raises(ZeroDivisionError):
         async with ctx.transaction() as conn:
             await ctx.once("book:1", lambda: book_on(conn, "first"))
-            1 / 0  # a failure after the effect, before the commit
+            raise ZeroDivisionError  # a failure after the effect, before the commit
     assert rows(admin_conn, ledger) == []
     assert await state_of_key(app, "book:1") == "released"
     other = await claimed(app, "w2")

@@ -74,7 +74,8 @@ async def test_hot_statements_never_scan_the_jobs_table(
         }
         for name, params in statements.items():
             with admin_conn.transaction(force_rollback=True):
-                row = admin_conn.execute(
+                # Ignored for mypy: the statements' params dict is typed object
+                row = admin_conn.execute(  # type: ignore[call-overload]
                     "EXPLAIN (FORMAT JSON) " + backend.q[name], params
                 ).fetchone()
             assert row is not None
@@ -206,7 +207,8 @@ async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
             },
         }
         for name, params in statements.items():
-            plan = plan_of(admin_conn, backend.q[name], params)
+            # Ignored for mypy: the statements' params dict is typed object
+            plan = plan_of(admin_conn, backend.q[name], params)  # type: ignore[arg-type]
             nodes = scans(plan)
             assert not {"Seq Scan jobs", "Seq Scan fair_keys"} & set(nodes), (name, nodes)
             if name == "claim_jobs":

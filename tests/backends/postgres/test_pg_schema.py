@@ -48,7 +48,8 @@ CATALOG_QUERIES = {
                   WHERE n.nspname = %(s)s AND NOT t.tgisinternal ORDER BY 1""",
     "function": """SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') '
                    || pg_get_function_result(p.oid) FROM pg_proc p
-                   JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s ORDER BY 1""",
+                   JOIN pg_namespace n ON n.oid = p.pronamespace
+                   WHERE n.nspname = %(s)s ORDER BY 1""",
 }
 
 
@@ -140,8 +141,8 @@ async def test_trigger_accepts_exactly_the_lifecycle_table(
             try:
                 with admin_conn.transaction():
                     admin_conn.execute(
-                        f'INSERT INTO "{schema}".jobs (id, queue, task, payload, state, max_attempts,'
-                        " run_at, created_at, lease_expires_at)"
+                        f'INSERT INTO "{schema}".jobs (id, queue, task, payload, state,'
+                        " max_attempts, run_at, created_at, lease_expires_at)"
                         " VALUES ('x', 'q', 't', '{}', %s, 1, 0, 0, %s)",
                         (old.value, lease(old)),
                     )

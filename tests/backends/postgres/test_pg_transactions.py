@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from conveyor import Conveyor, current_job
 from conveyor.backends.claiming import strict_claim
 from conveyor.context import JobContext
+from conveyor.handle import JobHandle
 from conveyor.model.clock import ManualClock
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import JobState
@@ -43,7 +45,7 @@ async def test_enqueue_joins_async_transaction(
             async with conn.transaction():
                 await conn.execute(f"INSERT INTO {orders} VALUES (2, 'rolled back')")
                 gone = await ship.options(connection=conn).enqueue_async(2)
-                1 / 0
+                raise ZeroDivisionError  # a failure inside the transaction
     finally:
         await conn.close()
     backend = await pg_app.backend()
@@ -89,7 +91,7 @@ def test_enqueue_joins_sync_transaction(
             with pytest.raises(ZeroDivisionError), conn.transaction():
                 conn.execute(f"INSERT INTO {orders} VALUES (2, 'rolled back')")
                 gone = ship.options(connection=conn).enqueue(2)
-                1 / 0
+                raise ZeroDivisionError  # a failure inside the transaction
         assert app.jobs.get(kept.id).state is JobState.AVAILABLE  # type: ignore[union-attr]
         assert all(app.jobs.get(h.id) is not None for h in batch)
         assert app.jobs.get(gone.id) is None
@@ -252,7 +254,7 @@ async def test_worker_completes_jobs_in_handler_transactions(
         with current_job().transaction_sync(result=order_id) as conn:
             conn.execute(f"INSERT INTO {orders} VALUES (%s, 'sync')", (order_id,))
 
-    handles = [await pay_async.enqueue_async(i) for i in range(10)]
+    handles: list[JobHandle[Any]] = [await pay_async.enqueue_async(i) for i in range(10)]
     handles += [await pay_sync.enqueue_async(100 + i) for i in range(10)]
     config = WorkerConfig(
         concurrency=8, poll_interval=0.05, rescue_interval=0.1, lease=0.6, heartbeat_interval=0.1
@@ -310,7 +312,8 @@ def test_sync_facade_enqueues_from_the_callers_thread(pg_url: str) -> None:
         plain = [ship.enqueue(i) for i in range(3)]
         assert again.id == first.id
         backend = app.portal.call(app.backend())
-        assert backend._sync_pool is not None  # the blocking path was taken
+        # Ignored for mypy: the Postgres backend's own attributes
+        assert backend._sync_pool is not None  # type: ignore[attr-defined]  # the blocking path was taken
         jobs = [app.jobs.get(h.id) for h in [first, *plain]]
         assert [j.state for j in jobs if j] == [JobState.AVAILABLE] * 4
     finally:
@@ -334,7 +337,10 @@ async def test_a_result_stored_by_a_handler_transaction_keeps_its_result_ttl(
         with current_job().transaction_sync(result=order_id) as conn:
             conn.execute(f"INSERT INTO {orders} VALUES (%s, 'kept')", (order_id,))
 
-    handles = [await pay_kept.enqueue_async(1), await pay_kept_sync.enqueue_async(2)]
+    handles: list[JobHandle[Any]] = [
+        await pay_kept.enqueue_async(1),
+        await pay_kept_sync.enqueue_async(2),
+    ]
     async with RunningWorker(pg_app, WorkerConfig(concurrency=2, poll_interval=0.05)):
         jobs = await wait_finished(pg_app, [h.id for h in handles])
     kept, kept_sync = (jobs[h.id] for h in handles)

@@ -8,6 +8,7 @@ import time
 import psycopg
 from pg_helpers import eventually, terminate
 
+from conveyor.backends.params import JobWait
 from conveyor.backends.postgres.backend import PostgresBackend
 from conveyor.model.job import NewJob
 
@@ -30,13 +31,15 @@ async def test_enqueue_wakes_a_waiting_worker_before_and_after_listener_loss(
             )
 
         async def woken_by_enqueue(job_id: str) -> float:
-            await worker.wait_for_jobs(["q"], 0)  # consume any pending hint (e.g. reconnect)
+            await worker.wait_for_jobs(
+                JobWait(queues=["q"], timeout=0)
+            )  # consume any pending hint (e.g. reconnect)
             started = time.monotonic()
             await producer.enqueue_jobs([NewJob(id=job_id, task="t", queue="q", payload="{}")])
-            await worker.wait_for_jobs(["q"], POLL)
+            await worker.wait_for_jobs(JobWait(queues=["q"], timeout=POLL))
             return time.monotonic() - started
 
-        await worker.wait_for_jobs(["q"], 0)  # starts the listener
+        await worker.wait_for_jobs(JobWait(queues=["q"], timeout=0))  # starts the listener
         await eventually(lambda: listening(1), what="LISTEN in place")
         assert await woken_by_enqueue("a") < 5
 
@@ -58,7 +61,7 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
     from conformance.helpers import error
 
     from conveyor.backends.claiming import strict_claim
-    from conveyor.backends.contract import Settlement
+    from conveyor.backends.params import FinishWait, RecordKey, Settlement
     from conveyor.model.job import JobState
 
     backend = PostgresBackend(pg_url)
@@ -71,14 +74,15 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
             ]
         )
         [a] = await backend.fetch_jobs(strict_claim(["q"], 5, "w", 30.0))
-        waiter = asyncio.create_task(backend.wait_for_finish("b", POLL))
+        waiter = asyncio.create_task(backend.wait_for_finish(FinishWait(job_id="b", timeout=POLL)))
 
         async def counted_in() -> bool:
             listener = backend._done_listener
             return (
                 listener is not None
                 and listener.connected.is_set()
-                and await backend.get_record("finish_waiters", "b") is not None
+                and await backend.get_record(RecordKey(namespace="finish_waiters", key="b"))
+                is not None
             )
 
         await eventually(counted_in, what="the waiter listening and counted in")

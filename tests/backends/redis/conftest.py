@@ -1,6 +1,6 @@
 """Fixtures of the Redis backend's own tests: a random key prefix on the shared
-test server (deleted afterwards), a backend opened on it with the test clock, and private redis-server processes for the
-tests that kill and restart one."""
+test server (deleted afterwards), a backend opened on it with the test clock, and
+private redis-server processes for the tests that kill and restart one."""
 
 from __future__ import annotations
 

@@ -16,7 +16,17 @@ from sockets import tcp_ports_of
 from conveyor import Conveyor
 from conveyor.backends import backend_from_url
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Lease, Settlement
+from conveyor.backends.params import (
+    BulkAction,
+    CheckpointWrite,
+    Heartbeat,
+    JobFilter,
+    JobPage,
+    JobWait,
+    Lease,
+    Retention,
+    Settlement,
+)
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.keys import id_from_rank
 from conveyor.model.clock import ManualClock
@@ -75,7 +85,8 @@ async def test_enqueue_during_an_outage_raises_backend_unavailable() -> None:
 async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock) -> None:
     other_url = redis_url.replace("prefix=", "prefix=other-")
     a, b = RedisBackend(redis_url, clock=clock), RedisBackend(other_url, clock=clock)
-    await a.open(), await b.open()
+    await a.open()
+    await b.open()
     try:
         await a.enqueue_jobs([job(1)])
         assert await b.get_job("job-1") is None
@@ -85,7 +96,8 @@ async def test_prefixes_do_not_see_each_other(redis_url: str, clock: ManualClock
         assert await a.delete_all_keys() > 0
         assert await a.get_job("job-1") is None
     finally:
-        await a.close(), await b.close()
+        await a.close()
+        await b.close()
 
 
 async def test_every_key_shares_the_prefix_hash_tag(backend: RedisBackend) -> None:
@@ -153,9 +165,13 @@ async def test_stale_token_changes_nothing_and_is_reported(backend: RedisBackend
     )
     assert stale == ["job-1", "job-1"]
     assert await backend.client.hgetall(backend.keys.job("job-1")) == before
-    reply = await backend.heartbeat_jobs([Lease("job-1", first.lease_token + 5)], 30)
+    reply = await backend.heartbeat_jobs(
+        Heartbeat(leases=[Lease("job-1", first.lease_token + 5)], lease_seconds=30)
+    )
     assert reply.lost == {"job-1"}
-    assert not await backend.checkpoint_job(Lease("job-1", 0), '{"x":1}', None)
+    assert not await backend.checkpoint_job(
+        CheckpointWrite(lease=Lease("job-1", 0), checkpoint='{"x":1}', progress=None)
+    )
     assert await backend.client.hgetall(backend.keys.job("job-1")) == before
 
 
@@ -170,8 +186,8 @@ async def test_completed_and_dead_are_bounded_by_count(redis_url: str, clock: Ma
             claimed = (await b.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
             state = JobState.COMPLETED if n < 6 else JobState.DEAD
             assert await b.settle_jobs([Settlement(claimed.id, claimed.lease_token, state)]) == []
-        completed = await b.list_jobs(JobFilter(states=(JobState.COMPLETED,)))
-        dead = await b.list_jobs(JobFilter(states=(JobState.DEAD,)))
+        completed = await b.list_jobs(JobPage(where=JobFilter(states=(JobState.COMPLETED,))))
+        dead = await b.list_jobs(JobPage(where=JobFilter(states=(JobState.DEAD,))))
         assert [j.id for j in completed] == ["job-5", "job-4", "job-3"]  # newest kept
         assert [j.id for j in dead] == ["job-9", "job-8"]
         assert await b.get_job("job-0") is None
@@ -198,12 +214,14 @@ async def test_prune_by_age_keeps_jobs_inside_their_dedup_window(
         state = JobState.DEAD if c.id == "job-3" else JobState.COMPLETED
         await backend.settle_jobs([Settlement(c.id, c.lease_token, state)])
     clock.advance(50)
-    assert await backend.prune_jobs(completed_before=clock(), dead_before=clock() - 60) == 1
+    assert (
+        await backend.prune_jobs(Retention(completed_before=clock(), dead_before=clock() - 60)) == 1
+    )
     assert await backend.get_job("job-1") is None
     assert await backend.get_job("job-2") is not None  # inside its unique_for window
     assert await backend.get_job("job-3") is not None  # dead retention is longer
     clock.advance(60)
-    assert await backend.prune_jobs(completed_before=clock(), dead_before=clock()) == 2
+    assert await backend.prune_jobs(Retention(completed_before=clock(), dead_before=clock())) == 2
     assert await backend.count_jobs(JobFilter()) == 0
     assert await backend.client.hlen(backend.keys.unique) == 0
     assert await backend.client.zcard(backend.keys.jobs) == 0
@@ -211,7 +229,7 @@ async def test_prune_by_age_keeps_jobs_inside_their_dedup_window(
 
 # --- wake-ups --------------------------------------------------------------------------
 async def test_wait_for_jobs_returns_on_enqueue_not_on_timeout(backend: RedisBackend) -> None:
-    waiter = asyncio.create_task(backend.wait_for_jobs(["default"], 10.0))
+    waiter = asyncio.create_task(backend.wait_for_jobs(JobWait(queues=["default"], timeout=10.0)))
     await asyncio.sleep(0.05)
     assert not waiter.done()
     started = time.monotonic()
@@ -235,7 +253,7 @@ async def test_wait_for_jobs_with_redis_down_behaves_like_a_poll() -> None:
     await b.open()
     try:
         started = time.monotonic()
-        await b.wait_for_jobs(["default"], 0.2)
+        await b.wait_for_jobs(JobWait(queues=["default"], timeout=0.2))
         assert 0.15 < time.monotonic() - started < 2.0
     finally:
         await b.close()
@@ -300,7 +318,7 @@ async def test_a_redriven_job_holds_its_unique_key_again(
     await backend.enqueue_jobs([job(2, unique_key="k")])
     second = (await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30)))[0]
     await backend.settle_jobs([Settlement(second.id, second.lease_token, JobState.COMPLETED)])
-    await backend.redrive_jobs(JobFilter(ids=("job-1",)), 10, False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=("job-1",)), limit=10, dry_run=False))
     [dup] = await backend.enqueue_jobs([job(3, unique_key="k")])
     assert dup.id == "job-1" and dup.state is JobState.AVAILABLE
 
@@ -358,9 +376,9 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
     ):
         everything = await backend.queries.select(where, oldest_finished_first=False)
         assert await backend.queries.newest(where, 1234) == everything[:1234]
-        page = await backend.list_jobs(where, limit=25, offset=2000)
+        page = await backend.list_jobs(JobPage(where=where, limit=25, offset=2000))
         assert [j.id for j in page] == everything[2000:2025]
-    newest = await backend.list_jobs(JobFilter(), limit=2)
+    newest = await backend.list_jobs(JobPage(where=JobFilter(), limit=2))
     assert [j.id for j in newest] == ["job-2999", "job-2998"]
     assert await backend.client.zcard(backend.keys.jobs) == 3000
 
@@ -371,7 +389,7 @@ async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: Redis
         everything = await backend.queries.select(where, oldest_finished_first=False)
         assert len(everything) > 2000  # so list_jobs walks the seq index
         cursor = everything[1499]
-        page = await backend.list_jobs(where, limit=25, after=cursor)
+        page = await backend.list_jobs(JobPage(where=where, limit=25, after=cursor))
         assert [j.id for j in page] == everything[1500:1525]
         seq = int(await backend.client.zscore(backend.keys.jobs, cursor))
         assert await backend.queries.newest(where, 25, before_seq=seq) == everything[1500:1525]

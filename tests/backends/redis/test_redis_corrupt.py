@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.backends.redis.config import parse_redis_url
 from conveyor.model.clock import ManualClock
@@ -123,7 +123,7 @@ async def test_a_value_that_is_not_utf8_never_fails_a_whole_reply(
     claimed = await backend.fetch_jobs(strict_claim(["default"], 5, "w", 30))
     assert [j.id for j in claimed] == ["a", "b", "c"]
     assert [j.corrupt for j in claimed] == [None, "unique_key: not valid UTF-8 ('k\\udcfe')", None]
-    listed = await backend.list_jobs(JobFilter(), limit=10)
+    listed = await backend.list_jobs(JobPage(where=JobFilter(), limit=10))
     assert sorted(j.id for j in listed) == ["a", "b", "c"]
     stored = await backend.get_job("b")
     assert stored is not None and stored.unique_key == "k\ufffd"  # shown, never raw
@@ -136,7 +136,9 @@ async def test_redrive_of_a_dead_job_with_a_corrupt_seq_and_priority(
     [a] = await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30))
     await backend.settle_jobs([Settlement("a", a.lease_token, JobState.DEAD)])
     await raw.hset(backend.keys.job("a"), mapping={"seq": b"\xff", "priority": "top"})
-    [redriven] = await backend.redrive_jobs(JobFilter(ids=("a",)), 10, dry_run=False)
+    [redriven] = await backend.redrive_jobs(
+        BulkAction(where=JobFilter(ids=("a",)), limit=10, dry_run=False)
+    )
     assert redriven.state is JobState.AVAILABLE
     assert await indexes_of(backend, "a") == ["default:available"]
     [again] = await backend.fetch_jobs(strict_claim(["default"], 1, "w", 30))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import FlowQuery, KeyLoad
+from conveyor.backends.params import FlowQuery, JobPage, KeyLoad
 from conveyor.backends.redis import queries
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.job import NewJob
@@ -43,7 +43,7 @@ async def test_pages_of_two_jobs_count_what_one_page_counts(
 async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
     backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conveyor.backends.contract import JobFilter
+    from conveyor.backends.params import JobFilter
     from conveyor.model.job import JobState, QueueBound
 
     bound = QueueBound(2, shed_oldest=True)
@@ -60,7 +60,7 @@ async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
             ]
         )
     shed = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="queuefull")
-    listed = len(await backend.list_jobs(shed, limit=100))
+    listed = len(await backend.list_jobs(JobPage(where=shed, limit=100)))
     monkeypatch.setattr(queries, "_ERROR_PAGE", 2)
     assert await backend.count_jobs(shed) == listed == 5
     other = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="KeyError")

@@ -12,7 +12,7 @@ from redis_helpers import WorkerProcess, eventually
 from worker_runner import build_app, scratch_key
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.job import ACTIVE_STATES, JobState
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,8 @@ async def count(app: Conveyor, *states: JobState) -> int:
 async def run_counts(url: str) -> dict[str, int]:
     client = aioredis.Redis.from_url(url.split("?")[0], decode_responses=True)
     try:
-        return {k: int(v) for k, v in (await client.hgetall(scratch_key(url, "runs"))).items()}
+        # Ignored for mypy: decode_responses=True: str keys
+        return {k: int(v) for k, v in (await client.hgetall(scratch_key(url, "runs"))).items()}  # type: ignore[misc]
     finally:
         await client.aclose()
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from redis_helpers import RedisServer, WorkerProcess, eventually, redis_server_binary
 from worker_runner import build_app
 
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.model.errors import BackendUnavailable
 from conveyor.model.job import ACTIVE_STATES, JobState
 
@@ -112,8 +113,8 @@ async def _has(app: object, state: JobState, n: int) -> bool:
     return await app.admin.count(JobFilter(states=(state,))) >= n  # type: ignore[attr-defined]
 
 
-def _later(check: object) -> object:
+def _later(check: Callable[[], object]) -> Callable[[], Awaitable[bool]]:
     async def run() -> bool:
-        return bool(check())  # type: ignore[operator]
+        return bool(check())
 
     return run

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import JobFilter, Settlement
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, Settlement
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState, NewJob
@@ -35,7 +35,9 @@ async def indexed(backend: RedisBackend) -> list[str]:
 
 
 async def waiting_ids(backend: RedisBackend) -> list[str]:
-    return sorted(j.id for j in await backend.list_jobs(JobFilter(states=WAITING), limit=100))
+    return sorted(
+        j.id for j in await backend.list_jobs(JobPage(where=JobFilter(states=WAITING), limit=100))
+    )
 
 
 async def test_the_index_follows_every_transition(
@@ -56,12 +58,14 @@ async def test_the_index_follows_every_transition(
         ]
     )
     assert await indexed(backend) == await waiting_ids(backend)
-    await backend.redrive_jobs(JobFilter(ids=(d.id,)), limit=1, dry_run=False)
+    await backend.redrive_jobs(BulkAction(where=JobFilter(ids=(d.id,)), limit=1, dry_run=False))
     await backend.cancel_job("job-5")
     clock.advance(20)
     await backend.fetch_jobs(strict_claim(["q"], 1, "w", 30))  # stages the due ones
     assert await indexed(backend) == await waiting_ids(backend)
-    await backend.delete_jobs(JobFilter(states=(JobState.COMPLETED,)), limit=10, dry_run=False)
+    await backend.delete_jobs(
+        BulkAction(where=JobFilter(states=(JobState.COMPLETED,)), limit=10, dry_run=False)
+    )
     assert await indexed(backend) == await waiting_ids(backend)
 
 

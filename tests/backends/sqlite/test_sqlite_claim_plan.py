@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conveyor.backends.claiming import strict_claim
-from conveyor.backends.contract import Settlement
+from conveyor.backends.params import Settlement
 from conveyor.backends.sqlite.store import Q, SqliteStore
 from conveyor.model.job import JobState, NewJob
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 from conveyor.backends.sqlfiles import load_migrations
 from conveyor.model.job import JobState, NewJob
 
@@ -37,7 +37,7 @@ conn.execute("ROLLBACK")
 READER = """
 import json, sys
 from conveyor import Conveyor
-from conveyor.backends.contract import JobFilter
+from conveyor.backends.params import JobFilter
 app = Conveyor(sys.argv[1])
 job = app.jobs.get("reader-1")
 print(json.dumps({

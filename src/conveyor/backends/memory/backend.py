@@ -16,25 +16,40 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
-from conveyor.backends.contract import (
-    ClaimedJobs,
-    ClaimRequest,
-    FlowLoads,
-    FlowQuery,
-    HeartbeatReply,
-    HeldLease,
-    JobFilter,
-    Lease,
-    LeaseQuery,
-    QueueStats,
-    Settlement,
-)
 from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.params import (
+    BucketHold,
+    BulkAction,
+    CheckpointWrite,
+    ClaimedJobs,
+    ClaimRequest,
+    FinishWait,
+    FlowLoads,
+    FlowQuery,
+    ForcedState,
+    Heartbeat,
+    HeartbeatReply,
+    HeldLease,
+    JobFilter,
+    JobPage,
+    JobWait,
+    KeyLimit,
+    LeaseQuery,
+    QueuePause,
+    QueueStats,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
+    ResultSweep,
+    Retention,
+    Settlement,
+)
 from conveyor.model.clock import Clock, system_clock
 from conveyor.model.errors import ConfigurationError
-from conveyor.model.job import Job, JobState, NewJob
+from conveyor.model.job import Job, NewJob
 
 _stores: dict[str, MemoryStore] = {}
 _stores_lock = threading.Lock()
@@ -46,7 +61,8 @@ def store_name(url: str) -> str:
         raise ConfigurationError(f"not a memory URL: {url!r}")
     if parts.query or parts.fragment or "@" in parts.netloc:
         raise ConfigurationError(
-            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests ({ONE_PROCESS})"
+            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests"
+            f" ({ONE_PROCESS})"
         )
     return parts.netloc + parts.path
 
@@ -91,7 +107,7 @@ class MemoryBackend:
         return store_for(self.url)
 
     async def open(self) -> None:
-        self.store  # made now, and a store inherited through a fork refused now
+        _ = self.store  # made now, and a store inherited through a fork refused now
 
     def default_blob_store(self) -> MemoryBlobStore:
         """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
@@ -119,22 +135,29 @@ class MemoryBackend:
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         return self.store.settle_jobs(settlements, self.clock())
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
 
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         with self.store.lock:
             self.store.buckets[key] = (tokens, until)
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+        timeout = job_wait.timeout
         self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
 
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         seen = self.store.finished.generation  # before looking: an end after it wakes us
         job = self.store.job(job_id)
         if job is not None and not job.is_finished:
@@ -144,10 +167,12 @@ class MemoryBackend:
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         return self.store.find_leases(query)
 
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         return self.store.prune_jobs(completed_before, dead_before, self.clock())
 
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
         return self.store.expire_results(now, limit)
 
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
@@ -165,9 +190,13 @@ class MemoryBackend:
         with store.lock:
             return store.job(job_id)
 
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
-    ) -> list[Job]:
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         return inspector.list_jobs(self.store, where, limit, offset, after)
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -178,8 +207,9 @@ class MemoryBackend:
             holders = self.store.slots.holders.get(concurrency_key, {})
             return sum(job_id in self.store.running for job_id in holders)
 
-    # --- adaptive limits (KeyLimits) ---------------------------------------------------
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    # --- adaptive limits (FlowState) ---------------------------------------------------
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         with self.store.lock:
             self.store.slots.set_limit(concurrency_key, limit)
         self.store.wakeups.notify()
@@ -191,13 +221,16 @@ class MemoryBackend:
     async def cancel_job(self, job_id: str) -> Job | None:
         return inspector.cancel_job(self.store, job_id, self.clock())
 
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.redrive_jobs(self.store, where, limit, dry_run, self.clock())
 
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.delete_jobs(self.store, where, limit, dry_run)
 
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return inspector.cancel_jobs(self.store, where, limit, dry_run, self.clock())
 
     async def task_names(self, where: JobFilter) -> list[str]:
@@ -221,42 +254,63 @@ class MemoryBackend:
         with self.store.lock:
             return self.store.paused.get(queue, False)
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         inspector.pause_queue(self.store, queue, paused)
 
     # --- shared records -------------------------------------------------------------
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         return records.get(self.store, namespace, key, self.clock())
 
     async def list_records(self, namespace: str) -> dict[str, str]:
         return records.list_all(self.store, namespace, self.clock())
 
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         records.put(self.store, namespace, key, value, ttl, self.clock())
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
 
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         return records.compare_and_set(
             self.store, namespace, key, expected, value, ttl, self.clock()
         )
 
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         return records.incr(self.store, namespace, key, amount, ttl, self.clock())
 
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         return records.delete(self.store, namespace, key, self.clock())
 
     # --- for the conformance suite (StateForcing) ----------------------------------------
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: a raw state write, refused unless the transition is in the table."""
+        job_id, state = forced_state.job_id, forced_state.state
         self.store.force_state(job_id, state)

@@ -12,20 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.backends.codec import last_error_type
-from conveyor.backends.contract import (
-    FlowLoads,
-    FlowQuery,
-    JobFilter,
-    QueueStats,
-    flow_loads_from_rows,
-    queue_stats_from_rows,
-    redrive_scope,
-    waiting_scope,
-)
-from conveyor.backends.filtering import job_matches
+from conveyor.backends.filtering import job_matches, redrive_scope, waiting_scope
+from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
 from conveyor.backends.memory.dependants import MemoryDependants
 from conveyor.backends.memory.store import MemoryStore, Row
 from conveyor.backends.memory.stored_rows import as_number
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.model.job import TERMINAL_STATES, Job, JobState

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import TypeAlias, TypeVar
 
 Order: TypeAlias = tuple[int, int, float, int]  # a claim order: -priority, vtime, run_at, seq
-O = TypeVar("O", Order, float)  # a claim order, or a run_at
+Key = TypeVar("Key", Order, float)  # a claim order, or a run_at
 
 
-class OrderedIds(dict[str, O]):
+class OrderedIds(dict[str, Key]):
     """id -> its order key, as a dict (membership, removal and re-filing in O(1)), with
     a heap beside it for the first ones. An id removed or filed again under another key
     leaves its old heap entry behind; such entries are dropped as they come to the top,
@@ -24,16 +24,16 @@ class OrderedIds(dict[str, O]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._heap: list[tuple[O, str]] = []
+        self._heap: list[tuple[Key, str]] = []
 
-    def __setitem__(self, job_id: str, order: O) -> None:
+    def __setitem__(self, job_id: str, order: Key) -> None:
         dict.__setitem__(self, job_id, order)
         heapq.heappush(self._heap, (order, job_id))
         if len(self._heap) > 2 * len(self) + 64:
             self._heap = [(o, i) for i, o in self.items()]
             heapq.heapify(self._heap)
 
-    def _live_top(self) -> tuple[O, str] | None:
+    def _live_top(self) -> tuple[Key, str] | None:
         heap = self._heap
         while heap:
             order, job_id = heap[0]
@@ -46,13 +46,13 @@ class OrderedIds(dict[str, O]):
         """The ids of the first `n` in order; they stay in."""
         return self._leading(lambda taken, _: taken < n)
 
-    def up_to(self, limit: O) -> list[str]:
+    def up_to(self, limit: Key) -> list[str]:
         """The ids whose key is at most `limit`, in order; they stay in."""
         return self._leading(lambda _, top: top[0] <= limit)
 
-    def _leading(self, more: Callable[[int, tuple[O, str]], bool]) -> list[str]:
+    def _leading(self, more: Callable[[int, tuple[Key, str]], bool]) -> list[str]:
         """The live entries from the top, while `more(how many so far, the next one)`."""
-        taken: list[tuple[O, str]] = []
+        taken: list[tuple[Key, str]] = []
         while (top := self._live_top()) is not None and more(len(taken), top):
             taken.append(heapq.heappop(self._heap))
             # The same id filed twice under the same key has two equal entries: one is

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from conveyor.backends.claiming import ClaimBuckets
-from conveyor.backends.contract import ClaimRequest
 from conveyor.backends.memory.ordered import Lanes
+from conveyor.backends.params import ClaimRequest
 
 
 def first_in_lanes(available: Lanes, queue: str, n: int, buckets: ClaimBuckets) -> list[str]:

@@ -23,15 +23,6 @@ from typing import Any
 
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
 from conveyor.backends.codec import COLUMNS, job_from_row
-from conveyor.backends.contract import (
-    ClaimedJobs,
-    ClaimRequest,
-    HeartbeatReply,
-    HeldLease,
-    Lease,
-    LeaseQuery,
-    Settlement,
-)
 from conveyor.backends.memory.blobs import BlobTable
 from conveyor.backends.memory.dependants import MemoryDependants, link, states_of
 from conveyor.backends.memory.expiries import ResultExpiries
@@ -40,6 +31,15 @@ from conveyor.backends.memory.rate_lanes import first_in_lanes, next_token_at
 from conveyor.backends.memory.slots import KeySlots
 from conveyor.backends.memory.stored_rows import is_live, past_retention
 from conveyor.backends.memory.wakeup import Wakeups
+from conveyor.backends.params import (
+    ClaimedJobs,
+    ClaimRequest,
+    HeartbeatReply,
+    HeldLease,
+    Lease,
+    LeaseQuery,
+    Settlement,
+)
 from conveyor.model.errors import RefusedJob
 from conveyor.model.job import AttemptError, Job, JobState, NewJob
 from conveyor.model.lifecycle import Transition, check, initial_state

@@ -16,14 +16,24 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    EnqueueIn,
+    FinishWait,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
-    Lease,
+    JobWait,
     LeaseQuery,
+    RecordIncrement,
+    RecordKey,
+    ResultSweep,
+    Retention,
     Settlement,
+    TransactionalCompletion,
 )
 from conveyor.backends.postgres import enqueue, liveness
 from conveyor.backends.postgres.blobs import PostgresBlobStore
@@ -93,7 +103,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             return enqueue.enqueue_async(self, conn, jobs, now)
 
         try:
-            return await self._lane.run(insert)  # see lane.py: the pool costs ~50 µs
+            return await self._lane.run(insert)  # lane.py: a pool checkout is dear
         except Busy:
             return await self._run(insert)
 
@@ -119,9 +129,10 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
                 pool.putconn(conn)  # a broken one is discarded, not reused
         raise AssertionError("unreachable")
 
-    async def enqueue_jobs_in(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]:
+    async def enqueue_jobs_in(self, enqueue_in: EnqueueIn) -> list[Job]:
         """Transactional enqueue on the caller's psycopg connection (sync or async):
         the jobs commit or roll back with the caller's transaction."""
+        connection, jobs = enqueue_in.connection, enqueue_in.jobs
         now = self.clock()
         if isinstance(connection, psycopg.AsyncConnection):
             return await enqueue.enqueue_async(self, connection, jobs, now)
@@ -167,8 +178,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
         async def op(conn: AsyncConn) -> ClaimedJobs:
             # One pipeline, so one round trip: on loopback no faster than two (psycopg's
-            # pipeline bookkeeping costs what the round trip saves), over a 5 ms link
-            # 5 ms less of each claim (benchmarks/delayed_link.py).
+            # pipeline bookkeeping costs what the round trip saves), over a slow link
+            # one round trip less per claim (docs/performance.md).
             async with conn.pipeline():
                 await conn.execute(self.q["stage_due_jobs"], {"now": now})
                 if new_buckets:  # once per bucket and process: a new bucket starts full
@@ -221,12 +232,13 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         applied = await self._run(op)
         return [s.job_id for s in settlements if s.job_id not in applied]
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         if not leases:
             return HeartbeatReply()
         params = {
-            "ids": [l.job_id for l in leases],
-            "tokens": [l.token for l in leases],
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
             "lease_expires_at": self.clock() + lease_seconds,
         }
 
@@ -237,13 +249,16 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         rows = await self._run(op)
         held = {job_id for job_id, _ in rows}
         return HeartbeatReply(
-            lost=frozenset(l.job_id for l in leases if l.job_id not in held),
+            lost=frozenset(lease.job_id for lease in leases if lease.job_id not in held),
             cancel_requested=frozenset(job_id for job_id, cancel in rows if cancel),
         )
 
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         params = {
             "id": lease.job_id,
             "token": lease.token,
@@ -256,14 +271,16 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
         return await self._run(op)
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+        timeout = job_wait.timeout
         if self._listener is None:
             self._listener = Listener(self.config.conninfo, self.q["listen"], self.config.redacted)
         await self._listener.wait(timeout)
 
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
         """FinishWakeups: LISTEN on the done channel, count in as a waiter (a record the
         settle statement probes), look, then wait for a NOTIFY; a hint for any end."""
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         fresh = self._done_listener is None
         if self._done_listener is None:
             self._done_listener = Listener(
@@ -275,19 +292,28 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             await asyncio.wait_for(listening.connected.wait(), min(timeout, 1.0))
         if fresh:  # its first connect says "look now" to everyone: this call looks anyway
             listening.event.clear()
-        await self.incr_record("finish_waiters", job_id, 1, ttl=max(timeout, 1.0) + 60)
+        await self.incr_record(
+            RecordIncrement(
+                namespace="finish_waiters", key=job_id, amount=1, ttl=max(timeout, 1.0) + 60
+            )
+        )
         try:
             job = await self.get_job(job_id)
             if job is not None and not job.is_finished:
                 await listening.wait(timeout)
         finally:
-            if await self.incr_record("finish_waiters", job_id, -1) <= 0:
-                await self.delete_record("finish_waiters", job_id)
+            if (
+                await self.incr_record(
+                    RecordIncrement(namespace="finish_waiters", key=job_id, amount=-1)
+                )
+                <= 0
+            ):
+                await self.delete_record(RecordKey(namespace="finish_waiters", key=job_id))
 
     # --- complete in transaction ------------------------------------------------------
     @asynccontextmanager
     async def complete_in_transaction(
-        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
+        self, transactional_completion: TransactionalCompletion
     ) -> AsyncIterator[AsyncConn]:
         """A transaction that also completes the job, fenced by its lease token.
 
@@ -296,6 +322,11 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         the job meanwhile, StaleLease is raised and everything rolls back. Holding the
         row lock only at the end keeps heartbeats of other jobs from queueing behind
         a long transaction."""
+        lease, result, result_ttl = (
+            transactional_completion.lease,
+            transactional_completion.result,
+            transactional_completion.result_ttl,
+        )
         async with self._connection() as conn, conn.transaction():
             cur = await conn.execute(
                 self.q["check_lease"], {"id": lease.job_id, "token": lease.token}
@@ -320,9 +351,14 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
     @contextmanager
     def complete_in_transaction_sync(
-        self, lease: Lease, result: str | None = None, result_ttl: float | None = None
+        self, transactional_completion: TransactionalCompletion
     ) -> Iterator[psycopg.Connection[Any]]:
         """Sync form of `complete_in_transaction`, for handlers run in threads."""
+        lease, result, result_ttl = (
+            transactional_completion.lease,
+            transactional_completion.result,
+            transactional_completion.result_ttl,
+        )
         pool = self._get_sync_pool()
         try:
             with pool.connection() as conn, conn.transaction():
@@ -365,7 +401,8 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
 
         return await self._run(op)
 
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         total = 0
         while True:  # in slices, so a big prune never holds many row locks for long
             params = {
@@ -376,14 +413,17 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             }
 
             async def op(conn: AsyncConn) -> int:
-                return (await conn.execute(self.q["prune_jobs"], params)).rowcount
+                # Run (and retried) by the _run below, within this iteration.
+                return (await conn.execute(self.q["prune_jobs"], params)).rowcount  # noqa: B023
 
             n = await self._run(op)
             total += n
             if n < 1000:
                 return total
 
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
+
         async def op(conn: AsyncConn) -> list[str]:
             cur = await conn.execute(self.q["expire_results"], {"now": now, "limit": limit})
             return [str(row[0]) for row in await cur.fetchall()]
@@ -405,8 +445,9 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
         [(epoch, gone)] = await self._fetch("liveness_locks_gone", params)
         return liveness.dead_from_row(tokens, epoch, gone)
 
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
+        job_id, state = forced_state.job_id, forced_state.state
         job = await self.get_job(job_id)
 
         async def op(conn: AsyncConn) -> None:

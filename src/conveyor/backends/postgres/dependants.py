@@ -57,7 +57,7 @@ async def enqueue_with_parents(
         # Parents come before their dependants in a batch, so the plain jobs can all go
         # first: no dependant is a parent of one of them.
         free = [new for new in jobs if not new.depends_on]
-        stored = dict(zip((new.id for new in free), await plain(free) if free else []))
+        stored = dict(zip((new.id for new in free), await plain(free) if free else [], strict=True))
         states.update((job_id, job.state) for job_id, job in stored.items())
         dependants = [new for new in jobs if new.depends_on]
         try:

@@ -3,10 +3,8 @@
 psycopg_pool hands out its idle connections first in, first out. A producer that
 enqueues one job at a time (a Django view, a script) then commits on each of the
 pool's connections in turn, and a commit on a different connection than the last
-one costs more: measured on this project's 2-core machine, alternating against one
-held connection, 15-35 µs more client CPU and 30-75 µs more wall time per commit
-(from a bare INSERT to a whole one-by-one enqueue, against a 325 µs floor), where
-`SELECT 1` shows no difference. So one idle connection waits aside, outside the
+one costs more client CPU and wall time per commit, where `SELECT 1` shows no
+difference (figures: docs/performance.md). So one idle connection waits aside, outside the
 pool's queue, for the next call; the others wait in the pool as before, and
 concurrent callers still share them all.
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from conveyor.backends.contract import (
+from conveyor.backends.filtering import redrive_scope, waiting_scope
+from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
+from conveyor.backends.params import (
+    BulkAction,
     FlowLoads,
     FlowQuery,
     JobFilter,
+    JobPage,
+    KeyLimit,
+    QueuePause,
     QueueStats,
-    flow_loads_from_rows,
-    queue_stats_from_rows,
-    redrive_scope,
-    waiting_scope,
 )
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.rows import filter_params, job_from_row
@@ -30,7 +32,16 @@ class PostgresInspector(PostgresConnections):
         rows = await self._fetch("get_job", {"id": job_id})
         return job_from_row(rows[0]) if rows else None
 
-    async def list_jobs(
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
+        return await self._list_jobs(where, limit, offset, after)
+
+    async def _list_jobs(
         self,
         where: JobFilter,
         limit: int = 50,
@@ -66,7 +77,8 @@ class PostgresInspector(PostgresConnections):
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return int((await self._fetch("running_of_key", {"key": concurrency_key}))[0][0])
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         params = {"key": concurrency_key, "limit": limit}
 
         async def op(conn: AsyncConn) -> None:
@@ -99,9 +111,10 @@ class PostgresInspector(PostgresConnections):
         await self._run(op)
         return await self.get_job(job_id)
 
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = redrive_scope(where)
-        chosen = await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)
+        chosen = await self._list_jobs(scoped, limit, 0, oldest_finished_first=True)
         if dry_run or not chosen:
             return chosen
         ids = [job.id for job in chosen]
@@ -115,22 +128,24 @@ class PostgresInspector(PostgresConnections):
         by_id = {job.id: job for job in map(job_from_row, await self._run(op))}
         return [by_id[i] for i in ids if i in by_id]
 
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
         if not finished:
             return []  # active jobs are never deleted, nor counted against the limit
         scoped = replace(where, states=tuple(sorted(finished)))
-        ids = [j.id for j in await self.list_jobs(scoped, limit, 0, oldest_finished_first=True)]
+        ids = [j.id for j in await self._list_jobs(scoped, limit, 0, oldest_finished_first=True)]
         if dry_run or not ids:
             return ids
         deleted = {row[0] for row in await self._fetch("delete_jobs", {"ids": ids})}
         return [i for i in ids if i in deleted]
 
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = waiting_scope(where)
         if scoped is None:
             return []
-        ids = [j.id for j in await self.list_jobs(scoped, limit, 0)]
+        ids = [j.id for j in await self.list_jobs(JobPage(where=scoped, limit=limit, offset=0))]
         if dry_run or not ids:
             return ids
         cancelled = {
@@ -181,7 +196,9 @@ class PostgresInspector(PostgresConnections):
         rows = await self._fetch("queue_paused", {"queue": queue})
         return bool(rows and rows[0][0])
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
+
         async def op(conn: AsyncConn) -> None:
             await conn.execute(self.q["set_queue_paused"], {"queue": queue, "paused": paused})
             if not paused:

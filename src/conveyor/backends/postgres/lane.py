@@ -1,12 +1,11 @@
 """A connection held for one kind of call, beside the pool: enqueues, and claims.
 
-Taking a connection from psycopg_pool and giving it back costs about 50 µs here
-(measured against the same statement on a held connection), an eighth of a
-one-by-one enqueue: not the pool's own bookkeeping (2 µs), but that it hands its
+Taking a connection from psycopg_pool and giving it back costs a good share of a
+one-by-one enqueue: not the pool's own bookkeeping, but that it hands its
 connections out in turn, and a commit on another connection than the last costs
-that much more. The pools now keep their last connection (hot_pool.py), but async
-enqueues through the pool still measured 77-79 % of the floor against 83-84 % through
-this lane (benchmarks/enqueue_cost.py, 2 pairs of runs), so the lane stays.
+more. The pools now keep their last connection (hot_pool.py), but async enqueues
+still come nearer the floor through this lane than through the pool, so the lane
+stays (figures: docs/performance.md).
 
 A lane keeps one autocommit connection and uses it when it is free; a caller that
 finds it busy, or finds it broken, goes through the pool

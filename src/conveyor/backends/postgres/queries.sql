@@ -319,12 +319,9 @@ WHERE seq = ANY (ARRAY(
 -- The claim lane's connection (lane.py), set up once: every claim runs there on its
 -- generic plan, without JIT. Under the default `auto` PostgreSQL planned each claim
 -- afresh (its estimate of the generic plan is above the custom plans', which come to
--- the same plan): 0.5 ms of a plain claim of 50 and 1.0-1.3 ms of one with weights,
--- fairness and a rate limit (docs/flow-control.md). JIT: the planner's estimates of a
--- claim grow with the waiting jobs (a LIMIT it cannot evaluate reads as 10 % of the
--- index range), and past jit_above_cost compiling took about 100 ms for a 3 ms claim
--- (the rated claim's generic plan at 1,000,000 waiting jobs; a custom one, by its
--- estimate at 1,000,000, near 2,500,000). Only on this connection: the admin filters
+-- the same plan), a large share of a claim. JIT: the planner's estimates of a claim
+-- grow with the waiting jobs, and past jit_above_cost compiling took far longer than
+-- the claim (figures: docs/performance.md). Only on this connection: the admin filters
 -- (`x IS NULL OR ...`) need their custom plans.
 SET plan_cache_mode = force_generic_plan; SET jit = off
 
@@ -336,9 +333,9 @@ SET plan_cache_mode = force_generic_plan; SET jit = off
 -- limit; then the queues that gave all they were asked (or were asked nothing) take
 -- what is left, in the same order, up to their ceilings. The second pass locks its
 -- candidates only when the first left room, so a claim locks the jobs it takes and
--- few more (locking each queue's candidates for both passes up front locked three
--- times the claim's jobs for a claim of three flooded queues, and cost more than
--- ranking them). The chosen rows are leased and returned. A count at the top of its
+-- few more (locking each queue's candidates for both passes up front locked several
+-- times the claim's jobs, and cost more than ranking them: docs/performance.md). The
+-- chosen rows are leased and returned. A count at the top of its
 -- range (written by something else) starts again at 1 instead of overflowing, which
 -- would fail the claim of every row of the queue. Jobs with a rate limit bucket are
 -- claimed by claim_rated_jobs only (the request carries no limits here).
@@ -587,8 +584,7 @@ SET state = s.state,
 FROM s
 -- No "AND j.state = 'running'" here: `locked` took only running rows, and its lock keeps
 -- them so. Restated, it made a cached generic plan guess one row for the jobs and join
--- them to the unnest by a nested loop that rescans it once per job (12 ms for 200 jobs
--- instead of 1 on a table not analyzed since it was filled).
+-- them to the unnest by a nested loop that rescans it once per job (docs/performance.md).
 WHERE j.seq = ANY (ARRAY(SELECT seq FROM locked))
   AND j.id = s.id AND j.lease_token = s.token
 RETURNING j.id, j.state, j.dependants

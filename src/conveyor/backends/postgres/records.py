@@ -7,6 +7,14 @@ from typing import Any
 
 import psycopg
 
+from conveyor.backends.params import (
+    BucketHold,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordSwapIn,
+    RecordWrite,
+)
 from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.records import expiry
 
@@ -23,7 +31,8 @@ class PostgresRecords(PostgresConnections):
     def _params(self, namespace: str, key: str, **more: Any) -> dict[str, Any]:
         return {"namespace": namespace, "key": key, "now": self.clock(), **more}
 
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         row = await self._one("get_record", self._params(namespace, key))
         return None if row is None else str(row[0])
 
@@ -35,9 +44,13 @@ class PostgresRecords(PostgresConnections):
 
         return {str(key): str(value) for key, value in await self._run(op)}
 
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         now = self.clock()
         params = self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl))
 
@@ -46,9 +59,13 @@ class PostgresRecords(PostgresConnections):
 
         await self._run(op)
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         now = self.clock()
         row = await self._one(
             "put_record_if_absent",
@@ -56,11 +73,18 @@ class PostgresRecords(PostgresConnections):
         )
         return row is not None
 
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         if expected is None:
-            return await self.put_record_if_absent(namespace, key, value, ttl)
+            return await self.put_record_if_absent(
+                RecordWrite(namespace=namespace, key=key, value=value, ttl=ttl)
+            )
         now = self.clock()
         row = await self._one(
             "compare_and_set_record",
@@ -70,28 +94,28 @@ class PostgresRecords(PostgresConnections):
         )
         return row is not None
 
-    async def compare_and_set_record_in(
-        self,
-        connection: AsyncConn,
-        namespace: str,
-        key: str,
-        expected: str | None,
-        value: str,
-        ttl: float | None = None,
-    ) -> bool:
+    async def compare_and_set_record_in(self, record_swap_in: RecordSwapIn) -> bool:
         """On the caller's connection, in its transaction (RecordsInTransaction)."""
+        connection, namespace, key, expected, value, ttl = (
+            record_swap_in.connection,
+            record_swap_in.namespace,
+            record_swap_in.key,
+            record_swap_in.expected,
+            record_swap_in.value,
+            record_swap_in.ttl,
+        )
         query, params = self._compare_and_set(namespace, key, expected, value, ttl)
         return await (await connection.execute(query, params)).fetchone() is not None
 
-    def compare_and_set_record_in_sync(
-        self,
-        connection: psycopg.Connection[Any],
-        namespace: str,
-        key: str,
-        expected: str | None,
-        value: str,
-        ttl: float | None = None,
-    ) -> bool:
+    def compare_and_set_record_in_sync(self, record_swap_in: RecordSwapIn) -> bool:
+        connection, namespace, key, expected, value, ttl = (
+            record_swap_in.connection,
+            record_swap_in.namespace,
+            record_swap_in.key,
+            record_swap_in.expected,
+            record_swap_in.value,
+            record_swap_in.ttl,
+        )
         query, params = self._compare_and_set(namespace, key, expected, value, ttl)
         return connection.execute(query, params).fetchone() is not None
 
@@ -107,15 +131,19 @@ class PostgresRecords(PostgresConnections):
             "put_record_if_absent" if expected is None else "compare_and_set_record"
         ], params
 
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         now = self.clock()
         params = self._params(namespace, key, amount=amount, now=now, expires_at=expiry(now, ttl))
         try:
             row = await self._one("incr_record", params)
         except psycopg.errors.InvalidTextRepresentation:
-            current = await self.get_record(namespace, key)
+            current = await self.get_record(RecordKey(namespace=namespace, key=key))
             raise ValueError(
                 f"record {namespace}/{key} holds {str(current)[:40]!r}, not an "
                 "integer; incr_record counts only what it created"
@@ -123,11 +151,13 @@ class PostgresRecords(PostgresConnections):
         assert row is not None
         return int(row[0])
 
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         row = await self._one("delete_record", self._params(namespace, key))
         return row is not None and bool(row[0])
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         params = {"name": key, "tokens": tokens, "until": until}
 
         async def op(conn: AsyncConn) -> None:

@@ -11,7 +11,8 @@ from psycopg.types.json import Jsonb
 
 from conveyor.backends.claiming import claim_rank
 from conveyor.backends.codec import job_from_row as decode_row
-from conveyor.backends.contract import JobFilter, ascii_lower
+from conveyor.backends.filtering import ascii_lower
+from conveyor.backends.params import JobFilter
 from conveyor.backends.sqlfiles import load_queries
 from conveyor.model.job import Job
 
@@ -35,8 +36,8 @@ class Positional:
     """A query in the server's placeholders ($1, $2 ...) and the names of its
     parameters in that order, for a raw cursor, which sends the text as it is.
     psycopg turns named placeholders into these on every call once a text is longer
-    than it caches (4,096 bytes): the claims are, and that parse was 130-150 µs of
-    each claim's client CPU here (a claim of 50 costs the client about 2 ms)."""
+    than it caches (4,096 bytes): the claims are, and that parse was a good share of
+    each claim's client CPU (docs/performance.md)."""
 
     sql: str
     names: tuple[str, ...]

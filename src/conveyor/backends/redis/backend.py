@@ -22,17 +22,21 @@ from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import NoScriptError, ResponseError
 
 from conveyor.backends import redact_url
-from conveyor.backends.contract import (
+from conveyor.backends.filtering import redrive_scope, waiting_scope
+from conveyor.backends.params import (
+    BulkAction,
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
-    JobFilter,
-    Lease,
+    JobWait,
     LeaseQuery,
+    QueuePause,
+    Retention,
     Settlement,
-    redrive_scope,
-    waiting_scope,
 )
 from conveyor.backends.redis import liveness
 from conveyor.backends.redis.blobs import RedisBlobStore
@@ -253,7 +257,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return stale_settlements(settlements, replies)
 
     @translated
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         if not leases:
             return HeartbeatReply()
         args: list[str | int] = [float_arg(self.clock() + lease_seconds)]
@@ -263,9 +268,12 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return HeartbeatReply(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
     @translated
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         stored = await self.scripts.call(
             "checkpoint",
             [self.keys.queues],
@@ -273,8 +281,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         )
         return bool(stored)
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
         """Block on the queues' wake lists (BLPOP) until a hint or `timeout`."""
+        queues, timeout = job_wait.queues, job_wait.timeout
         if timeout <= 0 or not queues:
             return
         try:
@@ -305,7 +314,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         ]
 
     @translated
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         total = 0
         for queue in sorted(await self.client.smembers(self.keys.queues)):
             for state, before in (
@@ -361,7 +371,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return job_from_reply(row) if row else None
 
     @translated
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = redrive_scope(where)
         ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
         if dry_run or not ids:
@@ -372,7 +383,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_from_reply(row) for row in rows]
 
     @translated
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
         if not finished:
             return []  # active jobs are never deleted
@@ -384,7 +396,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_id for job_id in ids if job_id in deleted]
 
     @translated
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         scoped = waiting_scope(where)
         if scoped is None:
             return []
@@ -401,7 +414,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_id for job_id in ids if job_id in cancelled]
 
     @translated
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(self.keys.paused, queue, "1" if paused else "0")
             if not paused:  # idle workers may have work waiting in it
@@ -410,8 +424,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
             await pipe.execute()
 
     @translated
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
+        job_id, state = forced_state.job_id, forced_state.state
         await self.scripts.call("force_state", [self.keys.queues], [job_id, state.value])
 
     # --- tests and operations --------------------------------------------------------

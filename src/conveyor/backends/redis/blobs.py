@@ -60,7 +60,7 @@ class RedisBlobStore:
             return 0
         client = self._client()
         # One round trip reads every hash's fields, whatever the number of jobs: a
-        # round trip each made deleting 20,000 jobs over a 5 ms link take minutes.
+        # round trip each made deleting many jobs over a slow link take minutes.
         fields_of = await self._fields(client, digests)
         if kind is not None:  # some of a job's blobs: its hash stays, with the rest
             return await self._delete_fields(client, digests, fields_of, kind)
@@ -81,7 +81,7 @@ class RedisBlobStore:
         self, client: Any, digests: Sequence[str], fields_of: Sequence[Sequence[Any]], kind: str
     ) -> int:
         async with client.pipeline(transaction=False) as pipe:
-            for digest, fields in zip(digests, fields_of):
+            for digest, fields in zip(digests, fields_of, strict=True):
                 doomed = [
                     f
                     for f in fields

@@ -22,7 +22,7 @@ def optional_arg(value: str | None) -> str:
 def fields_from_flat(flat: Sequence[str]) -> dict[str, str]:
     """A script's `HGETALL`-style reply [field, value, ...] as a dict."""
     it = iter(flat)
-    return dict(zip(it, it))
+    return dict(zip(it, it, strict=True))
 
 
 def job_from_reply(flat: Sequence[str]) -> Job:

@@ -63,7 +63,7 @@ def translated(
         try:
             return await method(*args, **kwargs)
         except Exception as exc:
-            url: str = args[0].url
+            url: str = getattr(args[0], "url")  # noqa: B009 (args[0] is typed object)
             conveyor_error = translate(url, exc)
             if conveyor_error is None:
                 raise

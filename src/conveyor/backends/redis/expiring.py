@@ -4,6 +4,7 @@ expire_results.lua takes the due entries from there and clears their results."""
 
 from __future__ import annotations
 
+from conveyor.backends.params import ResultSweep
 from conveyor.backends.redis.codec import float_arg
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
@@ -21,7 +22,8 @@ class ResultExpiry:
         raise NotImplementedError
 
     @translated
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
         cleared: list[str] = []
         while len(cleared) < limit:
             want = limit - len(cleared)

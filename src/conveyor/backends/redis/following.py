@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conveyor.backends.params import FinishWait
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 
@@ -41,7 +42,8 @@ class Following:
         return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
     @translated
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         watching, done = f"{self.keys.base}watching", f"{self.keys.base}done:{job_id}"
         await self.client.zincrby(watching, 1, job_id)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.backends.codec import job_from_fields
-from conveyor.backends.contract import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, JobPage, QueueStats
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.queries import JobQueries
@@ -29,9 +29,13 @@ class InspectorReads:
         return job_from_fields(fields, job_id) if fields else None
 
     @translated
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
-    ) -> list[Job]:
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         return await self.queries.list_jobs(where, limit, offset, after)
 
     @translated

@@ -49,7 +49,7 @@ The one exception: an available job of a concurrency key is in the key's and its
 queue's `parked` indexes until the key has a slot for it (conveyor.rules.concurrency),
 then in `available`. These keys exist only for jobs of a concurrency key, which a
 prefix written before them cannot hold: its layout (2) reads as it did.
-"""
+"""  # noqa: E501 -- the table is Markdown: a row cannot be wrapped
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Connections held for enqueues, beside redis-py's pool.
 
 Every command through a redis-py client takes a connection from the pool, wraps the
-call in its retry and event machinery, and gives the connection back: about 55 µs of
-Python per call here, a third of a one-by-one enqueue on loopback. A lane keeps a
+call in its retry and event machinery, and gives the connection back: a large share
+of a one-by-one enqueue on loopback (docs/performance.md). A lane keeps a
 connection of the pool's own kind (same URL, TLS, credentials, keepalive) and talks
 to it directly: pack (with hiredis when installed), send, read, done.
 
@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 Command = Sequence[str | int]
 
 _hiredis_pack: Callable[[Any], bytes] | None
-try:  # C packing: about 1 µs a command instead of 8 for redis-py's own
+try:  # C packing: a fraction of the cost of redis-py's own
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # hiredis is optional (the redis-hiredis extra)
     _hiredis_pack = None

@@ -3,8 +3,8 @@
 Each script file starts with a header listing its KEYS and ARGV; `_lib.lua` holds
 the helpers they share. A script is sent with the helpers it uses (and the ones
 those use) in front of its body, not the whole file: EVALSHA runs that prelude on
-every call, and each table and closure it builds costs time (about 3 µs for the
-whole file, an eighth of an enqueue). redis-py's `register_script` sends a script
+every call, and each table and closure it builds costs time on every enqueue
+(docs/performance.md). redis-py's `register_script` sends a script
 with EVALSHA and loads it (SCRIPT LOAD) when the server does not know it, e.g.
 after a restart.
 """

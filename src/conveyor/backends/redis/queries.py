@@ -11,15 +11,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from conveyor.backends.codec import job_from_fields, last_error_type
-from conveyor.backends.contract import (
-    FlowLoads,
-    FlowQuery,
-    JobFilter,
-    QueueStats,
-    ascii_lower,
-    flow_loads_from_rows,
-)
-from conveyor.backends.filtering import job_matches
+from conveyor.backends.filtering import ascii_lower, job_matches
+from conveyor.backends.folding import flow_loads_from_rows
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
 from conveyor.backends.redis.script_calls import Scripts
 from conveyor.model.errors import JobNotFound
@@ -31,7 +25,7 @@ _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 _WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
 # Jobs a counting script reads per call, so that each call holds the server a few
 # milliseconds: key_loads.lua reads one field a job; count_by_error.lua decodes a JSON
-# history (about 17 µs a job on the test machine).
+# history, the dearer read (docs/performance.md).
 _KEY_PAGE = 5000
 _ERROR_PAGE = 1000
 

@@ -1,8 +1,8 @@
 """The shared-record verbs on Redis: each one script (scripts/*_record*.lua), so
 atomic under any number of concurrent writers; and a concurrency key's set limit
-(KeyLimits, conveyor.rules.adaptive), small shared state of the same kind: a string beside
-the key's slots, read by the rebalance in every script that moves a keyed job
-(_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
+(FlowState.set_key_limit, conveyor.rules.adaptive), small shared state of the same
+kind: a string beside the key's slots, read by the rebalance in every script that moves
+a keyed job (_lib.lua), written by scripts/set_key_limit.lua together with a rebalance.
 
 TTLs follow the injected clock, not Redis EXPIRE (which runs on the server's
 clock): each namespace is a hash of values plus a zset of expiry times.
@@ -14,6 +14,14 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from conveyor.backends.params import (
+    BucketHold,
+    KeyLimit,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
+)
 from conveyor.backends.records import expiry
 from conveyor.backends.redis.codec import float_arg, optional_arg
 from conveyor.backends.redis.errors import translated
@@ -47,7 +55,8 @@ class RedisRecords:
         return "" if expires_at is None else float_arg(expires_at)
 
     @translated
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hget(self.keys.meta(namespace), key)
             pipe.zscore(self.keys.meta_expiry(namespace), key)
@@ -66,24 +75,39 @@ class RedisRecords:
         return {k: values[k] for k in sorted(values) if k not in gone}
 
     @translated
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         await self.scripts.call(
             "put_record",
             self._record_keys(namespace),
             [float_arg(self.clock()), key, value, self._expires_at(ttl)],
         )
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
-        return await self.compare_and_set_record(namespace, key, None, value, ttl)
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
+        return await self.compare_and_set_record(
+            RecordSwap(namespace=namespace, key=key, expected=None, value=value, ttl=ttl)
+        )
 
     @translated
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         stored = await self.scripts.call(
             "set_record_if",
             self._record_keys(namespace),
@@ -92,9 +116,13 @@ class RedisRecords:
         return bool(stored)
 
     @translated
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         try:
             value = await self.scripts.call(
                 "incr_record",
@@ -112,21 +140,24 @@ class RedisRecords:
         return int(value)
 
     @translated
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         deleted = await self.scripts.call(
             "delete_record", self._record_keys(namespace), [float_arg(self.clock()), key]
         )
         return bool(deleted)
 
     @translated
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         # One HSET: atomic against claim.lua, which reads and writes the same fields.
         await self.client.hset(
             self.keys.bucket(key),
             mapping={"tokens": float_arg(tokens), "updated_at": float_arg(until)},
         )
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         await self.scripts.call(
             "set_key_limit",
             [self.keys.key_limit(concurrency_key)],

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends.claiming import claim_rank
-from conveyor.backends.contract import ClaimRequest, Settlement
+from conveyor.backends.params import ClaimRequest, Settlement
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.lane import Command
@@ -188,7 +188,7 @@ def settle_calls(
         if s.refund_attempt:
             release += [s.job_id, s.token, s.state.value, run_at]
         else:
-            error = None if s.error is None else json.dumps(s.error.to_dict())
+            error = None if s.error is None else s.error.to_json()
             fail += [s.job_id, s.token, s.state.value, run_at, optional_arg(error)]
     calls: list[ScriptCall] = []
     if len(complete) > 3:

@@ -18,17 +18,32 @@ from urllib.parse import parse_qs, urlsplit
 
 from conveyor.backends import redact_url
 from conveyor.backends.blobs.directory import DirectoryBlobStore
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
+    BucketHold,
+    BulkAction,
+    CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FinishWait,
     FlowLoads,
     FlowQuery,
+    ForcedState,
+    Heartbeat,
     HeartbeatReply,
     HeldLease,
     JobFilter,
-    Lease,
+    JobPage,
+    JobWait,
+    KeyLimit,
     LeaseQuery,
+    QueuePause,
     QueueStats,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
+    ResultSweep,
+    Retention,
     Settlement,
 )
 from conveyor.backends.sqlite import liveness, records
@@ -43,8 +58,8 @@ from conveyor.model.job import Job, JobState, NewJob
 # The page cache of the backend's own connection, the one that claims (SQLite's default is
 # 2 MB, filled only as pages are read): a claim that rotates over fairness keys or queues
 # reads rows spread over the file, and with 2 MB a queue of 100,000 jobs read most of them
-# back through the WAL on every claim (64 % of the plain claim's speed, 74-77 % with this:
-# docs/sqlite.md). The connections a sync facade's threads enqueue on keep the default.
+# back through the WAL on every claim (figures: docs/performance.md, docs/sqlite.md). The
+# connections a sync facade's threads enqueue on keep the default.
 CLAIMING_CACHE_MB = 32
 
 T = TypeVar("T")
@@ -178,23 +193,30 @@ class SqliteBackend:
             self._sender.notify()
         return stale
 
-    async def heartbeat_jobs(self, leases: Sequence[Lease], lease_seconds: float) -> HeartbeatReply:
+    async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
+        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
         return await self._on_thread(lambda s: s.heartbeat_jobs(leases, lease_seconds))
 
-    async def checkpoint_job(
-        self, lease: Lease, checkpoint: str | None, progress: str | None
-    ) -> bool:
+    async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
+        lease, checkpoint, progress = (
+            checkpoint_write.lease,
+            checkpoint_write.checkpoint,
+            checkpoint_write.progress,
+        )
         return await self._on_thread(lambda s: s.checkpoint_job(lease, checkpoint, progress))
 
-    async def hold_rate_bucket(self, key: str, tokens: float, until: float) -> None:
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
         await self._on_thread(lambda s: records.hold_bucket(s, key, tokens, until))
 
-    async def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_for_jobs(self, job_wait: JobWait) -> None:
+        timeout = job_wait.timeout
         if self._listener is None:
             self._listener = WakeupListener(self.path)
         await self._listener.wait(timeout)
 
-    async def wait_for_finish(self, job_id: str, timeout: float) -> None:
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        job_id, timeout = finish_wait.job_id, finish_wait.timeout
         if self._done_listener is None:  # listening before looking: no end is missed
             self._done_listener = WakeupListener(self.path, "done")
         job = await self.get_job(job_id)
@@ -205,10 +227,12 @@ class SqliteBackend:
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
         return await self._on_thread(lambda s: s.find_leases(query))
 
-    async def prune_jobs(self, completed_before: float, dead_before: float) -> int:
+    async def prune_jobs(self, retention: Retention) -> int:
+        completed_before, dead_before = retention.completed_before, retention.dead_before
         return await self._on_thread(lambda s: s.prune_jobs(completed_before, dead_before))
 
-    async def expire_results(self, now: float, limit: int) -> list[str]:
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        now, limit = result_sweep.now, result_sweep.limit
         return await self._on_thread(lambda s: s.expire_results(now, limit))
 
     # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
@@ -227,9 +251,13 @@ class SqliteBackend:
     async def get_job(self, job_id: str) -> Job | None:
         return await self._on_thread(lambda s: s.get_job(job_id))
 
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 50, offset: int = 0, after: str | None = None
-    ) -> list[Job]:
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         return await self._on_thread(lambda s: s.list_jobs(where, limit, offset, after=after))
 
     async def count_jobs(self, where: JobFilter) -> int:
@@ -238,7 +266,8 @@ class SqliteBackend:
     async def count_running_of_key(self, concurrency_key: str) -> int:
         return await self._on_thread(lambda s: s.count_running_of_key(concurrency_key))
 
-    async def set_key_limit(self, concurrency_key: str, limit: int | None) -> None:
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
         await self._on_thread(lambda s: s.set_key_limit(concurrency_key, limit))
         if self._sender is not None:  # a raised limit may have unparked jobs
             self._sender.notify()
@@ -252,13 +281,15 @@ class SqliteBackend:
             self._done_sender.notify()
         return job
 
-    async def redrive_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[Job]:
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         jobs = await self._on_thread(lambda s: s.redrive_jobs(where, limit, dry_run))
         if jobs and not dry_run and self._sender is not None:
             self._sender.notify()
         return jobs
 
-    async def delete_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return await self._on_thread(lambda s: s.delete_jobs(where, limit, dry_run))
 
     async def dependants_of(self, job_id: str) -> list[str]:
@@ -267,7 +298,8 @@ class SqliteBackend:
     async def parents_of(self, job_id: str) -> list[str]:
         return await self._on_thread(lambda s: SqliteDependants(s.conn, 0.0).parents(job_id))
 
-    async def cancel_jobs(self, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
         return await self._on_thread(lambda s: s.cancel_jobs(where, limit, dry_run))
 
     async def task_names(self, where: JobFilter) -> list[str]:
@@ -282,41 +314,62 @@ class SqliteBackend:
     async def queue_paused(self, queue: str) -> bool:
         return await self._on_thread(lambda s: s.queue_paused(queue))
 
-    async def pause_queue(self, queue: str, paused: bool) -> None:
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        queue, paused = queue_pause.queue, queue_pause.paused
         await self._on_thread(lambda s: s.pause_queue(queue, paused))
 
     # --- shared records -------------------------------------------------------------
-    async def get_record(self, namespace: str, key: str) -> str | None:
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        namespace, key = record_key.namespace, record_key.key
         return await self._on_thread(lambda s: records.get(s, namespace, key))
 
     async def list_records(self, namespace: str) -> dict[str, str]:
         return await self._on_thread(lambda s: records.list_all(s, namespace))
 
-    async def put_record(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> None:
+    async def put_record(self, record_write: RecordWrite) -> None:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         await self._on_thread(lambda s: records.put(s, namespace, key, value, ttl))
 
-    async def put_record_if_absent(
-        self, namespace: str, key: str, value: str, ttl: float | None = None
-    ) -> bool:
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        namespace, key, value, ttl = (
+            record_write.namespace,
+            record_write.key,
+            record_write.value,
+            record_write.ttl,
+        )
         return await self._on_thread(lambda s: records.put_if_absent(s, namespace, key, value, ttl))
 
-    async def compare_and_set_record(
-        self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None = None
-    ) -> bool:
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        namespace, key, expected, value, ttl = (
+            record_swap.namespace,
+            record_swap.key,
+            record_swap.expected,
+            record_swap.value,
+            record_swap.ttl,
+        )
         return await self._on_thread(
             lambda s: records.compare_and_set(s, namespace, key, expected, value, ttl)
         )
 
-    async def incr_record(
-        self, namespace: str, key: str, amount: int = 1, ttl: float | None = None
-    ) -> int:
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        namespace, key, amount, ttl = (
+            record_increment.namespace,
+            record_increment.key,
+            record_increment.amount,
+            record_increment.ttl,
+        )
         return await self._on_thread(lambda s: records.incr(s, namespace, key, amount, ttl))
 
-    async def delete_record(self, namespace: str, key: str) -> bool:
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        namespace, key = record_key.namespace, record_key.key
         return await self._on_thread(lambda s: records.delete(s, namespace, key))
 
-    async def force_state(self, job_id: str, state: JobState) -> None:
+    async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
+        job_id, state = forced_state.job_id, forced_state.state
         await self._on_thread(lambda s: s.force_state(job_id, state))

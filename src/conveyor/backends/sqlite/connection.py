@@ -161,6 +161,8 @@ def _split_statements(script: str) -> list[str]:
             statements.append(candidate)
             current = []
     rest = "\n".join(current).strip()
-    if rest and not all(l.strip().startswith("--") or not l.strip() for l in rest.splitlines()):
+    if rest and not all(
+        line.strip().startswith("--") or not line.strip() for line in rest.splitlines()
+    ):
         raise ConfigurationError(f"incomplete SQL statement at the end of a migration: {rest[:80]}")
     return statements

@@ -89,14 +89,14 @@ def _insert_fresh(store: SqliteConnection, jobs: Sequence[NewJob], now: float) -
     if len({new.id for new in jobs}) < len(jobs):
         return None
     states = [initial_state(_run_at(new, now), now) for new in jobs]
-    rows = [_row(new, now, 0, state) for new, state in zip(jobs, states)]
+    rows = [_row(new, now, 0, state) for new, state in zip(jobs, states, strict=True)]
     try:
         with store.write() as db:
             if db.executemany(Q["insert_job"], rows).rowcount < len(rows):
                 raise _IdTaken  # write() rolls the batch back
     except _IdTaken:
         return None
-    return [_inserted(new, row, state) for new, row, state in zip(jobs, rows, states)]
+    return [_inserted(new, row, state) for new, row, state in zip(jobs, rows, states, strict=True)]
 
 
 def _insert_dependant(

@@ -9,17 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.backends.codec import job_from_row
-from conveyor.backends.contract import (
-    FlowLoads,
-    FlowQuery,
-    JobFilter,
-    QueueStats,
-    ascii_lower,
-    flow_loads_from_rows,
-    queue_stats_from_rows,
-    redrive_scope,
-    waiting_scope,
-)
+from conveyor.backends.filtering import ascii_lower, redrive_scope, waiting_scope
+from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
+from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import SqliteDependants
 from conveyor.model.errors import JobNotFound

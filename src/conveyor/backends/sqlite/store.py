@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.backends.claiming import ClaimBuckets, claim_in_passes, claim_rank
 from conveyor.backends.codec import COLUMNS, is_clean, job_from_row
-from conveyor.backends.contract import (
+from conveyor.backends.params import (
     ClaimedJobs,
     ClaimRequest,
     HeartbeatReply,
@@ -165,7 +165,7 @@ class SqliteStore(SqliteInspector):
                         Q["return_job"], {**params, "state": s.state.value, "run_at": s.run_at}
                     )
                 else:
-                    error = None if s.error is None else json.dumps(s.error.to_dict())
+                    error = None if s.error is None else s.error.to_json()
                     cursor = db.execute(
                         Q["fail_job"],
                         {**params, "state": s.state.value, "run_at": s.run_at, "error": error},

@@ -1,9 +1,9 @@
 """The SQLite backend's own thread: its connection's calls, run one at a time, in order.
 
 A `ThreadPoolExecutor` of one worker did this before, through `run_in_executor`: its
-submit, work item and the concurrent future chained to an asyncio one cost about
-35 µs of CPU a call here, where this queue and one `call_soon_threadsafe` cost 25
-(measured with a no-op call). Every async verb pays it once, an async enqueue too,
+submit, work item and the concurrent future chained to an asyncio one cost more CPU
+a call than this queue and one `call_soon_threadsafe` (docs/performance.md). Every
+async verb pays it once, an async enqueue too,
 and a bare committed INSERT is what that enqueue is held to.
 
 The thread is a daemon, as the portal's is: a process that exits without closing

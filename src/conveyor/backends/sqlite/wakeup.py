@@ -33,7 +33,7 @@ def wakeup_folder(db_path: str, channel: str = "") -> str:
 class WakeupSender:
     """Sends after each commit. The folder's listing is kept between sends and read
     again when the folder's mtime changes (a listener came or went): listing it at
-    every enqueue cost 11-13 µs of a 240 µs one (benchmarks/enqueue_cost.py). A
+    every enqueue was a noticeable share of it (docs/performance.md). A
     timestamp is coarse (a clock tick, a few ms), so a listing taken within
     RACY_SECONDS of the mtime it saw is not trusted: a socket bound in the same tick
     after it would not change the mtime again."""

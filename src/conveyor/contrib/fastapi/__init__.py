@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Annotated, Any, AsyncContextManager
+from contextlib import AbstractAsyncContextManager
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from starlette.applications import Starlette
@@ -31,12 +32,12 @@ from conveyor.web import AuthHook, create_dashboard
 __all__ = ["ConveyorApp", "conveyor_lifespan", "get_conveyor", "mount_dashboard"]
 
 STATE_KEY = "conveyor"
-Lifespan = Callable[[Any], AsyncContextManager[Mapping[str, Any] | None]]
+Lifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
 
 
 def conveyor_lifespan(
     app: Conveyor, then: Lifespan | None = None
-) -> Callable[[Starlette], AsyncContextManager[dict[str, Any]]]:
+) -> Callable[[Starlette], AbstractAsyncContextManager[dict[str, Any]]]:
     """A lifespan that opens `app`'s backend at start-up and closes it at shutdown,
     and puts `app` in the request state for `get_conveyor`. `then` is the web app's
     own lifespan, run inside this one (its state is kept too)."""

@@ -2,9 +2,8 @@
 
 A spawned child pays for a fresh interpreter and for importing Conveyor before it
 loads the app, and the supervisor could only start it after its own imports: the two
-starts ran one after the other (381 ms to the first job with `-p 2` against 207 ms for
-one process, docs/pool.md). Forked right after the command line is parsed, the
-children start from the supervisor's imports and load the app alongside it.
+starts ran one after the other (docs/performance.md). Forked right after the command
+line is parsed, the children start from the supervisor's imports and load the app alongside it.
 
 What spawn protects against is absent at that point, and is checked rather than
 assumed: the process has one thread (`/proc/self/task`, which also counts threads a C

@@ -2,18 +2,17 @@
 
 Starting a worker allocates a hundred thousand objects or so (modules, classes,
 functions: the app, Conveyor, a backend's driver) and frees almost none, so every
-collection during the start walks a growing heap and finds nothing: about 7 % of
-the start's CPU. And once the worker runs, a collection of an older generation walks
-all of it again, inside a claim's path (a pause in the pickup latency's tail).
+collection during the start walks a growing heap and finds nothing (a share of the
+start's CPU: docs/performance.md). And once the worker runs, a collection of an older
+generation walks all of it again, inside a claim's path (a pause in the pickup latency's tail).
 
 Then each job allocates a few dozen tracked objects (its row's `Job`, its context,
 its task and coroutines, its settlement; more for a sync handler's hand-off to a
 thread), and a worker holds up to `concurrency` of them at once. At CPython's
 default threshold (a young collection every 700 allocations) a busy worker collects
 every few jobs, finds most of the in-flight ones alive, promotes them and scans them
-again in the older generations. Measured over 20,000 no-op jobs at `-c 200`: 7-8 µs
-of collector time per async job and 21-26 µs per sync one; 1-2 µs with the young
-threshold below.
+again in the older generations: collector time per job that the young threshold
+below cuts to a fraction (figures: docs/performance.md).
 
 So a `conveyor worker` process starts with the collector paused; then it freezes
 what the start built (`gc.freeze()`: moved to a generation that is never collected,
