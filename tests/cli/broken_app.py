@@ -1,4 +1,3 @@
-"""An app module whose own import fails: the CLI must say which import, in one line."""
+"""An app module whose own import fails: the CLI must say which import, in one line (line 3)."""
 
-# Ignored for mypy: this app exists to fail this import
 import conveyor_tests_dependency_that_is_not_installed  # type: ignore[import-not-found]  # noqa: F401
