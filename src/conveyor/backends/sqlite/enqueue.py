@@ -9,7 +9,7 @@ Three paths, from the cheapest:
 * a batch of such jobs with distinct ids: one `executemany` of that insert in one
   transaction (the full path's look-up per job was most of a bulk enqueue);
 * the full path, one job at a time inside one write transaction: the look-ups that
-  deduplicate, the queue bound (room.py), the fairness vtimes, the parents.
+  deduplicate, the queue bound (enqueue_capacity.py), the fairness vtimes, the parents.
 A fast path that finds an id taken writes nothing (the batch's insert is rolled
 back) and hands the jobs to the full path, which decides what the id holds. Dedup is
 exact across processes: every path writes under SQLite's one write lock.
@@ -25,7 +25,7 @@ from typing import Any
 from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import link, states_of
-from conveyor.backends.sqlite.room import Room
+from conveyor.backends.sqlite.enqueue_capacity import EnqueueCapacity
 from conveyor.model.errors import RefusedJob
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.lifecycle import initial_state
@@ -55,23 +55,23 @@ def enqueue_jobs(store: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
         if any(new.depends_on for new in jobs):  # a workflow (conveyor.rules.dependencies)
             stored = states_of(db, [p for new in jobs for p in new.depends_on])
             check_parents(jobs, stored.__contains__)
-        room = Room(db, now, bounds_of(jobs))
+        capacity = EnqueueCapacity(db, now, bounds_of(jobs))
         vtimes = fair_vtimes(db)
         for pos, new in enumerate(jobs):
             existing = _find_duplicate(db, new, now)
             if existing is not None:
                 out.append(existing)
                 continue
-            if new.depends_on:  # blocked jobs take no room in a bounded queue
+            if new.depends_on:  # blocked jobs take no capacity of a bounded queue
                 out.append(_insert_dependant(store, db, new, now, vtimes.assign(new) or 0))
                 continue
-            refusal = room.take(new.queue)
+            refusal = capacity.admit(new.queue)
             if refusal is not None:
                 refused[pos] = refusal
                 out.append(None)
                 continue
             out.append(_insert(db, new, now, vtimes.assign(new) or 0))
-        room.shed()
+        capacity.shed()
         db.executemany(
             Q["set_fair_key_vtime"],
             [
