@@ -8,7 +8,7 @@ claim costs").
 Each round fills one database per mode (flow_claims.py's jobs: "plain", and by default
 "weighted+fair+rate", 1,000 fairness keys), then claims from them in turn, `--claims`
 claims of 50 each, the order of the modes reversed every other claim, so that the load
-of a shared machine falls on every mode alike. The claims call the store directly on
+of a shared machine falls on every mode alike. The claims call the claim (lifecycle.py) directly on
 this thread: its CPU time (user + system, the commit's fsync included) and the wall
 time, per claimed job, and each round's throughput ratio to the plain claim by each.
 `--pages`: the pages each commit wrote, by table or index (read from the WAL's frame
@@ -34,7 +34,8 @@ from flow_claims import LIMITS, MODES, QUEUES, WEIGHTS, fill
 
 from conveyor import Conveyor
 from conveyor.backends.claiming import QueuePlan
-from conveyor.backends.sqlite.store import SqliteStore
+from conveyor.backends.sqlite.connection import SqliteConnection
+from conveyor.backends.sqlite.lifecycle import fetch_jobs
 
 
 async def filled(path: Path, waiting: int, mode: str, keys: int) -> None:
@@ -45,17 +46,17 @@ async def filled(path: Path, waiting: int, mode: str, keys: int) -> None:
         await app.aclose()
 
 
-def claim(store: SqliteStore, plan: QueuePlan, mode: str, batch: int) -> int:
+def claim(connection: SqliteConnection, plan: QueuePlan, mode: str, batch: int) -> int:
     weighted = mode.startswith("weighted")
     request = plan.request(
         batch, "bench", 60, running={} if weighted else None, rate_limits=LIMITS.get(mode, ())
     )
-    return len(store.fetch_jobs(request))
+    return len(fetch_jobs(connection, request))
 
 
-def pages_by_btree(path: Path, store: SqliteStore) -> collections.Counter[str]:
+def pages_by_btree(path: Path, connection: SqliteConnection) -> collections.Counter[str]:
     """Pages each commit in the WAL wrote, summed by table or index name."""
-    names = dict(store.conn.execute("SELECT pageno, name FROM dbstat"))
+    names = dict(connection.conn.execute("SELECT pageno, name FROM dbstat"))
     data = Path(f"{path}-wal").read_bytes()
     page_size = struct.unpack(">I", data[8:12])[0]
     written: collections.Counter[str] = collections.Counter()
@@ -96,13 +97,13 @@ def main() -> None:
             cpu: dict[str, list[float]] = {m: [] for m in modes}
             wall: dict[str, list[float]] = {m: [] for m in modes}
             for round_ in range(args.repeat):
-                stores, plans = {}, {}
+                connections, plans = {}, {}
                 for mode in modes:
                     path = Path(folder) / f"{waiting}-{round_}-{mode}.db"
                     asyncio.run(filled(path, waiting, mode, args.keys))
-                    stores[mode] = SqliteStore(str(path), time.time, args.synchronous)
+                    connections[mode] = SqliteConnection(str(path), time.time, args.synchronous)
                     if args.pages:
-                        stores[mode].conn.execute("PRAGMA wal_autocheckpoint=0")
+                        connections[mode].conn.execute("PRAGMA wal_autocheckpoint=0")
                     plans[mode] = (
                         QueuePlan(QUEUES, WEIGHTS, slots=args.batch)
                         if mode.startswith("weighted")
@@ -112,7 +113,7 @@ def main() -> None:
                 for n in range(args.claims):
                     for mode in modes if n % 2 == 0 else modes[::-1]:
                         wall_at, cpu_at = time.perf_counter(), time.thread_time()
-                        got = claim(stores[mode], plans[mode], mode, args.batch)
+                        got = claim(connections[mode], plans[mode], mode, args.batch)
                         spent[mode][0] += time.thread_time() - cpu_at
                         spent[mode][1] += time.perf_counter() - wall_at
                         spent[mode][2] += got
@@ -122,7 +123,7 @@ def main() -> None:
                     wall[mode].append(spent[mode][1] / spent[mode][2] * 1e6)
                     if args.pages and round_ == 0:
                         written = pages_by_btree(
-                            Path(folder) / f"{waiting}-0-{mode}.db", stores[mode]
+                            Path(folder) / f"{waiting}-0-{mode}.db", connections[mode]
                         )
                         commits = written.pop("(commits)")
                         print(
@@ -132,7 +133,7 @@ def main() -> None:
                                 f"{name} {n / commits:.1f}" for name, n in written.most_common()
                             )
                         )
-                    stores[mode].close()
+                    connections[mode].close()
             for mode in modes:
                 print(
                     f"  {waiting:>9,} {mode:>18}: CPU {_spread(cpu[mode])} µs/job, "

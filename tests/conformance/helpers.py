@@ -117,7 +117,10 @@ async def finish_waiter_parked(backend: Any, job_id: str) -> bool:
     kind = type(backend).__name__
     if kind == "MemoryBackend":
         return bool(backend.store.finished._waiters)
-    if kind in ("SqliteBackend", "PostgresBackend"):
+    if kind == "SqliteBackend":
+        listener = backend._lifecycle._finish_listener
+        return listener is not None and bool(listener.event._waiters)
+    if kind == "PostgresBackend":
         listener = backend._done_listener
         return listener is not None and bool(listener.event._waiters)
     if kind == "RedisBackend":  # counted in, then blocked in BLPOP (a round trip after)

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from conveyor.backends.sqlite.store import SqliteStore
+from conveyor.backends.sqlite.connection import SqliteConnection
 
 
 def test_concurrent_first_opens_of_a_new_file_all_succeed(tmp_path: Path) -> None:
@@ -18,9 +18,9 @@ def test_concurrent_first_opens_of_a_new_file_all_succeed(tmp_path: Path) -> Non
 
         def open_and_migrate(path: str = path) -> None:
             try:
-                store = SqliteStore(path, time.time)
-                store.migrate()
-                store.close()
+                connection = SqliteConnection(path, time.time)
+                connection.migrate()
+                connection.close()
             except BaseException as exc:
                 failures.append(exc)
 

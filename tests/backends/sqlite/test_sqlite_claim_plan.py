@@ -9,14 +9,17 @@ from pathlib import Path
 
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.params import Settlement
-from conveyor.backends.sqlite.store import Q, SqliteStore
+from conveyor.backends.sqlite.connection import Q, SqliteConnection
+from conveyor.backends.sqlite.enqueue import enqueue_jobs
+from conveyor.backends.sqlite.lifecycle import fetch_jobs, settle_jobs
 from conveyor.model.job import JobState, NewJob
 
 
 def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
-    store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
-    store.migrate()
-    store.enqueue_jobs(
+    connection = SqliteConnection(str(tmp_path / "jobs.db"), lambda: 1000.0)
+    connection.migrate()
+    enqueue_jobs(
+        connection,
         [
             NewJob(
                 id=f"j{n}",
@@ -27,12 +30,12 @@ def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
                 aging=60.0 if n % 2 else None,
             )
             for n in range(200)
-        ]
+        ],
     )
-    store.conn.execute("ANALYZE")
+    connection.conn.execute("ANALYZE")
     plan = [
         row[-1]
-        for row in store.conn.execute(
+        for row in connection.conn.execute(
             "EXPLAIN QUERY PLAN " + Q["claim_jobs"],
             {
                 "queue": "q",
@@ -45,11 +48,11 @@ def test_the_claim_reads_its_index_in_order(tmp_path: Path) -> None:
     ]
     assert any("USING INDEX conveyor_jobs_claim" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan  # no sort of the queue
-    store.close()
+    connection.close()
 
 
-def _vm_steps(store: SqliteStore, action: Callable[[], object]) -> int:
-    """SQLite virtual-machine steps (in hundreds) that `action` takes on the store's
+def _vm_steps(connection: SqliteConnection, action: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in hundreds) that `action` takes on the
     connection: a count that does not depend on the machine's speed."""
     steps = 0
 
@@ -58,21 +61,22 @@ def _vm_steps(store: SqliteStore, action: Callable[[], object]) -> int:
         steps += 1
         return 0
 
-    store.conn.set_progress_handler(count, 100)
+    connection.conn.set_progress_handler(count, 100)
     try:
         action()
     finally:
-        store.conn.set_progress_handler(None, 100)
+        connection.conn.set_progress_handler(None, 100)
     return steps
 
 
 def _hot_key_steps(tmp_path: Path, parked: int) -> tuple[int, int]:
     """Steps of a claim and of the completion that frees a hot key's one slot, with
     `parked` jobs of that key waiting behind it."""
-    store = SqliteStore(str(tmp_path / f"hot-{parked}.db"), lambda: 1000.0)
-    store.migrate()
+    connection = SqliteConnection(str(tmp_path / f"hot-{parked}.db"), lambda: 1000.0)
+    connection.migrate()
     for start in range(0, parked + 1, 5000):
-        store.enqueue_jobs(
+        enqueue_jobs(
+            connection,
             [
                 NewJob(
                     id=f"h{n}",
@@ -83,21 +87,23 @@ def _hot_key_steps(tmp_path: Path, parked: int) -> tuple[int, int]:
                     concurrency_limit=1,
                 )
                 for n in range(start, min(parked + 1, start + 5000))
-            ]
+            ],
         )
-    store.enqueue_jobs(
-        [NewJob(id=f"free{n}", task="t", queue="q", payload="{}") for n in range(20)]
+    enqueue_jobs(
+        connection, [NewJob(id=f"free{n}", task="t", queue="q", payload="{}") for n in range(20)]
     )
-    [held] = [job for job in store.fetch_jobs(strict_claim(["q"], 1, "w", 30.0))]
-    claim_steps = _vm_steps(store, lambda: store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0)))
+    [held] = [job for job in fetch_jobs(connection, strict_claim(["q"], 1, "w", 30.0))]
+    claim_steps = _vm_steps(
+        connection, lambda: fetch_jobs(connection, strict_claim(["q"], 10, "w", 30.0))
+    )
     settle_steps = _vm_steps(
-        store,
-        lambda: store.settle_jobs(
-            [Settlement(held.id, held.lease_token, JobState.COMPLETED, result="null")]
+        connection,
+        lambda: settle_jobs(
+            connection, [Settlement(held.id, held.lease_token, JobState.COMPLETED, result="null")]
         ),
     )
-    assert [j.id for j in store.fetch_jobs(strict_claim(["q"], 10, "w", 30.0))][:1] == ["h1"]
-    store.close()
+    assert [j.id for j in fetch_jobs(connection, strict_claim(["q"], 10, "w", 30.0))][:1] == ["h1"]
+    connection.close()
     return claim_steps, settle_steps
 
 
@@ -113,23 +119,25 @@ def test_a_hot_keys_backlog_costs_the_claim_and_the_settle_nothing(tmp_path: Pat
 def test_the_rated_claim_reads_each_lane_from_its_index(tmp_path: Path) -> None:
     """A claim that carries rate limits reads the first entries of each lane's index:
     a throttled bucket's backlog (here 2,000 jobs ahead of the others) is not walked."""
-    from conveyor.backends.sqlite.store import _rated_claim_sql
+    from conveyor.backends.sqlite.lifecycle import _rated_claim_sql
 
-    store = SqliteStore(str(tmp_path / "jobs.db"), lambda: 1000.0)
-    store.migrate()
-    store.enqueue_jobs(
+    connection = SqliteConnection(str(tmp_path / "jobs.db"), lambda: 1000.0)
+    connection.migrate()
+    enqueue_jobs(
+        connection,
         [
             NewJob(id=f"t{n}", task="t", queue="q", payload="{}", rate_key="slow")
             for n in range(2000)
-        ]
+        ],
     )
-    store.enqueue_jobs(
-        [NewJob(id=f"f{n}", task="t", queue="q", payload="{}", priority=n % 3) for n in range(200)]
+    enqueue_jobs(
+        connection,
+        [NewJob(id=f"f{n}", task="t", queue="q", payload="{}", priority=n % 3) for n in range(200)],
     )
-    store.conn.execute("ANALYZE")
+    connection.conn.execute("ANALYZE")
     plan = [
         row[-1]
-        for row in store.conn.execute(
+        for row in connection.conn.execute(
             "EXPLAIN QUERY PLAN " + _rated_claim_sql(2),
             {
                 "queue": "q",
@@ -149,4 +157,4 @@ def test_the_rated_claim_reads_each_lane_from_its_index(tmp_path: Path) -> None:
     assert not any(step.startswith("SCAN conveyor_jobs") for step in plan), plan
     # One sort: the merge of the lanes' few candidates, not a sort of a lane.
     assert sum("TEMP B-TREE" in step for step in plan) <= 1, plan
-    store.close()
+    connection.close()

@@ -2,7 +2,7 @@
 
 Found by the corrupt-field fuzz: with `seq INTEGER PRIMARY KEY AUTOINCREMENT`, one row
 whose seq had been set to the largest rowid made every later INSERT fail with
-SQLITE_FULL, and the store's ROLLBACK of the already-ended transaction then replaced
+SQLITE_FULL, and the connection's ROLLBACK of the already-ended transaction then replaced
 that error with "cannot rollback - no transaction is active"."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends.sqlfiles import load_migrations
-from conveyor.backends.sqlite.store import SqliteStore
+from conveyor.backends.sqlite.connection import SqliteConnection
+from conveyor.backends.sqlite.enqueue import enqueue_jobs
 from conveyor.model.job import JobState, NewJob
 
 LARGEST_ROWID = 2**63 - 1
@@ -26,32 +27,32 @@ def _job(job_id: str, payload: str = '{"args": [], "kwargs": {}}') -> NewJob:
 
 def test_a_job_at_the_largest_rowid_does_not_stop_enqueues(tmp_path: Path) -> None:
     path = str(tmp_path / "jobs.db")
-    store = SqliteStore(path, lambda: 1000.0)
-    store.migrate()
-    store.enqueue_jobs([_job("first"), _job("second")])
-    with store.write() as db:
+    connection = SqliteConnection(path, lambda: 1000.0)
+    connection.migrate()
+    enqueue_jobs(connection, [_job("first"), _job("second")])
+    with connection.write() as db:
         db.execute("UPDATE conveyor_jobs SET seq = ? WHERE id = 'second'", (LARGEST_ROWID,))
-    enqueued = store.enqueue_jobs([_job(f"after-{n}") for n in range(20)])
+    enqueued = enqueue_jobs(connection, [_job(f"after-{n}") for n in range(20)])
     assert [job.state for job in enqueued] == [JobState.AVAILABLE] * 20
-    rows = {row[0] for row in store.conn.execute("SELECT id FROM conveyor_jobs")}
+    rows = {row[0] for row in connection.conn.execute("SELECT id FROM conveyor_jobs")}
     assert rows == {"first", "second", *(f"after-{n}" for n in range(20))}
-    store.close()
+    connection.close()
 
 
 def test_an_error_that_ends_the_transaction_is_the_error_raised(tmp_path: Path) -> None:
     path = str(tmp_path / "jobs.db")
-    store = SqliteStore(path, lambda: 1000.0)
-    store.migrate()
-    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
-    store.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    connection = SqliteConnection(path, lambda: 1000.0)
+    connection.migrate()
+    pages = connection.conn.execute("PRAGMA page_count").fetchone()[0]
+    connection.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
     big = '{"args": ["' + "x" * 200_000 + '"], "kwargs": {}}'
     with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
-        store.enqueue_jobs([_job("too-big", big)])
+        enqueue_jobs(connection, [_job("too-big", big)])
     # Nothing half-written, and the connection is usable afterwards.
-    assert not store.conn.in_transaction
-    store.enqueue_jobs([_job("small")])
-    assert [row[0] for row in store.conn.execute("SELECT id FROM conveyor_jobs")] == ["small"]
-    store.close()
+    assert not connection.conn.in_transaction
+    enqueue_jobs(connection, [_job("small")])
+    assert [row[0] for row in connection.conn.execute("SELECT id FROM conveyor_jobs")] == ["small"]
+    connection.close()
 
 
 def test_a_version_2_file_keeps_its_jobs_and_order_through_the_rowid_migration(

@@ -1,6 +1,7 @@
 """One SQLite connection, confined to the thread that uses it: opening the file
-(WAL mode, durability), write transactions, migrations. The verbs are in
-store.py (job lifecycle), inspector.py (operators) and records.py."""
+(WAL mode, durability), write transactions, migrations; and `Q`, the backend's
+statements (queries.sql) loaded by name. The roles' verbs (lifecycle.py,
+inspector.py, flow.py, records.py) take this connection."""
 
 from __future__ import annotations
 
@@ -9,10 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlfiles import load_migrations, load_queries
 from conveyor.model.errors import BackendUnavailable, ConfigurationError
-from conveyor.model.job import Job
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA", "off": "OFF"}
@@ -106,21 +105,6 @@ class SqliteConnection:
                 raise
             return set()  # a new file
         return {row[0] for row in rows}
-
-    def _get(self, db: sqlite3.Connection, job_id: str) -> Job | None:
-        row = db.execute(Q["get_job"], {"id": job_id}).fetchone()
-        return None if row is None else job_from_row(row)
-
-    @staticmethod
-    def _give_readable_id(db: sqlite3.Connection, seq: int, wanted: str) -> str:
-        """Rename the job at `seq` to `wanted` (or, if another job has that id,
-        `wanted#seq`) and return the new id. See give_readable_id in queries.sql."""
-        try:
-            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
-        except sqlite3.IntegrityError:
-            wanted = f"{wanted}#{seq}"
-            db.execute(Q["give_readable_id"], {"id": wanted, "seq": seq})
-        return wanted
 
 
 def _text_or_stand_ins(raw: bytes) -> str:

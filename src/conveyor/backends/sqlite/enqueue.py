@@ -9,7 +9,7 @@ Three paths, from the cheapest:
 * a batch of such jobs with distinct ids: one `executemany` of that insert in one
   transaction (the full path's look-up per job was most of a bulk enqueue);
 * the full path, one job at a time inside one write transaction: the look-ups that
-  deduplicate, the queue bound (room.py), the fairness vtimes, the parents.
+  deduplicate, the queue bound (enqueue_capacity.py), the fairness vtimes, the parents.
 A fast path that finds an id taken writes nothing (the batch's insert is rolled
 back) and hands the jobs to the full path, which decides what the id holds. Dedup is
 exact across processes: every path writes under SQLite's one write lock.
@@ -25,7 +25,8 @@ from typing import Any
 from conveyor.backends.codec import job_from_row
 from conveyor.backends.sqlite.connection import Q, SqliteConnection
 from conveyor.backends.sqlite.dependants import link, states_of
-from conveyor.backends.sqlite.room import Room
+from conveyor.backends.sqlite.enqueue_capacity import EnqueueCapacity
+from conveyor.backends.sqlite.rows import read_job
 from conveyor.model.errors import RefusedJob
 from conveyor.model.job import Job, JobState, NewJob
 from conveyor.model.lifecycle import initial_state
@@ -38,40 +39,40 @@ class _IdTaken(Exception):
     """A batch's id is taken: its insert is rolled back (`_insert_fresh`)."""
 
 
-def enqueue_jobs(store: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
-    now = store.clock()
+def enqueue_jobs(connection: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
+    now = connection.clock()
     if len(jobs) == 1 and jobs[0].only_id_dedups:  # enqueue one by one, the common call
         state = initial_state(_run_at(jobs[0], now), now)
         row = _row(jobs[0], now, 0, state)
-        if store.conn.execute(Q["insert_job"], row).rowcount == 1:
+        if connection.conn.execute(Q["insert_job"], row).rowcount == 1:
             return [_inserted(jobs[0], row, state)]
     elif len(jobs) > 1 and all(new.only_id_dedups for new in jobs):
-        fresh = _insert_fresh(store, jobs, now)
+        fresh = _insert_fresh(connection, jobs, now)
         if fresh is not None:
             return fresh
     out: list[Job | None] = []
     refused: dict[int, RefusedJob] = {}
-    with store.write() as db:
+    with connection.write() as db:
         if any(new.depends_on for new in jobs):  # a workflow (conveyor.rules.dependencies)
             stored = states_of(db, [p for new in jobs for p in new.depends_on])
             check_parents(jobs, stored.__contains__)
-        room = Room(db, now, bounds_of(jobs))
+        capacity = EnqueueCapacity(db, now, bounds_of(jobs))
         vtimes = fair_vtimes(db)
         for pos, new in enumerate(jobs):
             existing = _find_duplicate(db, new, now)
             if existing is not None:
                 out.append(existing)
                 continue
-            if new.depends_on:  # blocked jobs take no room in a bounded queue
-                out.append(_insert_dependant(store, db, new, now, vtimes.assign(new) or 0))
+            if new.depends_on:  # blocked jobs take no capacity of a bounded queue
+                out.append(_insert_dependant(db, new, now, vtimes.assign(new) or 0))
                 continue
-            refusal = room.take(new.queue)
+            refusal = capacity.admit(new.queue)
             if refusal is not None:
                 refused[pos] = refusal
                 out.append(None)
                 continue
             out.append(_insert(db, new, now, vtimes.assign(new) or 0))
-        room.shed()
+        capacity.shed()
         db.executemany(
             Q["set_fair_key_vtime"],
             [
@@ -82,7 +83,9 @@ def enqueue_jobs(store: SqliteConnection, jobs: Sequence[NewJob]) -> list[Job]:
     return raise_if_refused(jobs, out, refused)
 
 
-def _insert_fresh(store: SqliteConnection, jobs: Sequence[NewJob], now: float) -> list[Job] | None:
+def _insert_fresh(
+    connection: SqliteConnection, jobs: Sequence[NewJob], now: float
+) -> list[Job] | None:
     """The batch in one transaction, or None with nothing written when one of its ids
     is taken or the batch names an id twice (a later job then gets the earlier one's
     answer, which only the full path gives)."""
@@ -91,7 +94,7 @@ def _insert_fresh(store: SqliteConnection, jobs: Sequence[NewJob], now: float) -
     states = [initial_state(_run_at(new, now), now) for new in jobs]
     rows = [_row(new, now, 0, state) for new, state in zip(jobs, states, strict=True)]
     try:
-        with store.write() as db:
+        with connection.write() as db:
             if db.executemany(Q["insert_job"], rows).rowcount < len(rows):
                 raise _IdTaken  # write() rolls the batch back
     except _IdTaken:
@@ -99,15 +102,13 @@ def _insert_fresh(store: SqliteConnection, jobs: Sequence[NewJob], now: float) -
     return [_inserted(new, row, state) for new, row, state in zip(jobs, rows, states, strict=True)]
 
 
-def _insert_dependant(
-    store: SqliteConnection, db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int
-) -> Job:
+def _insert_dependant(db: sqlite3.Connection, new: NewJob, now: float, fair_vtime: int) -> Job:
     run_at = now if new.run_at is None else new.run_at
     states = {i: JobState(v) for i, v in states_of(db, new.depends_on).items()}
     start = start_of(new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now))
     _insert(db, new, now, fair_vtime, start.state)
     link(db, new.id, start, new.allow_failure, now, new.depends_on)
-    job = store._get(db, new.id)
+    job = read_job(db, new.id)
     assert job is not None
     return job
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from urllib.parse import quote
 
 from conveyor.backends.liveness import SignalHolder
+from conveyor.backends.sqlite.state import SqliteState
 
 SIGNAL = "lock file"
 _PREFIX = "flock"
@@ -124,3 +125,22 @@ def _remove_debris(folder: str, announced: set[str]) -> None:
             with contextlib.suppress(OSError):
                 if time.time() - os.stat(path).st_mtime > _STALE_TEMP:
                     os.unlink(path)
+
+
+class SqliteLiveness:
+    """The WorkerLiveness capability on SQLite: a lock file per worker, beside the
+    database file."""
+
+    liveness_signal = SIGNAL
+
+    def __init__(self, state: SqliteState) -> None:
+        self.state = state
+
+    async def hold_liveness(self, worker_id: str) -> LockFileHolder:
+        holder = LockFileHolder(self.state.path, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        # A few file system calls per worker on this machine: cheaper than a thread hop.
+        return dead_workers(self.state.path, candidates)

@@ -1,4 +1,4 @@
-"""Bounded queues on SQLite (conveyor.rules.backpressure): the room an enqueue has left."""
+"""Bounded queues on SQLite (conveyor.rules.backpressure): the enqueue capacity check."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from conveyor.rules.backpressure import shed_error
 from conveyor.rules.dependencies import release_dependants
 
 
-class Room:
-    """The room left in the bounded queues of one enqueue (conveyor.rules.backpressure), in
+class EnqueueCapacity:
+    """The capacity left in the bounded queues of one enqueue (conveyor.rules.backpressure), in
     its write transaction: SQLite serialises writers, so the count cannot go stale."""
 
     def __init__(self, db: sqlite3.Connection, now: float, bounds: dict[str, QueueBound]) -> None:
@@ -21,8 +21,8 @@ class Room:
         self.depth: dict[str, int] = {}
         self.excess: dict[str, int] = {}
 
-    def take(self, queue: str) -> RefusedJob | None:
-        """Room for one new job in `queue`, or why not (the id is filled in later)."""
+    def admit(self, queue: str) -> RefusedJob | None:
+        """Capacity for one new job in `queue`, or why not (the id is filled in later)."""
         bound = self.bounds.get(queue)
         if bound is None:
             return None
