@@ -12,8 +12,8 @@ from helpers import RunningWorker, eventually, new_job, wait_finished
 from conveyor import BreakerError, Conveyor, Limits, RetryOptions
 from conveyor.backends.contract import Backend
 from conveyor.backends.params import BucketHold, ClaimedJobs, ClaimRequest, QueueQuota
+from conveyor.downstreams.breaker_client import BreakerClient
 from conveyor.downstreams.breaker_records import close_by_hand, open_by_hand, read_breaker
-from conveyor.downstreams.breaker_view import BreakerView
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.rules.breakers import CLOSED, HALF_OPEN, OPEN, Breaker
@@ -23,16 +23,16 @@ from conveyor.worker import WorkerConfig
 WORKERS = 4
 
 
-def views(app: Conveyor, n: int = WORKERS) -> list[BreakerView]:
+def views(app: Conveyor, n: int = WORKERS) -> list[BreakerClient]:
     """One view per worker of a fleet sharing the app's declarations."""
-    return [BreakerView(app.breakers) for _ in range(n)]
+    return [BreakerClient(app.breakers) for _ in range(n)]
 
 
 def stripe(app: Conveyor, failures: int = 5) -> Breaker:
     return app.breaker("stripe", failures=failures, window=60, cooldown=30)
 
 
-async def claim_round(backend: Backend, fleet: list[BreakerView], limit: int = 10) -> list[str]:
+async def claim_round(backend: Backend, fleet: list[BreakerClient], limit: int = 10) -> list[str]:
     """Each worker claims at once with the buckets its view gives; the ids claimed."""
     claims = await asyncio.gather(
         *(
@@ -163,13 +163,13 @@ async def test_a_held_bucket_refills_from_the_end_of_its_hold(
     assert await claim() == 5  # then as any bucket: at most its burst
 
 
-async def refresh_all(backend: Backend, fleet: list[BreakerView], clock: ManualClock) -> None:
+async def refresh_all(backend: Backend, fleet: list[BreakerClient], clock: ManualClock) -> None:
     await asyncio.gather(*(view.refresh(backend, clock()) for view in fleet))
 
 
 async def half_open(
     app: Conveyor, backend: Backend, clock: ManualClock, jobs: int
-) -> tuple[Breaker, list[BreakerView], list[str]]:
+) -> tuple[Breaker, list[BreakerClient], list[str]]:
     """`jobs` waiting behind a breaker that one failure opened and whose cooldown is over,
     seen by a fleet of refreshed views: (the breaker, the views, the waiting ids)."""
     breaker = stripe(app, failures=1)

@@ -21,7 +21,7 @@ from conveyor.backends.params import JobFilter, JobPage, QueuePause, Retention, 
 from conveyor.model.clock import ManualClock
 from conveyor.model.job import JobState
 from conveyor.worker import WorkerConfig
-from conveyor.worker.held_jobs import corrupt_outcome
+from conveyor.worker.in_flight import corrupt_outcome
 from conveyor.worker.rescue import rescue_expired
 
 DEEP = "[" * 100_000 + "]" * 100_000  # item 6 of issue 10: past any JSON parser's depth

@@ -31,7 +31,7 @@ from conveyor.rules.rate_limits import BURST_MAX, TOKEN_SLACK
 # mean a store too busy to agree, which the caller reports (it is retried there).
 CAS_ATTEMPTS = 50
 # The hold of an opening by hand whose cooldown the caller does not know (a command
-# run with --url): well past every worker's refresh (conveyor.downstreams.breaker_view),
+# run with --url): well past every worker's refresh (conveyor.downstreams.breaker_client),
 # after which the workers' own views keep the bucket out of their claims.
 HOLD_SECONDS = 5.0
 # Short of a whole token while held, a whole one the moment a half-open claim refills

@@ -1,6 +1,6 @@
 """The downstream guards as worker plug-ins (conveyor.plugins): circuit breakers,
 adaptive concurrency limits and retry budgets. Each wraps the state kept beside it
-(breaker_view, adaptive_controller, retry_ledger) and plugs it into the worker's hooks;
+(breaker_client, adaptive_controller, retry_ledger) and plugs it into the worker's hooks;
 `conveyor.worker.plugins` registers them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from conveyor.backends.contract import Backend
 from conveyor.backends.params import Settlement
 from conveyor.downstreams.adaptive_controller import AdaptiveController
-from conveyor.downstreams.breaker_view import REFRESH_INTERVAL, BreakerView
+from conveyor.downstreams.breaker_client import REFRESH_INTERVAL, BreakerClient
 from conveyor.downstreams.retry_ledger import SYNC_INTERVAL, RetryLedger
 from conveyor.model.clock import Clock
 from conveyor.model.job import Job
@@ -38,7 +38,7 @@ class BreakerPlugin(WorkerPlugin):
         self, breakers: BreakerRegistry, get_backend: Callable[[], Awaitable[Backend]], clock: Clock
     ) -> None:
         self.breakers = breakers
-        self.view = BreakerView(breakers)
+        self.view = BreakerClient(breakers)
         self._backend = get_backend
         self._clock = clock
         # Jobs behind a breaker whose handler ended -> whether it counts as a failure.

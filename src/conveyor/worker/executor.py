@@ -119,7 +119,7 @@ class JobExecutor:
             await run_chain(middleware, call, innermost)
         except INTERRUPTS as exc:
             if cancel_requested():
-                raise  # the worker is stopping this attempt: it decides (HeldJobs._interrupted)
+                raise  # the worker is stopping this attempt: it decides (InFlightJobs._interrupted)
             return self._middleware_failed(job, call, exc)
         except BaseException as exc:
             return self._middleware_failed(job, call, exc)

@@ -11,7 +11,7 @@ exception raised onward as-is does not always get there:
     cancelling the job.
 So the call is wrapped where it runs and every ending becomes a `Returned` or a
 `Raised`; only a cancel that someone requested of the task running the handler is
-let through, for the worker to decide on (see `HeldJobs._interrupted`).
+let through, for the worker to decide on (see `InFlightJobs._interrupted`).
 """
 
 from __future__ import annotations

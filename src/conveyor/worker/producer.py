@@ -1,5 +1,5 @@
 """The producer: the worker's claim loop. It claims jobs into the free slots of the
-held jobs (conveyor.worker.held_jobs), as the queue plan shares them out by weight,
+jobs in flight (conveyor.worker.in_flight), as the queue plan shares them out by weight,
 spending the buckets the plugins add to each claim (conveyor.plugins: the breakers'),
 waits while idle for a wake-up, a poll, a plugin's change or a key's freed slot, and
 stops claiming at a job budget, a retirement reason or the end of a burst."""
@@ -17,7 +17,7 @@ from conveyor.model.clock import Clock
 from conveyor.plugins import WorkerPlugin, overriding
 from conveyor.rules.rate_limits import RateLimit
 from conveyor.worker.config import WorkerConfig
-from conveyor.worker.held_jobs import HeldJobs
+from conveyor.worker.in_flight import InFlightJobs
 
 log = logging.getLogger("conveyor.worker")
 TOKEN_WAIT_MIN = 0.005  # seconds: the shortest wait for a rate limit's next token
@@ -35,7 +35,7 @@ class Producer:
         self,
         worker_id: str,
         config: WorkerConfig,
-        held: HeldJobs,
+        held: InFlightJobs,
         plugins: Sequence[WorkerPlugin],
         clock: Clock,
         stop_claiming: asyncio.Event,

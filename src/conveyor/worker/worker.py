@@ -1,6 +1,6 @@
 """The asyncio worker, composed of small services: producer (claims jobs into
 free slots; producer.py), the held jobs (starts each on the executor, heartbeats
-their leases; held_jobs.py), executor (runs one job), completer (batched outcome
+their leases; in_flight.py), executor (runs one job), completer (batched outcome
 writes), rescuer (returns expired leases), presence (its record, its liveness signal,
 and the watch that returns the jobs of workers whose signal is gone; see presence.py)
 and pruner (retention), the scheduler (periodic schedules; see conveyor.scheduling),
@@ -28,7 +28,7 @@ from conveyor.plugins import WorkerPlugin, every
 from conveyor.scheduling.scheduler import Scheduler
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executor import JobExecutor
-from conveyor.worker.held_jobs import HeldJobs
+from conveyor.worker.in_flight import InFlightJobs
 from conveyor.worker.plugins import feature_plugins
 from conveyor.worker.presence import Presence
 from conveyor.worker.producer import Producer
@@ -85,7 +85,9 @@ class Worker:
         self._executor = JobExecutor(app, self.id, self._threads, self.plugins)
         self.minute_stats = MinuteRecorder(self.id)  # throughput for dashboards
         self._executor.on_runaway = self._on_runaway
-        self.jobs = HeldJobs(app, config, self.id, self._executor, self.counts, self.minute_stats)
+        self.jobs = InFlightJobs(
+            app, config, self.id, self._executor, self.counts, self.minute_stats
+        )
         self.producer = Producer(
             self.id,
             config,

@@ -1,4 +1,4 @@
-"""The jobs a worker holds, from claim to written outcome: it starts each one on the
+"""The jobs in flight in a worker, from claim to written outcome: it starts each one on the
 executor, turns how it ended into a settlement for the completer, counts the
 outcomes, extends their leases (stopping a job whose lease was lost, flagging one an
 operator asked to cancel) and, on a cold stop, returns the running ones to their
@@ -59,8 +59,8 @@ class RunningJob:
     returning: bool = False
 
 
-class HeldJobs:
-    """The worker's held jobs and what it does to them (see the module docstring)."""
+class InFlightJobs:
+    """The worker's jobs in flight and what it does to them (see the module docstring)."""
 
     def __init__(
         self,

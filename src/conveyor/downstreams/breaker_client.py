@@ -1,5 +1,6 @@
-"""The worker's view of the app's circuit breakers (conveyor.rules.breakers): which
-buckets its claims carry, and how, and the outcomes it reports.
+"""The worker's client of the app's circuit breakers (conveyor.rules.breakers): a cached
+view of their records it reads before each claim (which buckets its claims carry, and
+how), and the outcomes it reports, written by compare-and-set.
 
 Reading the records before every claim would add a round trip per claim. So the
 view is refreshed once a second (`refresh`, one list_records), and at once when this
@@ -36,7 +37,7 @@ log = logging.getLogger("conveyor.worker")
 REFRESH_INTERVAL = 1.0
 
 
-class BreakerView:
+class BreakerClient:
     def __init__(self, breakers: BreakerRegistry) -> None:
         self._breakers = breakers
         self._states: dict[str, BreakerState] = {}
