@@ -1,23 +1,14 @@
-"""`memory://name`: a backend inside this process, for tests.
-
-Every `MemoryBackend` of one URL in a process shares one store (the sync facade's
-loop and a test's loop see the same jobs, as two connections to one database
-would); `memory://` alone names the process's default store. A store lives until
-the process exits or `drop_store(url)`; a worker in another process cannot reach
-it (it would see an empty store of its own), so the command line refuses these
-URLs, and a store used again after a fork says so instead of splitting in two.
+"""`memory://name`: a backend inside this process, for tests (registry.py says how the
+backends of one URL share its store).
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit
 
-from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
 from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
+from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
     BucketHold,
@@ -48,44 +39,7 @@ from conveyor.backends.params import (
     Settlement,
 )
 from conveyor.model.clock import Clock, system_clock
-from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, NewJob
-
-_stores: dict[str, MemoryStore] = {}
-_stores_lock = threading.Lock()
-
-
-def store_name(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme != "memory":
-        raise ConfigurationError(f"not a memory URL: {url!r}")
-    if parts.query or parts.fragment or "@" in parts.netloc:
-        raise ConfigurationError(
-            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests"
-            f" ({ONE_PROCESS})"
-        )
-    return parts.netloc + parts.path
-
-
-def store_for(url: str) -> MemoryStore:
-    """The store of `url` in this process, made on first use."""
-    name = store_name(url)
-    with _stores_lock:
-        store = _stores.get(name)
-        if store is None:
-            store = _stores[name] = MemoryStore(name)
-    if store.pid != os.getpid():
-        raise ConfigurationError(
-            f"memory://{name} was made in process {store.pid} and is used in process "
-            f"{os.getpid()} (a fork): {ONE_PROCESS}"
-        )
-    return store
-
-
-def drop_store(url: str) -> None:
-    """Forget every job and record of `url` (the next use starts empty)."""
-    with _stores_lock:
-        _stores.pop(store_name(url), None)
 
 
 class MemoryBackend:
@@ -95,8 +49,9 @@ class MemoryBackend:
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.url = url
-        self.name = store_name(url)
         self.clock = clock
+        self._access = StoreAccess(url, clock)
+        self.name = self._access.name
         self._wakeups_seen: int | None = None  # see Wakeups.wait
 
     def __repr__(self) -> str:
@@ -104,7 +59,7 @@ class MemoryBackend:
 
     @property
     def store(self) -> MemoryStore:
-        return store_for(self.url)
+        return self._access.store
 
     async def open(self) -> None:
         _ = self.store  # made now, and a store inherited through a fork refused now
