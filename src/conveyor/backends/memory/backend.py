@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from conveyor.backends.memory import inspector, liveness, records
+from conveyor.backends.memory import inspector, liveness
 from conveyor.backends.memory.blobs import MemoryBlobStore
+from conveyor.backends.memory.records import MemoryRecords
 from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
@@ -52,6 +53,7 @@ class MemoryBackend:
         self.clock = clock
         self._access = StoreAccess(url, clock)
         self.name = self._access.name
+        self._records = MemoryRecords(self._access)
         self._wakeups_seen: int | None = None  # see Wakeups.wait
 
     def __repr__(self) -> str:
@@ -213,56 +215,27 @@ class MemoryBackend:
         queue, paused = queue_pause.queue, queue_pause.paused
         inspector.pause_queue(self.store, queue, paused)
 
-    # --- shared records -------------------------------------------------------------
+    # --- SharedRecords --------------------------------------------------------------
     async def get_record(self, record_key: RecordKey) -> str | None:
-        namespace, key = record_key.namespace, record_key.key
-        return records.get(self.store, namespace, key, self.clock())
+        return self._records.get_record(record_key)
 
     async def list_records(self, namespace: str) -> dict[str, str]:
-        return records.list_all(self.store, namespace, self.clock())
+        return self._records.list_records(namespace)
 
     async def put_record(self, record_write: RecordWrite) -> None:
-        namespace, key, value, ttl = (
-            record_write.namespace,
-            record_write.key,
-            record_write.value,
-            record_write.ttl,
-        )
-        records.put(self.store, namespace, key, value, ttl, self.clock())
+        self._records.put_record(record_write)
 
     async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
-        namespace, key, value, ttl = (
-            record_write.namespace,
-            record_write.key,
-            record_write.value,
-            record_write.ttl,
-        )
-        return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
+        return self._records.put_record_if_absent(record_write)
 
     async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
-        namespace, key, expected, value, ttl = (
-            record_swap.namespace,
-            record_swap.key,
-            record_swap.expected,
-            record_swap.value,
-            record_swap.ttl,
-        )
-        return records.compare_and_set(
-            self.store, namespace, key, expected, value, ttl, self.clock()
-        )
+        return self._records.compare_and_set_record(record_swap)
 
     async def incr_record(self, record_increment: RecordIncrement) -> int:
-        namespace, key, amount, ttl = (
-            record_increment.namespace,
-            record_increment.key,
-            record_increment.amount,
-            record_increment.ttl,
-        )
-        return records.incr(self.store, namespace, key, amount, ttl, self.clock())
+        return self._records.incr_record(record_increment)
 
     async def delete_record(self, record_key: RecordKey) -> bool:
-        namespace, key = record_key.namespace, record_key.key
-        return records.delete(self.store, namespace, key, self.clock())
+        return self._records.delete_record(record_key)
 
     # --- for the conformance suite (StateForcing) ----------------------------------------
     async def force_state(self, forced_state: ForcedState) -> None:
