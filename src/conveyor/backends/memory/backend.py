@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from conveyor.backends.memory import inspector, liveness
 from conveyor.backends.memory.blobs import MemoryBlobStore
+from conveyor.backends.memory.flow import MemoryFlowState
 from conveyor.backends.memory.records import MemoryRecords
 from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.memory.store import MemoryStore
@@ -53,6 +54,7 @@ class MemoryBackend:
         self.clock = clock
         self._access = StoreAccess(url, clock)
         self.name = self._access.name
+        self._flow = MemoryFlowState(self._access)
         self._records = MemoryRecords(self._access)
         self._wakeups_seen: int | None = None  # see Wakeups.wait
 
@@ -104,11 +106,6 @@ class MemoryBackend:
         )
         return self.store.checkpoint_job(lease, checkpoint, progress)
 
-    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
-        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
-        with self.store.lock:
-            self.store.buckets[key] = (tokens, until)
-
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
         timeout = job_wait.timeout
         self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
@@ -159,22 +156,6 @@ class MemoryBackend:
     async def count_jobs(self, where: JobFilter) -> int:
         return inspector.count_jobs(self.store, where)
 
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        with self.store.lock:
-            holders = self.store.slots.holders.get(concurrency_key, {})
-            return sum(job_id in self.store.running for job_id in holders)
-
-    # --- adaptive limits (FlowState) ---------------------------------------------------
-    async def set_key_limit(self, key_limit: KeyLimit) -> None:
-        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
-        with self.store.lock:
-            self.store.slots.set_limit(concurrency_key, limit)
-        self.store.wakeups.notify()
-
-    async def key_limit(self, concurrency_key: str) -> int | None:
-        with self.store.lock:
-            return self.store.slots.overrides.get(concurrency_key)
-
     async def cancel_job(self, job_id: str) -> Job | None:
         return inspector.cancel_job(self.store, job_id, self.clock())
 
@@ -204,16 +185,27 @@ class MemoryBackend:
     async def queue_stats(self) -> list[QueueStats]:
         return inspector.queue_stats(self.store, self.clock())
 
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return inspector.flow_loads(self.store, query)
+    # --- FlowState ------------------------------------------------------------------
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        self._flow.pause_queue(queue_pause)
 
     async def queue_paused(self, queue: str) -> bool:
-        with self.store.lock:
-            return self.store.paused.get(queue, False)
+        return self._flow.queue_paused(queue)
 
-    async def pause_queue(self, queue_pause: QueuePause) -> None:
-        queue, paused = queue_pause.queue, queue_pause.paused
-        inspector.pause_queue(self.store, queue, paused)
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        self._flow.hold_rate_bucket(bucket_hold)
+
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        self._flow.set_key_limit(key_limit)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return self._flow.key_limit(concurrency_key)
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return self._flow.count_running_of_key(concurrency_key)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return self._flow.flow_loads(query)
 
     # --- SharedRecords --------------------------------------------------------------
     async def get_record(self, record_key: RecordKey) -> str | None:

@@ -13,11 +13,11 @@ from typing import Any
 
 from conveyor.backends.codec import last_error_type
 from conveyor.backends.filtering import job_matches, redrive_scope, waiting_scope
-from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
+from conveyor.backends.folding import queue_stats_from_rows
 from conveyor.backends.memory.dependants import MemoryDependants
 from conveyor.backends.memory.store import MemoryStore, Row
 from conveyor.backends.memory.stored_rows import as_number
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.params import JobFilter, QueueStats
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
@@ -200,30 +200,3 @@ def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
             parked,
             list(store.shed.items()),
         )
-
-
-def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
-    def wanted(queue: Any) -> bool:
-        return query.queue is None or queue == query.queue
-
-    with store.lock:
-        running = [
-            (key, 1, 0)
-            for key, holders in store.slots.holders.items()
-            for job_id in holders
-            if job_id in store.running and wanted(store.rows[job_id].get("queue"))
-        ]
-        held = [(key, 0, 1) for key, queue in store.slots.parked_jobs() if wanted(queue)]
-        buckets = [
-            (key, len(lane))
-            for (queue, key), lane in store.available.items()
-            if key is not None and wanted(queue)
-        ]
-    return flow_loads_from_rows(query.top, running + held, buckets)
-
-
-def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:
-    with store.lock:
-        store.paused[queue] = paused
-    if not paused:  # idle workers may have work waiting in it
-        store.wakeups.notify()
