@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from conveyor.backends.memory import inspector, liveness
+from conveyor.backends.memory import inspector
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.flow import MemoryFlowState
+from conveyor.backends.memory.liveness import SIGNAL, InProcessHolder, MemoryLiveness
 from conveyor.backends.memory.records import MemoryRecords
 from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.memory.store import MemoryStore
@@ -47,7 +48,7 @@ from conveyor.model.job import Job, NewJob
 class MemoryBackend:
     """The `Backend` protocol on a `MemoryStore`; each verb is one step under its lock."""
 
-    liveness_signal = liveness.SIGNAL
+    liveness_signal = SIGNAL
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.url = url
@@ -56,6 +57,7 @@ class MemoryBackend:
         self.name = self._access.name
         self._flow = MemoryFlowState(self._access)
         self._records = MemoryRecords(self._access)
+        self._liveness = MemoryLiveness(self._access)
         self._wakeups_seen: int | None = None  # see Wakeups.wait
 
     def __repr__(self) -> str:
@@ -128,15 +130,6 @@ class MemoryBackend:
     async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
         now, limit = result_sweep.now, result_sweep.limit
         return self.store.expire_results(now, limit)
-
-    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
-    async def hold_liveness(self, worker_id: str) -> liveness.InProcessHolder:
-        holder = liveness.InProcessHolder(self.store, worker_id)
-        await holder.start(timeout=10.0)
-        return holder
-
-    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
-        return liveness.dead_workers(self.store, candidates)
 
     # --- admin ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
@@ -228,6 +221,13 @@ class MemoryBackend:
 
     async def delete_record(self, record_key: RecordKey) -> bool:
         return self._records.delete_record(record_key)
+
+    # --- WorkerLiveness -------------------------------------------------------------
+    async def hold_liveness(self, worker_id: str) -> InProcessHolder:
+        return await self._liveness.hold_liveness(worker_id)
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return self._liveness.dead_workers(candidates)
 
     # --- for the conformance suite (StateForcing) ----------------------------------------
     async def force_state(self, forced_state: ForcedState) -> None:
