@@ -1,5 +1,10 @@
 """`memory://name`: a backend inside this process, for tests (registry.py says how the
 backends of one URL share its store).
+
+`MemoryBackend` is the contract and nothing else: each verb hands its params to the
+role object that owns it (lifecycle.py, flow.py, records.py, liveness.py),
+all built from one `StoreAccess`, the state they share. A fifth backend keeps this
+class's shape and replaces what the roles do.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from conveyor.backends.memory import inspector
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.flow import MemoryFlowState
+from conveyor.backends.memory.lifecycle import MemoryLifecycle
 from conveyor.backends.memory.liveness import SIGNAL, InProcessHolder, MemoryLiveness
 from conveyor.backends.memory.records import MemoryRecords
 from conveyor.backends.memory.registry import StoreAccess
@@ -46,7 +52,7 @@ from conveyor.model.job import Job, NewJob
 
 
 class MemoryBackend:
-    """The `Backend` protocol on a `MemoryStore`; each verb is one step under its lock."""
+    """The `Backend` protocol on a memory store; each verb is one step under its lock."""
 
     liveness_signal = SIGNAL
 
@@ -55,10 +61,10 @@ class MemoryBackend:
         self.clock = clock
         self._access = StoreAccess(url, clock)
         self.name = self._access.name
+        self._lifecycle = MemoryLifecycle(self._access)
         self._flow = MemoryFlowState(self._access)
         self._records = MemoryRecords(self._access)
         self._liveness = MemoryLiveness(self._access)
-        self._wakeups_seen: int | None = None  # see Wakeups.wait
 
     def __repr__(self) -> str:
         return f"<MemoryBackend memory://{self.name}>"
@@ -68,11 +74,7 @@ class MemoryBackend:
         return self._access.store
 
     async def open(self) -> None:
-        _ = self.store  # made now, and a store inherited through a fork refused now
-
-    def default_blob_store(self) -> MemoryBlobStore:
-        """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
-        return MemoryBlobStore(self.store.blobs, self.clock)
+        _ = self._access.store  # made now, and a store inherited through a fork refused now
 
     async def close(self) -> None:
         pass  # the store outlives its backends, as a database outlives a connection
@@ -80,63 +82,52 @@ class MemoryBackend:
     async def migrate(self) -> list[int]:
         return []  # no schema
 
-    # --- producer -----------------------------------------------------------------
+    def default_blob_store(self) -> MemoryBlobStore:
+        """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
+        return MemoryBlobStore(self._access.store.blobs, self.clock)
+
+    # --- JobLifecycle ---------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return self.store.enqueue_jobs(jobs, self.clock())
+        return self._lifecycle.enqueue_jobs(jobs)
 
     def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return self.store.enqueue_jobs(jobs, self.clock())
+        return self._lifecycle.enqueue_jobs(jobs)
 
-    # --- worker -----------------------------------------------------------------------
     async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
-        if request.limit <= 0:
-            return ClaimedJobs()
-        return self.store.fetch_jobs(request, self.clock())
+        return self._lifecycle.fetch_jobs(request)
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        return self.store.settle_jobs(settlements, self.clock())
+        return self._lifecycle.settle_jobs(settlements)
 
     async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
-        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
-        return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
+        return self._lifecycle.heartbeat_jobs(heartbeat)
 
     async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
-        lease, checkpoint, progress = (
-            checkpoint_write.lease,
-            checkpoint_write.checkpoint,
-            checkpoint_write.progress,
-        )
-        return self.store.checkpoint_job(lease, checkpoint, progress)
+        return self._lifecycle.checkpoint_job(checkpoint_write)
 
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
-        timeout = job_wait.timeout
-        self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
+        await self._lifecycle.wait_for_jobs(job_wait)
 
     async def wait_for_finish(self, finish_wait: FinishWait) -> None:
-        job_id, timeout = finish_wait.job_id, finish_wait.timeout
-        seen = self.store.finished.generation  # before looking: an end after it wakes us
-        job = self.store.job(job_id)
-        if job is not None and not job.is_finished:
-            await self.store.finished.wait(timeout, seen)
+        await self._lifecycle.wait_for_finish(finish_wait)
 
-    # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        return self.store.find_leases(query)
+        return self._lifecycle.find_leases(query)
 
     async def prune_jobs(self, retention: Retention) -> int:
-        completed_before, dead_before = retention.completed_before, retention.dead_before
-        return self.store.prune_jobs(completed_before, dead_before, self.clock())
+        return self._lifecycle.prune_jobs(retention)
 
     async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
-        now, limit = result_sweep.now, result_sweep.limit
-        return self.store.expire_results(now, limit)
+        return self._lifecycle.expire_results(result_sweep)
 
-    # --- admin ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
-        store = self.store
-        with store.lock:
-            return store.job(job_id)
+        return self._lifecycle.get_job(job_id)
 
+    async def force_state(self, forced_state: ForcedState) -> None:
+        """Test hook: a raw state write, refused unless the transition is in the table."""
+        self._lifecycle.force_state(forced_state)
+
+    # --- Inspector ------------------------------------------------------------------
     async def list_jobs(self, job_page: JobPage) -> list[Job]:
         where, limit, offset, after = (
             job_page.where,
@@ -228,9 +219,3 @@ class MemoryBackend:
 
     async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
         return self._liveness.dead_workers(candidates)
-
-    # --- for the conformance suite (StateForcing) ----------------------------------------
-    async def force_state(self, forced_state: ForcedState) -> None:
-        """Test hook: a raw state write, refused unless the transition is in the table."""
-        job_id, state = forced_state.job_id, forced_state.state
-        self.store.force_state(job_id, state)

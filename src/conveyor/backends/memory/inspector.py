@@ -14,9 +14,9 @@ from typing import Any
 from conveyor.backends.codec import last_error_type
 from conveyor.backends.filtering import job_matches, redrive_scope, waiting_scope
 from conveyor.backends.folding import queue_stats_from_rows
-from conveyor.backends.memory.dependants import MemoryDependants
-from conveyor.backends.memory.store import MemoryStore, Row
-from conveyor.backends.memory.stored_rows import as_number
+from conveyor.backends.memory import dependants
+from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.memory.stored_rows import Row, as_number
 from conveyor.backends.params import JobFilter, QueueStats
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
@@ -99,7 +99,7 @@ def _cancel_waiting(store: MemoryStore, job_id: str, now: float) -> bool:
     state = store.job(job_id).state  # type: ignore[union-attr]
     if state not in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
         return False
-    store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+    store.move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
     return True
 
 
@@ -109,9 +109,9 @@ def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
             return None
         state = store.job(job_id).state  # type: ignore[union-attr]
         if state is S.BLOCKED:
-            store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+            store.move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
         if state is S.BLOCKED or _cancel_waiting(store, job_id, now):
-            store._release_dependants(job_id, now)  # a workflow member: onwards (docs/workflows.md)
+            dependants.release(store, job_id, now)  # a workflow member: onwards (docs/workflows.md)
         elif state is S.RUNNING:
             store.rows[job_id]["cancel_requested"] = True
         job = store.job(job_id)
@@ -132,7 +132,7 @@ def cancel_jobs(
             return ids
         cancelled = [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
         for job_id in cancelled:
-            store._release_dependants(job_id, now)  # a workflow member's dependants follow
+            dependants.release(store, job_id, now)  # a workflow member's dependants follow
     if cancelled:
         store.finished.notify()
     return cancelled
@@ -147,7 +147,7 @@ def redrive_jobs(
         if not dry_run:
             for job_id in ids:
                 old = store.job(job_id).state  # type: ignore[union-attr]
-                store._move(
+                store.move(
                     job_id,
                     old,
                     S.AVAILABLE,
@@ -158,7 +158,7 @@ def redrive_jobs(
                     cancel_requested=False,
                 )
                 if store.rows[job_id].get("dependants"):  # a workflow member: resume it
-                    resume_dependants(MemoryDependants(store, now), job_id)
+                    resume_dependants(dependants.MemoryDependants(store, now), job_id)
         jobs = [store.job(job_id) for job_id in ids]
     if ids and not dry_run:
         store.wakeups.notify()
