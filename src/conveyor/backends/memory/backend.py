@@ -2,7 +2,7 @@
 backends of one URL share its store).
 
 `MemoryBackend` is the contract and nothing else: each verb hands its params to the
-role object that owns it (lifecycle.py, flow.py, records.py, liveness.py),
+role object that owns it (lifecycle.py, inspector.py, flow.py, records.py, liveness.py),
 all built from one `StoreAccess`, the state they share. A fifth backend keeps this
 class's shape and replaces what the roles do.
 """
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from conveyor.backends.memory import inspector
 from conveyor.backends.memory.blobs import MemoryBlobStore
 from conveyor.backends.memory.flow import MemoryFlowState
+from conveyor.backends.memory.inspector import MemoryInspector
 from conveyor.backends.memory.lifecycle import MemoryLifecycle
 from conveyor.backends.memory.liveness import SIGNAL, InProcessHolder, MemoryLiveness
 from conveyor.backends.memory.records import MemoryRecords
 from conveyor.backends.memory.registry import StoreAccess
-from conveyor.backends.memory.store import MemoryStore
 from conveyor.backends.params import (
     BucketHold,
     BulkAction,
@@ -62,16 +61,13 @@ class MemoryBackend:
         self._access = StoreAccess(url, clock)
         self.name = self._access.name
         self._lifecycle = MemoryLifecycle(self._access)
+        self._inspector = MemoryInspector(self._access)
         self._flow = MemoryFlowState(self._access)
         self._records = MemoryRecords(self._access)
         self._liveness = MemoryLiveness(self._access)
 
     def __repr__(self) -> str:
         return f"<MemoryBackend memory://{self.name}>"
-
-    @property
-    def store(self) -> MemoryStore:
-        return self._access.store
 
     async def open(self) -> None:
         _ = self._access.store  # made now, and a store inherited through a fork refused now
@@ -129,45 +125,34 @@ class MemoryBackend:
 
     # --- Inspector ------------------------------------------------------------------
     async def list_jobs(self, job_page: JobPage) -> list[Job]:
-        where, limit, offset, after = (
-            job_page.where,
-            job_page.limit,
-            job_page.offset,
-            job_page.after,
-        )
-        return inspector.list_jobs(self.store, where, limit, offset, after)
+        return self._inspector.list_jobs(job_page)
 
     async def count_jobs(self, where: JobFilter) -> int:
-        return inspector.count_jobs(self.store, where)
+        return self._inspector.count_jobs(where)
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        return inspector.cancel_job(self.store, job_id, self.clock())
+        return self._inspector.cancel_job(job_id)
 
     async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.redrive_jobs(self.store, where, limit, dry_run, self.clock())
+        return self._inspector.redrive_jobs(bulk_action)
 
     async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.delete_jobs(self.store, where, limit, dry_run)
+        return self._inspector.delete_jobs(bulk_action)
 
     async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.cancel_jobs(self.store, where, limit, dry_run, self.clock())
+        return self._inspector.cancel_jobs(bulk_action)
 
     async def task_names(self, where: JobFilter) -> list[str]:
-        return inspector.task_names(self.store, where)
+        return self._inspector.task_names(where)
 
     async def dependants_of(self, job_id: str) -> list[str]:
-        with self.store.lock:
-            return list(self.store.rows.get(job_id, {}).get("dependants") or ())
+        return self._inspector.dependants_of(job_id)
 
     async def parents_of(self, job_id: str) -> list[str]:
-        with self.store.lock:
-            return list(self.store.rows.get(job_id, {}).get("parents") or ())
+        return self._inspector.parents_of(job_id)
 
     async def queue_stats(self) -> list[QueueStats]:
-        return inspector.queue_stats(self.store, self.clock())
+        return self._inspector.queue_stats()
 
     # --- FlowState ------------------------------------------------------------------
     async def pause_queue(self, queue_pause: QueuePause) -> None:
