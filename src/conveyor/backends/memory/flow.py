@@ -1,7 +1,7 @@
 """Flow control's state (FlowState) on a memory store: queue pauses, rate limit
 buckets, the limits set on concurrency keys, and what they hold back, each one step
 under the store's lock. The buckets are spent by the claim (lifecycle.py), the key
-slots kept by the store's filing (store.py, slots.py)."""
+slots kept by the store's filing (store.py, key_slots.py)."""
 
 from __future__ import annotations
 

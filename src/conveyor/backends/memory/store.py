@@ -23,11 +23,11 @@ from typing import Any
 from conveyor.backends.claiming import claim_rank
 from conveyor.backends.codec import COLUMNS, job_from_row
 from conveyor.backends.memory.blobs import BlobTable
-from conveyor.backends.memory.expiries import ResultExpiries
-from conveyor.backends.memory.ordered import Lanes, OrderedIds
-from conveyor.backends.memory.slots import KeySlots
+from conveyor.backends.memory.key_slots import KeySlots
+from conveyor.backends.memory.ordered_ids import Lanes, OrderedIds
+from conveyor.backends.memory.result_expiries import ResultExpiries
 from conveyor.backends.memory.stored_rows import Row
-from conveyor.backends.memory.wakeup import Wakeups
+from conveyor.backends.memory.wakeups import Wakeups
 from conveyor.model.job import Job, JobState
 from conveyor.model.lifecycle import Transition, check
 
