@@ -38,8 +38,9 @@ class MemoryStore:
     """Every job, queue flag, shared record and liveness signal of one `memory://` URL.
 
     Used from any thread and any event loop of the process that made it (the sync
-    facade runs on its own loop); each verb holds `lock` for its whole step, so it
-    is atomic as one SQL transaction or one Lua script is."""
+    facade runs on its own loop); each verb of the role objects (lifecycle.py,
+    inspector.py, flow.py, records.py, liveness.py) holds `lock` for its whole step, so
+    it is atomic as one SQL transaction or one Lua script is."""
 
     def __init__(self, name: str) -> None:
         self.name = name
