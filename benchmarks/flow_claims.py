@@ -81,7 +81,7 @@ async def cleanup(app: Conveyor, url: str) -> None:
         for _ in range(2):
             await backend.delete_all_keys()  # type: ignore[attr-defined]
     elif url.startswith("memory"):
-        from conveyor.backends.memory.backend import drop_store
+        from conveyor.backends.memory.registry import drop_store
 
         drop_store(url)
     elif url.startswith("postgresql"):

@@ -109,7 +109,7 @@ async def memory_url(tmp_path: Path) -> str:
 
 
 async def drop_memory_store(url: str) -> None:
-    from conveyor.backends.memory.backend import drop_store
+    from conveyor.backends.memory.registry import drop_store
 
     drop_store(url)
 

@@ -116,7 +116,9 @@ async def finish_waiter_parked(backend: Any, job_id: str) -> bool:
     wake-up, not the look, ended the wait."""
     kind = type(backend).__name__
     if kind == "MemoryBackend":
-        return bool(backend.store.finished._waiters)
+        from conveyor.backends.memory.registry import store_for
+
+        return bool(store_for(backend.url).finished._waiters)
     if kind == "SqliteBackend":
         listener = backend._lifecycle._finish_listener
         return listener is not None and bool(listener.event._waiters)

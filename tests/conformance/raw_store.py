@@ -167,7 +167,7 @@ class RedisRawStore:
 
 class MemoryRawStore:
     def __init__(self, url: str) -> None:
-        from conveyor.backends.memory.backend import store_for
+        from conveyor.backends.memory.registry import store_for
 
         self.store = store_for(url)
 

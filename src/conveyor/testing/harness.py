@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.memory.backend import drop_store
+from conveyor.backends.memory.registry import drop_store
 from conveyor.model.job import AttemptError, Job, JobState
 from conveyor.observe.middleware import CallNext, EnqueueContext, ExecuteContext, MiddlewareContext
 from conveyor.testing.clock import TestClock

@@ -10,7 +10,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends import backend_from_url
-from conveyor.backends.memory.backend import drop_store, store_for
+from conveyor.backends.memory.registry import drop_store, store_for
 from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import JobState
 

@@ -1,4 +1,4 @@
-"""The memory store's ordered index (backends/memory/ordered.py) against a plain model:
+"""The memory store's ordered index (backends/memory/ordered_ids.py) against a plain model:
 whatever the sequence of filings, re-filings and removals, `first` and `up_to` give
 what sorting the live entries gives, and leave them in."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conveyor.backends.memory.ordered import OrderedIds
+from conveyor.backends.memory.ordered_ids import OrderedIds
 
 ids = st.sampled_from([f"j{n}" for n in range(12)])
 steps = st.lists(

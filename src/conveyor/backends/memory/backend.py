@@ -1,24 +1,23 @@
-"""`memory://name`: a backend inside this process, for tests.
+"""`memory://name`: a backend inside this process, for tests (registry.py says how the
+backends of one URL share its store).
 
-Every `MemoryBackend` of one URL in a process shares one store (the sync facade's
-loop and a test's loop see the same jobs, as two connections to one database
-would); `memory://` alone names the process's default store. A store lives until
-the process exits or `drop_store(url)`; a worker in another process cannot reach
-it (it would see an empty store of its own), so the command line refuses these
-URLs, and a store used again after a fork says so instead of splitting in two.
+`MemoryBackend` is the contract and nothing else: each verb hands its params to the
+role object that owns it (lifecycle.py, inspector.py, flow.py, records.py, liveness.py),
+all built from one `StoreAccess`, the state they share. A fifth backend keeps this
+class's shape and replaces what the roles do.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit
 
-from conveyor.backends import IN_PROCESS_ONLY as ONE_PROCESS
-from conveyor.backends.memory import inspector, liveness, records
 from conveyor.backends.memory.blobs import MemoryBlobStore
-from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.memory.flow import MemoryFlowState
+from conveyor.backends.memory.inspector import MemoryInspector
+from conveyor.backends.memory.lifecycle import MemoryLifecycle
+from conveyor.backends.memory.liveness import SIGNAL, InProcessHolder, MemoryLiveness
+from conveyor.backends.memory.records import MemoryRecords
+from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.params import (
     BucketHold,
     BulkAction,
@@ -48,70 +47,30 @@ from conveyor.backends.params import (
     Settlement,
 )
 from conveyor.model.clock import Clock, system_clock
-from conveyor.model.errors import ConfigurationError
 from conveyor.model.job import Job, NewJob
-
-_stores: dict[str, MemoryStore] = {}
-_stores_lock = threading.Lock()
-
-
-def store_name(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme != "memory":
-        raise ConfigurationError(f"not a memory URL: {url!r}")
-    if parts.query or parts.fragment or "@" in parts.netloc:
-        raise ConfigurationError(
-            f"malformed memory URL {url!r}: it takes a name only, e.g. memory://tests"
-            f" ({ONE_PROCESS})"
-        )
-    return parts.netloc + parts.path
-
-
-def store_for(url: str) -> MemoryStore:
-    """The store of `url` in this process, made on first use."""
-    name = store_name(url)
-    with _stores_lock:
-        store = _stores.get(name)
-        if store is None:
-            store = _stores[name] = MemoryStore(name)
-    if store.pid != os.getpid():
-        raise ConfigurationError(
-            f"memory://{name} was made in process {store.pid} and is used in process "
-            f"{os.getpid()} (a fork): {ONE_PROCESS}"
-        )
-    return store
-
-
-def drop_store(url: str) -> None:
-    """Forget every job and record of `url` (the next use starts empty)."""
-    with _stores_lock:
-        _stores.pop(store_name(url), None)
 
 
 class MemoryBackend:
-    """The `Backend` protocol on a `MemoryStore`; each verb is one step under its lock."""
+    """The `Backend` protocol on a memory store; each verb is one step under its lock."""
 
-    liveness_signal = liveness.SIGNAL
+    liveness_signal = SIGNAL
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.url = url
-        self.name = store_name(url)
         self.clock = clock
-        self._wakeups_seen: int | None = None  # see Wakeups.wait
+        self._access = StoreAccess(url, clock)
+        self.name = self._access.name
+        self._lifecycle = MemoryLifecycle(self._access)
+        self._inspector = MemoryInspector(self._access)
+        self._flow = MemoryFlowState(self._access)
+        self._records = MemoryRecords(self._access)
+        self._liveness = MemoryLiveness(self._access)
 
     def __repr__(self) -> str:
         return f"<MemoryBackend memory://{self.name}>"
 
-    @property
-    def store(self) -> MemoryStore:
-        return store_for(self.url)
-
     async def open(self) -> None:
-        _ = self.store  # made now, and a store inherited through a fork refused now
-
-    def default_blob_store(self) -> MemoryBlobStore:
-        """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
-        return MemoryBlobStore(self.store.blobs, self.clock)
+        _ = self._access.store  # made now, and a store inherited through a fork refused now
 
     async def close(self) -> None:
         pass  # the store outlives its backends, as a database outlives a connection
@@ -119,198 +78,129 @@ class MemoryBackend:
     async def migrate(self) -> list[int]:
         return []  # no schema
 
-    # --- producer -----------------------------------------------------------------
+    def default_blob_store(self) -> MemoryBlobStore:
+        """Blobs kept by this URL's store, dropped with it (ProvidesBlobStore)."""
+        return MemoryBlobStore(self._access.store.blobs, self.clock)
+
+    # --- JobLifecycle ---------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return self.store.enqueue_jobs(jobs, self.clock())
+        return self._lifecycle.enqueue_jobs(jobs)
 
     def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return self.store.enqueue_jobs(jobs, self.clock())
+        return self._lifecycle.enqueue_jobs(jobs)
 
-    # --- worker -----------------------------------------------------------------------
     async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
-        if request.limit <= 0:
-            return ClaimedJobs()
-        return self.store.fetch_jobs(request, self.clock())
+        return self._lifecycle.fetch_jobs(request)
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        return self.store.settle_jobs(settlements, self.clock())
+        return self._lifecycle.settle_jobs(settlements)
 
     async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
-        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
-        return self.store.heartbeat_jobs(leases, lease_seconds, self.clock())
+        return self._lifecycle.heartbeat_jobs(heartbeat)
 
     async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
-        lease, checkpoint, progress = (
-            checkpoint_write.lease,
-            checkpoint_write.checkpoint,
-            checkpoint_write.progress,
-        )
-        return self.store.checkpoint_job(lease, checkpoint, progress)
-
-    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
-        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
-        with self.store.lock:
-            self.store.buckets[key] = (tokens, until)
+        return self._lifecycle.checkpoint_job(checkpoint_write)
 
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
-        timeout = job_wait.timeout
-        self._wakeups_seen = await self.store.wakeups.wait(timeout, self._wakeups_seen)
+        await self._lifecycle.wait_for_jobs(job_wait)
 
     async def wait_for_finish(self, finish_wait: FinishWait) -> None:
-        job_id, timeout = finish_wait.job_id, finish_wait.timeout
-        seen = self.store.finished.generation  # before looking: an end after it wakes us
-        job = self.store.job(job_id)
-        if job is not None and not job.is_finished:
-            await self.store.finished.wait(timeout, seen)
+        await self._lifecycle.wait_for_finish(finish_wait)
 
-    # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        return self.store.find_leases(query)
+        return self._lifecycle.find_leases(query)
 
     async def prune_jobs(self, retention: Retention) -> int:
-        completed_before, dead_before = retention.completed_before, retention.dead_before
-        return self.store.prune_jobs(completed_before, dead_before, self.clock())
+        return self._lifecycle.prune_jobs(retention)
 
     async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
-        now, limit = result_sweep.now, result_sweep.limit
-        return self.store.expire_results(now, limit)
+        return self._lifecycle.expire_results(result_sweep)
 
-    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
-    async def hold_liveness(self, worker_id: str) -> liveness.InProcessHolder:
-        holder = liveness.InProcessHolder(self.store, worker_id)
-        await holder.start(timeout=10.0)
-        return holder
-
-    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
-        return liveness.dead_workers(self.store, candidates)
-
-    # --- admin ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
-        store = self.store
-        with store.lock:
-            return store.job(job_id)
+        return self._lifecycle.get_job(job_id)
 
-    async def list_jobs(self, job_page: JobPage) -> list[Job]:
-        where, limit, offset, after = (
-            job_page.where,
-            job_page.limit,
-            job_page.offset,
-            job_page.after,
-        )
-        return inspector.list_jobs(self.store, where, limit, offset, after)
-
-    async def count_jobs(self, where: JobFilter) -> int:
-        return inspector.count_jobs(self.store, where)
-
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        with self.store.lock:
-            holders = self.store.slots.holders.get(concurrency_key, {})
-            return sum(job_id in self.store.running for job_id in holders)
-
-    # --- adaptive limits (FlowState) ---------------------------------------------------
-    async def set_key_limit(self, key_limit: KeyLimit) -> None:
-        concurrency_key, limit = key_limit.concurrency_key, key_limit.limit
-        with self.store.lock:
-            self.store.slots.set_limit(concurrency_key, limit)
-        self.store.wakeups.notify()
-
-    async def key_limit(self, concurrency_key: str) -> int | None:
-        with self.store.lock:
-            return self.store.slots.overrides.get(concurrency_key)
-
-    async def cancel_job(self, job_id: str) -> Job | None:
-        return inspector.cancel_job(self.store, job_id, self.clock())
-
-    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.redrive_jobs(self.store, where, limit, dry_run, self.clock())
-
-    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.delete_jobs(self.store, where, limit, dry_run)
-
-    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        return inspector.cancel_jobs(self.store, where, limit, dry_run, self.clock())
-
-    async def task_names(self, where: JobFilter) -> list[str]:
-        return inspector.task_names(self.store, where)
-
-    async def dependants_of(self, job_id: str) -> list[str]:
-        with self.store.lock:
-            return list(self.store.rows.get(job_id, {}).get("dependants") or ())
-
-    async def parents_of(self, job_id: str) -> list[str]:
-        with self.store.lock:
-            return list(self.store.rows.get(job_id, {}).get("parents") or ())
-
-    async def queue_stats(self) -> list[QueueStats]:
-        return inspector.queue_stats(self.store, self.clock())
-
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return inspector.flow_loads(self.store, query)
-
-    async def queue_paused(self, queue: str) -> bool:
-        with self.store.lock:
-            return self.store.paused.get(queue, False)
-
-    async def pause_queue(self, queue_pause: QueuePause) -> None:
-        queue, paused = queue_pause.queue, queue_pause.paused
-        inspector.pause_queue(self.store, queue, paused)
-
-    # --- shared records -------------------------------------------------------------
-    async def get_record(self, record_key: RecordKey) -> str | None:
-        namespace, key = record_key.namespace, record_key.key
-        return records.get(self.store, namespace, key, self.clock())
-
-    async def list_records(self, namespace: str) -> dict[str, str]:
-        return records.list_all(self.store, namespace, self.clock())
-
-    async def put_record(self, record_write: RecordWrite) -> None:
-        namespace, key, value, ttl = (
-            record_write.namespace,
-            record_write.key,
-            record_write.value,
-            record_write.ttl,
-        )
-        records.put(self.store, namespace, key, value, ttl, self.clock())
-
-    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
-        namespace, key, value, ttl = (
-            record_write.namespace,
-            record_write.key,
-            record_write.value,
-            record_write.ttl,
-        )
-        return records.compare_and_set(self.store, namespace, key, None, value, ttl, self.clock())
-
-    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
-        namespace, key, expected, value, ttl = (
-            record_swap.namespace,
-            record_swap.key,
-            record_swap.expected,
-            record_swap.value,
-            record_swap.ttl,
-        )
-        return records.compare_and_set(
-            self.store, namespace, key, expected, value, ttl, self.clock()
-        )
-
-    async def incr_record(self, record_increment: RecordIncrement) -> int:
-        namespace, key, amount, ttl = (
-            record_increment.namespace,
-            record_increment.key,
-            record_increment.amount,
-            record_increment.ttl,
-        )
-        return records.incr(self.store, namespace, key, amount, ttl, self.clock())
-
-    async def delete_record(self, record_key: RecordKey) -> bool:
-        namespace, key = record_key.namespace, record_key.key
-        return records.delete(self.store, namespace, key, self.clock())
-
-    # --- for the conformance suite (StateForcing) ----------------------------------------
     async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: a raw state write, refused unless the transition is in the table."""
-        job_id, state = forced_state.job_id, forced_state.state
-        self.store.force_state(job_id, state)
+        self._lifecycle.force_state(forced_state)
+
+    # --- Inspector ------------------------------------------------------------------
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        return self._inspector.list_jobs(job_page)
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return self._inspector.count_jobs(where)
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return self._inspector.cancel_job(job_id)
+
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        return self._inspector.redrive_jobs(bulk_action)
+
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return self._inspector.delete_jobs(bulk_action)
+
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return self._inspector.cancel_jobs(bulk_action)
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return self._inspector.task_names(where)
+
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return self._inspector.dependants_of(job_id)
+
+    async def parents_of(self, job_id: str) -> list[str]:
+        return self._inspector.parents_of(job_id)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return self._inspector.queue_stats()
+
+    # --- FlowState ------------------------------------------------------------------
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        self._flow.pause_queue(queue_pause)
+
+    async def queue_paused(self, queue: str) -> bool:
+        return self._flow.queue_paused(queue)
+
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        self._flow.hold_rate_bucket(bucket_hold)
+
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        self._flow.set_key_limit(key_limit)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return self._flow.key_limit(concurrency_key)
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return self._flow.count_running_of_key(concurrency_key)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return self._flow.flow_loads(query)
+
+    # --- SharedRecords --------------------------------------------------------------
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        return self._records.get_record(record_key)
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return self._records.list_records(namespace)
+
+    async def put_record(self, record_write: RecordWrite) -> None:
+        self._records.put_record(record_write)
+
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        return self._records.put_record_if_absent(record_write)
+
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        return self._records.compare_and_set_record(record_swap)
+
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        return self._records.incr_record(record_increment)
+
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        return self._records.delete_record(record_key)
+
+    # --- WorkerLiveness -------------------------------------------------------------
+    async def hold_liveness(self, worker_id: str) -> InProcessHolder:
+        return await self._liveness.hold_liveness(worker_id)
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return self._liveness.dead_workers(candidates)

@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
 
-from conveyor.model.job import AttemptError, Job, JobState
+from conveyor.backends.memory.store import MemoryStore, decode
+from conveyor.model.job import AttemptError, JobState
 from conveyor.model.lifecycle import Transition
-from conveyor.rules.dependencies import DEPENDENCY_FAILED, Start, dependency_error
+from conveyor.rules.dependencies import (
+    DEPENDENCY_FAILED,
+    Start,
+    dependency_error,
+    release_dependants,
+)
 
 S = JobState
-
-
-class MemoryStore(Protocol):
-    """What this needs of conveyor.backends.memory.store.MemoryStore."""
-
-    rows: dict[str, dict[str, Any]]
-
-    def job(self, job_id: str) -> Job | None: ...
-
-    def _move(
-        self, job_id: str, old: JobState, new: JobState, why: Transition | None, **fields: Any
-    ) -> Job: ...
 
 
 def states_of(store: MemoryStore, ids: Sequence[str]) -> dict[str, JobState | None]:
@@ -54,6 +47,18 @@ def link(
         )
 
 
+def release(store: MemoryStore, parent_id: str, now: float) -> int:
+    """A parent ended: release (or cancel) its dependants; how many it unblocked."""
+    if not store.rows[parent_id].get("dependants"):
+        return 0  # the one check a job outside a workflow pays
+    return release_dependants(
+        MemoryDependants(store, now),
+        parent_id,
+        decode(parent_id, store.rows[parent_id]).state,
+        now,
+    )
+
+
 class MemoryDependants:
     """conveyor.rules.dependencies.DependantRows on the store's rows (under its lock)."""
 
@@ -73,7 +78,7 @@ class MemoryDependants:
         self.store.rows[job_id]["pending_parents"] = pending_parents
 
     def unblock(self, job_id: str) -> None:
-        self.store._move(
+        self.store.move(
             job_id, S.BLOCKED, S.AVAILABLE, Transition.UNBLOCK, run_at=self.now, pending_parents=0
         )
 
@@ -81,7 +86,7 @@ class MemoryDependants:
         job = self.store.job(job_id)
         errors = () if job is None else job.errors
         why = AttemptError.from_dict(json.loads(error_json))
-        self.store._move(
+        self.store.move(
             job_id,
             S.BLOCKED,
             S.CANCELLED,
@@ -107,7 +112,7 @@ class MemoryDependants:
         return None if job is None else job.state
 
     def reblock(self, job_id: str, pending_parents: int) -> None:
-        self.store._move(
+        self.store.move(
             job_id,
             S.CANCELLED,
             S.BLOCKED,

@@ -1,4 +1,5 @@
-"""The operators' verbs on a memory store: listing, counting, bulk actions, stats.
+"""The operators' verbs (Inspector) on a memory store: listing, counting, bulk actions,
+a workflow's links, stats.
 
 Filters are the one Python predicate the Redis backend uses too
 (`conveyor.backends.filtering.job_matches`), over the stored values; the scopes of
@@ -13,11 +14,12 @@ from typing import Any
 
 from conveyor.backends.codec import last_error_type
 from conveyor.backends.filtering import job_matches, redrive_scope, waiting_scope
-from conveyor.backends.folding import flow_loads_from_rows, queue_stats_from_rows
-from conveyor.backends.memory.dependants import MemoryDependants
-from conveyor.backends.memory.store import MemoryStore, Row
-from conveyor.backends.memory.stored_rows import as_number
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.folding import queue_stats_from_rows
+from conveyor.backends.memory import dependants
+from conveyor.backends.memory.registry import StoreAccess
+from conveyor.backends.memory.store import MemoryStore
+from conveyor.backends.memory.stored_rows import Row, as_number
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, QueueStats
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
 from conveyor.model.job import TERMINAL_STATES, Job, JobState
@@ -25,6 +27,147 @@ from conveyor.model.lifecycle import Transition
 from conveyor.rules.dependencies import resume_dependants
 
 S = JobState
+
+
+class MemoryInspector:
+    def __init__(self, access: StoreAccess) -> None:
+        self.access = access
+
+    def list_jobs(self, job_page: JobPage) -> list[Job]:
+        store = self.access.store
+        limit, offset = job_page.limit, job_page.offset
+        with store.lock:
+            page: list[Job] = []
+            for n, job_id in enumerate(_newest_first(store, job_page.where, job_page.after)):
+                if n >= offset + limit:
+                    break
+                if n >= offset:
+                    page.append(store.job(job_id))  # type: ignore[arg-type]
+            return page
+
+    def count_jobs(self, where: JobFilter) -> int:
+        store = self.access.store
+        with store.lock:
+            return sum(1 for _ in _newest_first(store, where))
+
+    def task_names(self, where: JobFilter) -> list[str]:
+        store = self.access.store
+        with store.lock:
+            return sorted(
+                {
+                    readable_text(store.rows[i].get("task"))
+                    for i in _newest_first(store, where)
+                    if store.rows[i].get("task") is not None
+                }
+            )
+
+    def cancel_job(self, job_id: str) -> Job | None:
+        store, now = self.access.store, self.access.clock()
+        with store.lock:
+            if job_id not in store.rows:
+                return None
+            state = store.job(job_id).state  # type: ignore[union-attr]
+            if state is S.BLOCKED:
+                store.move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+            if state is S.BLOCKED or _cancel_waiting(store, job_id, now):
+                # a workflow member: onwards (docs/workflows.md)
+                dependants.release(store, job_id, now)
+            elif state is S.RUNNING:
+                store.rows[job_id]["cancel_requested"] = True
+            job = store.job(job_id)
+        if job is not None and job.state is S.CANCELLED:
+            store.finished.notify()
+        return job
+
+    def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        store, now = self.access.store, self.access.clock()
+        scoped = waiting_scope(bulk_action.where)
+        if scoped is None:
+            return []
+        with store.lock:
+            ids = list(_newest_first(store, scoped))[: bulk_action.limit]
+            if bulk_action.dry_run:
+                return ids
+            cancelled = [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
+            for job_id in cancelled:
+                dependants.release(store, job_id, now)  # a workflow member's dependants follow
+        if cancelled:
+            store.finished.notify()
+        return cancelled
+
+    def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        store, now = self.access.store, self.access.clock()
+        scoped = redrive_scope(bulk_action.where)
+        with store.lock:
+            ids = _oldest_finished_first(store, scoped, bulk_action.limit)
+            if not bulk_action.dry_run:
+                for job_id in ids:
+                    old = store.job(job_id).state  # type: ignore[union-attr]
+                    store.move(
+                        job_id,
+                        old,
+                        S.AVAILABLE,
+                        Transition.REDRIVE,
+                        attempt=0,
+                        run_at=now,
+                        finished_at=None,
+                        cancel_requested=False,
+                    )
+                    if store.rows[job_id].get("dependants"):  # a workflow member: resume it
+                        resume_dependants(dependants.MemoryDependants(store, now), job_id)
+            jobs = [store.job(job_id) for job_id in ids]
+        if ids and not bulk_action.dry_run:
+            store.wakeups.notify()
+        return [job for job in jobs if job is not None]
+
+    def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        store, where = self.access.store, bulk_action.where
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted
+        with store.lock:
+            ids = _oldest_finished_first(
+                store, replace(where, states=tuple(sorted(finished))), bulk_action.limit
+            )
+            if not bulk_action.dry_run:
+                for job_id in ids:
+                    store.delete(job_id)
+            return ids
+
+    def dependants_of(self, job_id: str) -> list[str]:
+        store = self.access.store
+        with store.lock:
+            return list(store.rows.get(job_id, {}).get("dependants") or ())
+
+    def parents_of(self, job_id: str) -> list[str]:
+        store = self.access.store
+        with store.lock:
+            return list(store.rows.get(job_id, {}).get("parents") or ())
+
+    def queue_stats(self) -> list[QueueStats]:
+        store, now = self.access.store, self.access.clock()
+        with store.lock:
+            counts: dict[tuple[Any, Any], int] = {}
+            oldest: dict[Any, float] = {}
+            for row in store.rows.values():
+                where = (row.get("queue"), row.get("state"))
+                counts[where] = counts.get(where, 0) + 1
+                run_at = as_number(row.get("run_at"))
+                if row.get("state") == S.AVAILABLE and run_at is not None:
+                    oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
+            throttled = [
+                (q, len(lane)) for (q, key), lane in store.available.items() if key is not None
+            ]
+            parked = [(queue, 1) for _key, queue in store.slots.parked_jobs()]
+            return queue_stats_from_rows(
+                now,
+                [(q, s, n) for (q, s), n in counts.items()],
+                list(oldest.items()),
+                list(store.paused.items()),
+                throttled,
+                parked,
+                list(store.shed.items()),
+            )
 
 
 def _text(value: Any) -> str | None:
@@ -37,7 +180,7 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def matches(where: JobFilter, job_id: str, row: Row) -> bool:
+def _matches(where: JobFilter, job_id: str, row: Row) -> bool:
     return job_matches(
         where,
         job_id=job_id,
@@ -57,7 +200,7 @@ def _newest_first(store: MemoryStore, where: JobFilter, after: str | None = None
                 f"job {after} (the page cursor) no longer exists; start again from the first page"
             )
         ids = iter(list(ids)[list(reversed(store.rows)).index(after) + 1 :])
-    return (job_id for job_id in ids if matches(where, job_id, store.rows[job_id]))
+    return (job_id for job_id in ids if _matches(where, job_id, store.rows[job_id]))
 
 
 def _oldest_finished_first(store: MemoryStore, where: JobFilter, limit: int) -> list[str]:
@@ -66,164 +209,9 @@ def _oldest_finished_first(store: MemoryStore, where: JobFilter, limit: int) -> 
     return chosen[:limit]
 
 
-def list_jobs(
-    store: MemoryStore, where: JobFilter, limit: int, offset: int, after: str | None
-) -> list[Job]:
-    with store.lock:
-        page: list[Job] = []
-        for n, job_id in enumerate(_newest_first(store, where, after)):
-            if n >= offset + limit:
-                break
-            if n >= offset:
-                page.append(store.job(job_id))  # type: ignore[arg-type]
-        return page
-
-
-def count_jobs(store: MemoryStore, where: JobFilter) -> int:
-    with store.lock:
-        return sum(1 for _ in _newest_first(store, where))
-
-
-def task_names(store: MemoryStore, where: JobFilter) -> list[str]:
-    with store.lock:
-        return sorted(
-            {
-                readable_text(store.rows[i].get("task"))
-                for i in _newest_first(store, where)
-                if store.rows[i].get("task") is not None
-            }
-        )
-
-
 def _cancel_waiting(store: MemoryStore, job_id: str, now: float) -> bool:
     state = store.job(job_id).state  # type: ignore[union-attr]
     if state not in (S.SCHEDULED, S.AVAILABLE, S.RETRYABLE):
         return False
-    store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
+    store.move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
     return True
-
-
-def cancel_job(store: MemoryStore, job_id: str, now: float) -> Job | None:
-    with store.lock:
-        if job_id not in store.rows:
-            return None
-        state = store.job(job_id).state  # type: ignore[union-attr]
-        if state is S.BLOCKED:
-            store._move(job_id, state, S.CANCELLED, Transition.CANCEL, finished_at=now)
-        if state is S.BLOCKED or _cancel_waiting(store, job_id, now):
-            store._release_dependants(job_id, now)  # a workflow member: onwards (docs/workflows.md)
-        elif state is S.RUNNING:
-            store.rows[job_id]["cancel_requested"] = True
-        job = store.job(job_id)
-    if job is not None and job.state is S.CANCELLED:
-        store.finished.notify()
-    return job
-
-
-def cancel_jobs(
-    store: MemoryStore, where: JobFilter, limit: int, dry_run: bool, now: float
-) -> list[str]:
-    scoped = waiting_scope(where)
-    if scoped is None:
-        return []
-    with store.lock:
-        ids = list(_newest_first(store, scoped))[:limit]
-        if dry_run:
-            return ids
-        cancelled = [job_id for job_id in ids if _cancel_waiting(store, job_id, now)]
-        for job_id in cancelled:
-            store._release_dependants(job_id, now)  # a workflow member's dependants follow
-    if cancelled:
-        store.finished.notify()
-    return cancelled
-
-
-def redrive_jobs(
-    store: MemoryStore, where: JobFilter, limit: int, dry_run: bool, now: float
-) -> list[Job]:
-    scoped = redrive_scope(where)
-    with store.lock:
-        ids = _oldest_finished_first(store, scoped, limit)
-        if not dry_run:
-            for job_id in ids:
-                old = store.job(job_id).state  # type: ignore[union-attr]
-                store._move(
-                    job_id,
-                    old,
-                    S.AVAILABLE,
-                    Transition.REDRIVE,
-                    attempt=0,
-                    run_at=now,
-                    finished_at=None,
-                    cancel_requested=False,
-                )
-                if store.rows[job_id].get("dependants"):  # a workflow member: resume it
-                    resume_dependants(MemoryDependants(store, now), job_id)
-        jobs = [store.job(job_id) for job_id in ids]
-    if ids and not dry_run:
-        store.wakeups.notify()
-    return [job for job in jobs if job is not None]
-
-
-def delete_jobs(store: MemoryStore, where: JobFilter, limit: int, dry_run: bool) -> list[str]:
-    finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
-    if not finished:
-        return []  # active jobs are never deleted
-    with store.lock:
-        ids = _oldest_finished_first(store, replace(where, states=tuple(sorted(finished))), limit)
-        if not dry_run:
-            for job_id in ids:
-                store.delete(job_id)
-        return ids
-
-
-def queue_stats(store: MemoryStore, now: float) -> list[QueueStats]:
-    with store.lock:
-        counts: dict[tuple[Any, Any], int] = {}
-        oldest: dict[Any, float] = {}
-        for row in store.rows.values():
-            where = (row.get("queue"), row.get("state"))
-            counts[where] = counts.get(where, 0) + 1
-            run_at = as_number(row.get("run_at"))
-            if row.get("state") == S.AVAILABLE and run_at is not None:
-                oldest[row.get("queue")] = min(run_at, oldest.get(row.get("queue"), run_at))
-        throttled = [
-            (q, len(lane)) for (q, key), lane in store.available.items() if key is not None
-        ]
-        parked = [(queue, 1) for _key, queue in store.slots.parked_jobs()]
-        return queue_stats_from_rows(
-            now,
-            [(q, s, n) for (q, s), n in counts.items()],
-            list(oldest.items()),
-            list(store.paused.items()),
-            throttled,
-            parked,
-            list(store.shed.items()),
-        )
-
-
-def flow_loads(store: MemoryStore, query: FlowQuery) -> FlowLoads:
-    def wanted(queue: Any) -> bool:
-        return query.queue is None or queue == query.queue
-
-    with store.lock:
-        running = [
-            (key, 1, 0)
-            for key, holders in store.slots.holders.items()
-            for job_id in holders
-            if job_id in store.running and wanted(store.rows[job_id].get("queue"))
-        ]
-        held = [(key, 0, 1) for key, queue in store.slots.parked_jobs() if wanted(queue)]
-        buckets = [
-            (key, len(lane))
-            for (queue, key), lane in store.available.items()
-            if key is not None and wanted(queue)
-        ]
-    return flow_loads_from_rows(query.top, running + held, buckets)
-
-
-def pause_queue(store: MemoryStore, queue: str, paused: bool) -> None:
-    with store.lock:
-        store.paused[queue] = paused
-    if not paused:  # idle workers may have work waiting in it
-        store.wakeups.notify()

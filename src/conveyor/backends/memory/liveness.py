@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Mapping
 
 from conveyor.backends.liveness import SignalHolder
+from conveyor.backends.memory.registry import StoreAccess
 from conveyor.backends.memory.store import MemoryStore
 
 SIGNAL = "in-process signal"
@@ -47,11 +48,23 @@ class InProcessHolder(SignalHolder):
                 self.store.held_signals.pop(token, None)
 
 
-def dead_workers(store: MemoryStore, candidates: Mapping[str, str]) -> set[str]:
-    mine = f"{_PREFIX}:{store.liveness_nonce}:"
-    with store.lock:
-        return {
-            worker_id
-            for worker_id, token in candidates.items()
-            if token.startswith(mine) and store.held_signals.get(token) != worker_id
-        }
+class MemoryLiveness:
+    """WorkerLiveness on a memory store: each worker's token listed in the store."""
+
+    def __init__(self, access: StoreAccess) -> None:
+        self.access = access
+
+    async def hold_liveness(self, worker_id: str) -> InProcessHolder:
+        holder = InProcessHolder(self.access.store, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        store = self.access.store
+        mine = f"{_PREFIX}:{store.liveness_nonce}:"
+        with store.lock:
+            return {
+                worker_id
+                for worker_id, token in candidates.items()
+                if token.startswith(mine) and store.held_signals.get(token) != worker_id
+            }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from conveyor.backends.claiming import ClaimBuckets
-from conveyor.backends.memory.ordered import Lanes
+from conveyor.backends.memory.ordered_ids import Lanes
 from conveyor.backends.params import ClaimRequest
 
 

@@ -1,5 +1,5 @@
-"""Reading the memory store's stored rows (store.py): a stored number, whether a row
-is live for dedup, whether it is past retention. Moved here from store.py unchanged."""
+"""A memory store's stored row (`Row`: field name -> stored value, store.py) and how it
+is read: a stored number, whether a row is live for dedup, whether it is past retention."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from conveyor.backends.memory.ordered import Lanes, Order, OrderedIds
+from conveyor.backends.memory.ordered_ids import Lanes, Order, OrderedIds
 from conveyor.model.job import Job, JobState
 
 Lane = tuple[str, str | None]  # a lane of the store's `available`: (queue, rate limit bucket)
