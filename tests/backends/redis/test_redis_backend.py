@@ -479,9 +479,9 @@ async def test_concurrent_enqueues_each_get_their_own_reply(backend: RedisBacken
 async def test_the_lane_packs_commands_without_hiredis_too(
     backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conveyor.backends.redis import lane
+    from conveyor.backends.redis import enqueue_connections
 
-    monkeypatch.setattr(lane, "_hiredis_pack", None)  # hiredis is an optional extra
+    monkeypatch.setattr(enqueue_connections, "_hiredis_pack", None)  # hiredis is an optional extra
     [made] = await backend.enqueue_jobs([job(1, unique_key="")])  # an empty key is a key
     [again] = await backend.enqueue_jobs([job(2, unique_key="")])
     assert (made.id, again.id) == ("job-1", "job-1")
@@ -554,7 +554,7 @@ async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply
 async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
     backend: RedisBackend,
 ) -> None:
-    lane = backend._lane
+    lane = backend._enqueue_connection
     assert lane is not None
     lane.busy = True  # as while another caller's round trip is in flight
     try:

@@ -42,13 +42,17 @@ from conveyor.backends.redis import liveness
 from conveyor.backends.redis.blobs import RedisBlobStore
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
 from conveyor.backends.redis.config import connection_settings, parse_redis_url
+from conveyor.backends.redis.enqueue_connections import (
+    Command,
+    EnqueueConnection,
+    EnqueueConnectionsPerThread,
+    first_error,
+)
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
 from conveyor.backends.redis.expiring import ResultExpiry
 from conveyor.backends.redis.following import Following
 from conveyor.backends.redis.inspector_reads import InspectorReads
 from conveyor.backends.redis.keys import Keys
-from conveyor.backends.redis.lane import Command, Lane, ThreadLanes, first_error
-from conveyor.backends.redis.lua import script_source
 from conveyor.backends.redis.queries import JobQueries
 from conveyor.backends.redis.records import RedisRecords
 from conveyor.backends.redis.script_args import (
@@ -62,6 +66,7 @@ from conveyor.backends.redis.script_args import (
     stale_settlements,
 )
 from conveyor.backends.redis.script_calls import Scripts
+from conveyor.backends.redis.script_sources import script_source
 from conveyor.model.clock import Clock, system_clock
 from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
 
@@ -88,8 +93,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         self._client: aioredis.Redis | None = None
         self._scripts: Scripts | None = None
         self._queries: JobQueries | None = None
-        self._lane: Lane | None = None
-        self._thread_lanes: ThreadLanes | None = None
+        self._enqueue_connection: EnqueueConnection | None = None
+        self._per_thread: EnqueueConnectionsPerThread | None = None
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
@@ -132,20 +137,20 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         )
         self._scripts = Scripts(self._client, self.keys.base)
         self._queries = JobQueries(self._client, self.keys, self._scripts)
-        self._lane = Lane(self._client.connection_pool.make_connection)
+        self._enqueue_connection = EnqueueConnection(self._client.connection_pool.make_connection)
         sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
-        self._thread_lanes = ThreadLanes(
+        self._per_thread = EnqueueConnectionsPerThread(
             cast(Callable[[], SyncConnection], sync_pool.make_connection)
         )
 
     async def close(self) -> None:
         client, self._client = self._client, None
         self._scripts = self._queries = None
-        lane, self._lane = self._lane, None
-        if lane is not None:
-            await lane.close()
-        if self._thread_lanes is not None:
-            self._thread_lanes.close()
+        held, self._enqueue_connection = self._enqueue_connection, None
+        if held is not None:
+            await held.close()
+        if self._per_thread is not None:
+            self._per_thread.close()
         if client is not None:
             await client.aclose()
 
@@ -174,8 +179,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
             )
 
     # --- producer -----------------------------------------------------------------
-    # One EVALSHA per 1,000 jobs, in one write: a batch is one round trip. Through a lane
-    # when one is free (lane.py): enqueues are idempotent, the job id dedups a resend.
+    # One EVALSHA per 1,000 jobs, in one write: a batch is one round trip. Through the
+    # enqueue connection when it is free (enqueue_connections.py): enqueues are
+    # idempotent, the job id dedups a resend.
     @translated
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
         if not jobs:
@@ -184,15 +190,15 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         replies = await self._send_idempotent(commands)
         if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
             await self.client.script_load(script_source(enqueue_script(jobs)))
-            replies = await self._send_idempotent(commands)  # the lane may be taken now
+            replies = await self._send_idempotent(commands)  # it may be taken now
         return enqueued_jobs(made, first_error(replies), jobs)
 
     def _send_idempotent(self, commands: Sequence[Command]) -> Awaitable[list[Any]]:
-        """Through the lane when it is free, else through the pool."""
-        lane = self._lane
-        if lane is None or lane.busy:
+        """Through the enqueue connection when it is free, else through the pool."""
+        held = self._enqueue_connection
+        if held is None or held.busy:
             return self._pipelined(commands)
-        return lane.call_many(commands)
+        return held.call_many(commands)
 
     async def _pipelined(self, commands: Sequence[Command]) -> list[Any]:
         """The commands through the pool in one round trip; errors as values."""
@@ -207,15 +213,15 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         the sync facade then skips the two thread hops through the portal loop."""
         if not jobs:
             return []
-        lanes = self._thread_lanes
-        if lanes is None:
+        per_thread = self._per_thread
+        if per_thread is None:
             raise RuntimeError("RedisBackend used before open() or after close()")
         made, commands = self._enqueue_commands(jobs)
         try:
-            replies = lanes.call_many(commands)
+            replies = per_thread.call_many(commands)
             if any(isinstance(reply, NoScriptError) for reply in replies):
-                lanes.call_many([("SCRIPT", "LOAD", script_source(enqueue_script(jobs)))])
-                replies = lanes.call_many(commands)
+                per_thread.call_many([("SCRIPT", "LOAD", script_source(enqueue_script(jobs)))])
+                replies = per_thread.call_many(commands)
             return enqueued_jobs(made, first_error(replies), jobs)
         except Exception as exc:
             conveyor_error = translate(self.url, exc)

@@ -12,14 +12,14 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from conveyor.backends.redis.lua import SCRIPT_NAMES, script_source
+from conveyor.backends.redis.script_sources import SCRIPT_NAMES, script_source
 
 # (script name, KEYS, ARGV after the prefix)
 ScriptCall = tuple[str, Sequence[str], Sequence[str | int]]
 
 
 class Scripts:
-    """The scripts of `lua.SCRIPT_NAMES`, registered on one asyncio client."""
+    """The scripts of `script_sources.SCRIPT_NAMES`, registered on one asyncio client."""
 
     def __init__(self, client: Any, base: str) -> None:
         self._client = client
