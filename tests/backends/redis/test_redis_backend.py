@@ -554,7 +554,7 @@ async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply
 async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
     backend: RedisBackend,
 ) -> None:
-    lane = backend._enqueue_connection
+    lane = backend.connection.enqueue_connection
     assert lane is not None
     lane.busy = True  # as while another caller's round trip is in flight
     try:

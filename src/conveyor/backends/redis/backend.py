@@ -1,8 +1,9 @@
 """Redis backend: every state transition is one Lua script, so nothing is half done.
 
-The URL and its options are in `config.py`; age-based retention (`prune_jobs`, run by
-workers) applies on top of the `max_completed`/`max_dead` bounds. Times come from
-`self.clock()`, passed to the scripts (never Redis TIME), so an injected clock drives all.
+The URL and its options are in `config.py`, what the verbs share in `connection.py`;
+age-based retention (`prune_jobs`, run by workers) applies on top of the
+`max_completed`/`max_dead` bounds. Times come from `self.clock()`, passed to the scripts
+(never Redis TIME), so an injected clock drives all.
 See `keys.py` (layout), `queries.py` (listing, counting), `docs/redis.md` (AOF, operations).
 """
 
@@ -10,15 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.connection import AbstractConnection as SyncConnection
 from redis.exceptions import NoScriptError, ResponseError
 
 from conveyor.backends import redact_url
@@ -41,18 +37,16 @@ from conveyor.backends.params import (
 from conveyor.backends.redis import liveness
 from conveyor.backends.redis.blobs import RedisBlobStore
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
-from conveyor.backends.redis.config import connection_settings, parse_redis_url
+from conveyor.backends.redis.config import parse_redis_url
+from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.enqueue_connections import (
     Command,
-    EnqueueConnection,
-    EnqueueConnectionsPerThread,
     first_error,
 )
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
 from conveyor.backends.redis.expiring import ResultExpiry
 from conveyor.backends.redis.following import Following
 from conveyor.backends.redis.inspector_reads import InspectorReads
-from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.queries import JobQueries
 from conveyor.backends.redis.records import RedisRecords
 from conveyor.backends.redis.script_args import (
@@ -86,38 +80,28 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.url = url
         self.clock = clock
-        self._driver_url, options = parse_redis_url(url)
-        self.keys = Keys(options.get("prefix", "conveyor"))
-        self.max_completed = int(options.get("max_completed", 100_000))
-        self.max_dead = int(options.get("max_dead", 100_000))
-        self._client: aioredis.Redis | None = None
-        self._scripts: Scripts | None = None
+        self.connection = RedisConnection(url, clock)
+        self.keys = self.connection.keys
         self._queries: JobQueries | None = None
-        self._enqueue_connection: EnqueueConnection | None = None
-        self._per_thread: EnqueueConnectionsPerThread | None = None
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
 
     def default_blob_store(self) -> RedisBlobStore:
         """Blobs under this prefix, on this client (ProvidesBlobStore)."""
-        return RedisBlobStore(lambda: self.client, self.keys, self.clock, self.url)
+        return RedisBlobStore(self.connection)
 
     # --- life of the connection -------------------------------------------------
     @property
     def client(self) -> Any:
         """The redis-py asyncio client (typed Any: redis-py annotates every command as
         returning "Awaitable[T] | T", which strict mypy cannot await)."""
-        if self._client is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._client
+        return self.connection.client
 
     @property
     def scripts(self) -> Scripts:
         """The Lua scripts, called by name (script_calls.py)."""
-        if self._scripts is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._scripts
+        return self.connection.scripts
 
     @property
     def queries(self) -> JobQueries:
@@ -127,32 +111,13 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return self._queries
 
     async def open(self) -> None:
-        if self._client is not None:
-            return
-        # One quick retry takes a fresh connection when a pooled one died with a server
-        # restart; longer outages surface as BackendUnavailable, then the worker's backoff.
-        options = connection_settings()
-        self._client = aioredis.Redis.from_url(
-            self._driver_url, retry=Retry(NoBackoff(), 1), **options
-        )
-        self._scripts = Scripts(self._client, self.keys.base)
-        self._queries = JobQueries(self._client, self.keys, self._scripts)
-        self._enqueue_connection = EnqueueConnection(self._client.connection_pool.make_connection)
-        sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
-        self._per_thread = EnqueueConnectionsPerThread(
-            cast(Callable[[], SyncConnection], sync_pool.make_connection)
-        )
+        await self.connection.open()
+        if self._queries is None:
+            self._queries = JobQueries(self.client, self.keys, self.scripts)
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        self._scripts = self._queries = None
-        held, self._enqueue_connection = self._enqueue_connection, None
-        if held is not None:
-            await held.close()
-        if self._per_thread is not None:
-            self._per_thread.close()
-        if client is not None:
-            await client.aclose()
+        self._queries = None
+        await self.connection.close()
 
     @translated
     async def migrate(self) -> list[int]:
@@ -195,7 +160,7 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
 
     def _send_idempotent(self, commands: Sequence[Command]) -> Awaitable[list[Any]]:
         """Through the enqueue connection when it is free, else through the pool."""
-        held = self._enqueue_connection
+        held = self.connection.enqueue_connection
         if held is None or held.busy:
             return self._pipelined(commands)
         return held.call_many(commands)
@@ -213,9 +178,7 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         the sync facade then skips the two thread hops through the portal loop."""
         if not jobs:
             return []
-        per_thread = self._per_thread
-        if per_thread is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
+        per_thread = self.connection.enqueue_connections_per_thread
         made, commands = self._enqueue_commands(jobs)
         try:
             replies = per_thread.call_many(commands)
@@ -253,8 +216,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
         if not settlements:
             return []
+        connection = self.connection
         calls = settle_calls(
-            settlements, self.clock(), self.keys, self.max_completed, self.max_dead
+            settlements, self.clock(), self.keys, connection.max_completed, connection.max_dead
         )
         if len(calls) == 1:
             replies = [await self.scripts.call(*calls[0])]
@@ -371,8 +335,9 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
     # --- admin (the reads are InspectorReads') ----------------------------------------
     @translated
     async def cancel_job(self, job_id: str) -> Job | None:
+        max_completed = self.connection.max_completed
         row = await self.scripts.call(
-            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, self.max_completed)
+            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, max_completed)
         )
         return job_from_reply(row) if row else None
 
@@ -414,7 +379,7 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
             await self.scripts.call(
                 "cancel_waiting",
                 [self.keys.due],
-                bulk_cancel_args(self.clock(), self.max_completed, ids),
+                bulk_cancel_args(self.clock(), self.connection.max_completed, ids),
             )
         )
         return [job_id for job_id in ids if job_id in cancelled]
