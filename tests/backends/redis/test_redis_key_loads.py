@@ -7,7 +7,7 @@ import pytest
 
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.params import FlowQuery, JobPage, KeyLoad
-from conveyor.backends.redis import queries
+from conveyor.backends.redis import flow, queries
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.job import NewJob
 
@@ -30,7 +30,7 @@ async def test_pages_of_two_jobs_count_what_one_page_counts(
     )
     assert len(await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))) == 3
     whole = await backend.flow_loads(FlowQuery(queue="default"))
-    monkeypatch.setattr(queries, "_KEY_PAGE", 2)
+    monkeypatch.setattr(flow, "_KEY_PAGE", 2)
     assert await backend.flow_loads(FlowQuery(queue="default")) == whole
     assert whole.by_held == (
         KeyLoad("user:0", 1, 3),

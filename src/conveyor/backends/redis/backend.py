@@ -20,17 +20,25 @@ from redis.exceptions import NoScriptError, ResponseError
 from conveyor.backends import redact_url
 from conveyor.backends.filtering import redrive_scope, waiting_scope
 from conveyor.backends.params import (
+    BucketHold,
     BulkAction,
     CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FlowLoads,
+    FlowQuery,
     ForcedState,
     Heartbeat,
     HeartbeatReply,
     HeldLease,
     JobWait,
+    KeyLimit,
     LeaseQuery,
     QueuePause,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
     Retention,
     Settlement,
 )
@@ -45,6 +53,7 @@ from conveyor.backends.redis.enqueue_connections import (
 )
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
 from conveyor.backends.redis.expiring import ResultExpiry
+from conveyor.backends.redis.flow import RedisFlowState
 from conveyor.backends.redis.following import Following
 from conveyor.backends.redis.inspector_reads import InspectorReads
 from conveyor.backends.redis.queries import JobQueries
@@ -74,7 +83,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
+class RedisBackend(Following, ResultExpiry, InspectorReads):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
@@ -83,6 +92,8 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         self.connection = RedisConnection(url, clock)
         self.keys = self.connection.keys
         self._queries: JobQueries | None = None
+        self.flow = RedisFlowState(self.connection)
+        self.records = RedisRecords(self.connection)
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
@@ -385,20 +396,54 @@ class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
         return [job_id for job_id in ids if job_id in cancelled]
 
     @translated
-    async def pause_queue(self, queue_pause: QueuePause) -> None:
-        queue, paused = queue_pause.queue, queue_pause.paused
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.paused, queue, "1" if paused else "0")
-            if not paused:  # idle workers may have work waiting in it
-                pipe.rpush(self.keys.wake(queue), "1")
-                pipe.ltrim(self.keys.wake(queue), 0, 0)
-            await pipe.execute()
-
-    @translated
     async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
         job_id, state = forced_state.job_id, forced_state.state
         await self.scripts.call("force_state", [self.keys.queues], [job_id, state.value])
+
+    # --- FlowState (flow.py) --------------------------------------------------------------
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        await self.flow.pause_queue(queue_pause)
+
+    async def queue_paused(self, queue: str) -> bool:
+        return await self.flow.queue_paused(queue)
+
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        await self.flow.hold_rate_bucket(bucket_hold)
+
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        await self.flow.set_key_limit(key_limit)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return await self.flow.key_limit(concurrency_key)
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self.flow.count_running_of_key(concurrency_key)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self.flow.flow_loads(query)
+
+    # --- SharedRecords (records.py) -------------------------------------------------------
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        return await self.records.get_record(record_key)
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return await self.records.list_records(namespace)
+
+    async def put_record(self, record_write: RecordWrite) -> None:
+        await self.records.put_record(record_write)
+
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        return await self.records.put_record_if_absent(record_write)
+
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        return await self.records.compare_and_set_record(record_swap)
+
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        return await self.records.incr_record(record_increment)
+
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        return await self.records.delete_record(record_key)
 
     # --- tests and operations --------------------------------------------------------
     @translated

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.backends.codec import job_from_fields
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, JobPage, QueueStats
+from conveyor.backends.params import JobFilter, JobPage, QueueStats
 from conveyor.backends.redis.errors import translated
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.queries import JobQueries
@@ -43,21 +43,9 @@ class InspectorReads:
         return await self.queries.count_jobs(where)
 
     @translated
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        return await self.queries.count_running_of_key(concurrency_key)
-
-    @translated
     async def task_names(self, where: JobFilter) -> list[str]:
         return await self.queries.task_names(where)
 
     @translated
     async def queue_stats(self) -> list[QueueStats]:
         return await self.queries.queue_stats(self.clock())
-
-    @translated
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        return await self.queries.flow_loads(query)
-
-    @translated
-    async def queue_paused(self, queue: str) -> bool:
-        return bool(await self.client.hget(self.keys.paused, queue) == "1")

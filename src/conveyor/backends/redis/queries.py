@@ -12,9 +12,9 @@ from typing import Any
 
 from conveyor.backends.codec import job_from_fields, last_error_type
 from conveyor.backends.filtering import ascii_lower, job_matches
-from conveyor.backends.folding import flow_loads_from_rows
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
+from conveyor.backends.params import JobFilter, QueueStats
 from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
+from conveyor.backends.redis.rate_limit_lanes import lane_keys, lane_sizes
 from conveyor.backends.redis.script_calls import Scripts
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
@@ -23,10 +23,8 @@ from conveyor.model.job import Job, JobState
 # The fields of a row a filter tests, in this order (5 and 6: see _rows).
 _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 _WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
-# Jobs a counting script reads per call, so that each call holds the server a few
-# milliseconds: key_loads.lua reads one field a job; count_by_error.lua decodes a JSON
-# history, the dearer read (docs/performance.md).
-_KEY_PAGE = 5000
+# Jobs count_by_error.lua reads per call (it decodes a JSON history, a dear read), so
+# that each call holds the server a few milliseconds (docs/performance.md).
 _ERROR_PAGE = 1000
 
 
@@ -78,7 +76,7 @@ class JobQueries:
         total = 0
         for queue in queues:
             for state in where.states:
-                replies = await self._pages(
+                replies = await self.scripts.call_in_pages(
                     "count_by_error",
                     self.keys.state(queue, state),
                     _ERROR_PAGE,
@@ -158,7 +156,7 @@ class JobQueries:
                     pipe.zcard(self.keys.state(name, state))
                 pipe.zcard(self.keys.parked(name))
             sizes = await pipe.execute()
-        throttled = await self._lane_sizes(names)  # available too, in rate limit lanes
+        throttled = await lane_sizes(client, self.keys, names)  # available too, in rate limit lanes
         out: list[QueueStats] = []
         width = len(states) + 1
         for i, name in enumerate(names):
@@ -229,7 +227,7 @@ class JobQueries:
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
         if JobState.AVAILABLE in states:  # and the rate limit lanes' available jobs
             async with self.client.pipeline(transaction=False) as pipe:
-                for lane in await self._lane_keys(queues):
+                for lane in await lane_keys(self.client, self.keys, queues):
                     pipe.zrange(lane, 0, -1)
                 candidates += [id_from_rank(m) for page in await pipe.execute() for m in page]
         return candidates
@@ -244,86 +242,8 @@ class JobQueries:
                         pipe.zcard(self.keys.parked(queue))
             indexed: int = sum(await pipe.execute())
         if JobState.AVAILABLE in (where.states or tuple(JobState)):
-            indexed += sum((await self._lane_sizes(queues)).values())
+            indexed += sum((await lane_sizes(self.client, self.keys, queues)).values())
         return indexed
-
-    async def _lane_keys(self, queues: Sequence[str]) -> list[str]:
-        """The rate limit lanes of `queues` (keys.py): their available jobs with a bucket."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.smembers(self.keys.lanes(queue))
-            lanes = await pipe.execute()
-        return [
-            self.keys.lane(queue, bucket)
-            for queue, buckets in zip(queues, lanes, strict=True)
-            for bucket in sorted(buckets)
-        ]
-
-    async def _lane_sizes(self, queues: Sequence[str]) -> dict[str, int]:
-        """Each queue's available jobs in its rate limit lanes (the throttled ones)."""
-        out: dict[str, int] = {}
-        for (queue, _), n in (await self._lane_sizes_by_bucket(queues)).items():
-            out[queue] = out.get(queue, 0) + n
-        return out
-
-    async def _lane_sizes_by_bucket(self, queues: Sequence[str]) -> dict[tuple[str, str], int]:
-        """The available jobs of each rate limit lane of `queues`, by (queue, bucket)."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.smembers(self.keys.lanes(queue))
-            lanes = await pipe.execute()
-        keyed = [(q, b) for q, buckets in zip(queues, lanes, strict=True) for b in sorted(buckets)]
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue, bucket in keyed:
-                pipe.zcard(self.keys.lane(queue, bucket))
-            sizes = await pipe.execute() if keyed else []
-        return dict(zip(keyed, sizes, strict=True))
-
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        """The running jobs among a concurrency key's slot holders (at most its limit)."""
-        holders = await self.client.smembers(self.keys.key_holders(concurrency_key))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for job_id in holders:
-                pipe.hget(self.keys.job(job_id), "state")
-            states = await pipe.execute()
-        return sum(state == JobState.RUNNING.value for state in states)
-
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        """Each running and parked job's key, counted by key_loads.lua a page at a time
-        (a bounded time on the server per call; pages are not one snapshot: a job that
-        moves between two calls may be counted in both indexes or in neither), and each
-        rate limit lane's size."""
-        queues = (
-            [query.queue]
-            if query.queue is not None
-            else sorted(await self.client.smembers(self.keys.queues))
-        )
-        rows: list[tuple[str, int, int]] = []
-        for queue in queues:
-            for index, held in (
-                (self.keys.state(queue, JobState.RUNNING), 0),
-                (self.keys.parked(queue), 1),
-            ):
-                for reply in await self._pages("key_loads", index, _KEY_PAGE):
-                    rows += [
-                        (key, int(n) * (1 - held), int(n) * held)
-                        for key, n in zip(reply[1::2], reply[2::2], strict=True)
-                    ]
-        by_lane = await self._lane_sizes_by_bucket(queues)
-        return flow_loads_from_rows(
-            query.top, rows, [(bucket, n) for (_, bucket), n in by_lane.items()]
-        )
-
-    async def _pages(self, script: str, index: str, page: int, *args: str) -> list[list[Any]]:
-        """The replies of `script` ({members read, ...}) over `index`, called `page`
-        members at a time until a page comes back short."""
-        start, replies = 0, []
-        while True:
-            reply = await self.scripts.call(script, [index], [start, page, *args])
-            replies.append(reply)
-            start += int(reply[0])
-            if int(reply[0]) < page:
-                return replies
 
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority
