@@ -374,8 +374,8 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
         JobFilter(tasks=("t",)),
         JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b")),
     ):
-        everything = await backend.queries.select(where, oldest_finished_first=False)
-        assert await backend.queries.newest(where, 1234) == everything[:1234]
+        everything = await backend.inspector.select(where, oldest_finished_first=False)
+        assert await backend.inspector.newest(where, 1234) == everything[:1234]
         page = await backend.list_jobs(JobPage(where=where, limit=25, offset=2000))
         assert [j.id for j in page] == everything[2000:2025]
     newest = await backend.list_jobs(JobPage(where=JobFilter(), limit=2))
@@ -386,13 +386,13 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
 async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3300)])
     for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(args_contains="[")):
-        everything = await backend.queries.select(where, oldest_finished_first=False)
+        everything = await backend.inspector.select(where, oldest_finished_first=False)
         assert len(everything) > 2000  # so list_jobs walks the seq index
         cursor = everything[1499]
         page = await backend.list_jobs(JobPage(where=where, limit=25, after=cursor))
         assert [j.id for j in page] == everything[1500:1525]
         seq = int(await backend.client.zscore(backend.keys.jobs, cursor))
-        assert await backend.queries.newest(where, 25, before_seq=seq) == everything[1500:1525]
+        assert await backend.inspector.newest(where, 25, before_seq=seq) == everything[1500:1525]
 
 
 async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.params import FlowQuery, JobPage, KeyLoad
-from conveyor.backends.redis import flow, queries
+from conveyor.backends.redis import flow, inspector
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.job import NewJob
 
@@ -61,7 +61,7 @@ async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
         )
     shed = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="queuefull")
     listed = len(await backend.list_jobs(JobPage(where=shed, limit=100)))
-    monkeypatch.setattr(queries, "_ERROR_PAGE", 2)
+    monkeypatch.setattr(inspector, "_ERROR_PAGE", 2)
     assert await backend.count_jobs(shed) == listed == 5
     other = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="KeyError")
     assert await backend.count_jobs(other) == 0

@@ -4,7 +4,7 @@ The URL and its options are in `config.py`, what the verbs share in `connection.
 age-based retention (`prune_jobs`, run by workers) applies on top of the
 `max_completed`/`max_dead` bounds. Times come from `self.clock()`, passed to the scripts
 (never Redis TIME), so an injected clock drives all.
-See `keys.py` (layout), `queries.py` (listing, counting), `docs/redis.md` (AOF, operations).
+See `keys.py` (layout), `inspector.py` (listing, counting), `docs/redis.md` (AOF, operations).
 """
 
 from __future__ import annotations
@@ -12,29 +12,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
 from conveyor.backends import redact_url
-from conveyor.backends.filtering import redrive_scope, waiting_scope
+from conveyor.backends.codec import job_from_fields
 from conveyor.backends.params import (
     BucketHold,
     BulkAction,
     CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FinishWait,
     FlowLoads,
     FlowQuery,
     ForcedState,
     Heartbeat,
     HeartbeatReply,
     HeldLease,
+    JobFilter,
+    JobPage,
     JobWait,
     KeyLimit,
     LeaseQuery,
     QueuePause,
+    QueueStats,
     RecordIncrement,
     RecordKey,
     RecordSwap,
@@ -53,14 +56,11 @@ from conveyor.backends.redis.enqueue_connections import (
 )
 from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
 from conveyor.backends.redis.expiring import ResultExpiry
+from conveyor.backends.redis.finish_wakeups import RedisFinishWakeups
 from conveyor.backends.redis.flow import RedisFlowState
-from conveyor.backends.redis.following import Following
-from conveyor.backends.redis.inspector_reads import InspectorReads
-from conveyor.backends.redis.queries import JobQueries
+from conveyor.backends.redis.inspector import RedisInspector
 from conveyor.backends.redis.records import RedisRecords
 from conveyor.backends.redis.script_args import (
-    bulk_cancel_args,
-    cancel_args,
     claim_args,
     enqueue_commands,
     enqueue_script,
@@ -71,7 +71,7 @@ from conveyor.backends.redis.script_args import (
 from conveyor.backends.redis.script_calls import Scripts
 from conveyor.backends.redis.script_sources import script_source
 from conveyor.model.clock import Clock, system_clock
-from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
+from conveyor.model.job import Job, JobState, NewJob
 
 __all__ = ["RedisBackend", "parse_redis_url"]
 
@@ -83,7 +83,7 @@ _PRUNE_CHUNK = 1000
 _LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
 
 
-class RedisBackend(Following, ResultExpiry, InspectorReads):
+class RedisBackend(ResultExpiry):
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
@@ -91,9 +91,10 @@ class RedisBackend(Following, ResultExpiry, InspectorReads):
         self.clock = clock
         self.connection = RedisConnection(url, clock)
         self.keys = self.connection.keys
-        self._queries: JobQueries | None = None
+        self.inspector = RedisInspector(self.connection)
         self.flow = RedisFlowState(self.connection)
         self.records = RedisRecords(self.connection)
+        self.finish_wakeups = RedisFinishWakeups(self.connection)
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
@@ -114,20 +115,10 @@ class RedisBackend(Following, ResultExpiry, InspectorReads):
         """The Lua scripts, called by name (script_calls.py)."""
         return self.connection.scripts
 
-    @property
-    def queries(self) -> JobQueries:
-        """Listing, counting and selecting jobs (queries.py)."""
-        if self._queries is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._queries
-
     async def open(self) -> None:
         await self.connection.open()
-        if self._queries is None:
-            self._queries = JobQueries(self.client, self.keys, self.scripts)
 
     async def close(self) -> None:
-        self._queries = None
         await self.connection.close()
 
     @translated
@@ -343,63 +334,47 @@ class RedisBackend(Following, ResultExpiry, InspectorReads):
     async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
         return await liveness.dead_workers(self.client, candidates)
 
-    # --- admin (the reads are InspectorReads') ----------------------------------------
     @translated
-    async def cancel_job(self, job_id: str) -> Job | None:
-        max_completed = self.connection.max_completed
-        row = await self.scripts.call(
-            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, max_completed)
-        )
-        return job_from_reply(row) if row else None
-
-    @translated
-    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        scoped = redrive_scope(where)
-        ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
-        if dry_run or not ids:
-            return await self.queries.load(ids)
-        rows = await self.scripts.call(
-            "redrive", [self.keys.unique], [float_arg(self.clock()), *ids]
-        )
-        return [job_from_reply(row) for row in rows]
-
-    @translated
-    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
-        if not finished:
-            return []  # active jobs are never deleted
-        scoped = replace(where, states=tuple(sorted(finished)))
-        ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
-        if dry_run or not ids:
-            return ids
-        deleted = set(await self.scripts.call("delete", [self.keys.unique], ids))
-        return [job_id for job_id in ids if job_id in deleted]
-
-    @translated
-    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        scoped = waiting_scope(where)
-        if scoped is None:
-            return []
-        ids = (await self.queries.select(scoped, oldest_finished_first=False))[:limit]
-        if dry_run or not ids:
-            return ids
-        cancelled = set(
-            await self.scripts.call(
-                "cancel_waiting",
-                [self.keys.due],
-                bulk_cancel_args(self.clock(), self.connection.max_completed, ids),
-            )
-        )
-        return [job_id for job_id in ids if job_id in cancelled]
+    async def get_job(self, job_id: str) -> Job | None:
+        fields = await self.client.hgetall(self.keys.job(job_id))
+        return job_from_fields(fields, job_id) if fields else None
 
     @translated
     async def force_state(self, forced_state: ForcedState) -> None:
         """Test hook: try a raw state write, to show storage guards transitions."""
         job_id, state = forced_state.job_id, forced_state.state
         await self.scripts.call("force_state", [self.keys.queues], [job_id, state.value])
+
+    # --- Inspector (inspector.py) ---------------------------------------------------------
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        return await self.inspector.list_jobs(job_page)
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return await self.inspector.count_jobs(where)
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return await self.inspector.cancel_job(job_id)
+
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        return await self.inspector.redrive_jobs(bulk_action)
+
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self.inspector.delete_jobs(bulk_action)
+
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self.inspector.cancel_jobs(bulk_action)
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self.inspector.task_names(where)
+
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return await self.inspector.dependants_of(job_id)
+
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self.inspector.parents_of(job_id)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self.inspector.queue_stats()
 
     # --- FlowState (flow.py) --------------------------------------------------------------
     async def pause_queue(self, queue_pause: QueuePause) -> None:
@@ -444,6 +419,10 @@ class RedisBackend(Following, ResultExpiry, InspectorReads):
 
     async def delete_record(self, record_key: RecordKey) -> bool:
         return await self.records.delete_record(record_key)
+
+    # --- FinishWakeups (finish_wakeups.py) -----------------------------------------------
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        await self.finish_wakeups.wait_for_finish(finish_wait)
 
     # --- tests and operations --------------------------------------------------------
     @translated
