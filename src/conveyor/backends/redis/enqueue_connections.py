@@ -7,7 +7,7 @@ one of the pool's own kind (same URL, TLS, credentials, keepalive), held, and ta
 to directly: pack (with hiredis when installed), send, read, done.
 
 `EnqueueConnection` serves the event loop, one call at a time: a caller that finds it
-busy uses the pool instead (see `RedisBackend._send_idempotent`), so concurrent callers
+busy uses the pool instead (see `RedisLifecycle._send_idempotent`), so concurrent callers
 still overlap their round trips. `EnqueueConnectionsPerThread` serves the sync facade
 (Django, Flask, scripts): one connection per calling thread, so no loop and no thread
 hop is involved.
