@@ -374,8 +374,8 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
         JobFilter(tasks=("t",)),
         JobFilter(states=(JobState.AVAILABLE,), queues=("a", "b")),
     ):
-        everything = await backend.queries.select(where, oldest_finished_first=False)
-        assert await backend.queries.newest(where, 1234) == everything[:1234]
+        everything = await backend.inspector.select(where, oldest_finished_first=False)
+        assert await backend.inspector.newest(where, 1234) == everything[:1234]
         page = await backend.list_jobs(JobPage(where=where, limit=25, offset=2000))
         assert [j.id for j in page] == everything[2000:2025]
     newest = await backend.list_jobs(JobPage(where=JobFilter(), limit=2))
@@ -386,13 +386,13 @@ async def test_long_listings_walk_the_seq_index_in_the_same_order(backend: Redis
 async def test_long_listings_start_a_cursor_page_below_the_cursor(backend: RedisBackend) -> None:
     await backend.enqueue_jobs([job(i, queue="a" if i % 3 else "b") for i in range(3300)])
     for where in (JobFilter(), JobFilter(queues=("a",)), JobFilter(args_contains="[")):
-        everything = await backend.queries.select(where, oldest_finished_first=False)
+        everything = await backend.inspector.select(where, oldest_finished_first=False)
         assert len(everything) > 2000  # so list_jobs walks the seq index
         cursor = everything[1499]
         page = await backend.list_jobs(JobPage(where=where, limit=25, after=cursor))
         assert [j.id for j in page] == everything[1500:1525]
         seq = int(await backend.client.zscore(backend.keys.jobs, cursor))
-        assert await backend.queries.newest(where, 25, before_seq=seq) == everything[1500:1525]
+        assert await backend.inspector.newest(where, 25, before_seq=seq) == everything[1500:1525]
 
 
 async def test_wrong_credentials_are_a_configuration_error_not_an_outage(redis_url: str) -> None:
@@ -479,9 +479,9 @@ async def test_concurrent_enqueues_each_get_their_own_reply(backend: RedisBacken
 async def test_the_lane_packs_commands_without_hiredis_too(
     backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conveyor.backends.redis import lane
+    from conveyor.backends.redis import enqueue_connections
 
-    monkeypatch.setattr(lane, "_hiredis_pack", None)  # hiredis is an optional extra
+    monkeypatch.setattr(enqueue_connections, "_hiredis_pack", None)  # hiredis is an optional extra
     [made] = await backend.enqueue_jobs([job(1, unique_key="")])  # an empty key is a key
     [again] = await backend.enqueue_jobs([job(2, unique_key="")])
     assert (made.id, again.id) == ("job-1", "job-1")
@@ -554,7 +554,7 @@ async def test_concurrent_enqueues_after_a_script_flush_each_get_their_own_reply
 async def test_the_lane_refuses_a_second_caller_instead_of_crossing_replies(
     backend: RedisBackend,
 ) -> None:
-    lane = backend._lane
+    lane = backend.connection.enqueue_connection
     assert lane is not None
     lane.busy = True  # as while another caller's round trip is in flight
     try:

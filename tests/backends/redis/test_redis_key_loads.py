@@ -7,7 +7,7 @@ import pytest
 
 from conveyor.backends.claiming import strict_claim
 from conveyor.backends.params import FlowQuery, JobPage, KeyLoad
-from conveyor.backends.redis import queries
+from conveyor.backends.redis import flow, inspector
 from conveyor.backends.redis.backend import RedisBackend
 from conveyor.model.job import NewJob
 
@@ -30,7 +30,7 @@ async def test_pages_of_two_jobs_count_what_one_page_counts(
     )
     assert len(await backend.fetch_jobs(strict_claim(["default"], 10, "w1", 30.0))) == 3
     whole = await backend.flow_loads(FlowQuery(queue="default"))
-    monkeypatch.setattr(queries, "_KEY_PAGE", 2)
+    monkeypatch.setattr(flow, "_KEY_PAGE", 2)
     assert await backend.flow_loads(FlowQuery(queue="default")) == whole
     assert whole.by_held == (
         KeyLoad("user:0", 1, 3),
@@ -61,7 +61,7 @@ async def test_a_count_by_error_type_is_counted_on_the_server_page_by_page(
         )
     shed = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="queuefull")
     listed = len(await backend.list_jobs(JobPage(where=shed, limit=100)))
-    monkeypatch.setattr(queries, "_ERROR_PAGE", 2)
+    monkeypatch.setattr(inspector, "_ERROR_PAGE", 2)
     assert await backend.count_jobs(shed) == listed == 5
     other = JobFilter(states=(JobState.CANCELLED,), queues=("mail",), error_type="KeyError")
     assert await backend.count_jobs(other) == 0

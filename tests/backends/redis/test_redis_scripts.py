@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.backends.redis import lua
+from conveyor.backends.redis import script_sources
 from conveyor.model.lifecycle import ALLOWED
 
-SCRIPTS = Path(lua.__file__).with_name("scripts")
-PACKAGE = Path(lua.__file__).parent
+SCRIPTS = Path(script_sources.__file__).with_name("scripts")
+PACKAGE = Path(script_sources.__file__).parent
 
 
-@pytest.mark.parametrize("name", lua.SCRIPT_NAMES)
+@pytest.mark.parametrize("name", script_sources.SCRIPT_NAMES)
 def test_each_script_has_a_header_naming_its_keys_and_args(name: str) -> None:
-    text = lua.script_file(name)
+    text = script_sources.script_file(name)
     header = []
     for line in text.splitlines():
         if not line.startswith("--"):
@@ -37,7 +37,7 @@ def test_each_script_has_a_header_naming_its_keys_and_args(name: str) -> None:
 
 def test_every_script_file_is_loaded_and_every_name_has_a_file() -> None:
     files = {p.stem for p in SCRIPTS.glob("*.lua")} - {"_lib"}
-    assert files == set(lua.SCRIPT_NAMES)
+    assert files == set(script_sources.SCRIPT_NAMES)
 
 
 def test_the_lua_state_table_is_conveyor_lifecycle() -> None:
@@ -55,20 +55,20 @@ def test_no_lua_in_python_modules() -> None:
 
 def test_lib_cuts_into_every_top_level_definition_once() -> None:
     lib = (SCRIPTS / "_lib.lua").read_text()
-    names = [name for name, _ in lua.lib_definitions()]
+    names = [name for name, _ in script_sources.lib_definitions()]
     assert names == re.findall(r"^local (?:function )?(\w+)", lib, re.M)
     # Nothing is lost between the pieces: every code line of the file is in one of them.
-    pieces = "\n".join(text for _, text in lua.lib_definitions()).splitlines()
+    pieces = "\n".join(text for _, text in script_sources.lib_definitions()).splitlines()
     code = [line for line in lib.splitlines() if line.strip() and not line.startswith("--")]
     assert [line for line in pieces if line.strip() and not line.startswith("--")] == code
 
 
-@pytest.mark.parametrize("name", lua.SCRIPT_NAMES)
+@pytest.mark.parametrize("name", script_sources.SCRIPT_NAMES)
 def test_each_script_is_sent_with_exactly_the_helpers_it_names(name: str) -> None:
-    source = lua.script_source(name)
+    source = script_sources.script_source(name)
     defined = set(re.findall(r"^local (?:function )?(\w+)", source, re.M))
     words = set(re.findall(r"\b\w+\b", source))
-    helpers = {helper for helper, _ in lua.lib_definitions()}
+    helpers = {helper for helper, _ in script_sources.lib_definitions()}
     # Every helper the sent text names is defined in it (a missing one would only fail
     # at run time, on the path that calls it) ...
     assert helpers & words <= defined

@@ -1,445 +1,222 @@
-"""Redis backend: every state transition is one Lua script, so nothing is half done.
+"""Redis backend: the contract's four roles, each verb handed to the role object that
+owns it. All of them share one `RedisConnection` (connection.py: the URL, the clock,
+the key layout, and once open the client, the Lua scripts and the enqueue connections).
 
-The URL and its options are in `config.py`; age-based retention (`prune_jobs`, run by
-workers) applies on top of the `max_completed`/`max_dead` bounds. Times come from
-`self.clock()`, passed to the scripts (never Redis TIME), so an injected clock drives all.
-See `keys.py` (layout), `queries.py` (listing, counting), `docs/redis.md` (AOF, operations).
+Where each verb is: lifecycle.py (JobLifecycle, BlockingEnqueue, StateForcing),
+inspector.py (Inspector), flow.py (FlowState), records.py (SharedRecords), liveness.py
+(WorkerLiveness), finish_wakeups.py (FinishWakeups), blobs.py (ProvidesBlobStore).
+See keys.py (the key layout), config.py (the URL), docs/redis.md (AOF, operations).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, cast
-
-import redis
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.connection import AbstractConnection as SyncConnection
-from redis.exceptions import NoScriptError, ResponseError
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from conveyor.backends import redact_url
-from conveyor.backends.filtering import redrive_scope, waiting_scope
 from conveyor.backends.params import (
+    BucketHold,
     BulkAction,
     CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
+    FinishWait,
+    FlowLoads,
+    FlowQuery,
     ForcedState,
     Heartbeat,
     HeartbeatReply,
     HeldLease,
+    JobFilter,
+    JobPage,
     JobWait,
+    KeyLimit,
     LeaseQuery,
     QueuePause,
+    QueueStats,
+    RecordIncrement,
+    RecordKey,
+    RecordSwap,
+    RecordWrite,
+    ResultSweep,
     Retention,
     Settlement,
 )
 from conveyor.backends.redis import liveness
 from conveyor.backends.redis.blobs import RedisBlobStore
-from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
-from conveyor.backends.redis.config import connection_settings, parse_redis_url
-from conveyor.backends.redis.errors import UNAVAILABLE, translate, translated
-from conveyor.backends.redis.expiring import ResultExpiry
-from conveyor.backends.redis.following import Following
-from conveyor.backends.redis.inspector_reads import InspectorReads
-from conveyor.backends.redis.keys import Keys
-from conveyor.backends.redis.lane import Command, Lane, ThreadLanes, first_error
-from conveyor.backends.redis.lua import script_source
-from conveyor.backends.redis.queries import JobQueries
+from conveyor.backends.redis.config import parse_redis_url
+from conveyor.backends.redis.connection import RedisConnection
+from conveyor.backends.redis.finish_wakeups import RedisFinishWakeups
+from conveyor.backends.redis.flow import RedisFlowState
+from conveyor.backends.redis.inspector import RedisInspector
+from conveyor.backends.redis.lifecycle import RedisLifecycle
 from conveyor.backends.redis.records import RedisRecords
-from conveyor.backends.redis.script_args import (
-    bulk_cancel_args,
-    cancel_args,
-    claim_args,
-    enqueue_commands,
-    enqueue_script,
-    enqueued_jobs,
-    settle_calls,
-    stale_settlements,
-)
-from conveyor.backends.redis.script_calls import Scripts
 from conveyor.model.clock import Clock, system_clock
-from conveyor.model.job import TERMINAL_STATES, Job, JobState, NewJob
+from conveyor.model.job import Job, NewJob
 
 __all__ = ["RedisBackend", "parse_redis_url"]
 
-log = logging.getLogger("conveyor.redis")
 
-_STAGE_LIMIT = 1000  # due jobs staged per claim call
-LAYOUT = 2  # the key layout version (keys.py)
-_PRUNE_CHUNK = 1000
-_LONGEST_WAIT = 15.0  # one BLPOP at most; the caller loops
-
-
-class RedisBackend(RedisRecords, Following, ResultExpiry, InspectorReads):
+class RedisBackend:
     """The `Backend` protocol on Redis (redis-py asyncio; hiredis when installed)."""
+
+    liveness_signal = liveness.SIGNAL
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.url = url
         self.clock = clock
-        self._driver_url, options = parse_redis_url(url)
-        self.keys = Keys(options.get("prefix", "conveyor"))
-        self.max_completed = int(options.get("max_completed", 100_000))
-        self.max_dead = int(options.get("max_dead", 100_000))
-        self._client: aioredis.Redis | None = None
-        self._scripts: Scripts | None = None
-        self._queries: JobQueries | None = None
-        self._lane: Lane | None = None
-        self._thread_lanes: ThreadLanes | None = None
+        self.connection = RedisConnection(url, clock)
+        self.keys = self.connection.keys
+        self.lifecycle = RedisLifecycle(self.connection)
+        self.inspector = RedisInspector(self.connection)
+        self.flow = RedisFlowState(self.connection)
+        self.records = RedisRecords(self.connection)
+        self.liveness = liveness.RedisWorkerLiveness(self.connection)
+        self.finish_wakeups = RedisFinishWakeups(self.connection)
 
     def __repr__(self) -> str:
         return f"<RedisBackend {redact_url(self.url)}>"
 
-    def default_blob_store(self) -> RedisBlobStore:
-        """Blobs under this prefix, on this client (ProvidesBlobStore)."""
-        return RedisBlobStore(lambda: self.client, self.keys, self.clock, self.url)
-
-    # --- life of the connection -------------------------------------------------
     @property
     def client(self) -> Any:
-        """The redis-py asyncio client (typed Any: redis-py annotates every command as
-        returning "Awaitable[T] | T", which strict mypy cannot await)."""
-        if self._client is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._client
+        """The redis-py asyncio client, for tests and operations (connection.py)."""
+        return self.connection.client
 
-    @property
-    def scripts(self) -> Scripts:
-        """The Lua scripts, called by name (script_calls.py)."""
-        if self._scripts is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._scripts
+    def default_blob_store(self) -> RedisBlobStore:
+        """Blobs under this prefix, on this client (ProvidesBlobStore)."""
+        return RedisBlobStore(self.connection)
 
-    @property
-    def queries(self) -> JobQueries:
-        """Listing, counting and selecting jobs (queries.py)."""
-        if self._queries is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        return self._queries
-
+    # --- JobLifecycle (lifecycle.py) ------------------------------------------------------
     async def open(self) -> None:
-        if self._client is not None:
-            return
-        # One quick retry takes a fresh connection when a pooled one died with a server
-        # restart; longer outages surface as BackendUnavailable, then the worker's backoff.
-        options = connection_settings()
-        self._client = aioredis.Redis.from_url(
-            self._driver_url, retry=Retry(NoBackoff(), 1), **options
-        )
-        self._scripts = Scripts(self._client, self.keys.base)
-        self._queries = JobQueries(self._client, self.keys, self._scripts)
-        self._lane = Lane(self._client.connection_pool.make_connection)
-        sync_pool = redis.ConnectionPool.from_url(self._driver_url, **options)
-        self._thread_lanes = ThreadLanes(
-            cast(Callable[[], SyncConnection], sync_pool.make_connection)
-        )
+        await self.connection.open()
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        self._scripts = self._queries = None
-        lane, self._lane = self._lane, None
-        if lane is not None:
-            await lane.close()
-        if self._thread_lanes is not None:
-            self._thread_lanes.close()
-        if client is not None:
-            await client.aclose()
+        await self.connection.close()
 
-    @translated
     async def migrate(self) -> list[int]:
-        """Record the layout version (filling layout 2's waiting indexes for a layout 1)."""
-        created = await self.client.set(self.keys.schema, str(LAYOUT), nx=True)
-        older = not created and await self.client.get(self.keys.schema) == "1"
-        if older:  # its jobs may be waiting already: index them
-            await self.scripts.call("index_waiting", [self.keys.queues], [])
-            await self.client.set(self.keys.schema, str(LAYOUT))
-        await self._warn_if_evicting()
-        return [1, LAYOUT] if created else [LAYOUT] if older else []
+        return await self.lifecycle.migrate()
 
-    async def _warn_if_evicting(self) -> None:
-        try:
-            policy = (await self.client.config_get("maxmemory-policy")).get("maxmemory-policy")
-        except ResponseError:
-            return  # CONFIG is disabled on many managed services
-        if policy and policy != "noeviction":
-            log.warning(
-                "Redis at %s has maxmemory-policy=%s: under memory pressure it may "
-                "evict jobs. Use noeviction for job queues.",
-                redact_url(self.url),
-                policy,
-            )
-
-    # --- producer -----------------------------------------------------------------
-    # One EVALSHA per 1,000 jobs, in one write: a batch is one round trip. Through a lane
-    # when one is free (lane.py): enqueues are idempotent, the job id dedups a resend.
-    @translated
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
-        if not jobs:
-            return []
-        made, commands = self._enqueue_commands(jobs)
-        replies = await self._send_idempotent(commands)
-        if any(isinstance(reply, NoScriptError) for reply in replies):  # a restarted server
-            await self.client.script_load(script_source(enqueue_script(jobs)))
-            replies = await self._send_idempotent(commands)  # the lane may be taken now
-        return enqueued_jobs(made, first_error(replies), jobs)
-
-    def _send_idempotent(self, commands: Sequence[Command]) -> Awaitable[list[Any]]:
-        """Through the lane when it is free, else through the pool."""
-        lane = self._lane
-        if lane is None or lane.busy:
-            return self._pipelined(commands)
-        return lane.call_many(commands)
-
-    async def _pipelined(self, commands: Sequence[Command]) -> list[Any]:
-        """The commands through the pool in one round trip; errors as values."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for command in commands:
-                pipe.execute_command(*command)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return await self.lifecycle.enqueue_jobs(jobs)
 
     def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Enqueue from the caller's thread on a connection of its own (BlockingEnqueue):
-        the sync facade then skips the two thread hops through the portal loop."""
-        if not jobs:
-            return []
-        lanes = self._thread_lanes
-        if lanes is None:
-            raise RuntimeError("RedisBackend used before open() or after close()")
-        made, commands = self._enqueue_commands(jobs)
-        try:
-            replies = lanes.call_many(commands)
-            if any(isinstance(reply, NoScriptError) for reply in replies):
-                lanes.call_many([("SCRIPT", "LOAD", script_source(enqueue_script(jobs)))])
-                replies = lanes.call_many(commands)
-            return enqueued_jobs(made, first_error(replies), jobs)
-        except Exception as exc:
-            conveyor_error = translate(self.url, exc)
-            if conveyor_error is None:
-                raise
-            raise conveyor_error from exc
+        return self.lifecycle.enqueue_jobs_blocking(jobs)
 
-    def _enqueue_commands(self, jobs: Sequence[NewJob]) -> tuple[list[Job], list[Command]]:
-        return enqueue_commands(
-            jobs, self.clock(), self.scripts.sha(enqueue_script(jobs)), self.keys
-        )
-
-    # --- worker -------------------------------------------------------------------
-    @translated
     async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
-        if request.limit <= 0 or not request.queues:
-            return ClaimedJobs()
-        rows = await self.scripts.call(
-            "claim",
-            [self.keys.due, self.keys.paused],
-            claim_args(request, self.clock(), _STAGE_LIMIT),
-        )
-        next_token_at = rows.pop() if request.rate_limits else None
-        return ClaimedJobs.of(
-            (job_from_reply(row) for row in rows), float(next_token_at) if next_token_at else None
-        )
+        return await self.lifecycle.fetch_jobs(request)
 
-    @translated
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        if not settlements:
-            return []
-        calls = settle_calls(
-            settlements, self.clock(), self.keys, self.max_completed, self.max_dead
-        )
-        if len(calls) == 1:
-            replies = [await self.scripts.call(*calls[0])]
-        else:  # one round trip for the whole batch
-            replies = await self.scripts.call_in_one_trip(calls)
-        return stale_settlements(settlements, replies)
+        return await self.lifecycle.settle_jobs(settlements)
 
-    @translated
     async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
-        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
-        if not leases:
-            return HeartbeatReply()
-        args: list[str | int] = [float_arg(self.clock() + lease_seconds)]
-        for lease in leases:
-            args += [lease.job_id, lease.token]
-        lost, cancel = await self.scripts.call("heartbeat", [self.keys.queues], args)
-        return HeartbeatReply(lost=frozenset(lost), cancel_requested=frozenset(cancel))
+        return await self.lifecycle.heartbeat_jobs(heartbeat)
 
-    @translated
     async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
-        lease, checkpoint, progress = (
-            checkpoint_write.lease,
-            checkpoint_write.checkpoint,
-            checkpoint_write.progress,
-        )
-        stored = await self.scripts.call(
-            "checkpoint",
-            [self.keys.queues],
-            [lease.job_id, lease.token, optional_arg(checkpoint), optional_arg(progress)],
-        )
-        return bool(stored)
+        return await self.lifecycle.checkpoint_job(checkpoint_write)
 
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
-        """Block on the queues' wake lists (BLPOP) until a hint or `timeout`."""
-        queues, timeout = job_wait.queues, job_wait.timeout
-        if timeout <= 0 or not queues:
-            return
-        try:
-            await self.client.blpop(
-                [self.keys.wake(q) for q in queues], timeout=min(timeout, _LONGEST_WAIT)
-            )
-        except UNAVAILABLE:
-            # No hints while Redis is away: a poll interval; the next fetch reports it.
-            await asyncio.sleep(timeout)
+        await self.lifecycle.wait_for_jobs(job_wait)
 
-    # --- maintenance ----------------------------------------------------------------
-    @translated
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        expired_before = "" if query.expired_before is None else float_arg(query.expired_before)
-        flat = await self.scripts.call(
-            "find_leases", [self.keys.queues], [expired_before, query.limit, *query.worker_ids]
-        )
-        return [
-            HeldLease(
-                job_id=flat[i],
-                token=int(flat[i + 1]),
-                worker_id=flat[i + 2] or None,
-                attempt=int(flat[i + 3]),
-                max_attempts=int(flat[i + 4]),
-                lease_expires_at=float(flat[i + 5]) if flat[i + 5] else None,
-            )
-            for i in range(0, len(flat), 6)
-        ]
+        return await self.lifecycle.find_leases(query)
 
-    @translated
     async def prune_jobs(self, retention: Retention) -> int:
-        completed_before, dead_before = retention.completed_before, retention.dead_before
-        total = 0
-        for queue in sorted(await self.client.smembers(self.keys.queues)):
-            for state, before in (
-                (JobState.COMPLETED, completed_before),
-                (JobState.CANCELLED, completed_before),
-                (JobState.DEAD, dead_before),
-            ):
-                skipped = 0  # candidates kept (inside a dedup window) are paged past
-                while True:
-                    ids = await self.client.zrangebyscore(
-                        self.keys.state(queue, state),
-                        "-inf",
-                        f"({float_arg(before)}",
-                        start=skipped,
-                        num=_PRUNE_CHUNK,
-                    )
-                    if not ids:
-                        break
-                    deleted = await self.scripts.call(
-                        "prune",
-                        [self.keys.unique],
-                        [
-                            float_arg(self.clock()),
-                            float_arg(completed_before),
-                            float_arg(dead_before),
-                            *ids,
-                        ],
-                    )
-                    total += deleted
-                    skipped += len(ids) - deleted
-                    if len(ids) < _PRUNE_CHUNK:
-                        break
-        return total
+        return await self.lifecycle.prune_jobs(retention)
 
-    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
-    liveness_signal = liveness.SIGNAL
+    async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
+        return await self.lifecycle.expire_results(result_sweep)
 
-    async def hold_liveness(self, worker_id: str) -> liveness.NamedConnectionHolder:
-        holder = liveness.NamedConnectionHolder(self.client, worker_id)
-        await holder.start(timeout=10.0)
-        return holder
+    async def get_job(self, job_id: str) -> Job | None:
+        return await self.lifecycle.get_job(job_id)
 
-    @translated
-    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
-        return await liveness.dead_workers(self.client, candidates)
-
-    # --- admin (the reads are InspectorReads') ----------------------------------------
-    @translated
-    async def cancel_job(self, job_id: str) -> Job | None:
-        row = await self.scripts.call(
-            "cancel", [self.keys.due], cancel_args(self.clock(), job_id, self.max_completed)
-        )
-        return job_from_reply(row) if row else None
-
-    @translated
-    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        scoped = redrive_scope(where)
-        ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
-        if dry_run or not ids:
-            return await self.queries.load(ids)
-        rows = await self.scripts.call(
-            "redrive", [self.keys.unique], [float_arg(self.clock()), *ids]
-        )
-        return [job_from_reply(row) for row in rows]
-
-    @translated
-    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
-        if not finished:
-            return []  # active jobs are never deleted
-        scoped = replace(where, states=tuple(sorted(finished)))
-        ids = (await self.queries.select(scoped, oldest_finished_first=True))[:limit]
-        if dry_run or not ids:
-            return ids
-        deleted = set(await self.scripts.call("delete", [self.keys.unique], ids))
-        return [job_id for job_id in ids if job_id in deleted]
-
-    @translated
-    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
-        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
-        scoped = waiting_scope(where)
-        if scoped is None:
-            return []
-        ids = (await self.queries.select(scoped, oldest_finished_first=False))[:limit]
-        if dry_run or not ids:
-            return ids
-        cancelled = set(
-            await self.scripts.call(
-                "cancel_waiting",
-                [self.keys.due],
-                bulk_cancel_args(self.clock(), self.max_completed, ids),
-            )
-        )
-        return [job_id for job_id in ids if job_id in cancelled]
-
-    @translated
-    async def pause_queue(self, queue_pause: QueuePause) -> None:
-        queue, paused = queue_pause.queue, queue_pause.paused
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.paused, queue, "1" if paused else "0")
-            if not paused:  # idle workers may have work waiting in it
-                pipe.rpush(self.keys.wake(queue), "1")
-                pipe.ltrim(self.keys.wake(queue), 0, 0)
-            await pipe.execute()
-
-    @translated
     async def force_state(self, forced_state: ForcedState) -> None:
-        """Test hook: try a raw state write, to show storage guards transitions."""
-        job_id, state = forced_state.job_id, forced_state.state
-        await self.scripts.call("force_state", [self.keys.queues], [job_id, state.value])
+        await self.lifecycle.force_state(forced_state)
 
-    # --- tests and operations --------------------------------------------------------
-    @translated
     async def delete_all_keys(self) -> int:
         """Delete every key of this prefix (SCAN + UNLINK; never FLUSHDB). For tests."""
-        deleted = 0
-        batch: list[str] = []
-        async for key in self.client.scan_iter(match=self.keys.pattern(), count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                deleted += await self.client.unlink(*batch)
-                batch = []
-        if batch:
-            deleted += await self.client.unlink(*batch)
-        return deleted
+        return await self.lifecycle.delete_all_keys()
+
+    # --- Inspector (inspector.py) ---------------------------------------------------------
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        return await self.inspector.list_jobs(job_page)
+
+    async def count_jobs(self, where: JobFilter) -> int:
+        return await self.inspector.count_jobs(where)
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return await self.inspector.cancel_job(job_id)
+
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        return await self.inspector.redrive_jobs(bulk_action)
+
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self.inspector.delete_jobs(bulk_action)
+
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self.inspector.cancel_jobs(bulk_action)
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self.inspector.task_names(where)
+
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return await self.inspector.dependants_of(job_id)
+
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self.inspector.parents_of(job_id)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self.inspector.queue_stats()
+
+    # --- FlowState (flow.py) --------------------------------------------------------------
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        await self.flow.pause_queue(queue_pause)
+
+    async def queue_paused(self, queue: str) -> bool:
+        return await self.flow.queue_paused(queue)
+
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        await self.flow.hold_rate_bucket(bucket_hold)
+
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        await self.flow.set_key_limit(key_limit)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return await self.flow.key_limit(concurrency_key)
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self.flow.count_running_of_key(concurrency_key)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self.flow.flow_loads(query)
+
+    # --- SharedRecords (records.py) -------------------------------------------------------
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        return await self.records.get_record(record_key)
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return await self.records.list_records(namespace)
+
+    async def put_record(self, record_write: RecordWrite) -> None:
+        await self.records.put_record(record_write)
+
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        return await self.records.put_record_if_absent(record_write)
+
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        return await self.records.compare_and_set_record(record_swap)
+
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        return await self.records.incr_record(record_increment)
+
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        return await self.records.delete_record(record_key)
+
+    # --- WorkerLiveness (liveness.py) and FinishWakeups (finish_wakeups.py) ---------------
+    async def hold_liveness(self, worker_id: str) -> liveness.NamedConnectionHolder:
+        return await self.liveness.hold_liveness(worker_id)
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return await self.liveness.dead_workers(candidates)
+
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        await self.finish_wakeups.wait_for_finish(finish_wait)

@@ -6,13 +6,12 @@ outlives its job only if the prune loop never runs; the sweep deletes it sooner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends.blobs import StoredBlob, digest_of_key, is_of, job_digest
+from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.errors import translated
-from conveyor.backends.redis.keys import Keys
-from conveyor.model.clock import Clock
 
 # Thirty days: longer than the default retention of dead jobs (fourteen days),
 # so a job never outlives its blob.
@@ -21,21 +20,17 @@ _FIELD = "k:"
 
 
 class RedisBlobStore:
-    def __init__(
-        self, client: Callable[[], Any], keys: Keys, clock: Clock, url: str, ttl: int = DEFAULT_TTL
-    ) -> None:
-        self._client = client  # the backend's, looked up at each call (opened lazily)
-        self.keys = keys
-        self.clock = clock
-        self.url = url  # for translated errors
+    def __init__(self, connection: RedisConnection, ttl: int = DEFAULT_TTL) -> None:
+        self.connection = connection  # the backend's: its client exists only while open
+        self.keys = connection.keys
         self.ttl = ttl
 
     @translated
     async def put_blob(self, key: str, job_id: str, data: bytes) -> None:
         digest = job_digest(job_id)
         hash_key = self.keys.blob(digest)
-        now = self.clock()
-        async with self._client().pipeline(transaction=True) as tx:
+        now = self.connection.clock()
+        async with self.connection.client.pipeline(transaction=True) as tx:
             tx.hset(hash_key, _FIELD + key, data)
             tx.hsetnx(hash_key, "job", job_id)
             tx.hsetnx(hash_key, "at", repr(now))
@@ -46,7 +41,9 @@ class RedisBlobStore:
     @translated
     async def get_blob(self, key: str) -> bytes | None:
         try:
-            data = await self._client().hget(self.keys.blob(digest_of_key(key)), _FIELD + key)
+            data = await self.connection.client.hget(
+                self.keys.blob(digest_of_key(key)), _FIELD + key
+            )
         except UnicodeDecodeError:
             # The client decodes replies as UTF-8 and blobs are UTF-8 JSON: bytes that
             # are not were changed in the store, and fail the hash check as such.
@@ -58,7 +55,7 @@ class RedisBlobStore:
         digests = list({job_digest(i) for i in job_ids})
         if not digests:
             return 0
-        client = self._client()
+        client = self.connection.client
         # One round trip reads every hash's fields, whatever the number of jobs: a
         # round trip each made deleting many jobs over a slow link take minutes.
         fields_of = await self._fields(client, digests)
@@ -93,7 +90,7 @@ class RedisBlobStore:
 
     @translated
     async def list_blobs(self, created_before: float, limit: int = 1000) -> list[StoredBlob]:
-        client = self._client()
+        client = self.connection.client
         found: list[StoredBlob] = []
         digests = await client.zrangebyscore(
             self.keys.blobs, "-inf", f"({created_before!r}", start=0, num=limit

@@ -58,7 +58,7 @@ def parse_redis_url(url: str) -> tuple[str, dict[str, str]]:
 
 
 def connection_settings() -> dict[str, Any]:
-    """redis-py connection settings shared by the asyncio client and the thread lanes."""
+    """redis-py connection settings shared by the asyncio client and the enqueue connections."""
     return dict(
         decode_responses=True,
         # A stored value that is not UTF-8 arrives as text with lone surrogates in

@@ -55,15 +55,15 @@ def translate(url: str, exc: Exception) -> Exception | None:
 def translated(
     method: Callable[P, Coroutine[Any, Any, T]],
 ) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Wrap a backend method (its instance has the `url` to name): driver errors
-    become Conveyor errors."""
+    """Wrap a method of a role object (its `connection` has the `url` to name): driver
+    errors become Conveyor errors."""
 
     @functools.wraps(method)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
         except Exception as exc:
-            url: str = getattr(args[0], "url")  # noqa: B009 (args[0] is typed object)
+            url: str = getattr(args[0], "connection").url  # noqa: B009 (args[0]: object)
             conveyor_error = translate(url, exc)
             if conveyor_error is None:
                 raise

@@ -23,6 +23,8 @@ from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.exceptions import ResponseError
 
 from conveyor.backends.liveness import SignalHolder
+from conveyor.backends.redis.connection import RedisConnection
+from conveyor.backends.redis.errors import translated
 
 SIGNAL = "Redis connection"
 _PREFIX = "redis-client"
@@ -100,26 +102,41 @@ def _run_id(info: Any) -> str:
     raise RuntimeError("INFO server gave no run_id")
 
 
-async def dead_workers(client: Any, candidates: Mapping[str, str]) -> set[str]:
-    tokens = {
-        worker_id: parsed
-        for worker_id, token in candidates.items()
-        if (parsed := ClientToken.parse(token)) is not None
-    }
-    if not tokens:
-        return set()
-    ids = sorted({t.client_id for t in tokens.values()})
-    async with client.pipeline(transaction=False) as pipe:
-        pipe.info("server")
-        pipe.client_list(client_id=ids)
-        try:
-            info, clients = await pipe.execute()
-        except ResponseError:  # before Redis 6.2: no CLIENT LIST ID
-            info, clients = await client.info("server"), await client.client_list()
-    run_id = _run_id(info)
-    alive = {(int(c["id"]), c.get("name", "")) for c in clients}
-    return {
-        worker_id
-        for worker_id, token in tokens.items()
-        if token.run_id == run_id and (token.client_id, client_name(worker_id)) not in alive
-    }
+class RedisWorkerLiveness:
+    """WorkerLiveness for RedisBackend: a named connection per worker."""
+
+    liveness_signal = SIGNAL
+
+    def __init__(self, connection: RedisConnection) -> None:
+        self.connection = connection
+
+    async def hold_liveness(self, worker_id: str) -> NamedConnectionHolder:
+        holder = NamedConnectionHolder(self.connection.client, worker_id)
+        await holder.start(timeout=10.0)
+        return holder
+
+    @translated
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        tokens = {
+            worker_id: parsed
+            for worker_id, token in candidates.items()
+            if (parsed := ClientToken.parse(token)) is not None
+        }
+        if not tokens:
+            return set()
+        client = self.connection.client
+        ids = sorted({t.client_id for t in tokens.values()})
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.info("server")
+            pipe.client_list(client_id=ids)
+            try:
+                info, clients = await pipe.execute()
+            except ResponseError:  # before Redis 6.2: no CLIENT LIST ID
+                info, clients = await client.info("server"), await client.client_list()
+        run_id = _run_id(info)
+        alive = {(int(c["id"]), c.get("name", "")) for c in clients}
+        return {
+            worker_id
+            for worker_id, token in tokens.items()
+            if token.run_id == run_id and (token.client_id, client_name(worker_id)) not in alive
+        }

@@ -1,7 +1,7 @@
 """The argument lists of the two batch scripts, enqueue and the settle scripts
 (complete, fail, release), and what their replies mean.
 
-Built from Python values alone, without a client: the thread lanes send the
+Built from Python values alone, without a client: the enqueue connections send the
 enqueue commands as well as the asyncio client.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 from conveyor.backends.claiming import claim_rank
 from conveyor.backends.params import ClaimRequest, Settlement
 from conveyor.backends.redis.codec import float_arg, job_from_reply, optional_arg
+from conveyor.backends.redis.enqueue_connections import Command
 from conveyor.backends.redis.keys import Keys
-from conveyor.backends.redis.lane import Command
 from conveyor.backends.redis.script_calls import ScriptCall
 from conveyor.model.errors import InvalidJob, RefusedJob
 from conveyor.model.job import Job, JobState, NewJob

@@ -1,5 +1,6 @@
 """Calling the Lua scripts: EVALSHA, with SCRIPT LOAD only when the server does not
-know a script (e.g. after a restart), and several calls in one round trip.
+know a script (e.g. after a restart), several calls in one round trip, and a counting
+script over an index a page at a time.
 
 Every script gets the key prefix (`Keys.base`) as its first argument.
 """
@@ -12,14 +13,14 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from conveyor.backends.redis.lua import SCRIPT_NAMES, script_source
+from conveyor.backends.redis.script_sources import SCRIPT_NAMES, script_source
 
 # (script name, KEYS, ARGV after the prefix)
 ScriptCall = tuple[str, Sequence[str], Sequence[str | int]]
 
 
 class Scripts:
-    """The scripts of `lua.SCRIPT_NAMES`, registered on one asyncio client."""
+    """The scripts of `script_sources.SCRIPT_NAMES`, registered on one asyncio client."""
 
     def __init__(self, client: Any, base: str) -> None:
         self._client = client
@@ -55,3 +56,15 @@ class Scripts:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+    async def call_in_pages(self, name: str, index: str, page: int, *args: str) -> list[list[Any]]:
+        """The replies of counting script `name` ({members read, ...}) over `index`,
+        called `page` members at a time until a page comes back short: each call holds
+        the server a bounded time."""
+        start, replies = 0, []
+        while True:
+            reply = await self.call(name, [index], [start, page, *args])
+            replies.append(reply)
+            start += int(reply[0])
+            if int(reply[0]) < page:
+                return replies

@@ -1,5 +1,5 @@
 -- _lib.lua: helpers shared by every script. Not a script itself: the loader
--- (conveyor/backends/redis/lua.py) puts it in front of each script's body.
+-- (conveyor/backends/redis/script_sources.py) puts it in front of each script's body.
 --
 -- ARGV[1] of every script is the key prefix, e.g. "{conveyor}:". Its hash tag keeps
 -- every key of one prefix in one Redis Cluster slot, so the keys a script derives
@@ -339,7 +339,7 @@ local function append_error(id, errors, error_json)
 end
 
 
--- A job ended: wake whoever waits for it (BLPOP on its done list, see following.py).
+-- A job ended: wake whoever waits for it (BLPOP on its done list, see finish_wakeups.py).
 -- Costs a job nobody waits for one ZSCORE.
 local function signal_end(id)
   if redis.call('ZSCORE', WATCHING, id) then

@@ -1,50 +1,56 @@
-"""Listing, counting and selecting jobs, and queue statistics, in Python over the
-indexes (see keys.py): Redis has no query language, so a filter reads the state
-indexes it names, fetches the few fields it tests, and sorts in Python.
+"""The Inspector on Redis: listing, counting and selecting jobs, queue statistics, a
+job's workflow edges, and the operator's actions on jobs found so (cancel, redrive,
+delete).
 
-Reads only: every change to a job is a Lua script (backend.py).
+Redis has no query language, so a filter reads the state indexes it names (keys.py),
+fetches the few fields it tests, and sorts in Python. Every change to a job is a Lua
+script (one per transition), so an action selects here, then changes in one script.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import replace
 
 from conveyor.backends.codec import job_from_fields, last_error_type
-from conveyor.backends.filtering import ascii_lower, job_matches
-from conveyor.backends.folding import flow_loads_from_rows
-from conveyor.backends.params import FlowLoads, FlowQuery, JobFilter, QueueStats
-from conveyor.backends.redis.keys import Keys, id_from_rank, micros_from_rank
-from conveyor.backends.redis.script_calls import Scripts
+from conveyor.backends.filtering import ascii_lower, job_matches, redrive_scope, waiting_scope
+from conveyor.backends.params import BulkAction, JobFilter, JobPage, QueueStats
+from conveyor.backends.redis.codec import float_arg, job_from_reply
+from conveyor.backends.redis.connection import RedisConnection
+from conveyor.backends.redis.errors import translated
+from conveyor.backends.redis.keys import id_from_rank, micros_from_rank
+from conveyor.backends.redis.rate_limit_lanes import lane_keys, lane_sizes
+from conveyor.backends.redis.script_args import bulk_cancel_args, cancel_args
 from conveyor.model.errors import JobNotFound
 from conveyor.model.escaping import readable_text
-from conveyor.model.job import Job, JobState
+from conveyor.model.job import TERMINAL_STATES, Job, JobState
 
 # The fields of a row a filter tests, in this order (5 and 6: see _rows).
 _LIST_FIELDS = ("state", "queue", "task", "seq", "finished_at")
 _WALK_ABOVE = 2000  # more candidates than this: list by walking the seq index
-# Jobs a counting script reads per call, so that each call holds the server a few
-# milliseconds: key_loads.lua reads one field a job; count_by_error.lua decodes a JSON
-# history, the dearer read (docs/performance.md).
-_KEY_PAGE = 5000
+# Jobs count_by_error.lua reads per call (it decodes a JSON history, a dear read), so
+# that each call holds the server a few milliseconds (docs/performance.md).
 _ERROR_PAGE = 1000
 
 
-class JobQueries:
-    """The read-only queries of one backend's client and key prefix."""
+class RedisInspector:
+    def __init__(self, connection: RedisConnection) -> None:
+        self.connection = connection
+        self.keys = connection.keys
 
-    def __init__(self, client: Any, keys: Keys, scripts: Scripts) -> None:
-        self.client = client
-        self.keys = keys
-        self.scripts = scripts
-
-    async def list_jobs(
-        self, where: JobFilter, limit: int, offset: int, after: str | None
-    ) -> list[Job]:
+    @translated
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        where, limit, offset, after = (
+            job_page.where,
+            job_page.limit,
+            job_page.offset,
+            job_page.after,
+        )
         want = offset + limit
         before_seq = None
         if after is not None:
-            seq = await self.client.zscore(self.keys.jobs, after)
+            seq = await self.connection.client.zscore(self.keys.jobs, after)
             if seq is None:
                 raise JobNotFound(
                     f"job {after} (the page cursor) no longer exists; "
@@ -59,6 +65,7 @@ class JobQueries:
             ids = await self.newest(where, want, before_seq)
         return await self.load(ids[offset:want])
 
+    @translated
     async def count_jobs(self, where: JobFilter) -> int:
         if (
             where.error_type is not None
@@ -74,11 +81,13 @@ class JobQueries:
     async def _count_by_error(self, where: JobFilter, error_type: str) -> int:
         """Counted on the server by count_by_error.lua, a page at a time: a scrape that
         counts a queue's shed jobs reads no job into Python."""
-        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        queues = list(where.queues) or sorted(
+            await self.connection.client.smembers(self.keys.queues)
+        )
         total = 0
         for queue in queues:
             for state in where.states:
-                replies = await self._pages(
+                replies = await self.connection.scripts.call_in_pages(
                     "count_by_error",
                     self.keys.state(queue, state),
                     _ERROR_PAGE,
@@ -104,6 +113,7 @@ class JobQueries:
         chosen.sort()
         return [job_id for _, _, job_id in chosen]
 
+    @translated
     async def task_names(self, where: JobFilter) -> list[str]:
         candidates = await self._candidates(where)
         rows = await self._rows(candidates, where)
@@ -124,7 +134,7 @@ class JobQueries:
         start = 0
         top = "+inf" if before_seq is None else f"({before_seq}"
         while len(found) < want:
-            ids = await self.client.zrevrangebyscore(
+            ids = await self.connection.client.zrevrangebyscore(
                 self.keys.jobs, top, "-inf", start=start, num=page_size
             )
             if not ids:
@@ -140,14 +150,15 @@ class JobQueries:
     async def load(self, ids: Iterable[str]) -> list[Job]:
         """The jobs of `ids` that still exist, in that order."""
         ids = list(ids)
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self.connection.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hgetall(self.keys.job(job_id))
             rows = await pipe.execute()
         return [job_from_fields(row, job_id) for job_id, row in zip(ids, rows, strict=True) if row]
 
-    async def queue_stats(self, now: float) -> list[QueueStats]:
-        client = self.client
+    @translated
+    async def queue_stats(self) -> list[QueueStats]:
+        client, now = self.connection.client, self.connection.clock()
         flags = await client.hgetall(self.keys.paused)
         shed = await client.hgetall(self.keys.shed)
         names = sorted(set(await client.smembers(self.keys.queues)) | set(flags) | set(shed))
@@ -158,7 +169,7 @@ class JobQueries:
                     pipe.zcard(self.keys.state(name, state))
                 pipe.zcard(self.keys.parked(name))
             sizes = await pipe.execute()
-        throttled = await self._lane_sizes(names)  # available too, in rate limit lanes
+        throttled = await lane_sizes(client, self.keys, names)  # available too, in rate limit lanes
         out: list[QueueStats] = []
         width = len(states) + 1
         for i, name in enumerate(names):
@@ -200,7 +211,7 @@ class JobQueries:
             "errors" if where.error_type is not None else "state",
             "payload" if where.args_contains is not None else "state",
         )
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self.connection.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hmget(self.keys.job(job_id), fields)
             rows: list[list[str | None]] = await pipe.execute()
@@ -210,9 +221,11 @@ class JobQueries:
         """Every id that may match `where`, from the state indexes it names."""
         if where.ids:
             return list(dict.fromkeys(where.ids))
-        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
+        queues = list(where.queues) or sorted(
+            await self.connection.client.smembers(self.keys.queues)
+        )
         states = where.states or tuple(JobState)
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self.connection.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 for state in states:
                     pipe.zrange(self.keys.state(queue, state), 0, -1)
@@ -228,15 +241,17 @@ class JobQueries:
         for (_, state), page in zip(indexes, pages, strict=True):
             candidates += [id_from_rank(m) for m in page] if state is JobState.AVAILABLE else page
         if JobState.AVAILABLE in states:  # and the rate limit lanes' available jobs
-            async with self.client.pipeline(transaction=False) as pipe:
-                for lane in await self._lane_keys(queues):
+            async with self.connection.client.pipeline(transaction=False) as pipe:
+                for lane in await lane_keys(self.connection.client, self.keys, queues):
                     pipe.zrange(lane, 0, -1)
                 candidates += [id_from_rank(m) for page in await pipe.execute() for m in page]
         return candidates
 
     async def _indexed_count(self, where: JobFilter) -> int:
-        queues = list(where.queues) or sorted(await self.client.smembers(self.keys.queues))
-        async with self.client.pipeline(transaction=False) as pipe:
+        queues = list(where.queues) or sorted(
+            await self.connection.client.smembers(self.keys.queues)
+        )
+        async with self.connection.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 for state in where.states or tuple(JobState):
                     pipe.zcard(self.keys.state(queue, state))
@@ -244,86 +259,8 @@ class JobQueries:
                         pipe.zcard(self.keys.parked(queue))
             indexed: int = sum(await pipe.execute())
         if JobState.AVAILABLE in (where.states or tuple(JobState)):
-            indexed += sum((await self._lane_sizes(queues)).values())
+            indexed += sum((await lane_sizes(self.connection.client, self.keys, queues)).values())
         return indexed
-
-    async def _lane_keys(self, queues: Sequence[str]) -> list[str]:
-        """The rate limit lanes of `queues` (keys.py): their available jobs with a bucket."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.smembers(self.keys.lanes(queue))
-            lanes = await pipe.execute()
-        return [
-            self.keys.lane(queue, bucket)
-            for queue, buckets in zip(queues, lanes, strict=True)
-            for bucket in sorted(buckets)
-        ]
-
-    async def _lane_sizes(self, queues: Sequence[str]) -> dict[str, int]:
-        """Each queue's available jobs in its rate limit lanes (the throttled ones)."""
-        out: dict[str, int] = {}
-        for (queue, _), n in (await self._lane_sizes_by_bucket(queues)).items():
-            out[queue] = out.get(queue, 0) + n
-        return out
-
-    async def _lane_sizes_by_bucket(self, queues: Sequence[str]) -> dict[tuple[str, str], int]:
-        """The available jobs of each rate limit lane of `queues`, by (queue, bucket)."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.smembers(self.keys.lanes(queue))
-            lanes = await pipe.execute()
-        keyed = [(q, b) for q, buckets in zip(queues, lanes, strict=True) for b in sorted(buckets)]
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue, bucket in keyed:
-                pipe.zcard(self.keys.lane(queue, bucket))
-            sizes = await pipe.execute() if keyed else []
-        return dict(zip(keyed, sizes, strict=True))
-
-    async def count_running_of_key(self, concurrency_key: str) -> int:
-        """The running jobs among a concurrency key's slot holders (at most its limit)."""
-        holders = await self.client.smembers(self.keys.key_holders(concurrency_key))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for job_id in holders:
-                pipe.hget(self.keys.job(job_id), "state")
-            states = await pipe.execute()
-        return sum(state == JobState.RUNNING.value for state in states)
-
-    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
-        """Each running and parked job's key, counted by key_loads.lua a page at a time
-        (a bounded time on the server per call; pages are not one snapshot: a job that
-        moves between two calls may be counted in both indexes or in neither), and each
-        rate limit lane's size."""
-        queues = (
-            [query.queue]
-            if query.queue is not None
-            else sorted(await self.client.smembers(self.keys.queues))
-        )
-        rows: list[tuple[str, int, int]] = []
-        for queue in queues:
-            for index, held in (
-                (self.keys.state(queue, JobState.RUNNING), 0),
-                (self.keys.parked(queue), 1),
-            ):
-                for reply in await self._pages("key_loads", index, _KEY_PAGE):
-                    rows += [
-                        (key, int(n) * (1 - held), int(n) * held)
-                        for key, n in zip(reply[1::2], reply[2::2], strict=True)
-                    ]
-        by_lane = await self._lane_sizes_by_bucket(queues)
-        return flow_loads_from_rows(
-            query.top, rows, [(bucket, n) for (_, bucket), n in by_lane.items()]
-        )
-
-    async def _pages(self, script: str, index: str, page: int, *args: str) -> list[list[Any]]:
-        """The replies of `script` ({members read, ...}) over `index`, called `page`
-        members at a time until a page comes back short."""
-        start, replies = 0, []
-        while True:
-            reply = await self.scripts.call(script, [index], [start, page, *args])
-            replies.append(reply)
-            start += int(reply[0])
-            if int(reply[0]) < page:
-                return replies
 
     async def _oldest_available(self, queue: str) -> str | None:
         """The available-index member with the earliest run_at. Within one priority
@@ -335,7 +272,7 @@ class JobQueries:
         best: str | None = None
         floor = "-inf"
         while True:
-            page = await self.client.zrangebyscore(
+            page = await self.connection.client.zrangebyscore(
                 key, floor, "+inf", start=0, num=1, withscores=True
             )
             if not page:
@@ -344,6 +281,79 @@ class JobQueries:
             if best is None or micros_from_rank(member) < micros_from_rank(best):
                 best = member
             floor = f"({score!r}"
+
+    # --- the operator's actions: select here, change in one script --------------------
+    @translated
+    async def cancel_job(self, job_id: str) -> Job | None:
+        connection = self.connection
+        row = await connection.scripts.call(
+            "cancel",
+            [self.keys.due],
+            cancel_args(connection.clock(), job_id, connection.max_completed),
+        )
+        return job_from_reply(row) if row else None
+
+    @translated
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
+        scoped = redrive_scope(where)
+        ids = (await self.select(scoped, oldest_finished_first=True))[:limit]
+        if dry_run or not ids:
+            return await self.load(ids)
+        rows = await self.connection.scripts.call(
+            "redrive", [self.keys.unique], [float_arg(self.connection.clock()), *ids]
+        )
+        return [job_from_reply(row) for row in rows]
+
+    @translated
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
+        finished = [s for s in where.states or TERMINAL_STATES if s in TERMINAL_STATES]
+        if not finished:
+            return []  # active jobs are never deleted
+        scoped = replace(where, states=tuple(sorted(finished)))
+        ids = (await self.select(scoped, oldest_finished_first=True))[:limit]
+        if dry_run or not ids:
+            return ids
+        deleted = set(await self.connection.scripts.call("delete", [self.keys.unique], ids))
+        return [job_id for job_id in ids if job_id in deleted]
+
+    @translated
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        where, limit, dry_run = bulk_action.where, bulk_action.limit, bulk_action.dry_run
+        scoped = waiting_scope(where)
+        if scoped is None:
+            return []
+        ids = (await self.select(scoped, oldest_finished_first=False))[:limit]
+        if dry_run or not ids:
+            return ids
+        connection = self.connection
+        cancelled = set(
+            await connection.scripts.call(
+                "cancel_waiting",
+                [self.keys.due],
+                bulk_cancel_args(connection.clock(), connection.max_completed, ids),
+            )
+        )
+        return [job_id for job_id in ids if job_id in cancelled]
+
+    # --- a job's workflow edges: the `dependants` and `parents` fields (JSON ids) written
+    # by enqueue_dependants.lua
+    @translated
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return await self._ids_in(job_id, "dependants")
+
+    @translated
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self._ids_in(job_id, "parents")
+
+    async def _ids_in(self, job_id: str, field: str) -> list[str]:
+        raw = await self.connection.client.hget(self.keys.job(job_id), field)
+        try:
+            ids = json.loads(raw) if raw else []
+        except ValueError:  # a damaged list shows as none
+            return []
+        return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
 def _matches(where: JobFilter, job_id: str, row: Sequence[str | None]) -> bool:

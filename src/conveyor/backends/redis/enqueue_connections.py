@@ -2,16 +2,17 @@
 
 Every command through a redis-py client takes a connection from the pool, wraps the
 call in its retry and event machinery, and gives the connection back: a large share
-of a one-by-one enqueue on loopback (docs/performance.md). A lane keeps a
-connection of the pool's own kind (same URL, TLS, credentials, keepalive) and talks
-to it directly: pack (with hiredis when installed), send, read, done.
+of a one-by-one enqueue on loopback (docs/performance.md). An enqueue connection is
+one of the pool's own kind (same URL, TLS, credentials, keepalive), held, and talked
+to directly: pack (with hiredis when installed), send, read, done.
 
-`Lane` serves the event loop, one call at a time: a caller that finds it busy uses
-the pool instead (see `RedisBackend._send_idempotent`), so concurrent callers still overlap
-their round trips. `ThreadLanes` serves the sync facade (Django, Flask, scripts):
-one connection per calling thread, so no loop and no thread hop is involved.
+`EnqueueConnection` serves the event loop, one call at a time: a caller that finds it
+busy uses the pool instead (see `RedisLifecycle._send_idempotent`), so concurrent callers
+still overlap their round trips. `EnqueueConnectionsPerThread` serves the sync facade
+(Django, Flask, scripts): one connection per calling thread, so no loop and no thread
+hop is involved.
 
-Only idempotent commands go through a lane (enqueues: the job id deduplicates). A
+Only idempotent commands go through them (enqueues: the job id deduplicates). A
 connection that died since its last use (a server restart) is replaced and the
 commands are sent again once, as the pool's own Retry(NoBackoff(), 1) does; they
 may have run before it died.
@@ -53,7 +54,7 @@ def first_error(replies: list[Any]) -> list[Any]:
     return replies
 
 
-class Lane:
+class EnqueueConnection:
     def __init__(self, make_connection: Callable[[], AsyncConnection]) -> None:
         self._make_connection = make_connection
         self._connection: AsyncConnection | None = None
@@ -66,7 +67,7 @@ class Lane:
     async def call_many(self, commands: Sequence[Command]) -> list[Any]:
         """Send the commands in one write; their replies in order, errors as values."""
         if self.busy:  # two callers on one connection would read each other's replies
-            raise RuntimeError("the lane is in use: check `busy` before calling")
+            raise RuntimeError("the enqueue connection is in use: check `busy` before calling")
         if self._connection is None:
             self._connection = self._make_connection()
         connection = self._connection
@@ -100,7 +101,7 @@ class Lane:
             await connection.disconnect()
 
 
-class ThreadLanes:
+class EnqueueConnectionsPerThread:
     def __init__(self, make_connection: Callable[[], SyncConnection]) -> None:
         self._make_connection = make_connection
         self._local = threading.local()
@@ -109,7 +110,7 @@ class ThreadLanes:
         self._generation = 0  # close() starts a new one: threads then open afresh
 
     def call_many(self, commands: Sequence[Command]) -> list[Any]:
-        """As `Lane.call_many`, on the calling thread's own connection."""
+        """As `EnqueueConnection.call_many`, on the calling thread's own connection."""
         local = self._local
         if getattr(local, "generation", -1) != self._generation:
             local.connection = self._make_connection()
