@@ -38,8 +38,8 @@ from conveyor.backends.params import (
 from conveyor.backends.postgres import enqueue, liveness
 from conveyor.backends.postgres.blobs import PostgresBlobStore
 from conveyor.backends.postgres.connections import AsyncConn, log
+from conveyor.backends.postgres.held_connection import Busy
 from conveyor.backends.postgres.inspector import PostgresInspector
-from conveyor.backends.postgres.lane import Busy
 from conveyor.backends.postgres.listener import Listener
 from conveyor.backends.postgres.records import PostgresRecords
 from conveyor.backends.postgres.rows import claim_order, job_from_row, jsonb
@@ -103,7 +103,7 @@ class PostgresBackend(PostgresInspector, PostgresRecords):
             return enqueue.enqueue_async(self, conn, jobs, now)
 
         try:
-            return await self._lane.run(insert)  # lane.py: a pool checkout is dear
+            return await self._lane.run(insert)  # held_connection.py: a pool checkout is dear
         except Busy:
             return await self._run(insert)
 

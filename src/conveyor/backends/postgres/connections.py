@@ -17,8 +17,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from conveyor.backends.postgres.config import parse_postgres_url
 from conveyor.backends.postgres.connect import first_connection
-from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
-from conveyor.backends.postgres.lane import Lane
+from conveyor.backends.postgres.held_connection import HeldConnection
+from conveyor.backends.postgres.last_used_pool import (
+    AsyncLastUsedConnectionPool,
+    LastUsedConnectionPool,
+)
 from conveyor.backends.postgres.listener import Listener
 from conveyor.backends.postgres.rows import load_schema_queries, positional
 from conveyor.model.clock import Clock, system_clock
@@ -47,8 +50,8 @@ class PostgresConnections:
         self._sync_pool_lock = threading.Lock()
         self._listener: Listener | None = None
         self._done_listener: Listener | None = None  # job ends, for job.result()
-        self._lane = Lane(self.config.conninfo, self.config.timeout)
-        self._claim_lane = Lane(
+        self._lane = HeldConnection(self.config.conninfo, self.config.timeout)
+        self._claim_lane = HeldConnection(
             self.config.conninfo, self.config.timeout, setup=self.q["claim_session"]
         )
         self._open_lock = asyncio.Lock()
@@ -63,7 +66,7 @@ class PostgresConnections:
             if self._pool is not None:
                 return
             self._lane.adopt(await first_connection(self.config))
-            pool: AsyncConnectionPool[AsyncConn] = AsyncHotConnectionPool(
+            pool: AsyncConnectionPool[AsyncConn] = AsyncLastUsedConnectionPool(
                 self.config.conninfo,
                 kwargs={"autocommit": True},
                 min_size=1,
@@ -147,7 +150,7 @@ class PostgresConnections:
     def _get_sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         with self._sync_pool_lock:
             if self._sync_pool is None:
-                self._sync_pool = HotConnectionPool(
+                self._sync_pool = LastUsedConnectionPool(
                     self.config.conninfo,
                     kwargs={"autocommit": True},
                     min_size=1,
