@@ -39,7 +39,7 @@ class _IdTaken(Exception):
 
 
 async def enqueue_with_parents(
-    backend: PostgresConnections,
+    connections: PostgresConnections,
     conn: psycopg.AsyncConnection[Any],
     jobs: Sequence[NewJob],
     now: float,
@@ -48,7 +48,7 @@ async def enqueue_with_parents(
 ) -> list[Job]:
     """`scope`: the transaction to work in (None: the one the connection began);
     `plain`: the ordinary enqueue of a batch of jobs without parents, on `conn`."""
-    q = backend.q
+    q = connections.queries
     async with scope if scope is not None else nullcontext():
         named = sorted({p for new in jobs for p in new.depends_on})
         cur = await conn.execute(q["lock_parents"], {"ids": named})
@@ -63,17 +63,17 @@ async def enqueue_with_parents(
         try:
             async with conn.transaction():  # a savepoint: _IdTaken undoes the statement
                 stored.update(
-                    await _insert_dependants(backend, conn, dependants, dict(states), now)
+                    await _insert_dependants(connections, conn, dependants, dict(states), now)
                 )
         except _IdTaken:
             for new in dependants:
-                stored[new.id] = job = await _insert_dependant(backend, conn, new, states, now)
+                stored[new.id] = job = await _insert_dependant(connections, conn, new, states, now)
                 states[new.id] = job.state
     return [stored[new.id] for new in jobs]
 
 
 async def _insert_dependants(
-    backend: PostgresConnections,
+    connections: PostgresConnections,
     conn: psycopg.AsyncConnection[Any],
     dependants: Sequence[NewJob],
     states: dict[str, JobState],
@@ -101,9 +101,9 @@ async def _insert_dependants(
             else:
                 links.append((parent, new.id))
     cur = await conn.execute(
-        backend.q["insert_dependants"],
+        connections.queries["insert_dependants"],
         {
-            "channel": backend.config.channel,
+            "channel": connections.config.channel,
             "now": now,
             "ids": [n.id for n in dependants],
             "queues": [n.queue for n in dependants],
@@ -136,20 +136,20 @@ async def _insert_dependants(
 
 
 async def _insert_dependant(
-    backend: PostgresConnections,
+    connections: PostgresConnections,
     conn: psycopg.AsyncConnection[Any],
     new: NewJob,
     states: dict[str, JobState],
     now: float,
 ) -> Job:
-    q = backend.q
+    q = connections.queries
     run_at = now if new.run_at is None else float(new.run_at)
     start = start_of(new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now))
     error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
     cur = await conn.execute(
         q["insert_dependant"],
         {
-            "channel": backend.config.channel,
+            "channel": connections.config.channel,
             "now": now,
             "id": new.id,
             "queue": new.queue,
