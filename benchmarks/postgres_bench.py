@@ -271,7 +271,7 @@ async def claim_plan(conn: psycopg.AsyncConnection[Any], backend: Any, schema: s
     }
     async with conn.transaction(force_rollback=True):
         cur = await conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend.connections.queries["claim_jobs"],
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend._state.queries["claim_jobs"],
             params,
         )
         row = await cur.fetchone()

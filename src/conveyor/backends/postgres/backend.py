@@ -7,8 +7,8 @@ docs/postgres.md for transactional enqueue and complete-in-transaction.
 PostgresBackend implements the contract by handing each verb to the role that owns
 it: the job lifecycle (lifecycle.py), the operators' verbs (inspector.py), flow
 control's state (flow.py), the shared records (records.py), worker liveness
-(liveness.py) and the blob store (blobs.py). They share one PostgresConnections
-(connections.py): the pools, the held connections, the queries, the clock.
+(liveness.py) and the blob store (blobs.py). They share one PostgresState
+(state.py): the pools, the held connections, the queries, the clock.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ from conveyor.backends.params import (
     TransactionalCompletion,
 )
 from conveyor.backends.postgres.blobs import PostgresBlobStore
-from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
 from conveyor.backends.postgres.flow import PostgresFlow
 from conveyor.backends.postgres.inspector import PostgresInspector
 from conveyor.backends.postgres.lifecycle import PostgresLifecycle
 from conveyor.backends.postgres.liveness import SIGNAL, AdvisoryLockHolder, PostgresLiveness
 from conveyor.backends.postgres.records import PostgresRecords
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
 from conveyor.model.clock import Clock, system_clock
 from conveyor.model.job import Job, NewJob
 
@@ -68,29 +68,29 @@ class PostgresBackend:
 
     def __init__(self, url: str, clock: Clock = system_clock) -> None:
         self.clock = clock
-        self.connections = PostgresConnections(url, clock)
-        self._records = PostgresRecords(self.connections)
-        self._lifecycle = PostgresLifecycle(self.connections, self._records)
-        self._inspector = PostgresInspector(self.connections, self._lifecycle.get_job)
-        self._flow = PostgresFlow(self.connections)
-        self._liveness = PostgresLiveness(self.connections)
+        self._state = PostgresState(url, clock)
+        self._records = PostgresRecords(self._state)
+        self._lifecycle = PostgresLifecycle(self._state, self._records)
+        self._inspector = PostgresInspector(self._state, self._lifecycle.get_job)
+        self._flow = PostgresFlow(self._state)
+        self._liveness = PostgresLiveness(self._state)
         self._blobs: PostgresBlobStore | None = None  # the default blob store, made on first use
 
     def __repr__(self) -> str:
-        return f"<PostgresBackend {self.connections.config.redacted}>"
+        return f"<PostgresBackend {self._state.config.redacted}>"
 
     def default_blob_store(self) -> PostgresBlobStore:
         """Blobs in a table of this schema, over this pool (ProvidesBlobStore)."""
         if self._blobs is None:
-            self._blobs = PostgresBlobStore(self.connections)
+            self._blobs = PostgresBlobStore(self._state)
         return self._blobs
 
     # --- JobLifecycle -------------------------------------------------------------------
     async def open(self) -> None:
-        await self.connections.open()
+        await self._state.open()
 
     async def close(self) -> None:
-        await self.connections.close()
+        await self._state.close()
 
     async def migrate(self) -> list[int]:
         return await self._lifecycle.migrate()

@@ -7,16 +7,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends.blobs import StoredBlob
-from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
 from conveyor.backends.sqlfiles import load_queries
 
 
 class PostgresBlobStore:
-    def __init__(self, connections: PostgresConnections) -> None:
-        self._run = connections.run
-        self.clock = connections.clock
+    def __init__(self, state: PostgresState) -> None:
+        self._run = state.run
+        self.clock = state.clock
         self.q = {
-            name: text.replace("{schema}", f'"{connections.schema}"')  # validated, see config.py
+            name: text.replace("{schema}", f'"{state.schema}"')  # validated, see config.py
             for name, text in load_queries(
                 __package__ or "conveyor.backends.postgres", "blobs.sql"
             ).items()

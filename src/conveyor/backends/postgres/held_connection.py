@@ -9,7 +9,7 @@ it stays (figures: docs/performance.md).
 
 A held connection is one autocommit connection, used when it is free; a caller that
 finds it busy, or finds it broken, goes through the pool
-(`PostgresConnections.run`, with its retries). Enqueue is safe to repeat there: the job
+(`PostgresState.run`, with its retries). Enqueue is safe to repeat there: the job
 id deduplicates a statement that ran before its connection died; so is a claim (a
 lost reply's jobs come back through lease expiry).
 

@@ -35,11 +35,11 @@ from conveyor.backends.params import (
     TransactionalCompletion,
 )
 from conveyor.backends.postgres import enqueue
-from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections, log
 from conveyor.backends.postgres.held_connection import Busy
 from conveyor.backends.postgres.listener import Listener
 from conveyor.backends.postgres.records import PostgresRecords
 from conveyor.backends.postgres.rows import claim_order, job_from_row, jsonb
+from conveyor.backends.postgres.state import AsyncConn, PostgresState, log
 from conveyor.backends.sqlfiles import load_migrations
 from conveyor.model.errors import ConfigurationError, StaleLease
 from conveyor.model.job import Job, JobState, NewJob
@@ -48,21 +48,21 @@ from conveyor.model.version import __version__
 
 
 class PostgresLifecycle:
-    """JobLifecycle (open and close are the connections'), with FinishWakeups,
+    """JobLifecycle (open and close are the shared state's), with FinishWakeups,
     TransactionalEnqueue, BlockingEnqueue, CompleteInTransaction and StateForcing.
     `records` counts the waiters on a job's end (wait_for_finish)."""
 
-    def __init__(self, connections: PostgresConnections, records: PostgresRecords) -> None:
-        self._connections = connections
+    def __init__(self, state: PostgresState, records: PostgresRecords) -> None:
+        self._state = state
         self._records = records
         # Read on every call of the hot verbs: held here, one attribute away.
-        self._queries = connections.queries
-        self._config = connections.config
-        self._clock = connections.clock
-        self._run = connections.run
-        self._enqueue_connection = connections.enqueue_connection
-        self._claim_connection = connections.claim_connection
-        self._claims = connections.claims
+        self._queries = state.queries
+        self._config = state.config
+        self._clock = state.clock
+        self._run = state.run
+        self._enqueue_connection = state.enqueue_connection
+        self._claim_connection = state.claim_connection
+        self._claims = state.claims
         self._buckets_made: frozenset[str] = frozenset()  # rate limit buckets known to exist
 
     # --- schema -----------------------------------------------------------------------
@@ -70,24 +70,20 @@ class PostgresLifecycle:
         """Apply pending migrations, each in its own transaction, under an advisory
         lock so concurrent migrators (many workers starting at once) take turns."""
         applied: list[int] = []
-        async with self._connections.connection() as conn:
+        async with self._state.connection() as conn:
             async with conn.transaction():
-                await conn.execute(
-                    self._queries["lock_migrations"], {"schema": self._connections.schema}
-                )
+                await conn.execute(self._queries["lock_migrations"], {"schema": self._state.schema})
                 await conn.execute(self._queries["bootstrap_schema"])
                 await conn.execute(self._queries["bootstrap_migrations"])
             for migration in load_migrations(__package__ or "conveyor.backends.postgres"):
                 async with conn.transaction():
                     await conn.execute(
-                        self._queries["lock_migrations"], {"schema": self._connections.schema}
+                        self._queries["lock_migrations"], {"schema": self._state.schema}
                     )
                     cur = await conn.execute(self._queries["applied_migrations"])
                     if migration.version in {row[0] for row in await cur.fetchall()}:
                         continue  # applied earlier, or by another process just now
-                    await conn.execute(
-                        self._queries["use_schema"], {"schema": self._connections.schema}
-                    )
+                    await conn.execute(self._queries["use_schema"], {"schema": self._state.schema})
                     # No parameters: psycopg sends the file as one script, so a migration
                     # may hold many statements and plpgsql bodies (and any % in them).
                     await conn.execute(migration.sql.encode(), prepare=False)
@@ -109,7 +105,7 @@ class PostgresLifecycle:
         now = self._clock()
 
         def insert(conn: AsyncConn) -> Awaitable[list[Job]]:
-            return enqueue.enqueue_async(self._connections, conn, jobs, now)
+            return enqueue.enqueue_async(self._state, conn, jobs, now)
 
         try:
             return await self._enqueue_connection.run(insert)  # held_connection.py says why
@@ -120,7 +116,7 @@ class PostgresLifecycle:
         """Enqueue from the caller's own thread on the sync pool: the sync facade
         (Django, Flask, scripts) skips two thread hops through the portal loop."""
         now = self._clock()
-        pool = self._connections.sync_pool()
+        pool = self._state.sync_pool()
         tries = self._config.pool_size + 1
         for attempt in range(1, tries + 1):
             # getconn/putconn, as _run does: `with pool.connection()` costs twice as
@@ -128,12 +124,12 @@ class PostgresLifecycle:
             try:
                 conn = pool.getconn()
             except PoolTimeout as exc:
-                raise self._connections.unavailable(exc) from exc
+                raise self._state.unavailable(exc) from exc
             try:
-                return enqueue.enqueue_sync(self._connections, conn, jobs, now)
+                return enqueue.enqueue_sync(self._state, conn, jobs, now)
             except psycopg.OperationalError as exc:
                 if attempt == tries or not (conn.broken or conn.closed):
-                    raise self._connections.unavailable(exc) from exc
+                    raise self._state.unavailable(exc) from exc
             finally:
                 pool.putconn(conn)  # a broken one is discarded, not reused
         raise AssertionError("unreachable")
@@ -144,12 +140,10 @@ class PostgresLifecycle:
         connection, jobs = enqueue_in.connection, enqueue_in.jobs
         now = self._clock()
         if isinstance(connection, psycopg.AsyncConnection):
-            return await enqueue.enqueue_async(self._connections, connection, jobs, now)
+            return await enqueue.enqueue_async(self._state, connection, jobs, now)
         if isinstance(connection, psycopg.Connection):
             # A sync connection blocks: keep the event loop free while it works.
-            return await asyncio.to_thread(
-                enqueue.enqueue_sync, self._connections, connection, jobs, now
-            )
+            return await asyncio.to_thread(enqueue.enqueue_sync, self._state, connection, jobs, now)
         raise ConfigurationError(
             f"connection= must be a psycopg Connection or AsyncConnection, got "
             f"{type(connection).__name__} (with SQLAlchemy, pass "
@@ -234,10 +228,10 @@ class PostgresLifecycle:
             async with conn.pipeline():
                 cur = await conn.execute(self._queries["settle_jobs"], params)
                 if wakes:  # snoozed or released jobs: someone may claim them now
-                    await self._connections.notify(conn)
+                    await self._state.notify(conn)
                 rows = await cur.fetchall()
             if not wakes and any(row[1] for row in rows):  # dependants became available
-                await self._connections.notify(conn)
+                await self._state.notify(conn)
             return {row[0] for row in rows}
 
         applied = await self._run(op)
@@ -284,25 +278,25 @@ class PostgresLifecycle:
 
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
         timeout = job_wait.timeout
-        connections = self._connections
-        if connections.wakeup_listener is None:
-            connections.wakeup_listener = Listener(
+        state = self._state
+        if state.wakeup_listener is None:
+            state.wakeup_listener = Listener(
                 self._config.conninfo, self._queries["listen"], self._config.redacted
             )
-        await connections.wakeup_listener.wait(timeout)
+        await state.wakeup_listener.wait(timeout)
 
     async def wait_for_finish(self, finish_wait: FinishWait) -> None:
         """FinishWakeups: LISTEN on the done channel, count in as a waiter (a record the
         settle statement probes), look, then wait for a NOTIFY; a hint for any end."""
         job_id, timeout = finish_wait.job_id, finish_wait.timeout
-        connections = self._connections
-        fresh = connections.done_listener is None
-        if connections.done_listener is None:
-            connections.done_listener = Listener(
+        state = self._state
+        fresh = state.done_listener is None
+        if state.done_listener is None:
+            state.done_listener = Listener(
                 self._config.conninfo, self._queries["listen_done"], self._config.redacted
             )
-            connections.done_listener.start()
-        listening = connections.done_listener
+            state.done_listener.start()
+        listening = state.done_listener
         with contextlib.suppress(TimeoutError):  # not listening yet: the wait is a poll
             await asyncio.wait_for(listening.connected.wait(), min(timeout, 1.0))
         if fresh:  # its first connect says "look now" to everyone: this call looks anyway
@@ -342,7 +336,7 @@ class PostgresLifecycle:
             transactional_completion.result,
             transactional_completion.result_ttl,
         )
-        async with self._connections.connection() as conn, conn.transaction():
+        async with self._state.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 self._queries["check_lease"], {"id": lease.job_id, "token": lease.token}
             )
@@ -374,7 +368,7 @@ class PostgresLifecycle:
             transactional_completion.result,
             transactional_completion.result_ttl,
         )
-        pool = self._connections.sync_pool()
+        pool = self._state.sync_pool()
         try:
             with pool.connection() as conn, conn.transaction():
                 cur = conn.execute(
@@ -400,7 +394,7 @@ class PostgresLifecycle:
                         "transaction; rolled back"
                     )
         except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._connections.unavailable(exc) from exc
+            raise self._state.unavailable(exc) from exc
 
     # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
@@ -446,7 +440,7 @@ class PostgresLifecycle:
         return await self._run(op)
 
     async def get_job(self, job_id: str) -> Job | None:
-        rows = await self._connections.fetch("get_job", {"id": job_id})
+        rows = await self._state.fetch("get_job", {"id": job_id})
         return job_from_row(rows[0]) if rows else None
 
     async def force_state(self, forced_state: ForcedState) -> None:

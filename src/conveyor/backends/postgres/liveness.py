@@ -28,7 +28,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conveyor.backends.liveness import SignalHolder
-from conveyor.backends.postgres.connections import PostgresConnections
+from conveyor.backends.postgres.state import PostgresState
 
 SIGNAL = "advisory lock"
 _PREFIX = "pg-advisory"
@@ -107,12 +107,12 @@ class PostgresLiveness:
 
     liveness_signal = SIGNAL
 
-    def __init__(self, connections: PostgresConnections) -> None:
-        self._connections = connections
+    def __init__(self, state: PostgresState) -> None:
+        self._state = state
 
     async def hold_liveness(self, worker_id: str) -> AdvisoryLockHolder:
-        config = self._connections.config
-        holder = AdvisoryLockHolder(config.conninfo, self._connections.queries, worker_id)
+        config = self._state.config
+        holder = AdvisoryLockHolder(config.conninfo, self._state.queries, worker_id)
         await holder.start(config.timeout)
         return holder
 
@@ -120,7 +120,7 @@ class PostgresLiveness:
         tokens, params = gone_params(candidates)
         if not tokens:
             return set()
-        [(epoch, gone)] = await self._connections.fetch("liveness_locks_gone", params)
+        [(epoch, gone)] = await self._state.fetch("liveness_locks_gone", params)
         return dead_from_row(tokens, epoch, gone)
 
 

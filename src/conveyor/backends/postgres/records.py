@@ -14,23 +14,23 @@ from conveyor.backends.params import (
     RecordSwapIn,
     RecordWrite,
 )
-from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
 from conveyor.backends.records import expiry
 
 
 class PostgresRecords:
     """SharedRecords, and RecordsInTransaction on the caller's connection."""
 
-    def __init__(self, connections: PostgresConnections) -> None:
-        self._connections = connections
-        self._queries = connections.queries
-        self._clock = connections.clock
+    def __init__(self, state: PostgresState) -> None:
+        self._state = state
+        self._queries = state.queries
+        self._clock = state.clock
 
     async def _one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         async def op(conn: AsyncConn) -> tuple[Any, ...] | None:
             return await (await conn.execute(self._queries[query], params)).fetchone()
 
-        return await self._connections.run(op)
+        return await self._state.run(op)
 
     def _params(self, namespace: str, key: str, **more: Any) -> dict[str, Any]:
         return {"namespace": namespace, "key": key, "now": self._clock(), **more}
@@ -41,7 +41,7 @@ class PostgresRecords:
         return None if row is None else str(row[0])
 
     async def list_records(self, namespace: str) -> dict[str, str]:
-        rows = await self._connections.fetch(
+        rows = await self._state.fetch(
             "list_records", {"namespace": namespace, "now": self._clock()}
         )
         return {str(key): str(value) for key, value in rows}
@@ -59,7 +59,7 @@ class PostgresRecords:
         async def op(conn: AsyncConn) -> None:
             await conn.execute(self._queries["put_record"], params)
 
-        await self._connections.run(op)
+        await self._state.run(op)
 
     async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
         namespace, key, value, ttl = (

@@ -33,7 +33,7 @@ T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
-class PostgresConnections:
+class PostgresState:
     """The pools and connections of one backend (autocommit connections: a
     statement is its own transaction unless a verb opens one), its queries, its clock."""
 
