@@ -196,7 +196,7 @@ def postgres_rounds(jobs: int, repeat: int) -> dict[str, list[float]]:
 
     def statement() -> tuple[str, dict[str, Any]]:
         """Conveyor's one-job INSERT and its parameters (what `enqueue` sends), no more."""
-        return fast_path(backend, [task.message(0)], time.time())
+        return fast_path(backend._state, [task.message(0)], time.time())
 
     def ours() -> None:
         for _ in range(jobs):

@@ -271,7 +271,8 @@ async def claim_plan(conn: psycopg.AsyncConnection[Any], backend: Any, schema: s
     }
     async with conn.transaction(force_rollback=True):
         cur = await conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend.q["claim_jobs"], params
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + backend._state.queries["claim_jobs"],
+            params,
         )
         row = await cur.fetchone()
     assert row is not None

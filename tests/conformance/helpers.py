@@ -123,7 +123,7 @@ async def finish_waiter_parked(backend: Any, job_id: str) -> bool:
         listener = backend._lifecycle._finish_listener
         return listener is not None and bool(listener.event._waiters)
     if kind == "PostgresBackend":
-        listener = backend._done_listener
+        listener = backend._state.done_listener
         return listener is not None and bool(listener.event._waiters)
     if kind == "RedisBackend":  # counted in, then blocked in BLPOP (a round trip after)
         if not await backend.client.zscore(f"{backend.keys.base}watching", job_id):

@@ -82,7 +82,7 @@ async def test_a_weighted_claim_locks_the_jobs_it_takes_and_no_more_than_the_roo
             FILL_QUEUES.format(schema=schema), {"queues": ["a", "b", "c"], "sizes": sizes}
         )
         admin_conn.execute(f'ANALYZE "{schema}".jobs')
-        claim = backend.claims["claim_jobs"]
+        claim = backend._state.claims["claim_jobs"]
         params = {
             "queues": ["a", "b", "c"],
             "quotas": [6, 3, 1],
@@ -92,7 +92,7 @@ async def test_a_weighted_claim_locks_the_jobs_it_takes_and_no_more_than_the_roo
             "worker_id": "w",
             "lease_expires_at": 2e9,
         }
-        with psycopg.connect(backend.config.conninfo) as claimer:
+        with psycopg.connect(backend._state.config.conninfo) as claimer:
             rows = psycopg.RawCursor(claimer).execute(claim.sql, claim.args(params)).fetchall()
             assert len(rows) == 10
             with admin_conn.transaction(force_rollback=True):

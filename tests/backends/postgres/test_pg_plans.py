@@ -76,7 +76,7 @@ async def test_hot_statements_never_scan_the_jobs_table(
             with admin_conn.transaction(force_rollback=True):
                 # Ignored for mypy: the statements' params dict is typed object
                 row = admin_conn.execute(  # type: ignore[call-overload]
-                    "EXPLAIN (FORMAT JSON) " + backend.q[name], params
+                    "EXPLAIN (FORMAT JSON) " + backend._state.queries[name], params
                 ).fetchone()
             assert row is not None
             plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
@@ -156,7 +156,7 @@ async def test_outcome_writes_and_heartbeats_cost_follows_the_batch_not_running_
             },
         }
         for name, params in statements.items():
-            plan = plan_of(admin_conn, backend.q[name], params)
+            plan = plan_of(admin_conn, backend._state.queries[name], params)
             assert "Seq Scan jobs" not in scans(plan), name
             assert "jobs_lease" not in indexes(plan) and "jobs_id_key" in indexes(plan), (
                 name,
@@ -208,7 +208,7 @@ async def test_a_fair_claim_reads_the_first_index_entries_and_no_key_table_scan(
         }
         for name, params in statements.items():
             # Ignored for mypy: the statements' params dict is typed object
-            plan = plan_of(admin_conn, backend.q[name], params)  # type: ignore[arg-type]
+            plan = plan_of(admin_conn, backend._state.queries[name], params)  # type: ignore[arg-type]
             nodes = scans(plan)
             assert not {"Seq Scan jobs", "Seq Scan fair_keys"} & set(nodes), (name, nodes)
             if name == "claim_jobs":
@@ -253,7 +253,7 @@ async def test_the_rated_claim_reads_each_lane_from_its_index(
             "rates": [0.001, 1000.0],
             "bursts": [1, 100],
         }
-        plan = plan_of(admin_conn, backend.q["claim_rated_jobs"], params)
+        plan = plan_of(admin_conn, backend._state.queries["claim_rated_jobs"], params)
         assert "Seq Scan jobs" not in scans(plan), scans(plan)
         assert {"jobs_claim", "jobs_rate_claim"} <= indexes(plan), indexes(plan)
         assert not sorted_scans(plan), scans(plan)
@@ -335,7 +335,12 @@ async def test_the_claims_generic_plans_read_each_lane_from_its_index(
             ("claim_jobs", claim, {"jobs_claim"}),
             ("claim_rated_jobs", rated, {"jobs_claim", "jobs_rate_claim"}),
         ):
-            plan = generic_plan_of(admin_conn, backend.q["claim_session"], backend.q[name], params)
+            plan = generic_plan_of(
+                admin_conn,
+                backend._state.queries["claim_session"],
+                backend._state.queries[name],
+                params,
+            )
             assert "Seq Scan jobs" not in scans(plan), (name, scans(plan))
             assert lanes <= indexes(plan), (name, indexes(plan))
             assert not sorted_scans(plan), (name, scans(plan))
@@ -364,8 +369,10 @@ async def test_claims_run_on_the_claim_lane_and_other_verbs_keep_custom_plans(
             )
             return list(await cur.fetchall())
 
-        assert await backend._claim_lane.run(settings) == [("force_generic_plan", "off")]
-        pooled = await backend._run(settings)
+        assert await backend._state.claim_connection.run(settings) == [
+            ("force_generic_plan", "off")
+        ]
+        pooled = await backend._state.run(settings)
         assert pooled[0][0] == "auto", pooled
     finally:
         await backend.close()

@@ -313,7 +313,8 @@ def test_sync_facade_enqueues_from_the_callers_thread(pg_url: str) -> None:
         assert again.id == first.id
         backend = app.portal.call(app.backend())
         # Ignored for mypy: the Postgres backend's own attributes
-        assert backend._sync_pool is not None  # type: ignore[attr-defined]  # the blocking path was taken
+        state = backend._state  # type: ignore[attr-defined]
+        assert state._sync_pool is not None  # the blocking path was taken
         jobs = [app.jobs.get(h.id) for h in [first, *plain]]
         assert [j.state for j in jobs if j] == [JobState.AVAILABLE] * 4
     finally:

@@ -23,7 +23,7 @@ async def test_enqueue_wakes_a_waiting_worker_before_and_after_listener_loss(
         await worker.migrate()
 
         async def listening(connects: int) -> bool:
-            listener = worker._listener
+            listener = worker._state.wakeup_listener
             return (
                 listener is not None
                 and listener.connects == connects
@@ -77,7 +77,7 @@ async def test_a_dependant_its_dead_parent_cancels_wakes_its_waiter(
         waiter = asyncio.create_task(backend.wait_for_finish(FinishWait(job_id="b", timeout=POLL)))
 
         async def counted_in() -> bool:
-            listener = backend._done_listener
+            listener = backend._state.done_listener
             return (
                 listener is not None
                 and listener.connected.is_set()

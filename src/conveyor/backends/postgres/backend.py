@@ -3,459 +3,235 @@
 `Conveyor("postgresql://user@host/db?schema=conveyor")`. Built on psycopg 3 and
 an async connection pool; all SQL lives in queries.sql and migrations/. See
 docs/postgres.md for transactional enqueue and complete-in-transaction.
+
+PostgresBackend implements the contract by handing each verb to the role that owns
+it: the job lifecycle (lifecycle.py), the operators' verbs (inspector.py), flow
+control's state (flow.py), the shared records (records.py), worker liveness
+(liveness.py) and the blob store (blobs.py). They share one PostgresState
+(state.py): the pools, the held connections, the queries, the clock.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
 
 from conveyor.backends.params import (
+    BucketHold,
+    BulkAction,
     CheckpointWrite,
     ClaimedJobs,
     ClaimRequest,
     EnqueueIn,
     FinishWait,
+    FlowLoads,
+    FlowQuery,
     ForcedState,
     Heartbeat,
     HeartbeatReply,
     HeldLease,
+    JobFilter,
+    JobPage,
     JobWait,
+    KeyLimit,
     LeaseQuery,
+    QueuePause,
+    QueueStats,
     RecordIncrement,
     RecordKey,
+    RecordSwap,
+    RecordSwapIn,
+    RecordWrite,
     ResultSweep,
     Retention,
     Settlement,
     TransactionalCompletion,
 )
-from conveyor.backends.postgres import enqueue, liveness
 from conveyor.backends.postgres.blobs import PostgresBlobStore
-from conveyor.backends.postgres.connections import AsyncConn, log
+from conveyor.backends.postgres.flow import PostgresFlow
 from conveyor.backends.postgres.inspector import PostgresInspector
-from conveyor.backends.postgres.lane import Busy
-from conveyor.backends.postgres.listener import Listener
+from conveyor.backends.postgres.lifecycle import PostgresLifecycle
+from conveyor.backends.postgres.liveness import SIGNAL, AdvisoryLockHolder, PostgresLiveness
 from conveyor.backends.postgres.records import PostgresRecords
-from conveyor.backends.postgres.rows import claim_order, job_from_row, jsonb
-from conveyor.backends.sqlfiles import load_migrations
-from conveyor.model.errors import ConfigurationError, StaleLease
-from conveyor.model.job import Job, JobState, NewJob
-from conveyor.model.lifecycle import IllegalTransition
-from conveyor.model.version import __version__
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
+from conveyor.model.clock import Clock, system_clock
+from conveyor.model.job import Job, NewJob
 
 
-class PostgresBackend(PostgresInspector, PostgresRecords):
-    """Every Backend verb: the job lifecycle here, the operators' verbs in inspector.py,
-    the shared records in records.py, the pools and connections in connections.py."""
+class PostgresBackend:
+    """Every Backend verb, each handed to the role object that owns it."""
 
-    _blobs: PostgresBlobStore | None = None  # the default blob store, made on first use
-    _buckets_made: frozenset[str] = frozenset()  # rate limit buckets known to exist
+    liveness_signal = SIGNAL
+
+    def __init__(self, url: str, clock: Clock = system_clock) -> None:
+        self.clock = clock
+        self._state = PostgresState(url, clock)
+        self._records = PostgresRecords(self._state)
+        self._lifecycle = PostgresLifecycle(self._state, self._records)
+        self._inspector = PostgresInspector(self._state, self._lifecycle.get_job)
+        self._flow = PostgresFlow(self._state)
+        self._liveness = PostgresLiveness(self._state)
+        self._blobs: PostgresBlobStore | None = None  # the default blob store, made on first use
 
     def __repr__(self) -> str:
-        return f"<PostgresBackend {self.config.redacted}>"
+        return f"<PostgresBackend {self._state.config.redacted}>"
 
     def default_blob_store(self) -> PostgresBlobStore:
         """Blobs in a table of this schema, over this pool (ProvidesBlobStore)."""
         if self._blobs is None:
-            self._blobs = PostgresBlobStore(self._run, self.schema, self.clock)
+            self._blobs = PostgresBlobStore(self._state)
         return self._blobs
 
-    # --- schema -----------------------------------------------------------------------
+    # --- JobLifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        await self._state.open()
+
+    async def close(self) -> None:
+        await self._state.close()
+
     async def migrate(self) -> list[int]:
-        """Apply pending migrations, each in its own transaction, under an advisory
-        lock so concurrent migrators (many workers starting at once) take turns."""
-        applied: list[int] = []
-        async with self._connection() as conn:
-            async with conn.transaction():
-                await conn.execute(self.q["lock_migrations"], {"schema": self.schema})
-                await conn.execute(self.q["bootstrap_schema"])
-                await conn.execute(self.q["bootstrap_migrations"])
-            for migration in load_migrations(__package__ or "conveyor.backends.postgres"):
-                async with conn.transaction():
-                    await conn.execute(self.q["lock_migrations"], {"schema": self.schema})
-                    cur = await conn.execute(self.q["applied_migrations"])
-                    if migration.version in {row[0] for row in await cur.fetchall()}:
-                        continue  # applied earlier, or by another process just now
-                    await conn.execute(self.q["use_schema"], {"schema": self.schema})
-                    # No parameters: psycopg sends the file as one script, so a migration
-                    # may hold many statements and plpgsql bodies (and any % in them).
-                    await conn.execute(migration.sql.encode(), prepare=False)
-                    await conn.execute(
-                        self.q["record_migration"],
-                        {"version": migration.version, "name": migration.name, "now": self.clock()},
-                    )
-                applied.append(migration.version)
-        if applied:
-            log.info("migrated %s to version %d", self.config.redacted, applied[-1])
-        return applied
+        return await self._lifecycle.migrate()
 
-    # --- producer -----------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
-        now = self.clock()
+        return await self._lifecycle.enqueue_jobs(jobs)
 
-        def insert(conn: AsyncConn) -> Awaitable[list[Job]]:
-            return enqueue.enqueue_async(self, conn, jobs, now)
-
-        try:
-            return await self._lane.run(insert)  # lane.py: a pool checkout is dear
-        except Busy:
-            return await self._run(insert)
-
-    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """Enqueue from the caller's own thread on the sync pool: the sync facade
-        (Django, Flask, scripts) skips two thread hops through the portal loop."""
-        now = self.clock()
-        pool = self._get_sync_pool()
-        tries = self.config.pool_size + 1
-        for attempt in range(1, tries + 1):
-            # getconn/putconn, as _run does: `with pool.connection()` costs twice as
-            # much (its context managers, and a commit call an autocommit one skips).
-            try:
-                conn = pool.getconn()
-            except PoolTimeout as exc:
-                raise self._unavailable(exc) from exc
-            try:
-                return enqueue.enqueue_sync(self, conn, jobs, now)
-            except psycopg.OperationalError as exc:
-                if attempt == tries or not (conn.broken or conn.closed):
-                    raise self._unavailable(exc) from exc
-            finally:
-                pool.putconn(conn)  # a broken one is discarded, not reused
-        raise AssertionError("unreachable")
-
-    async def enqueue_jobs_in(self, enqueue_in: EnqueueIn) -> list[Job]:
-        """Transactional enqueue on the caller's psycopg connection (sync or async):
-        the jobs commit or roll back with the caller's transaction."""
-        connection, jobs = enqueue_in.connection, enqueue_in.jobs
-        now = self.clock()
-        if isinstance(connection, psycopg.AsyncConnection):
-            return await enqueue.enqueue_async(self, connection, jobs, now)
-        if isinstance(connection, psycopg.Connection):
-            # A sync connection blocks: keep the event loop free while it works.
-            return await asyncio.to_thread(enqueue.enqueue_sync, self, connection, jobs, now)
-        raise ConfigurationError(
-            f"connection= must be a psycopg Connection or AsyncConnection, got "
-            f"{type(connection).__name__} (with SQLAlchemy, pass "
-            "session.connection().connection.driver_connection)"
-        )
-
-    # --- worker -------------------------------------------------------------------------
     async def fetch_jobs(self, request: ClaimRequest) -> ClaimedJobs:
-        if request.limit <= 0 or not request.queues:
-            return ClaimedJobs()
-        now = self.clock()
-        params = {
-            "now": now,
-            "worker_id": request.worker_id,
-            "lease_expires_at": now + request.lease_seconds,
-        }
-
-        params.update(
-            limit=request.limit,
-            queues=[entry.name for entry in request.queues],
-            quotas=[entry.quota for entry in request.queues],
-            ceilings=[
-                request.limit if entry.ceiling is None else entry.ceiling
-                for entry in request.queues
-            ],
-        )
-        order = {entry.name: i for i, entry in enumerate(request.queues)}
-        limits = request.rate_limits
-        if limits:
-            params.update(
-                rate_keys=[limit.key for limit in limits],
-                rates=[limit.rate for limit in limits],
-                bursts=[limit.burst for limit in limits],
-            )
-        new_buckets = bool({limit.key for limit in limits} - self._buckets_made)
-        claim = self.claims["claim_rated_jobs" if limits else "claim_jobs"]
-
-        async def op(conn: AsyncConn) -> ClaimedJobs:
-            # One pipeline, so one round trip: on loopback no faster than two (psycopg's
-            # pipeline bookkeeping costs what the round trip saves), over a slow link
-            # one round trip less per claim (docs/performance.md).
-            async with conn.pipeline():
-                await conn.execute(self.q["stage_due_jobs"], {"now": now})
-                if new_buckets:  # once per bucket and process: a new bucket starts full
-                    await conn.execute(self.q["ensure_rate_buckets"], params)
-                cur = psycopg.AsyncRawCursor(conn)
-                await cur.execute(claim.sql, claim.args(params))
-            rows = await cur.fetchall()
-            next_token_at = rows[0][-1] if limits and rows else None
-            if limits:
-                rows = [r[:-1] for r in rows if r[0] is not None]
-            # RETURNING has no order: by the request's queue order, then claim order.
-            rows.sort(key=lambda r: (order.get(r[2], 0), claim_order(r)))
-            return ClaimedJobs.of((job_from_row(r) for r in rows), next_token_at)
-
-        try:  # generic plans, no JIT (queries.sql, claim_session)
-            claimed = await self._claim_lane.run(op)
-        except Busy:
-            claimed = await self._run(op)
-        self._buckets_made |= {limit.key for limit in limits}
-        return claimed
+        return await self._lifecycle.fetch_jobs(request)
 
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> list[str]:
-        if not settlements:
-            return []
-        params = {
-            "now": self.clock(),
-            "ids": [s.job_id for s in settlements],
-            "tokens": [s.token for s in settlements],
-            "states": [s.state.value for s in settlements],
-            "results": [s.result for s in settlements],
-            "errors": [None if s.error is None else jsonb(s.error.to_dict()) for s in settlements],
-            "run_ats": [None if s.run_at is None else float(s.run_at) for s in settlements],
-            "refunds": [s.refund_attempt for s in settlements],
-            "result_ttls": [s.result_ttl for s in settlements],
-            "version": __version__,
-            "done_channel": self.config.done_channel,
-        }
-        wakes = any(s.state in (JobState.AVAILABLE, JobState.SCHEDULED) for s in settlements)
-
-        async def op(conn: AsyncConn) -> set[str]:
-            async with conn.pipeline():
-                cur = await conn.execute(self.q["settle_jobs"], params)
-                if wakes:  # snoozed or released jobs: someone may claim them now
-                    await self._notify(conn)
-                rows = await cur.fetchall()
-            if not wakes and any(row[1] for row in rows):  # dependants became available
-                await self._notify(conn)
-            return {row[0] for row in rows}
-
-        applied = await self._run(op)
-        return [s.job_id for s in settlements if s.job_id not in applied]
+        return await self._lifecycle.settle_jobs(settlements)
 
     async def heartbeat_jobs(self, heartbeat: Heartbeat) -> HeartbeatReply:
-        leases, lease_seconds = heartbeat.leases, heartbeat.lease_seconds
-        if not leases:
-            return HeartbeatReply()
-        params = {
-            "ids": [lease.job_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
-            "lease_expires_at": self.clock() + lease_seconds,
-        }
-
-        async def op(conn: AsyncConn) -> list[tuple[str, bool]]:
-            cur = await conn.execute(self.q["heartbeat_jobs"], params)
-            return [(row[0], row[1]) for row in await cur.fetchall()]
-
-        rows = await self._run(op)
-        held = {job_id for job_id, _ in rows}
-        return HeartbeatReply(
-            lost=frozenset(lease.job_id for lease in leases if lease.job_id not in held),
-            cancel_requested=frozenset(job_id for job_id, cancel in rows if cancel),
-        )
+        return await self._lifecycle.heartbeat_jobs(heartbeat)
 
     async def checkpoint_job(self, checkpoint_write: CheckpointWrite) -> bool:
-        lease, checkpoint, progress = (
-            checkpoint_write.lease,
-            checkpoint_write.checkpoint,
-            checkpoint_write.progress,
-        )
-        params = {
-            "id": lease.job_id,
-            "token": lease.token,
-            "checkpoint": checkpoint,
-            "progress": progress,
-        }
-
-        async def op(conn: AsyncConn) -> bool:
-            return (await conn.execute(self.q["checkpoint_job"], params)).rowcount == 1
-
-        return await self._run(op)
+        return await self._lifecycle.checkpoint_job(checkpoint_write)
 
     async def wait_for_jobs(self, job_wait: JobWait) -> None:
-        timeout = job_wait.timeout
-        if self._listener is None:
-            self._listener = Listener(self.config.conninfo, self.q["listen"], self.config.redacted)
-        await self._listener.wait(timeout)
+        await self._lifecycle.wait_for_jobs(job_wait)
 
-    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
-        """FinishWakeups: LISTEN on the done channel, count in as a waiter (a record the
-        settle statement probes), look, then wait for a NOTIFY; a hint for any end."""
-        job_id, timeout = finish_wait.job_id, finish_wait.timeout
-        fresh = self._done_listener is None
-        if self._done_listener is None:
-            self._done_listener = Listener(
-                self.config.conninfo, self.q["listen_done"], self.config.redacted
-            )
-            self._done_listener.start()
-        listening = self._done_listener
-        with contextlib.suppress(TimeoutError):  # not listening yet: the wait is a poll
-            await asyncio.wait_for(listening.connected.wait(), min(timeout, 1.0))
-        if fresh:  # its first connect says "look now" to everyone: this call looks anyway
-            listening.event.clear()
-        await self.incr_record(
-            RecordIncrement(
-                namespace="finish_waiters", key=job_id, amount=1, ttl=max(timeout, 1.0) + 60
-            )
-        )
-        try:
-            job = await self.get_job(job_id)
-            if job is not None and not job.is_finished:
-                await listening.wait(timeout)
-        finally:
-            if (
-                await self.incr_record(
-                    RecordIncrement(namespace="finish_waiters", key=job_id, amount=-1)
-                )
-                <= 0
-            ):
-                await self.delete_record(RecordKey(namespace="finish_waiters", key=job_id))
-
-    # --- complete in transaction ------------------------------------------------------
-    @asynccontextmanager
-    async def complete_in_transaction(
-        self, transactional_completion: TransactionalCompletion
-    ) -> AsyncIterator[AsyncConn]:
-        """A transaction that also completes the job, fenced by its lease token.
-
-        The lease is checked first (no business write on a lost lease) and the
-        completion is a guarded UPDATE just before COMMIT: if another attempt took
-        the job meanwhile, StaleLease is raised and everything rolls back. Holding the
-        row lock only at the end keeps heartbeats of other jobs from queueing behind
-        a long transaction."""
-        lease, result, result_ttl = (
-            transactional_completion.lease,
-            transactional_completion.result,
-            transactional_completion.result_ttl,
-        )
-        async with self._connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                self.q["check_lease"], {"id": lease.job_id, "token": lease.token}
-            )
-            if await cur.fetchone() is None:
-                raise StaleLease(f"job {lease.job_id}: lease {lease.token} lost; nothing written")
-            yield conn
-            params = {
-                "id": lease.job_id,
-                "token": lease.token,
-                "result": result,
-                "result_ttl": result_ttl,
-                "now": self.clock(),
-                "version": __version__,
-                "done_channel": self.config.done_channel,
-            }
-            if await (await conn.execute(self.q["complete_job"], params)).fetchone() is None:
-                raise StaleLease(
-                    f"job {lease.job_id}: lease {lease.token} lost during the "
-                    "transaction; rolled back"
-                )
-
-    @contextmanager
-    def complete_in_transaction_sync(
-        self, transactional_completion: TransactionalCompletion
-    ) -> Iterator[psycopg.Connection[Any]]:
-        """Sync form of `complete_in_transaction`, for handlers run in threads."""
-        lease, result, result_ttl = (
-            transactional_completion.lease,
-            transactional_completion.result,
-            transactional_completion.result_ttl,
-        )
-        pool = self._get_sync_pool()
-        try:
-            with pool.connection() as conn, conn.transaction():
-                cur = conn.execute(
-                    self.q["check_lease"], {"id": lease.job_id, "token": lease.token}
-                )
-                if cur.fetchone() is None:
-                    raise StaleLease(
-                        f"job {lease.job_id}: lease {lease.token} lost; nothing written"
-                    )
-                yield conn
-                params = {
-                    "id": lease.job_id,
-                    "token": lease.token,
-                    "result": result,
-                    "result_ttl": result_ttl,
-                    "now": self.clock(),
-                    "version": __version__,
-                    "done_channel": self.config.done_channel,
-                }
-                if conn.execute(self.q["complete_job"], params).fetchone() is None:
-                    raise StaleLease(
-                        f"job {lease.job_id}: lease {lease.token} lost during the "
-                        "transaction; rolled back"
-                    )
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._unavailable(exc) from exc
-
-    # --- maintenance ----------------------------------------------------------------
     async def find_leases(self, query: LeaseQuery) -> list[HeldLease]:
-        params = {
-            "expired_before": query.expired_before,
-            "worker_ids": list(query.worker_ids),
-            "limit": query.limit,
-        }
-
-        async def op(conn: AsyncConn) -> list[HeldLease]:
-            cur = await conn.execute(self.q["find_leases"], params)
-            return [HeldLease(*row) for row in await cur.fetchall()]
-
-        return await self._run(op)
+        return await self._lifecycle.find_leases(query)
 
     async def prune_jobs(self, retention: Retention) -> int:
-        completed_before, dead_before = retention.completed_before, retention.dead_before
-        total = 0
-        while True:  # in slices, so a big prune never holds many row locks for long
-            params = {
-                "completed_before": completed_before,
-                "dead_before": dead_before,
-                "now": self.clock(),
-                "limit": 1000,
-            }
-
-            async def op(conn: AsyncConn) -> int:
-                # Run (and retried) by the _run below, within this iteration.
-                return (await conn.execute(self.q["prune_jobs"], params)).rowcount  # noqa: B023
-
-            n = await self._run(op)
-            total += n
-            if n < 1000:
-                return total
+        return await self._lifecycle.prune_jobs(retention)
 
     async def expire_results(self, result_sweep: ResultSweep) -> list[str]:
-        now, limit = result_sweep.now, result_sweep.limit
+        return await self._lifecycle.expire_results(result_sweep)
 
-        async def op(conn: AsyncConn) -> list[str]:
-            cur = await conn.execute(self.q["expire_results"], {"now": now, "limit": limit})
-            return [str(row[0]) for row in await cur.fetchall()]
+    async def get_job(self, job_id: str) -> Job | None:
+        return await self._lifecycle.get_job(job_id)
 
-        return await self._run(op)
+    # --- the lifecycle's capabilities ---------------------------------------------------
+    def enqueue_jobs_blocking(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return self._lifecycle.enqueue_jobs_blocking(jobs)
 
-    # --- liveness (WorkerLiveness; see liveness.py) -------------------------------------
-    liveness_signal = liveness.SIGNAL
+    async def enqueue_jobs_in(self, enqueue_in: EnqueueIn) -> list[Job]:
+        return await self._lifecycle.enqueue_jobs_in(enqueue_in)
 
-    async def hold_liveness(self, worker_id: str) -> liveness.AdvisoryLockHolder:
-        holder = liveness.AdvisoryLockHolder(self.config.conninfo, self.q, worker_id)
-        await holder.start(self.config.timeout)
-        return holder
+    async def wait_for_finish(self, finish_wait: FinishWait) -> None:
+        await self._lifecycle.wait_for_finish(finish_wait)
 
-    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
-        tokens, params = liveness.gone_params(candidates)
-        if not tokens:
-            return set()
-        [(epoch, gone)] = await self._fetch("liveness_locks_gone", params)
-        return liveness.dead_from_row(tokens, epoch, gone)
+    def complete_in_transaction(
+        self, transactional_completion: TransactionalCompletion
+    ) -> AbstractAsyncContextManager[AsyncConn]:
+        return self._lifecycle.complete_in_transaction(transactional_completion)
+
+    def complete_in_transaction_sync(
+        self, transactional_completion: TransactionalCompletion
+    ) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._lifecycle.complete_in_transaction_sync(transactional_completion)
 
     async def force_state(self, forced_state: ForcedState) -> None:
-        """Test hook: try a raw state write, to show storage guards transitions."""
-        job_id, state = forced_state.job_id, forced_state.state
-        job = await self.get_job(job_id)
+        await self._lifecycle.force_state(forced_state)
 
-        async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["force_state"], {"id": job_id, "state": state.value})
+    # --- Inspector ----------------------------------------------------------------------
+    async def list_jobs(self, job_page: JobPage) -> list[Job]:
+        return await self._inspector.list_jobs(job_page)
 
-        try:
-            await self._run(op)
-        except psycopg.errors.CheckViolation as exc:
-            if job is None:
-                raise
-            raise IllegalTransition(job.state, state) from exc
+    async def count_jobs(self, where: JobFilter) -> int:
+        return await self._inspector.count_jobs(where)
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        return await self._inspector.cancel_job(job_id)
+
+    async def redrive_jobs(self, bulk_action: BulkAction) -> list[Job]:
+        return await self._inspector.redrive_jobs(bulk_action)
+
+    async def delete_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self._inspector.delete_jobs(bulk_action)
+
+    async def cancel_jobs(self, bulk_action: BulkAction) -> list[str]:
+        return await self._inspector.cancel_jobs(bulk_action)
+
+    async def task_names(self, where: JobFilter) -> list[str]:
+        return await self._inspector.task_names(where)
+
+    async def dependants_of(self, job_id: str) -> list[str]:
+        return await self._inspector.dependants_of(job_id)
+
+    async def parents_of(self, job_id: str) -> list[str]:
+        return await self._inspector.parents_of(job_id)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self._inspector.queue_stats()
+
+    # --- FlowState ----------------------------------------------------------------------
+    async def pause_queue(self, queue_pause: QueuePause) -> None:
+        await self._flow.pause_queue(queue_pause)
+
+    async def queue_paused(self, queue: str) -> bool:
+        return await self._flow.queue_paused(queue)
+
+    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
+        await self._flow.hold_rate_bucket(bucket_hold)
+
+    async def set_key_limit(self, key_limit: KeyLimit) -> None:
+        await self._flow.set_key_limit(key_limit)
+
+    async def key_limit(self, concurrency_key: str) -> int | None:
+        return await self._flow.key_limit(concurrency_key)
+
+    async def count_running_of_key(self, concurrency_key: str) -> int:
+        return await self._flow.count_running_of_key(concurrency_key)
+
+    async def flow_loads(self, query: FlowQuery) -> FlowLoads:
+        return await self._flow.flow_loads(query)
+
+    # --- SharedRecords ------------------------------------------------------------------
+    async def get_record(self, record_key: RecordKey) -> str | None:
+        return await self._records.get_record(record_key)
+
+    async def list_records(self, namespace: str) -> dict[str, str]:
+        return await self._records.list_records(namespace)
+
+    async def put_record(self, record_write: RecordWrite) -> None:
+        await self._records.put_record(record_write)
+
+    async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
+        return await self._records.put_record_if_absent(record_write)
+
+    async def compare_and_set_record(self, record_swap: RecordSwap) -> bool:
+        return await self._records.compare_and_set_record(record_swap)
+
+    async def incr_record(self, record_increment: RecordIncrement) -> int:
+        return await self._records.incr_record(record_increment)
+
+    async def delete_record(self, record_key: RecordKey) -> bool:
+        return await self._records.delete_record(record_key)
+
+    async def compare_and_set_record_in(self, record_swap_in: RecordSwapIn) -> bool:
+        return await self._records.compare_and_set_record_in(record_swap_in)
+
+    def compare_and_set_record_in_sync(self, record_swap_in: RecordSwapIn) -> bool:
+        return self._records.compare_and_set_record_in_sync(record_swap_in)
+
+    # --- WorkerLiveness -----------------------------------------------------------------
+    async def hold_liveness(self, worker_id: str) -> AdvisoryLockHolder:
+        return await self._liveness.hold_liveness(worker_id)
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        return await self._liveness.dead_workers(candidates)

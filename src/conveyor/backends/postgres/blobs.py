@@ -3,26 +3,20 @@ over the backend's connection pool; its SQL is in blobs.sql."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
-
-import psycopg
+from collections.abc import Sequence
+from typing import Any
 
 from conveyor.backends.blobs import StoredBlob
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
 from conveyor.backends.sqlfiles import load_queries
-from conveyor.model.clock import Clock
-
-T = TypeVar("T")
-AsyncConn = psycopg.AsyncConnection[Any]
-Run = Callable[[Callable[[AsyncConn], Awaitable[T]]], Awaitable[T]]
 
 
 class PostgresBlobStore:
-    def __init__(self, run: Run[Any], schema: str, clock: Clock) -> None:
-        self._run = run
-        self.clock = clock
+    def __init__(self, state: PostgresState) -> None:
+        self._run = state.run
+        self.clock = state.clock
         self.q = {
-            name: text.replace("{schema}", f'"{schema}"')  # validated, see config.py
+            name: text.replace("{schema}", f'"{state.schema}"')  # validated, see config.py
             for name, text in load_queries(
                 __package__ or "conveyor.backends.postgres", "blobs.sql"
             ).items()

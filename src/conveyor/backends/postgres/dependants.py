@@ -27,7 +27,7 @@ from conveyor.model.lifecycle import initial_state
 from conveyor.rules.dependencies import check_parents, dependency_error, start_of
 
 if TYPE_CHECKING:
-    from conveyor.backends.postgres.connections import PostgresConnections
+    from conveyor.backends.postgres.state import PostgresState
 
 
 def has_dependants(jobs: Sequence[NewJob]) -> bool:
@@ -39,7 +39,7 @@ class _IdTaken(Exception):
 
 
 async def enqueue_with_parents(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.AsyncConnection[Any],
     jobs: Sequence[NewJob],
     now: float,
@@ -48,7 +48,7 @@ async def enqueue_with_parents(
 ) -> list[Job]:
     """`scope`: the transaction to work in (None: the one the connection began);
     `plain`: the ordinary enqueue of a batch of jobs without parents, on `conn`."""
-    q = backend.q
+    q = state.queries
     async with scope if scope is not None else nullcontext():
         named = sorted({p for new in jobs for p in new.depends_on})
         cur = await conn.execute(q["lock_parents"], {"ids": named})
@@ -62,18 +62,16 @@ async def enqueue_with_parents(
         dependants = [new for new in jobs if new.depends_on]
         try:
             async with conn.transaction():  # a savepoint: _IdTaken undoes the statement
-                stored.update(
-                    await _insert_dependants(backend, conn, dependants, dict(states), now)
-                )
+                stored.update(await _insert_dependants(state, conn, dependants, dict(states), now))
         except _IdTaken:
             for new in dependants:
-                stored[new.id] = job = await _insert_dependant(backend, conn, new, states, now)
+                stored[new.id] = job = await _insert_dependant(state, conn, new, states, now)
                 states[new.id] = job.state
     return [stored[new.id] for new in jobs]
 
 
 async def _insert_dependants(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.AsyncConnection[Any],
     dependants: Sequence[NewJob],
     states: dict[str, JobState],
@@ -101,9 +99,9 @@ async def _insert_dependants(
             else:
                 links.append((parent, new.id))
     cur = await conn.execute(
-        backend.q["insert_dependants"],
+        state.queries["insert_dependants"],
         {
-            "channel": backend.config.channel,
+            "channel": state.config.channel,
             "now": now,
             "ids": [n.id for n in dependants],
             "queues": [n.queue for n in dependants],
@@ -136,20 +134,20 @@ async def _insert_dependants(
 
 
 async def _insert_dependant(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.AsyncConnection[Any],
     new: NewJob,
     states: dict[str, JobState],
     now: float,
 ) -> Job:
-    q = backend.q
+    q = state.queries
     run_at = now if new.run_at is None else float(new.run_at)
     start = start_of(new.id, new.depends_on, states, new.allow_failure, initial_state(run_at, now))
     error = None if start.failed_parent is None else dependency_error(*start.failed_parent, now)
     cur = await conn.execute(
         q["insert_dependant"],
         {
-            "channel": backend.config.channel,
+            "channel": state.config.channel,
             "now": now,
             "id": new.id,
             "queue": new.queue,

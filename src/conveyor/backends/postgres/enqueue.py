@@ -50,7 +50,7 @@ from conveyor.rules.backpressure import bounds_of, over_bound, raise_if_refused,
 from conveyor.rules.fairness import spread, vtime_step
 
 if TYPE_CHECKING:
-    from conveyor.backends.postgres.connections import PostgresConnections
+    from conveyor.backends.postgres.state import PostgresState
 
 
 def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
@@ -75,11 +75,11 @@ def plan(jobs: Sequence[NewJob], now: float) -> tuple[list[NewJob], list[int]]:
     return unique, answer
 
 
-def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
+def params(state: PostgresState, jobs: Sequence[NewJob], now: float) -> dict[str, Any]:
     run_ats = [now if j.run_at is None else float(j.run_at) for j in jobs]
     return {
-        "schema": backend.schema,
-        "channel": backend.config.channel,
+        "schema": state.schema,
+        "channel": state.config.channel,
         "now": now,
         "ids": [j.id for j in jobs],
         "queues": [j.queue for j in jobs],
@@ -101,14 +101,14 @@ def params(backend: PostgresConnections, jobs: Sequence[NewJob], now: float) -> 
     }
 
 
-def fair_params(backend: PostgresConnections, jobs: Sequence[NewJob]) -> dict[str, Any] | None:
+def fair_params(state: PostgresState, jobs: Sequence[NewJob]) -> dict[str, Any] | None:
     """What assign_fair_vtimes reserves for the batch's jobs with a fairness key (None:
     it has none, and pays nothing)."""
     keyed = [j for j in jobs if j.fairness_key is not None]
     if not keyed:
         return None
     return {
-        "schema": backend.schema,
+        "schema": state.schema,
         "fair_queues": [j.queue for j in keyed],
         "fair_keys": [j.fairness_key for j in keyed],
         "fair_steps": [vtime_step(j.fairness_weight) for j in keyed],
@@ -116,16 +116,16 @@ def fair_params(backend: PostgresConnections, jobs: Sequence[NewJob]) -> dict[st
 
 
 def fast_path(
-    backend: PostgresConnections, jobs: Sequence[NewJob], now: float
+    state: PostgresState, jobs: Sequence[NewJob], now: float
 ) -> tuple[str, dict[str, Any]]:
     """The fast insert for jobs without unique keys: scalar parameters for one job
     (cheaper to bind and plan: enqueue one by one is the common call), arrays for more."""
     if len(jobs) > 1:
-        return backend.q["insert_new_jobs"], params(backend, jobs, now)
+        return state.queries["insert_new_jobs"], params(state, jobs, now)
     job = jobs[0]
     run_at = now if job.run_at is None else float(job.run_at)
-    return backend.q["insert_new_job"], {
-        "channel": backend.config.channel,
+    return state.queries["insert_new_job"], {
+        "channel": state.config.channel,
         "now": now,
         "id": job.id,
         "queue": job.queue,
@@ -177,7 +177,7 @@ def transaction_scope(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[An
     """The transaction to enqueue in. A non-autocommit connection with nothing open
     is left to begin one implicitly and keep it open: `conn.transaction()` would
     commit at the end of the block, behind the caller's back. Otherwise a
-    transaction block: a real one in autocommit mode (the pool's connections), a
+    transaction block: a real one in autocommit mode (the pool's state), a
     savepoint inside the caller's open transaction."""
     if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
         return None
@@ -212,14 +212,14 @@ def _over_bound(
 
 
 def _fixes(
-    backend: PostgresConnections,
+    state: PostgresState,
     unique: Sequence[NewJob],
     refused: dict[int, RefusedJob],
     shed: dict[str, int],
     now: float,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The statements that take refused jobs back and shed the oldest waiting ones."""
-    q, bounds = backend.q, bounds_of(unique)
+    q, bounds = state.queries, bounds_of(unique)
     fixes: list[tuple[str, dict[str, Any]]] = (
         [(q["take_back_jobs"], {"ids": [unique[pos].id for pos in refused]})] if refused else []
     )
@@ -234,7 +234,7 @@ def _fixes(
                     "now": now,
                     "error": shed_error(queue, bounds[queue].max_waiting, now),
                     "version": __version__,
-                    "done_channel": backend.config.done_channel,
+                    "done_channel": state.config.done_channel,
                 },
             ),
             (q["count_shed"], {"queue": queue, "n": n}),
@@ -259,7 +259,7 @@ def _missing(unique: Sequence[NewJob], rows: list[Any]) -> list[str]:
 
 
 async def enqueue_async(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.AsyncConnection[Any],
     jobs: Sequence[NewJob],
     now: float,
@@ -269,27 +269,30 @@ async def enqueue_async(
     if has_dependants(jobs):
 
         async def plain(free: Sequence[NewJob]) -> list[Job]:
-            return await enqueue_async(backend, conn, free, now)
+            return await enqueue_async(state, conn, free, now)
 
-        return await enqueue_with_parents(backend, conn, jobs, now, transaction_scope(conn), plain)
+        return await enqueue_with_parents(state, conn, jobs, now, transaction_scope(conn), plain)
     unique, answer = plan(jobs, now)
     if not all(job.only_id_dedups for job in unique):
-        stored, refused = _by_input(answer, *await _full_async(backend, conn, unique, now))
+        stored, refused = _by_input(answer, *await _full_async(state, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     cur = await psycopg.AsyncCursor(conn).execute(  # not conn's factory: see enqueue_sync
-        *fast_path(backend, unique, now), binary=True
+        *fast_path(state, unique, now), binary=True
     )
     inserted = as_inserted(unique, {row[0] for row in await cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
         inserted.update(
-            (j.id, j) for j in (await _full_async(backend, conn, taken, now))[0] if j is not None
+            (j.id, j) for j in (await _full_async(state, conn, taken, now))[0] if j is not None
         )
     return [inserted[unique[pos].id] for pos in answer]
 
 
 def enqueue_sync(
-    backend: PostgresConnections, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], now: float
+    state: PostgresState,
+    conn: psycopg.Connection[Any],
+    jobs: Sequence[NewJob],
+    now: float,
 ) -> list[Job]:
     """The same on a sync connection (a caller's own, for transactional enqueue)."""
     if not jobs:
@@ -301,31 +304,29 @@ def enqueue_sync(
         )
     unique, answer = plan(jobs, now)
     if not all(job.only_id_dedups for job in unique):
-        stored, refused = _by_input(answer, *_full_sync(backend, conn, unique, now))
+        stored, refused = _by_input(answer, *_full_sync(state, conn, unique, now))
         return raise_if_refused(jobs, stored, refused)
     # A cursor of our own: the connection's cursor_factory may be a ClientCursor
     # (Django's default), which cannot return binary results.
-    cur = psycopg.Cursor(conn).execute(*fast_path(backend, unique, now), binary=True)
+    cur = psycopg.Cursor(conn).execute(*fast_path(state, unique, now), binary=True)
     inserted = as_inserted(unique, {row[0] for row in cur.fetchall()}, now)
     taken = [job for job in unique if job.id not in inserted]
     if taken:
-        inserted.update(
-            (j.id, j) for j in _full_sync(backend, conn, taken, now)[0] if j is not None
-        )
+        inserted.update((j.id, j) for j in _full_sync(state, conn, taken, now)[0] if j is not None)
     return [inserted[unique[pos].id] for pos in answer]
 
 
 async def _full_async(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.AsyncConnection[Any],
     unique: Sequence[NewJob],
     now: float,
 ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
     """The full dedup path for jobs unique by id and unique_key, and for bounded
     queues; one answer per job (None: refused), and the refusals by position."""
-    q = backend.q
-    p = params(backend, unique, now)
-    if (fair := fair_params(backend, unique)) is not None:  # one round trip more
+    q = state.queries
+    p = params(state, unique, now)
+    if (fair := fair_params(state, unique)) is not None:  # one round trip more
         cur = await conn.execute(q["assign_fair_vtimes"], fair)
         p["fair_vtimes"] = spread(unique, {(r[0], r[1]): r[2] for r in await cur.fetchall()})
     bounded = _bound_params(p, unique)
@@ -344,7 +345,7 @@ async def _full_async(
                 depths = await (await conn.execute(q["count_waiting"], p)).fetchall()
                 rows = await cur.fetchall()
                 refused, shed = _over_bound(unique, rows, depths)
-                for statement, fix in _fixes(backend, unique, refused, shed, now):
+                for statement, fix in _fixes(state, unique, refused, shed, now):
                     await conn.execute(statement, fix)
         rows = await cur.fetchall() if not bounded else rows
     late: dict[str, Job] = {}
@@ -355,14 +356,14 @@ async def _full_async(
 
 
 def _full_sync(
-    backend: PostgresConnections,
+    state: PostgresState,
     conn: psycopg.Connection[Any],
     unique: Sequence[NewJob],
     now: float,
 ) -> tuple[list[Job | None], dict[int, RefusedJob]]:
-    q = backend.q
-    p = params(backend, unique, now)
-    if (fair := fair_params(backend, unique)) is not None:
+    q = state.queries
+    p = params(state, unique, now)
+    if (fair := fair_params(state, unique)) is not None:
         p["fair_vtimes"] = spread(
             unique,
             {(r[0], r[1]): r[2] for r in conn.execute(q["assign_fair_vtimes"], fair).fetchall()},
@@ -383,7 +384,7 @@ def _full_sync(
                 depths = conn.execute(q["count_waiting"], p).fetchall()
                 rows = cur.fetchall()
                 refused, shed = _over_bound(unique, rows, depths)
-                for statement, fix in _fixes(backend, unique, refused, shed, now):
+                for statement, fix in _fixes(state, unique, refused, shed, now):
                     conn.execute(statement, fix)
         rows = cur.fetchall() if not bounded else rows
     late: dict[str, Job] = {}

@@ -28,6 +28,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conveyor.backends.liveness import SignalHolder
+from conveyor.backends.postgres.state import PostgresState
 
 SIGNAL = "advisory lock"
 _PREFIX = "pg-advisory"
@@ -99,6 +100,28 @@ class AdvisoryLockHolder(SignalHolder):
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+
+class PostgresLiveness:
+    """WorkerLiveness: each worker holds an advisory lock; rescuers read pg_locks."""
+
+    liveness_signal = SIGNAL
+
+    def __init__(self, state: PostgresState) -> None:
+        self._state = state
+
+    async def hold_liveness(self, worker_id: str) -> AdvisoryLockHolder:
+        config = self._state.config
+        holder = AdvisoryLockHolder(config.conninfo, self._state.queries, worker_id)
+        await holder.start(config.timeout)
+        return holder
+
+    async def dead_workers(self, candidates: Mapping[str, str]) -> set[str]:
+        tokens, params = gone_params(candidates)
+        if not tokens:
+            return set()
+        [(epoch, gone)] = await self._state.fetch("liveness_locks_gone", params)
+        return dead_from_row(tokens, epoch, gone)
 
 
 def gone_params(candidates: Mapping[str, str]) -> tuple[dict[str, LockToken], dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""The shared-record verbs on PostgreSQL: each one statement (queries.sql), so
-atomic under any number of concurrent writers."""
+"""The shared-record verbs (the SharedRecords role) on PostgreSQL: each one statement
+(queries.sql), so atomic under any number of concurrent writers."""
 
 from __future__ import annotations
 
@@ -8,28 +8,32 @@ from typing import Any
 import psycopg
 
 from conveyor.backends.params import (
-    BucketHold,
     RecordIncrement,
     RecordKey,
     RecordSwap,
     RecordSwapIn,
     RecordWrite,
 )
-from conveyor.backends.postgres.connections import AsyncConn, PostgresConnections
+from conveyor.backends.postgres.state import AsyncConn, PostgresState
 from conveyor.backends.records import expiry
 
 
-class PostgresRecords(PostgresConnections):
-    """Mixed into PostgresBackend."""
+class PostgresRecords:
+    """SharedRecords, and RecordsInTransaction on the caller's connection."""
+
+    def __init__(self, state: PostgresState) -> None:
+        self._state = state
+        self._queries = state.queries
+        self._clock = state.clock
 
     async def _one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         async def op(conn: AsyncConn) -> tuple[Any, ...] | None:
-            return await (await conn.execute(self.q[query], params)).fetchone()
+            return await (await conn.execute(self._queries[query], params)).fetchone()
 
-        return await self._run(op)
+        return await self._state.run(op)
 
     def _params(self, namespace: str, key: str, **more: Any) -> dict[str, Any]:
-        return {"namespace": namespace, "key": key, "now": self.clock(), **more}
+        return {"namespace": namespace, "key": key, "now": self._clock(), **more}
 
     async def get_record(self, record_key: RecordKey) -> str | None:
         namespace, key = record_key.namespace, record_key.key
@@ -37,12 +41,10 @@ class PostgresRecords(PostgresConnections):
         return None if row is None else str(row[0])
 
     async def list_records(self, namespace: str) -> dict[str, str]:
-        params = {"namespace": namespace, "now": self.clock()}
-
-        async def op(conn: AsyncConn) -> list[tuple[Any, ...]]:
-            return await (await conn.execute(self.q["list_records"], params)).fetchall()
-
-        return {str(key): str(value) for key, value in await self._run(op)}
+        rows = await self._state.fetch(
+            "list_records", {"namespace": namespace, "now": self._clock()}
+        )
+        return {str(key): str(value) for key, value in rows}
 
     async def put_record(self, record_write: RecordWrite) -> None:
         namespace, key, value, ttl = (
@@ -51,13 +53,13 @@ class PostgresRecords(PostgresConnections):
             record_write.value,
             record_write.ttl,
         )
-        now = self.clock()
+        now = self._clock()
         params = self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl))
 
         async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["put_record"], params)
+            await conn.execute(self._queries["put_record"], params)
 
-        await self._run(op)
+        await self._state.run(op)
 
     async def put_record_if_absent(self, record_write: RecordWrite) -> bool:
         namespace, key, value, ttl = (
@@ -66,7 +68,7 @@ class PostgresRecords(PostgresConnections):
             record_write.value,
             record_write.ttl,
         )
-        now = self.clock()
+        now = self._clock()
         row = await self._one(
             "put_record_if_absent",
             self._params(namespace, key, value=value, now=now, expires_at=expiry(now, ttl)),
@@ -85,7 +87,7 @@ class PostgresRecords(PostgresConnections):
             return await self.put_record_if_absent(
                 RecordWrite(namespace=namespace, key=key, value=value, ttl=ttl)
             )
-        now = self.clock()
+        now = self._clock()
         row = await self._one(
             "compare_and_set_record",
             self._params(
@@ -122,12 +124,12 @@ class PostgresRecords(PostgresConnections):
     def _compare_and_set(
         self, namespace: str, key: str, expected: str | None, value: str, ttl: float | None
     ) -> tuple[str, dict[str, Any]]:
-        now = self.clock()
+        now = self._clock()
         params = self._params(
             namespace, key, value=value, expected=expected, now=now, expires_at=expiry(now, ttl)
         )
         # Absent expected: the key is taken only if free, as put_record_if_absent does.
-        return self.q[
+        return self._queries[
             "put_record_if_absent" if expected is None else "compare_and_set_record"
         ], params
 
@@ -138,7 +140,7 @@ class PostgresRecords(PostgresConnections):
             record_increment.amount,
             record_increment.ttl,
         )
-        now = self.clock()
+        now = self._clock()
         params = self._params(namespace, key, amount=amount, now=now, expires_at=expiry(now, ttl))
         try:
             row = await self._one("incr_record", params)
@@ -155,12 +157,3 @@ class PostgresRecords(PostgresConnections):
         namespace, key = record_key.namespace, record_key.key
         row = await self._one("delete_record", self._params(namespace, key))
         return row is not None and bool(row[0])
-
-    async def hold_rate_bucket(self, bucket_hold: BucketHold) -> None:
-        key, tokens, until = bucket_hold.key, bucket_hold.tokens, bucket_hold.until
-        params = {"name": key, "tokens": tokens, "until": until}
-
-        async def op(conn: AsyncConn) -> None:
-            await conn.execute(self.q["hold_rate_bucket"], params)
-
-        await self._run(op)

@@ -1,21 +1,21 @@
-"""A connection held for one kind of call, beside the pool: enqueues, and claims.
+"""A connection held for one kind of call, beside the pool: one for enqueues, one for claims.
 
 Taking a connection from psycopg_pool and giving it back costs a good share of a
 one-by-one enqueue: not the pool's own bookkeeping, but that it hands its
 connections out in turn, and a commit on another connection than the last costs
-more. The pools now keep their last connection (hot_pool.py), but async enqueues
-still come nearer the floor through this lane than through the pool, so the lane
-stays (figures: docs/performance.md).
+more. The pools now keep their last connection (last_used_pool.py), but async enqueues
+still come nearer the floor through this held connection than through the pool, so
+it stays (figures: docs/performance.md).
 
-A lane keeps one autocommit connection and uses it when it is free; a caller that
+A held connection is one autocommit connection, used when it is free; a caller that
 finds it busy, or finds it broken, goes through the pool
-(`PostgresBackend._run`, with its retries). Enqueue is safe to repeat there: the job
+(`PostgresState.run`, with its retries). Enqueue is safe to repeat there: the job
 id deduplicates a statement that ran before its connection died; so is a claim (a
 lost reply's jobs come back through lease expiry).
 
-A lane may set its connection up once (`setup`: session settings). The claim lane
+It may be set up once (`setup`: session settings). The claim connection
 runs its statements on generic plans without JIT (queries.sql, claim_session); a
-server that refuses the setup gets no lane, and its claims go through the pool.
+server that refuses the setup gets no held connection, and its claims go through the pool.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ AsyncConn = psycopg.AsyncConnection[Any]
 
 
 class Busy(Exception):
-    """The lane cannot take this call now: use the pool."""
+    """The held connection cannot take this call now: use the pool."""
 
 
-class Lane:
+class HeldConnection:
     def __init__(self, conninfo: str, connect_timeout: float, setup: str | None = None) -> None:
         self._conninfo = conninfo
         self._connect_timeout = connect_timeout
         self._setup = setup  # run once on each new connection (session settings)
         self._connection: AsyncConn | None = None
         self._busy = False
-        self._refused = False  # the server refused the setup: no lane, the pool serves
+        self._refused = False  # the server refused the setup: the pool serves
         self._closing: set[asyncio.Task[None]] = set()
 
     async def run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:

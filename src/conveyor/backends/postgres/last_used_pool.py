@@ -61,7 +61,7 @@ class _Aside(Generic[C]):
             return True
 
 
-class HotConnectionPool(ConnectionPool[psycopg.Connection[Any]]):
+class LastUsedConnectionPool(ConnectionPool[psycopg.Connection[Any]]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._aside: _Aside[psycopg.Connection[Any]] = _Aside()
         super().__init__(*args, **kwargs)
@@ -80,7 +80,7 @@ class HotConnectionPool(ConnectionPool[psycopg.Connection[Any]]):
         super().close(timeout)
 
 
-class AsyncHotConnectionPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+class AsyncLastUsedConnectionPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._aside: _Aside[psycopg.AsyncConnection[Any]] = _Aside()
         super().__init__(*args, **kwargs)

@@ -1,5 +1,6 @@
-"""The enqueue lane: one held connection beside the pool (backends/postgres/lane.py).
-A terminated or cancelled lane connection never loses, doubles or misreports a job."""
+"""The enqueue connection: one held connection beside the pool
+(backends/postgres/held_connection.py). A terminated or cancelled held connection never
+loses, doubles or misreports a job."""
 
 from __future__ import annotations
 

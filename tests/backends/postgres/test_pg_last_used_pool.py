@@ -1,4 +1,4 @@
-"""The pools hand out the connection they got back last (backends/postgres/hot_pool.py),
+"""The pools hand out the connection they got back last (backends/postgres/last_used_pool.py),
 and never keep a broken one or one inside a transaction aside."""
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from pg_helpers import terminate
 
 from conveyor import Conveyor
 from conveyor.backends.params import JobFilter
-from conveyor.backends.postgres import hot_pool
-from conveyor.backends.postgres.hot_pool import AsyncHotConnectionPool, HotConnectionPool
+from conveyor.backends.postgres import last_used_pool
+from conveyor.backends.postgres.last_used_pool import (
+    AsyncLastUsedConnectionPool,
+    LastUsedConnectionPool,
+)
 
 
 @pytest.fixture
-def pool(admin_conn: psycopg.Connection) -> Iterator[HotConnectionPool]:  # skips without a server
-    pool = HotConnectionPool(
+def pool(
+    admin_conn: psycopg.Connection,  # skips without a server
+) -> Iterator[LastUsedConnectionPool]:
+    pool = LastUsedConnectionPool(
         POSTGRES_URL, kwargs={"autocommit": True}, min_size=2, max_size=3, timeout=5, open=True
     )
     pool.wait()
@@ -31,7 +36,7 @@ def server_pid(conn: psycopg.Connection) -> int:
     return conn.info.backend_pid
 
 
-def test_one_caller_gets_the_same_connection_every_time(pool: HotConnectionPool) -> None:
+def test_one_caller_gets_the_same_connection_every_time(pool: LastUsedConnectionPool) -> None:
     pids = []
     for _ in range(5):
         conn = pool.getconn()
@@ -41,7 +46,7 @@ def test_one_caller_gets_the_same_connection_every_time(pool: HotConnectionPool)
     assert len(set(pids)) == 1  # psycopg_pool alone alternates between its 2 connections
 
 
-def test_concurrent_callers_get_different_connections(pool: HotConnectionPool) -> None:
+def test_concurrent_callers_get_different_connections(pool: LastUsedConnectionPool) -> None:
     first = pool.getconn()
     second = pool.getconn()  # while the first is out: from the pool
     assert server_pid(first) != server_pid(second)
@@ -52,7 +57,7 @@ def test_concurrent_callers_get_different_connections(pool: HotConnectionPool) -
 
 
 def test_a_connection_in_a_transaction_or_broken_goes_back_to_the_pool(
-    pool: HotConnectionPool, admin_conn: psycopg.Connection
+    pool: LastUsedConnectionPool, admin_conn: psycopg.Connection
 ) -> None:
     conn = pool.getconn()
     conn.execute("BEGIN")
@@ -71,15 +76,15 @@ def test_a_connection_in_a_transaction_or_broken_goes_back_to_the_pool(
 
 
 def test_the_connection_aside_rejoins_the_pool_every_rotate_seconds(
-    pool: HotConnectionPool, monkeypatch: pytest.MonkeyPatch
+    pool: LastUsedConnectionPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(hot_pool.time, "monotonic", lambda: now[0])
-    pool._aside._rotate_at = now[0] + hot_pool.ROTATE_SECONDS
+    monkeypatch.setattr(last_used_pool.time, "monotonic", lambda: now[0])
+    pool._aside._rotate_at = now[0] + last_used_pool.ROTATE_SECONDS
     conn = pool.getconn()
     pool.putconn(conn)
     assert pool.get_stats()["pool_available"] == 1  # aside, not in the pool's queue
-    now[0] += hot_pool.ROTATE_SECONDS
+    now[0] += last_used_pool.ROTATE_SECONDS
     assert pool.getconn() is conn
     pool.putconn(conn)  # time to rotate: into the pool, where its lifetime is checked
     assert pool.get_stats()["pool_available"] == 2
@@ -87,7 +92,7 @@ def test_the_connection_aside_rejoins_the_pool_every_rotate_seconds(
     assert pool.get_stats()["pool_available"] == 1
 
 
-def test_close_closes_the_connection_aside(pool: HotConnectionPool) -> None:
+def test_close_closes_the_connection_aside(pool: LastUsedConnectionPool) -> None:
     conn = pool.getconn()
     pool.putconn(conn)
     pool.close()
@@ -128,7 +133,7 @@ def test_threads_enqueueing_at_once_each_store_every_job_once(pg_url: str, admin
 async def test_the_async_pool_hands_out_its_last_connection_and_drops_a_broken_one(
     admin_conn: psycopg.Connection,
 ) -> None:
-    pool = AsyncHotConnectionPool(
+    pool = AsyncLastUsedConnectionPool(
         POSTGRES_URL, kwargs={"autocommit": True}, min_size=2, max_size=3, timeout=5, open=False
     )
     await pool.open(wait=True)
