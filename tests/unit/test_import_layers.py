@@ -12,7 +12,9 @@ whole worker through `conveyor.worker.liveness`). The rules:
   imports no backend's own modules: it gets a backend by URL from
   `conveyor.backends.backend_from_url`, the one registry;
 * the tree names the layers: every layer of docs/architecture.md is a folder, but for the
-  few modules at the top of the package (`TOP_LEVEL_MODULES`).
+  few modules at the top of the package (`TOP_LEVEL_MODULES`);
+* no class is sawn into parts: a class inherits from another class of the package only when
+  that one is a Protocol, an exception or a base made to be extended (`EXTENSION_BASES`).
 """
 
 from __future__ import annotations
@@ -434,3 +436,83 @@ def test_the_layer_rules_name_each_wrong_import(tmp_path: Path) -> None:
         ("conveyor.admin", "conveyor.backends.sqlite"),
         ("conveyor.admin", "conveyor.backends.sqlite.store"),
     ]
+
+
+# --- one concept per module: no class sawn into parts ------------------------------------
+# In-package base classes made to be extended: users subclass the app (Django's) and the
+# manual clock (the testing toolkit); features subclass the worker's plug-in; every
+# backend's liveness holder its signal holder; every outcome Outcome.
+EXTENSION_BASES = {"Conveyor", "ManualClock", "WorkerPlugin", "SignalHolder", "Outcome"}
+
+
+def _class_bases(root: Path) -> dict[str, list[tuple[Path, list[str]]]]:
+    """Each class of the package by name: where it is defined and the names of its bases."""
+    found: dict[str, list[tuple[Path, list[str]]]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = []
+                for base in node.bases:
+                    if isinstance(base, ast.Subscript):
+                        base = base.value
+                    if isinstance(base, ast.Name):
+                        bases.append(base.id)
+                    elif isinstance(base, ast.Attribute):
+                        bases.append(base.attr)
+                found.setdefault(node.name, []).append((path.relative_to(root.parent), bases))
+    return found
+
+
+def sawn_classes(root: Path) -> list[str]:
+    """Classes that inherit from another class of the package that is neither an exception,
+    a Protocol, nor a base made to be extended: a class split into mixins or a chain of
+    partial classes to shorten its files (compose role objects instead)."""
+    classes = _class_bases(root)
+
+    def is_protocol(name: str) -> bool:  # PEP 544: a protocol lists Protocol itself
+        return any("Protocol" in bases for _, bases in classes.get(name, []))
+
+    def is_error(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in {"Exception", "BaseException", "ValueError", "TypeError"}:
+            return True
+        return name not in seen and any(
+            is_error(b, seen | {name}) for _, bases in classes.get(name, []) for b in bases
+        )
+
+    wrong = []
+    for name, defs in sorted(classes.items()):
+        for path, bases in defs:
+            if is_protocol(name) or is_error(name):
+                continue
+            partial = [
+                b for b in bases if b in classes and b not in EXTENSION_BASES and not is_protocol(b)
+            ]
+            if partial:
+                wrong.append(f"  {path}: {name}({', '.join(bases)})")
+    return wrong
+
+
+def test_no_class_is_sawn_into_parts() -> None:
+    wrong = sawn_classes(SRC / "conveyor")
+    assert not wrong, (
+        "classes built from partial classes of the package (one concept per "
+        "module: compose role objects, or list a base made to be extended in "
+        "EXTENSION_BASES):\n" + "\n".join(wrong)
+    )
+
+
+def test_a_mixin_is_found(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/reads.py": "class Reads:\n    pass\n",
+            "pkg/errors.py": "class Oops(Exception):\n    pass\nclass Worse(Oops):\n    pass\n",
+            "pkg/backend.py": (
+                "from .reads import Reads\nfrom typing import Protocol\n"
+                "class Role(Protocol):\n    pass\n"
+                "class Backend(Reads, Role):\n    pass\n"
+            ),
+        },
+    )
+    assert sawn_classes(tmp_path / "pkg") == ["  pkg/backend.py: Backend(Reads, Role)"]
