@@ -18,6 +18,7 @@ from conveyor.backends.contract import Backend
 from conveyor.backends.params import RecordKey, RecordWrite
 from conveyor.model.clock import Clock
 from conveyor.model.workers import WORKERS_NAMESPACE
+from conveyor.plugins import closed_within
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.liveness import LIVENESS_FIELD, DeathWatch, rescue_dead_workers
 
@@ -122,7 +123,7 @@ class Presence:
                 if due is None
                 else max(0.0, min(self.config.liveness_interval, due - deaths.clock()))
             )
-            if await self._closed_within(delay):
+            if await closed_within(self.closing, delay):
                 return
             try:
                 released = await rescue_dead_workers(
@@ -145,11 +146,3 @@ class Presence:
                         len(job_ids),
                         job_ids[:10],
                     )
-
-    async def _closed_within(self, seconds: float) -> bool:
-        try:
-            async with asyncio.timeout(seconds):
-                await self.closing.wait()
-        except TimeoutError:
-            pass
-        return self.closing.is_set()

@@ -129,14 +129,6 @@ class Worker:
         return self.producer.claimed
 
     @property
-    def retire_when(self) -> Callable[[], str | None] | None:
-        return self.producer.retire_when
-
-    @retire_when.setter
-    def retire_when(self, check: Callable[[], str | None] | None) -> None:
-        self.producer.retire_when = check
-
-    @property
     def retired_because(self) -> str | None:
         """Why the worker stopped claiming by itself (max tasks, burst over, a retire
         reason), or None."""
